@@ -1,0 +1,237 @@
+// Package devhook holds the domain types shared by every part of devhook:
+// a Delivery the relay received, each Attempt to forward it, the signature
+// Verdict, and the Error type that carries a machine code.
+//
+// The package imports only the standard library. Adapters live in
+// sub-packages named after their technology (storage for bbolt, relay for
+// the WebSocket tunnel, inspector for the local web server).
+package devhook
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// SignatureHeader is the header the service signs its deliveries with.
+const SignatureHeader = "service-signature"
+
+// Verdict names. They are stable: they appear in JSON output, in the
+// inspector and in filters.
+const (
+	VerdictOK               = "ok"
+	VerdictMissingSignature = "missing_signature"
+	VerdictInvalidFormat    = "invalid_format"
+	VerdictInvalidTime      = "invalid_time"
+	VerdictNoSecret         = "no_secret"
+	VerdictInvalidSignature = "invalid_signature"
+	// VerdictUnchecked is recorded when verification is turned off.
+	VerdictUnchecked = "unchecked"
+)
+
+// Verdict is the outcome of checking a delivery's service-signature.
+//
+// Status and Text are what the reference receiver would have answered, so a
+// user can see both why a signature fails and what their receiver should do.
+type Verdict struct {
+	Result string `json:"result"`           // one of the Verdict* names
+	Reason string `json:"reason,omitempty"` // why, in a sentence; never contains the expected signature
+	Status int    `json:"status"`           // reference receiver's status code
+	Text   string `json:"text"`             // reference receiver's body text
+	// T is the signature's timestamp in Unix milliseconds, when one parsed.
+	T int64 `json:"t,omitempty"`
+}
+
+// OK reports whether the signature was checked and is valid.
+func (v Verdict) OK() bool { return v.Result == VerdictOK }
+
+// Attempt kinds.
+const (
+	AttemptForward    = "forward"    // the first forward of a live delivery
+	AttemptRedelivery = "redelivery" // forward of a delivery that waited in the relay's queue
+	AttemptReplay     = "replay"     // a user asked for it again
+)
+
+// Delivery is one request that arrived at the relay's public URL.
+type Delivery struct {
+	ID         string      `json:"id"` // UUIDv7, assigned by the relay, time-ordered
+	Channel    string      `json:"channel,omitempty"`
+	ReceivedAt time.Time   `json:"received_at"`
+	Method     string      `json:"method"`
+	Path       string      `json:"path"`            // the path after /c/<channel>, always starting with "/"
+	RawQuery   string      `json:"query,omitempty"` // as sent, without "?"
+	Header     http.Header `json:"header"`
+	Body       []byte      `json:"body"`
+	RemoteAddr string      `json:"remote_addr,omitempty"`
+	// Queued is true when the relay kept the delivery because no agent was
+	// connected, and the sender was answered 202.
+	Queued bool `json:"queued,omitempty"`
+
+	Verdict Verdict `json:"verdict"`
+	Event   Event   `json:"event"`
+
+	Attempts []Attempt `json:"attempts,omitempty"`
+}
+
+// Event is what devhook understood of a run.status body. Zero when the body
+// is not a run.status event.
+type Event struct {
+	Type     string `json:"type,omitempty"`
+	RunID    string `json:"run_id,omitempty"`
+	Status   string `json:"status,omitempty"` // legacy status
+	StatusV2 string `json:"status_v2,omitempty"`
+}
+
+// ParseEvent extracts the fields devhook indexes from a run.status body.
+// Anything that is not JSON of that shape yields the zero Event.
+func ParseEvent(body []byte) Event {
+	var p struct {
+		EventType string `json:"event_type"`
+		Data      struct {
+			RunID    string `json:"run_id"`
+			Status   string `json:"status"`
+			StatusV2 string `json:"status_v2"`
+		} `json:"data"`
+	}
+	if len(body) == 0 || body[0] != '{' || json.Unmarshal(body, &p) != nil {
+		return Event{}
+	}
+	return Event{Type: p.EventType, RunID: p.Data.RunID, Status: p.Data.Status, StatusV2: p.Data.StatusV2}
+}
+
+// LastAttempt returns the most recent attempt, or nil.
+func (d *Delivery) LastAttempt() *Attempt {
+	if len(d.Attempts) == 0 {
+		return nil
+	}
+	return &d.Attempts[len(d.Attempts)-1]
+}
+
+// Attempt is one forward of a delivery to a local receiver.
+type Attempt struct {
+	Seq       int       `json:"seq"` // 1-based, in the order attempts were recorded
+	Kind      string    `json:"kind"`
+	Target    string    `json:"target"` // full URL that was called
+	StartedAt time.Time `json:"started_at"`
+	Duration  Duration  `json:"duration_ms"`
+	// Request is set when the request sent differs from the delivery:
+	// re-signed or edited replays.
+	Request *Request `json:"request,omitempty"`
+	// Status is 0 when no answer came; Error then says why.
+	Status int         `json:"status"`
+	Header http.Header `json:"header,omitempty"`
+	Body   []byte      `json:"body,omitempty"`
+	Error  string      `json:"error,omitempty"`
+}
+
+// Request is an HTTP request as sent to a receiver, when it differs from the
+// delivery it came from.
+type Request struct {
+	Method   string      `json:"method"`
+	Path     string      `json:"path"`
+	RawQuery string      `json:"query,omitempty"`
+	Header   http.Header `json:"header"`
+	Body     []byte      `json:"body"`
+	Resigned bool        `json:"resigned,omitempty"`
+}
+
+// Duration marshals as integer milliseconds, with sub-millisecond precision
+// kept in memory.
+type Duration time.Duration
+
+// MarshalJSON writes milliseconds with three decimals, so that a 0.3 ms
+// loopback forward does not read as 0.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return []byte(fmt.Sprintf("%.3f", float64(d)/float64(time.Millisecond))), nil
+}
+
+// UnmarshalJSON reads milliseconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var ms float64
+	if err := json.Unmarshal(b, &ms); err != nil {
+		return err
+	}
+	*d = Duration(ms * float64(time.Millisecond))
+	return nil
+}
+
+// Summary is one row of a delivery list: enough to show without the bodies.
+type Summary struct {
+	ID         string    `json:"id"`
+	ReceivedAt time.Time `json:"received_at"`
+	Method     string    `json:"method"`
+	Path       string    `json:"path"`
+	RawQuery   string    `json:"query,omitempty"`
+	Verdict    string    `json:"verdict"`
+	Event      Event     `json:"event"`
+	BodySize   int       `json:"body_size"`
+	Queued     bool      `json:"queued,omitempty"`
+	Attempts   int       `json:"attempts"`
+	// Last attempt's outcome.
+	Status   int      `json:"status"`
+	Duration Duration `json:"duration_ms"`
+	Error    string   `json:"error,omitempty"`
+}
+
+// Summarize returns the list row of d.
+func (d *Delivery) Summarize() Summary {
+	s := Summary{
+		ID: d.ID, ReceivedAt: d.ReceivedAt, Method: d.Method, Path: d.Path, RawQuery: d.RawQuery,
+		Verdict: d.Verdict.Result, Event: d.Event, BodySize: len(d.Body), Queued: d.Queued,
+		Attempts: len(d.Attempts),
+	}
+	if a := d.LastAttempt(); a != nil {
+		s.Status, s.Duration, s.Error = a.Status, a.Duration, a.Error
+	}
+	return s
+}
+
+// Filter selects deliveries in a list. Zero fields match everything.
+type Filter struct {
+	Limit    int    // default 50, at most 1000
+	Before   string // only ids strictly older than this one (paging)
+	Verdict  string
+	Status   int // last attempt's status; -1 means "no answer"
+	RunID    string
+	StatusV2 string
+	Text     string // substring of the body, case-insensitive
+}
+
+// Error codes.
+const (
+	ENOTFOUND = "not_found"
+	EINVALID  = "invalid"
+	ECONFLICT = "conflict"
+	EINTERNAL = "internal"
+	EUNAUTH   = "unauthorized"
+	ETOOLARGE = "too_large"
+)
+
+// Error is an error with a machine code, safe to show to a user.
+type Error struct {
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Errorf returns an *Error with code and a formatted message.
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrorCode returns the code of the first *Error in err's chain, EINTERNAL
+// for any other error, and "" for nil.
+func ErrorCode(err error) string {
+	var e *Error
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &e):
+		return e.Code
+	default:
+		return EINTERNAL
+	}
+}

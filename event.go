@@ -1,0 +1,72 @@
+package devhook
+
+import (
+	"net/http"
+)
+
+// APIVersion is the constant api_version of run.status payloads.
+const APIVersion = "2024-03-04"
+
+// EventRunStatus is the only event type the service sends.
+const EventRunStatus = "run.status"
+
+// RunStatus is the body of a run.status delivery, with every field of the
+// service's interface. Durations are milliseconds, sizes bytes.
+type RunStatus struct {
+	EventType  string        `json:"event_type"`
+	APIVersion string        `json:"api_version"`
+	Data       RunStatusData `json:"data"`
+}
+
+// RunStatusData is the data object of a run.status payload.
+type RunStatusData struct {
+	RunID                 string  `json:"run_id"`
+	Status                string  `json:"status"`    // legacy: running or succeeded
+	StatusV2              string  `json:"status_v2"` // queued, running, succeeded
+	CreatedAt             string  `json:"created_at"`
+	Duration              int64   `json:"duration"`
+	InputSize             int64   `json:"input_size"`
+	OutputSize            int64   `json:"output_size"`
+	Error                 *string `json:"error"`
+	ApplicationID         string  `json:"application_id"`
+	ApplicationInstanceID string  `json:"application_instance_id"`
+	ApplicationVersionID  string  `json:"application_version_id"`
+}
+
+// LegacyStatus returns the legacy status field that goes with a status_v2
+// value: the first delivery of a run (queued) carries "running".
+func LegacyStatus(statusV2 string) string {
+	if statusV2 == "queued" {
+		return "running"
+	}
+	return statusV2
+}
+
+// ReplayOptions says how to send a stored delivery again.
+type ReplayOptions struct {
+	// Resign signs the body with a fresh t. Nil means: re-sign when the
+	// secret is known.
+	Resign *bool `json:"resign,omitempty"`
+	// To overrides the target URL (scheme, host and base path); empty means
+	// the agent's first forward target.
+	To string `json:"to,omitempty"`
+	// Header and Body, when set, replace the delivery's.
+	Header http.Header `json:"header,omitempty"`
+	Body   []byte      `json:"body,omitempty"`
+	// HasBody says Body is set, so that an edit to an empty body is possible.
+	HasBody bool `json:"-"`
+}
+
+// Change kinds.
+const (
+	ChangeDelivery = "delivery" // a new delivery was recorded
+	ChangeAttempt  = "attempt"  // an attempt was added to a delivery
+)
+
+// Change is what the agent publishes when the store changes, so that the
+// inspector can update open pages.
+type Change struct {
+	Kind    string   `json:"kind"`
+	Summary Summary  `json:"delivery"`
+	Attempt *Attempt `json:"attempt,omitempty"`
+}

@@ -1,0 +1,158 @@
+package signature_test
+
+import (
+	"encoding/json"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/signature"
+)
+
+// The vectors are a copy of shared/spec/signature-vectors.json, computed
+// independently of this package.
+func TestVectors(t *testing.T) {
+	raw, err := os.ReadFile("testdata/signature-vectors.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Secret string
+		Body   string
+		Cases  []struct {
+			Name           string
+			Header         *string
+			NowMS          int64   `json:"now_ms"`
+			SkewMS         int64   `json:"skew_ms"`
+			SecretOverride *string `json:"secret_override"`
+			Status         int
+			Verdict        string
+			Text           string
+		}
+	}
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Cases) < 10 {
+		t.Fatalf("only %d vectors", len(v.Cases))
+	}
+	for _, c := range v.Cases {
+		t.Run(c.Name, func(t *testing.T) {
+			secret := v.Secret
+			if c.SecretOverride != nil {
+				secret = *c.SecretOverride
+			}
+			header := ""
+			if c.Header != nil {
+				header = *c.Header
+			}
+			ver := signature.Verifier{
+				Skew: time.Duration(c.SkewMS) * time.Millisecond,
+				Now:  func() time.Time { return time.UnixMilli(c.NowMS) },
+			}
+			got := ver.Verify(secret, header, []byte(v.Body))
+			if got.Result != c.Verdict || got.Status != c.Status {
+				t.Fatalf("got %s %d (%s), want %s %d", got.Result, got.Status, got.Reason, c.Verdict, c.Status)
+			}
+			if c.Text != "" && got.Text != c.Text {
+				t.Fatalf("text %q, want %q", got.Text, c.Text)
+			}
+		})
+	}
+	// Sign reproduces the valid vector byte for byte.
+	want := *v.Cases[0].Header
+	if got := signature.SignMillis(v.Secret, 1795341600000, []byte(v.Body)); got != want {
+		t.Fatalf("SignMillis = %s, want %s", got, want)
+	}
+}
+
+func TestVerifyRules(t *testing.T) {
+	const secret = "s3cret"
+	now := time.UnixMilli(1_800_000_000_000)
+	body := []byte(`{"a":1}`)
+	sig := func(ms int64) string { return signature.SignMillis(secret, ms, body) }
+	nowMS := now.UnixMilli()
+	tests := []struct {
+		name, secret, header string
+		body                 []byte
+		skew                 time.Duration
+		want                 string
+		status               int
+	}{
+		{"valid", secret, sig(nowMS), body, 0, devhook.VerdictOK, 200},
+		{"empty body signed", secret, signature.SignMillis(secret, nowMS, nil), nil, 0, devhook.VerdictOK, 200},
+		{"missing", secret, "", body, 0, devhook.VerdictMissingSignature, 401},
+		{"missing beats no secret", "", "", body, 0, devhook.VerdictMissingSignature, 401},
+		{"one part", secret, "t=1", body, 0, devhook.VerdictInvalidFormat, 401},
+		{"no equals", secret, "t1,v1abc", body, 0, devhook.VerdictInvalidFormat, 401},
+		{"parts swapped", secret, "v1=ab,t=1", body, 0, devhook.VerdictInvalidFormat, 401},
+		{"negative t", secret, "t=-5,v1=ab", body, 0, devhook.VerdictInvalidFormat, 401},
+		{"empty t", secret, "t=,v1=ab", body, 0, devhook.VerdictInvalidFormat, 401},
+		{"t with space", secret, "t= 1,v1=ab", body, 0, devhook.VerdictInvalidFormat, 401},
+		{"t overflows", secret, "t=99999999999999999999,v1=ab", body, 0, devhook.VerdictInvalidFormat, 401},
+		{"v0 instead of v1", secret, "t=1,v0=ab", body, 0, devhook.VerdictInvalidFormat, 401},
+		{"format beats no secret", "", "t=x,v1=ab", body, 0, devhook.VerdictInvalidFormat, 401},
+		{"seconds not ms is too old", secret, signature.SignMillis(secret, nowMS/1000, body), body, 0, devhook.VerdictInvalidTime, 401},
+		{"exactly window old", secret, sig(nowMS - 300000), body, 0, devhook.VerdictInvalidTime, 401},
+		{"window minus 1ms", secret, sig(nowMS - 299999), body, 0, devhook.VerdictOK, 200},
+		{"exactly skew ahead", secret, sig(nowMS + 60000), body, 0, devhook.VerdictInvalidTime, 401},
+		{"skew minus 1ms", secret, sig(nowMS + 59999), body, 0, devhook.VerdictOK, 200},
+		{"strict skew", secret, sig(nowMS + 5000), body, 5 * time.Second, devhook.VerdictInvalidTime, 401},
+		{"strict skew minus 1", secret, sig(nowMS + 4999), body, 5 * time.Second, devhook.VerdictOK, 200},
+		{"time beats no secret", "", sig(nowMS - 400000), body, 0, devhook.VerdictInvalidTime, 401},
+		{"no secret", "", sig(nowMS), body, 0, devhook.VerdictNoSecret, 500},
+		{"wrong secret", "other", sig(nowMS), body, 0, devhook.VerdictInvalidSignature, 401},
+		{"body changed", secret, sig(nowMS), []byte(`{"a":2}`), 0, devhook.VerdictInvalidSignature, 401},
+		{"t changed", secret, strings.Replace(sig(nowMS), "t=", "t=0", 1), body, 0, devhook.VerdictInvalidSignature, 401},
+		{"empty v1", secret, "t=" + itoa(nowMS) + ",v1=", body, 0, devhook.VerdictInvalidSignature, 401},
+		{"not hex", secret, "t=" + itoa(nowMS) + ",v1=zz", body, 0, devhook.VerdictInvalidSignature, 401},
+		{"truncated", secret, sig(nowMS)[:40], body, 0, devhook.VerdictInvalidSignature, 401},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := signature.Verifier{Skew: tt.skew, Now: func() time.Time { return now }}
+			got := v.Verify(tt.secret, tt.header, tt.body)
+			if got.Result != tt.want || got.Status != tt.status {
+				t.Fatalf("got %s/%d (%s), want %s/%d", got.Result, got.Status, got.Reason, tt.want, tt.status)
+			}
+			if got.Reason == "" || got.Text == "" {
+				t.Fatalf("verdict without reason or text: %+v", got)
+			}
+			// An error never reveals the expected signature.
+			expected := strings.TrimPrefix(sig(nowMS), "t="+itoa(nowMS)+",v1=")
+			if !got.OK() && strings.Contains(got.Reason+got.Text, expected) {
+				t.Fatalf("verdict leaks the expected signature: %+v", got)
+			}
+		})
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"t=1,v1=ab", "", ",", "t=,v1=", "t=1,v1=ab,v0=x", "v1=a,t=1", "t=18446744073709551616,v1=a", "t=1=2,v1=3"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, header string) {
+		p, err := signature.Parse(header)
+		if err != nil {
+			return
+		}
+		if p.T < 0 || p.TRaw == "" || strings.Count(header, ",") != 1 {
+			t.Fatalf("accepted %q as %+v", header, p)
+		}
+		if header != "t="+p.TRaw+",v1="+p.V1 {
+			t.Fatalf("parse of %q does not round-trip: %+v", header, p)
+		}
+		// Verification of any parsed header must not panic and must give a known verdict.
+		v := signature.Verifier{Now: func() time.Time { return time.UnixMilli(p.T) }}
+		switch r := v.Verify("k", header, []byte("b")).Result; r {
+		case devhook.VerdictOK, devhook.VerdictInvalidSignature, devhook.VerdictInvalidTime:
+		default:
+			t.Fatalf("verdict %s for parsed header %q", r, header)
+		}
+	})
+}
