@@ -1,12 +1,36 @@
 // Package storage keeps devhook's state in a bbolt file: the agent's
 // deliveries, their attempts and an index by run id; and the relay's
 // channels and its queue of deliveries waiting for an agent.
+//
+// Layout of the file (every key below is a top-level bucket):
+//
+//	meta        "version" → schema version; "count" → number of deliveries (uint64, big endian)
+//	deliveries  id → the delivery without body and attempts (binary, see codec.go)
+//	bodies      id → the body, raw bytes
+//	summaries   id → the list row; rewritten when an attempt is added
+//	attempts    id 0x00 seq(uint32, big endian) → attempt, its body raw
+//	runs        run id 0x00 id → empty
+//	channels    channel id → Channel as JSON
+//	queue       channel id → bucket of id → delivery with its body
+//
+// Delivery ids are UUIDv7 strings, so the byte order of keys is the order
+// of arrival: lists walk the summaries bucket backwards and never touch the
+// bodies unless they search them.
 package storage
 
 import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/devhook/devhook"
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // Defaults for retention.
@@ -21,8 +45,17 @@ type Config struct {
 	MaxAge        time.Duration // drop deliveries older than this; 0 = DefaultMaxAge, <0 = no limit
 	// NoSync skips fsync on commit. A killed process loses nothing (the
 	// pages are written); a power loss may lose the last commits.
+	// The relay's queue (Enqueue, Dequeue) and channels are synced anyway.
 	NoSync bool
 	Now    func() time.Time // nil = time.Now
+
+	// LockTimeout is how long Open waits for another process to release
+	// the file; 0 = one second.
+	LockTimeout time.Duration
+	// MaxBatchDelay is how long a write waits for concurrent writes to
+	// share its commit; 0 = 300µs. A write with no other write in flight
+	// commits at once and never waits.
+	MaxBatchDelay time.Duration
 }
 
 // Channel is a relay channel: a public URL path and the hash of the token
@@ -33,4 +66,316 @@ type Channel struct {
 	CreatedAt time.Time `json:"created_at"`
 }
 
-var _ = devhook.Delivery{}
+const (
+	schemaVersion = 1
+
+	// pruneInterval is how many recorded deliveries pass between two
+	// retention checks, at most.
+	pruneInterval = 1000
+	// pruneChunk is how many deliveries one pruning transaction removes.
+	pruneChunk = 5000
+	// maxIDLen bounds delivery and channel ids (UUIDs are 36 bytes).
+	maxIDLen = 200
+)
+
+var (
+	bucketMeta       = []byte("meta")
+	bucketDeliveries = []byte("deliveries")
+	bucketBodies     = []byte("bodies")
+	bucketSummaries  = []byte("summaries")
+	bucketAttempts   = []byte("attempts")
+	bucketRuns       = []byte("runs")
+	bucketChannels   = []byte("channels")
+	bucketQueue      = []byte("queue")
+
+	allBuckets = [][]byte{bucketMeta, bucketDeliveries, bucketBodies, bucketSummaries,
+		bucketAttempts, bucketRuns, bucketChannels, bucketQueue}
+
+	keyVersion = []byte("version")
+	keyCount   = []byte("count")
+)
+
+// DB is a devhook bbolt file. Its methods are safe for concurrent use.
+type DB struct {
+	bolt *bolt.DB
+	path string
+
+	now           func() time.Time
+	noSync        bool
+	maxDeliveries int           // <= 0: no limit
+	maxAge        time.Duration // <= 0: no limit
+	pruneEvery    int64
+
+	puts    atomic.Int64 // deliveries created since Open, to schedule pruning
+	writers atomic.Int32 // writes in flight, to choose between Update and Batch
+	pruneMu sync.Mutex
+}
+
+// Open opens or creates the file at path, with its directory.
+func Open(path string, cfg Config) (*DB, error) {
+	if path == "" {
+		return nil, devhook.Errorf(devhook.EINVALID, "storage: no file path given")
+	}
+	if cfg.LockTimeout < 0 || cfg.MaxBatchDelay < 0 {
+		return nil, devhook.Errorf(devhook.EINVALID, "storage: negative LockTimeout or MaxBatchDelay")
+	}
+	db := &DB{
+		path:          path,
+		now:           cfg.Now,
+		noSync:        cfg.NoSync,
+		maxDeliveries: cfg.MaxDeliveries,
+		maxAge:        cfg.MaxAge,
+		pruneEvery:    pruneInterval,
+	}
+	if db.now == nil {
+		db.now = time.Now
+	}
+	if db.maxDeliveries == 0 {
+		db.maxDeliveries = DefaultMaxDeliveries
+	}
+	if db.maxAge == 0 {
+		db.maxAge = DefaultMaxAge
+	}
+	if db.maxDeliveries > 0 {
+		// A small store is checked more often, so that it never holds
+		// more than about a tenth over its limit.
+		db.pruneEvery = int64(min(pruneInterval, max(1, db.maxDeliveries/10)))
+	}
+	lockTimeout := cfg.LockTimeout
+	if lockTimeout == 0 {
+		lockTimeout = time.Second
+	}
+	batchDelay := cfg.MaxBatchDelay
+	if batchDelay == 0 {
+		batchDelay = 300 * time.Microsecond
+	}
+
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("storage: create data directory %s: %w", dir, err)
+	}
+	b, err := openBolt(path, &bolt.Options{
+		Timeout:      lockTimeout,
+		NoSync:       cfg.NoSync,
+		FreelistType: bolt.FreelistMapType,
+	})
+	switch {
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, fmt.Errorf("storage: open %s: the file is locked by another process: another devhook may be using the --data directory %s; stop it or choose another --data directory: %w", path, dir, err)
+	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrVersionMismatch),
+		errors.Is(err, berrors.ErrChecksum), errors.Is(err, errPanic):
+		return nil, corruptError(path, err)
+	case err != nil:
+		return nil, fmt.Errorf("storage: open %s: %w", path, err)
+	}
+	b.MaxBatchDelay = batchDelay
+	db.bolt = b
+
+	if err := db.init(); err != nil {
+		_ = b.Close()
+		return nil, err
+	}
+	if _, err := db.Prune(); err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("storage: open %s: %w", path, err)
+	}
+	return db, nil
+}
+
+var errPanic = errors.New("bbolt panicked reading the file")
+
+// openBolt opens the file, turning a panic on a damaged file into an error.
+func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			db, err = nil, fmt.Errorf("%w: %v", errPanic, r)
+		}
+	}()
+	return bolt.Open(path, 0o600, opts)
+}
+
+func corruptError(path string, err error) error {
+	return fmt.Errorf("storage: open %s: the file is not a devhook database or is damaged (%w); devhook left it untouched: move it away (for example: mv %s %s.bad) and devhook will start a new one", path, err, path, path)
+}
+
+// init creates the buckets of a new file and checks the schema of an
+// existing one.
+func (db *DB) init() error {
+	err := db.bolt.Update(func(tx *bolt.Tx) error {
+		if m := tx.Bucket(bucketMeta); m != nil {
+			v := m.Get(keyVersion)
+			if len(v) != 8 {
+				return errors.New("no schema version")
+			}
+			if n := binary.BigEndian.Uint64(v); n > schemaVersion {
+				return fmt.Errorf("schema version %d is newer than this devhook's (%d): upgrade devhook", n, schemaVersion)
+			}
+		} else {
+			empty := true
+			_ = tx.ForEach(func([]byte, *bolt.Bucket) error { empty = false; return nil })
+			if !empty {
+				return errors.New("a bbolt file of another program")
+			}
+		}
+		for _, name := range allBuckets {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		return tx.Bucket(bucketMeta).Put(keyVersion, binary.BigEndian.AppendUint64(nil, schemaVersion))
+	})
+	if err != nil {
+		return corruptError(db.path, err)
+	}
+	return nil
+}
+
+// Close closes the file. Calls in flight finish first.
+func (db *DB) Close() error {
+	if err := db.bolt.Close(); err != nil {
+		return fmt.Errorf("storage: close %s: %w", db.path, err)
+	}
+	return nil
+}
+
+// Path returns the file's path.
+func (db *DB) Path() string { return db.path }
+
+// update runs fn in a write transaction. When other writes are in flight it
+// joins them in one commit (bolt's Batch: fn may then run more than once, so
+// it must set its results afresh each time); alone, it commits at once, so
+// that a single writer never waits for MaxBatchDelay.
+func (db *DB) update(fn func(*bolt.Tx) error) error {
+	defer db.writers.Add(-1)
+	if db.writers.Add(1) == 1 {
+		return db.bolt.Update(fn)
+	}
+	return db.bolt.Batch(fn)
+}
+
+// sync makes the last commits durable when NoSync skipped it.
+func (db *DB) sync() error {
+	if !db.noSync {
+		return nil
+	}
+	return db.bolt.Sync()
+}
+
+func getCount(tx *bolt.Tx) int {
+	v := tx.Bucket(bucketMeta).Get(keyCount)
+	if len(v) != 8 {
+		return 0
+	}
+	return int(binary.BigEndian.Uint64(v))
+}
+
+func putCount(tx *bolt.Tx, n int) error {
+	return tx.Bucket(bucketMeta).Put(keyCount, binary.BigEndian.AppendUint64(nil, uint64(max(n, 0))))
+}
+
+// Count returns the number of deliveries kept.
+func (db *DB) Count() (n int, err error) {
+	err = db.bolt.View(func(tx *bolt.Tx) error {
+		n = getCount(tx)
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("storage: count deliveries: %w", err)
+	}
+	return n, nil
+}
+
+// Prune applies retention: it removes the oldest deliveries beyond
+// MaxDeliveries, and those received more than MaxAge ago, with their
+// bodies, attempts and run index entries. Deliveries are examined oldest
+// first and the age check stops at the first one young enough: ids and
+// ReceivedAt come from the same clock.
+//
+// PutDelivery calls it every 1,000 new deliveries (more often for a small
+// MaxDeliveries), and Open once.
+func (db *DB) Prune() (removed int, err error) {
+	db.pruneMu.Lock()
+	defer db.pruneMu.Unlock()
+	for {
+		n, more, err := db.pruneChunk()
+		removed += n
+		if err != nil {
+			return removed, fmt.Errorf("storage: prune deliveries: %w", err)
+		}
+		if !more {
+			return removed, nil
+		}
+	}
+}
+
+func (db *DB) pruneChunk() (removed int, more bool, err error) {
+	var cutoff time.Time
+	if db.maxAge > 0 {
+		cutoff = db.now().Add(-db.maxAge)
+	}
+	err = db.bolt.Update(func(tx *bolt.Tx) error {
+		count := getCount(tx)
+		type victim struct {
+			id    []byte
+			runID string
+		}
+		var victims []victim
+		c := tx.Bucket(bucketSummaries).Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			if len(victims) == pruneChunk {
+				more = true
+				break
+			}
+			s, err := decodeSummary(v)
+			if err != nil {
+				return fmt.Errorf("delivery %s: %w", k, err)
+			}
+			over := db.maxDeliveries > 0 && count-len(victims) > db.maxDeliveries
+			old := db.maxAge > 0 && !s.ReceivedAt.IsZero() && s.ReceivedAt.Before(cutoff)
+			if !over && !old {
+				break
+			}
+			victims = append(victims, victim{append([]byte{}, k...), s.Event.RunID})
+		}
+		if len(victims) == 0 {
+			return nil
+		}
+		for _, v := range victims {
+			if err := deleteDelivery(tx, v.id, v.runID); err != nil {
+				return err
+			}
+		}
+		removed = len(victims)
+		return putCount(tx, count-len(victims))
+	})
+	if err != nil {
+		return 0, false, err
+	}
+	return removed, more, nil
+}
+
+func deleteDelivery(tx *bolt.Tx, id []byte, runID string) error {
+	for _, name := range [][]byte{bucketDeliveries, bucketBodies, bucketSummaries} {
+		if err := tx.Bucket(name).Delete(id); err != nil {
+			return err
+		}
+	}
+	ab := tx.Bucket(bucketAttempts)
+	c := ab.Cursor()
+	prefix := attemptPrefix(id)
+	var keys [][]byte
+	for k, _ := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, _ = c.Next() {
+		keys = append(keys, append([]byte{}, k...))
+	}
+	for _, k := range keys {
+		if err := ab.Delete(k); err != nil {
+			return err
+		}
+	}
+	if runID != "" {
+		if err := tx.Bucket(bucketRuns).Delete(runKey(runID, id)); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,359 @@
+package storage
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/devhook/devhook"
+	bolt "go.etcd.io/bbolt"
+)
+
+// List limits.
+const (
+	DefaultListLimit = 50
+	MaxListLimit     = 1000
+)
+
+func validID(what, id string) error {
+	switch {
+	case id == "":
+		return devhook.Errorf(devhook.EINVALID, "%s id is empty", what)
+	case len(id) > maxIDLen:
+		return devhook.Errorf(devhook.EINVALID, "%s id is longer than %d bytes", what, maxIDLen)
+	case strings.IndexByte(id, 0) >= 0:
+		return devhook.Errorf(devhook.EINVALID, "%s id contains a NUL byte", what)
+	}
+	return nil
+}
+
+func notFound(id string) error {
+	return devhook.Errorf(devhook.ENOTFOUND, "delivery %s not found", id)
+}
+
+func attemptPrefix(id []byte) []byte {
+	return append(append(make([]byte, 0, len(id)+5), id...), 0)
+}
+
+func attemptKey(id []byte, seq int) []byte {
+	return binary.BigEndian.AppendUint32(attemptPrefix(id), uint32(seq))
+}
+
+func runKey(runID string, id []byte) []byte {
+	k := make([]byte, 0, len(runID)+1+len(id))
+	return append(append(append(k, runID...), 0), id...)
+}
+
+func hasPrefix(k, prefix []byte) bool { return bytes.HasPrefix(k, prefix) }
+
+// encodedDelivery is a delivery ready to be written.
+type encodedDelivery struct {
+	id, meta, summary, body []byte
+	runID                   string
+}
+
+func encodeDelivery(d *devhook.Delivery) *encodedDelivery {
+	c := *d
+	c.Attempts = nil
+	s := c.Summarize()
+	e := &encodedDelivery{
+		id:      []byte(d.ID),
+		meta:    appendMeta(make([]byte, 0, 256), d, false),
+		summary: appendSummary(make([]byte, 0, 128), &s),
+		body:    d.Body,
+		runID:   d.Event.RunID,
+	}
+	if e.body == nil {
+		e.body = []byte{}
+	}
+	return e
+}
+
+// put writes e unless its id is already recorded, and reports whether it
+// did.
+func (e *encodedDelivery) put(tx *bolt.Tx) (bool, error) {
+	deliveries := tx.Bucket(bucketDeliveries)
+	if deliveries.Get(e.id) != nil {
+		return false, nil
+	}
+	if err := deliveries.Put(e.id, e.meta); err != nil {
+		return false, err
+	}
+	if err := tx.Bucket(bucketBodies).Put(e.id, e.body); err != nil {
+		return false, err
+	}
+	if err := tx.Bucket(bucketSummaries).Put(e.id, e.summary); err != nil {
+		return false, err
+	}
+	if e.runID != "" {
+		if err := tx.Bucket(bucketRuns).Put(runKey(e.runID, e.id), nil); err != nil {
+			return false, err
+		}
+	}
+	return true, putCount(tx, getCount(tx)+1)
+}
+
+// PutDelivery records d, without its attempts. A delivery whose id is
+// already recorded is left as it is and created is false: that is a
+// redelivery.
+func (db *DB) PutDelivery(d *devhook.Delivery) (created bool, err error) {
+	if d == nil {
+		return false, devhook.Errorf(devhook.EINVALID, "storage: put delivery: no delivery")
+	}
+	if err := validID("delivery", d.ID); err != nil {
+		return false, err
+	}
+	e := encodeDelivery(d) // before taking the write lock
+	err = db.update(func(tx *bolt.Tx) error {
+		var err error
+		created, err = e.put(tx)
+		return err
+	})
+	if err != nil {
+		return false, fmt.Errorf("storage: put delivery %s: %w", d.ID, err)
+	}
+	if created && db.puts.Add(1)%db.pruneEvery == 0 {
+		if _, err := db.Prune(); err != nil {
+			return true, fmt.Errorf("storage: delivery %s recorded, but: %w", d.ID, err)
+		}
+	}
+	return created, nil
+}
+
+// AddAttempt records a as the next attempt of delivery id, and returns it
+// with its Seq set.
+func (db *DB) AddAttempt(id string, a devhook.Attempt) (devhook.Attempt, error) {
+	if err := validID("delivery", id); err != nil {
+		return devhook.Attempt{}, err
+	}
+	key := []byte(id)
+	err := db.update(func(tx *bolt.Tx) error {
+		summaries := tx.Bucket(bucketSummaries)
+		v := summaries.Get(key)
+		if v == nil {
+			return notFound(id)
+		}
+		s, err := decodeSummary(v)
+		if err != nil {
+			return err
+		}
+		a.Seq = s.Attempts + 1
+		if err := tx.Bucket(bucketAttempts).Put(attemptKey(key, a.Seq), appendAttempt(nil, &a)); err != nil {
+			return err
+		}
+		s.Attempts = a.Seq
+		s.Status, s.Duration, s.Error = a.Status, a.Duration, a.Error
+		return summaries.Put(key, appendSummary(make([]byte, 0, len(v)+16), &s))
+	})
+	if err != nil {
+		if devhook.ErrorCode(err) == devhook.ENOTFOUND {
+			return devhook.Attempt{}, err
+		}
+		return devhook.Attempt{}, fmt.Errorf("storage: add attempt to delivery %s: %w", id, err)
+	}
+	return a, nil
+}
+
+// Delivery returns the delivery id with its body and its attempts in Seq
+// order.
+func (db *DB) Delivery(id string) (*devhook.Delivery, error) {
+	if err := validID("delivery", id); err != nil {
+		return nil, err
+	}
+	key := []byte(id)
+	var d *devhook.Delivery
+	err := db.bolt.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketDeliveries).Get(key)
+		if v == nil {
+			return notFound(id)
+		}
+		var err error
+		if d, err = decodeMeta(v); err != nil {
+			return err
+		}
+		d.ID = id
+		d.Body = append([]byte{}, tx.Bucket(bucketBodies).Get(key)...)
+		c := tx.Bucket(bucketAttempts).Cursor()
+		prefix := attemptPrefix(key)
+		for k, v := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, v = c.Next() {
+			a, err := decodeAttempt(v)
+			if err != nil {
+				return fmt.Errorf("attempt %x: %w", k[len(prefix):], err)
+			}
+			d.Attempts = append(d.Attempts, a)
+		}
+		return nil
+	})
+	if err != nil {
+		if devhook.ErrorCode(err) == devhook.ENOTFOUND {
+			return nil, err
+		}
+		return nil, fmt.Errorf("storage: read delivery %s: %w", id, err)
+	}
+	return d, nil
+}
+
+// List returns the deliveries that pass f, newest first. It reads only
+// summaries, and bodies when f.Text is set.
+func (db *DB) List(f devhook.Filter) ([]devhook.Summary, error) {
+	limit := f.Limit
+	switch {
+	case limit <= 0:
+		limit = DefaultListLimit
+	case limit > MaxListLimit:
+		limit = MaxListLimit
+	}
+	var text []byte
+	if f.Text != "" {
+		text = bytes.ToLower([]byte(f.Text))
+	}
+	out := make([]devhook.Summary, 0, min(limit, 64))
+	err := db.bolt.View(func(tx *bolt.Tx) error {
+		summaries, bodies := tx.Bucket(bucketSummaries), tx.Bucket(bucketBodies)
+		next := newestFirst(tx, &f)
+		for id, v := next(); id != nil; id, v = next() {
+			if v == nil {
+				v = summaries.Get(id)
+				if v == nil {
+					continue // run index ahead of a pruned delivery: cannot happen, skip
+				}
+			}
+			ok, err := matchSummary(v, &f)
+			if err != nil {
+				return fmt.Errorf("delivery %s: %w", id, err)
+			}
+			if !ok || text != nil && !containsFold(bodies.Get(id), text) {
+				continue
+			}
+			s, err := decodeSummary(v)
+			if err != nil {
+				return fmt.Errorf("delivery %s: %w", id, err)
+			}
+			out = append(out, s)
+			if len(out) == limit {
+				return nil
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("storage: list deliveries: %w", err)
+	}
+	return out, nil
+}
+
+// newestFirst returns an iterator over the ids (and, when it has them, the
+// encoded summaries) of deliveries older than f.Before, newest first: from
+// the run index when f.RunID is set, from the summaries otherwise.
+func newestFirst(tx *bolt.Tx, f *devhook.Filter) func() (id, summary []byte) {
+	if f.RunID != "" {
+		prefix := runKey(f.RunID, nil)
+		c := tx.Bucket(bucketRuns).Cursor()
+		var k []byte
+		if f.Before != "" {
+			k, _ = c.Seek(runKey(f.RunID, []byte(f.Before)))
+		} else {
+			k, _ = c.Seek(append(prefix[:len(prefix)-1:len(prefix)-1], 1))
+		}
+		first := true
+		return func() ([]byte, []byte) {
+			if first {
+				first = false
+				if k == nil {
+					k, _ = c.Last()
+				} else {
+					k, _ = c.Prev()
+				}
+			} else {
+				k, _ = c.Prev()
+			}
+			if k == nil || !hasPrefix(k, prefix) {
+				return nil, nil
+			}
+			return k[len(prefix):], nil
+		}
+	}
+	c := tx.Bucket(bucketSummaries).Cursor()
+	var k, v []byte
+	first := true
+	return func() ([]byte, []byte) {
+		switch {
+		case !first:
+			k, v = c.Prev()
+		case f.Before == "":
+			first = false
+			k, v = c.Last()
+		default:
+			first = false
+			if k, _ = c.Seek([]byte(f.Before)); k == nil {
+				k, v = c.Last()
+			} else {
+				k, v = c.Prev()
+			}
+		}
+		return k, v
+	}
+}
+
+// containsFold reports whether body contains lowered, which is already in
+// lower case, ignoring case. ASCII needles are matched without allocating.
+func containsFold(body, lowered []byte) bool {
+	for _, c := range lowered {
+		if c >= utf8.RuneSelf {
+			return bytes.Contains(bytes.ToLower(body), lowered)
+		}
+	}
+	n := len(lowered)
+	first := lowered[0]
+	for i := 0; i+n <= len(body); i++ {
+		if lowerASCII(body[i]) != first {
+			continue
+		}
+		j := 1
+		for j < n && lowerASCII(body[i+j]) == lowered[j] {
+			j++
+		}
+		if j == n {
+			return true
+		}
+	}
+	return false
+}
+
+func lowerASCII(c byte) byte {
+	if 'A' <= c && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
+}
+
+// RunDeliveries returns the deliveries of a run, oldest first.
+func (db *DB) RunDeliveries(runID string) ([]devhook.Summary, error) {
+	if runID == "" || strings.IndexByte(runID, 0) >= 0 {
+		return nil, devhook.Errorf(devhook.EINVALID, "run id is empty or contains a NUL byte")
+	}
+	var out []devhook.Summary
+	err := db.bolt.View(func(tx *bolt.Tx) error {
+		summaries := tx.Bucket(bucketSummaries)
+		prefix := runKey(runID, nil)
+		c := tx.Bucket(bucketRuns).Cursor()
+		for k, _ := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, _ = c.Next() {
+			v := summaries.Get(k[len(prefix):])
+			if v == nil {
+				continue
+			}
+			s, err := decodeSummary(v)
+			if err != nil {
+				return fmt.Errorf("delivery %s: %w", k[len(prefix):], err)
+			}
+			out = append(out, s)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("storage: list deliveries of run %s: %w", runID, err)
+	}
+	return out, nil
+}

@@ -1,0 +1,522 @@
+package storage_test
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/storage"
+	bolt "go.etcd.io/bbolt"
+)
+
+// t0 is the time of the first test delivery.
+var t0 = time.Date(2026, 3, 4, 10, 0, 0, 0, time.UTC)
+
+// MustOpenDB opens a DB in a fresh directory and closes it when the test
+// ends.
+func MustOpenDB(tb testing.TB, cfg storage.Config) *storage.DB {
+	tb.Helper()
+	return MustOpenPath(tb, filepath.Join(tb.TempDir(), "data", "devhook.db"), cfg)
+}
+
+// MustOpenPath opens the DB at path and closes it when the test ends.
+func MustOpenPath(tb testing.TB, path string, cfg storage.Config) *storage.DB {
+	tb.Helper()
+	if cfg.Now == nil {
+		cfg.Now = func() time.Time { return t0.Add(time.Hour) }
+	}
+	db, err := storage.Open(path, cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// id returns the i-th test delivery id; ids sort in i order like UUIDv7s.
+func id(i int) string { return fmt.Sprintf("0195b1c8-%04x-7000-8000-%012x", i>>16, i) }
+
+// newDelivery returns the i-th test delivery, received i seconds after t0.
+func newDelivery(i int) *devhook.Delivery {
+	body := fmt.Appendf(nil, `{"event_type":"run.status","data":{"run_id":"run-%d","status_v2":"queued","n":%d}}`, i%7, i)
+	return &devhook.Delivery{
+		ID:         id(i),
+		Channel:    "ch1",
+		ReceivedAt: t0.Add(time.Duration(i) * time.Second),
+		Method:     http.MethodPost,
+		Path:       "/hook",
+		Header:     http.Header{"Content-Type": {"application/json"}, devhook.SignatureHeader: {"t=1,v1=abc"}},
+		Body:       body,
+		Verdict:    devhook.Verdict{Result: devhook.VerdictOK, Status: 200, Text: "ok"},
+		Event:      devhook.ParseEvent(body),
+	}
+}
+
+func mustPut(tb testing.TB, db *storage.DB, ds ...*devhook.Delivery) {
+	tb.Helper()
+	for _, d := range ds {
+		created, err := db.PutDelivery(d)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if !created {
+			tb.Fatalf("PutDelivery(%s): created = false for a new id", d.ID)
+		}
+	}
+}
+
+// sameDelivery fails the test unless got equals want, times compared as
+// instants and a nil body equal to an empty one.
+func sameDelivery(tb testing.TB, got, want *devhook.Delivery) {
+	tb.Helper()
+	g, w := *got, *want
+	if !g.ReceivedAt.Equal(w.ReceivedAt) {
+		tb.Errorf("ReceivedAt = %v, want %v", g.ReceivedAt, w.ReceivedAt)
+	}
+	g.ReceivedAt, w.ReceivedAt = time.Time{}, time.Time{}
+	if !bytes.Equal(g.Body, w.Body) {
+		tb.Errorf("Body = %d bytes %.40q, want %d bytes %.40q", len(g.Body), g.Body, len(w.Body), w.Body)
+	}
+	if g.Body == nil {
+		tb.Errorf("Body is nil, want a non-nil slice")
+	}
+	g.Body, w.Body = nil, nil
+	ga, wa := g.Attempts, w.Attempts
+	g.Attempts, w.Attempts = nil, nil
+	if !reflect.DeepEqual(g, w) {
+		tb.Errorf("delivery =\n%+v\nwant\n%+v", g, w)
+	}
+	if len(ga) != len(wa) {
+		tb.Fatalf("%d attempts, want %d", len(ga), len(wa))
+	}
+	for i := range ga {
+		sameAttempt(tb, ga[i], wa[i])
+	}
+}
+
+func sameAttempt(tb testing.TB, got, want devhook.Attempt) {
+	tb.Helper()
+	if !got.StartedAt.Equal(want.StartedAt) {
+		tb.Errorf("attempt %d StartedAt = %v, want %v", want.Seq, got.StartedAt, want.StartedAt)
+	}
+	got.StartedAt, want.StartedAt = time.Time{}, time.Time{}
+	if !reflect.DeepEqual(got, want) {
+		tb.Errorf("attempt =\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+func TestOpen_CreatesPrivateDirAndFile(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "a", "b")
+	path := filepath.Join(dir, "devhook.db")
+	db := MustOpenPath(t, path, storage.Config{})
+	if db.Path() != path {
+		t.Errorf("Path() = %q, want %q", db.Path(), path)
+	}
+	for _, c := range []struct {
+		path string
+		mode os.FileMode
+	}{{dir, 0o700 | os.ModeDir}, {path, 0o600}} {
+		fi, err := os.Stat(c.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode() != c.mode {
+			t.Errorf("%s: mode %v, want %v", c.path, fi.Mode(), c.mode)
+		}
+	}
+}
+
+func TestOpen_Invalid(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		path string
+		cfg  storage.Config
+	}{
+		{"empty path", "", storage.Config{}},
+		{"negative lock timeout", filepath.Join(t.TempDir(), "x.db"), storage.Config{LockTimeout: -1}},
+		{"negative batch delay", filepath.Join(t.TempDir(), "x.db"), storage.Config{MaxBatchDelay: -1}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			db, err := storage.Open(c.path, c.cfg)
+			if err == nil {
+				db.Close()
+				t.Fatal("Open succeeded")
+			}
+			if code := devhook.ErrorCode(err); code != devhook.EINVALID {
+				t.Errorf("code %q, want %q (%v)", code, devhook.EINVALID, err)
+			}
+		})
+	}
+}
+
+func TestOpen_Locked(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	MustOpenPath(t, path, storage.Config{})
+	// flock is per open file: a second Open in the same process waits
+	// for the lock like another process would.
+	db, err := storage.Open(path, storage.Config{LockTimeout: 100 * time.Millisecond})
+	if err == nil {
+		db.Close()
+		t.Fatal("second Open of a locked file succeeded")
+	}
+	for _, want := range []string{path, "another devhook", "--data"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not contain %q", err, want)
+		}
+	}
+}
+
+func TestOpen_NotADatabase(t *testing.T) {
+	garbage := make([]byte, 64<<10)
+	for i := range garbage {
+		garbage[i] = byte(i*7 + i>>8)
+	}
+	otherBolt := func(t *testing.T, path string) {
+		b, err := bolt.Open(path, 0o600, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = b.Update(func(tx *bolt.Tx) error {
+			bk, err := tx.CreateBucket([]byte("somebody-elses"))
+			if err != nil {
+				return err
+			}
+			return bk.Put([]byte("k"), []byte("v"))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name  string
+		write func(t *testing.T, path string)
+	}{
+		{"short text", func(t *testing.T, path string) {
+			os.WriteFile(path, []byte("not a database\n"), 0o600)
+		}},
+		{"64 KiB of garbage", func(t *testing.T, path string) { os.WriteFile(path, garbage, 0o600) }},
+		{"16 KiB of zeros", func(t *testing.T, path string) { os.WriteFile(path, make([]byte, 16<<10), 0o600) }},
+		{"bbolt file of another program", otherBolt},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "devhook.db")
+			c.write(t, path)
+			before, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			db, err := storage.Open(path, storage.Config{})
+			if err == nil {
+				db.Close()
+				t.Fatal("Open succeeded")
+			}
+			for _, want := range []string{path, "move it away"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not contain %q", err, want)
+				}
+			}
+			after, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(before, after) {
+				t.Errorf("Open changed the file: %d bytes before, %d after", len(before), len(after))
+			}
+			// The lock was released: the file can be opened by bbolt again
+			// (or at least the failure is not a lock timeout).
+			_, err = storage.Open(path, storage.Config{LockTimeout: 50 * time.Millisecond})
+			if err == nil || strings.Contains(err.Error(), "locked") {
+				t.Errorf("second Open: %v, want the same not-a-database error", err)
+			}
+		})
+	}
+}
+
+func TestDelivery_RoundTrip(t *testing.T) {
+	binary := make([]byte, 512)
+	for i := range binary {
+		binary[i] = byte(i)
+	}
+	big := bytes.Repeat([]byte("0123456789abcdef\x00\xff"), 5<<20/18+1)[:5<<20]
+	for _, c := range []struct {
+		name string
+		edit func(d *devhook.Delivery)
+	}{
+		{"json", func(d *devhook.Delivery) {}},
+		{"binary body", func(d *devhook.Delivery) { d.Body = binary; d.Event = devhook.Event{} }},
+		{"nil body", func(d *devhook.Delivery) { d.Body = nil; d.Event = devhook.Event{} }},
+		{"empty body", func(d *devhook.Delivery) { d.Body = []byte{}; d.Event = devhook.Event{} }},
+		{"5 MiB body", func(d *devhook.Delivery) { d.Body = big; d.Event = devhook.Event{} }},
+		{"repeated headers", func(d *devhook.Delivery) {
+			d.Header = http.Header{
+				"Set-Cookie": {"b=2", "a=1", "b=2", ""},
+				"X-Empty":    {},
+				"Accept":     {"text/plain", "application/json"},
+			}
+		}},
+		{"every field", func(d *devhook.Delivery) {
+			d.RawQuery = "a=1&a=2&b=%20"
+			d.RemoteAddr = "203.0.113.9:4711"
+			d.Queued = true
+			d.Method = http.MethodPut
+			d.Path = "/a/b%2Fc"
+			d.ReceivedAt = time.Date(2026, 1, 2, 3, 4, 5, 6789, time.FixedZone("x", 3600))
+			d.Verdict = devhook.Verdict{Result: devhook.VerdictInvalidTime, Reason: "t is 6 minutes old", Status: 400, Text: "bad t", T: 1767323045000}
+		}},
+		{"zero time, no header", func(d *devhook.Delivery) { d.ReceivedAt = time.Time{}; d.Header = nil }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			db := MustOpenDB(t, storage.Config{NoSync: true})
+			d := newDelivery(1)
+			c.edit(d)
+			mustPut(t, db, d)
+			got, err := db.Delivery(d.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sameDelivery(t, got, d)
+			// The summary agrees with Summarize.
+			list, err := db.List(devhook.Filter{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := d.Summarize()
+			if len(list) != 1 || !list[0].ReceivedAt.Equal(want.ReceivedAt) {
+				t.Fatalf("List = %+v, want [%+v]", list, want)
+			}
+			list[0].ReceivedAt = want.ReceivedAt
+			if !reflect.DeepEqual(list[0], want) {
+				t.Errorf("summary =\n%+v\nwant\n%+v", list[0], want)
+			}
+		})
+	}
+}
+
+func TestDelivery_ReturnedDataIsCopied(t *testing.T) {
+	db := MustOpenDB(t, storage.Config{NoSync: true})
+	d := newDelivery(1)
+	mustPut(t, db, d)
+	got, err := db.Delivery(d.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Write more so that bbolt remaps and reuses pages; the returned body
+	// and header must not change.
+	want := append([]byte{}, got.Body...)
+	for i := 2; i < 300; i++ {
+		mustPut(t, db, newDelivery(i))
+	}
+	for i := range got.Body {
+		got.Body[i] = 'x' // must not fault: the body is not in the read-only map
+	}
+	got2, _ := db.Delivery(d.ID)
+	if !bytes.Equal(got2.Body, want) {
+		t.Errorf("stored body changed by writing to a returned copy")
+	}
+}
+
+func TestPutDelivery_Redelivery(t *testing.T) {
+	db := MustOpenDB(t, storage.Config{})
+	d := newDelivery(1)
+	mustPut(t, db, d)
+	again := newDelivery(1)
+	again.Body = []byte("different")
+	again.Event = devhook.Event{}
+	created, err := db.PutDelivery(again)
+	if err != nil || created {
+		t.Fatalf("PutDelivery(same id) = %v, %v; want false, nil", created, err)
+	}
+	got, err := db.Delivery(d.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameDelivery(t, got, d)
+	if n, err := db.Count(); err != nil || n != 1 {
+		t.Errorf("Count() = %d, %v; want 1", n, err)
+	}
+}
+
+func TestPutDelivery_Invalid(t *testing.T) {
+	db := MustOpenDB(t, storage.Config{})
+	for _, c := range []struct {
+		name string
+		d    *devhook.Delivery
+	}{
+		{"nil", nil},
+		{"empty id", &devhook.Delivery{}},
+		{"NUL in id", &devhook.Delivery{ID: "a\x00b"}},
+		{"long id", &devhook.Delivery{ID: strings.Repeat("a", 1000)}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			created, err := db.PutDelivery(c.d)
+			if created || devhook.ErrorCode(err) != devhook.EINVALID {
+				t.Errorf("PutDelivery = %v, %v; want false and an %s error", created, err, devhook.EINVALID)
+			}
+		})
+	}
+	if n, _ := db.Count(); n != 0 {
+		t.Errorf("Count() = %d after invalid puts", n)
+	}
+}
+
+func TestDelivery_NotFound(t *testing.T) {
+	db := MustOpenDB(t, storage.Config{})
+	mustPut(t, db, newDelivery(1))
+	if _, err := db.Delivery(id(2)); devhook.ErrorCode(err) != devhook.ENOTFOUND {
+		t.Errorf("Delivery(unknown) error = %v, want %s", err, devhook.ENOTFOUND)
+	}
+	if _, err := db.AddAttempt(id(2), devhook.Attempt{}); devhook.ErrorCode(err) != devhook.ENOTFOUND {
+		t.Errorf("AddAttempt(unknown) error = %v, want %s", err, devhook.ENOTFOUND)
+	}
+}
+
+func newAttempt(i int) devhook.Attempt {
+	return devhook.Attempt{
+		Kind:      devhook.AttemptForward,
+		Target:    "http://127.0.0.1:8080/hook",
+		StartedAt: t0.Add(time.Duration(i) * time.Millisecond),
+		Duration:  devhook.Duration(time.Duration(i)*time.Millisecond + 300*time.Microsecond),
+		Status:    200 + i%5,
+		Header:    http.Header{"Content-Type": {"text/plain"}, "Set-Cookie": {"a=1", "b=2"}},
+		Body:      []byte(fmt.Sprintf("answer %d \x00\xff", i)),
+	}
+}
+
+func TestAddAttempt(t *testing.T) {
+	db := MustOpenDB(t, storage.Config{NoSync: true})
+	d := newDelivery(1)
+	mustPut(t, db, d)
+	mustPut(t, db, newDelivery(2)) // its attempts must not mix with d's
+
+	// More than 255 attempts, so that an encoding of seq whose byte order
+	// is not numeric order would show.
+	var want []devhook.Attempt
+	for i := 1; i <= 260; i++ {
+		a := newAttempt(i)
+		switch i {
+		case 2:
+			a.Kind, a.Status, a.Header, a.Body, a.Error = devhook.AttemptRedelivery, 0, nil, nil, "connection refused"
+		case 3:
+			a.Kind = devhook.AttemptReplay
+			a.Request = &devhook.Request{Method: "POST", Path: "/x", RawQuery: "q=1",
+				Header: http.Header{"A": {"1", "2"}}, Body: []byte{0, 1, 2}, Resigned: true}
+		}
+		got, err := db.AddAttempt(d.ID, a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Seq != i {
+			t.Fatalf("attempt %d: Seq = %d", i, got.Seq)
+		}
+		a.Seq = i
+		want = append(want, a)
+	}
+	if _, err := db.AddAttempt(id(2), newAttempt(1)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := db.Delivery(d.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Attempts = want
+	sameDelivery(t, got, d)
+
+	// The list row shows the last attempt.
+	list, err := db.List(devhook.Filter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := want[len(want)-1]
+	s := list[1]
+	if s.ID != d.ID || s.Attempts != 260 || s.Status != last.Status || s.Duration != last.Duration || s.Error != "" {
+		t.Errorf("summary = %+v, want 260 attempts, status %d, duration %v", s, last.Status, last.Duration)
+	}
+}
+
+func TestConcurrentWrites(t *testing.T) {
+	db := MustOpenDB(t, storage.Config{NoSync: true, MaxDeliveries: -1})
+	const writers, each = 16, 40
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				d := newDelivery(w*each + i)
+				if _, err := db.PutDelivery(d); err != nil {
+					errs <- err
+					return
+				}
+				// Every writer adds an attempt to a shared delivery too.
+				if _, err := db.AddAttempt(id(0), newAttempt(i)); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if n, err := db.Count(); err != nil || n != writers*each {
+		t.Fatalf("Count() = %d, %v; want %d", n, err, writers*each)
+	}
+	d, err := db.Delivery(id(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Attempts) != writers*each {
+		t.Fatalf("%d attempts, want %d", len(d.Attempts), writers*each)
+	}
+	for i, a := range d.Attempts {
+		if a.Seq != i+1 {
+			t.Fatalf("attempt %d has Seq %d", i, a.Seq)
+		}
+	}
+}
+
+func TestReopen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	db, err := storage.Open(path, storage.Config{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDelivery(1)
+	mustPut(t, db, d, newDelivery(2))
+	a, err := db.AddAttempt(d.ID, newAttempt(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	db = MustOpenPath(t, path, storage.Config{})
+	got, err := db.Delivery(d.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Attempts = []devhook.Attempt{a}
+	sameDelivery(t, got, d)
+	if n, err := db.Count(); err != nil || n != 2 {
+		t.Errorf("Count() = %d, %v; want 2", n, err)
+	}
+	// Seq continues after a reopen.
+	if a, err := db.AddAttempt(d.ID, newAttempt(2)); err != nil || a.Seq != 2 {
+		t.Errorf("AddAttempt after reopen: Seq %d, %v; want 2", a.Seq, err)
+	}
+}
