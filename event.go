@@ -2,6 +2,7 @@ package devhook
 
 import (
 	"net/http"
+	"time"
 )
 
 // APIVersion is the constant api_version of run.status payloads.
@@ -69,4 +70,19 @@ type Change struct {
 	Kind    string   `json:"kind"`
 	Summary Summary  `json:"delivery"`
 	Attempt *Attempt `json:"attempt,omitempty"`
+}
+
+// NewRunStatus returns a realistic run.status payload for a run in state
+// statusV2 (queued, running or succeeded), with every field of the
+// interface filled as the service fills it at that state.
+func NewRunStatus(runID, appID, statusV2 string, createdAt time.Time) RunStatus {
+	d := RunStatusData{
+		RunID: runID, Status: LegacyStatus(statusV2), StatusV2: statusV2,
+		CreatedAt: createdAt.UTC().Format("2006-01-02T15:04:05Z"), InputSize: 1432,
+		ApplicationID: appID, ApplicationInstanceID: "latest", ApplicationVersionID: "",
+	}
+	if statusV2 == "succeeded" {
+		d.Duration, d.OutputSize = 5123, 20871
+	}
+	return RunStatus{EventType: EventRunStatus, APIVersion: APIVersion, Data: d}
 }

@@ -18,7 +18,14 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(
-	// one constructor per command, each in its own file
+		// one constructor per command, each in its own file
+		newListenCmd(),
+		newRelayCmd(),
+		newReceiveCmd(),
+		newSendCmd(),
+		newReplayCmd(),
+		newDeliveriesCmd(),
+		newEmulateCmd(),
 	)
 	return root
 }

@@ -1,0 +1,133 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"syscall"
+
+	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/signature"
+)
+
+// TargetURL joins a forward target and a delivery's path and query: the
+// target's path is a prefix, the delivery's path suffix follows it.
+func TargetURL(t *url.URL, path, rawQuery string) string {
+	u := *t
+	base := strings.TrimSuffix(u.EscapedPath(), "/")
+	if path == "" {
+		path = "/"
+	}
+	if base != "" && path == "/" {
+		path = ""
+	}
+	u.RawPath = ""
+	u.Path = ""
+	s := u.String() + base + path
+	if rawQuery != "" {
+		s += "?" + rawQuery
+	}
+	return s
+}
+
+// attempt forwards d (or req, when it differs from d) to target and
+// records the attempt. It returns the recorded attempt.
+func (a *Agent) attempt(ctx context.Context, d *devhook.Delivery, target *url.URL, kind string, resign bool, req *devhook.Request, to string) *devhook.Attempt {
+	method, path, query, header, body := d.Method, d.Path, d.RawQuery, d.Header, d.Body
+	if req != nil {
+		method, path, query, header, body = req.Method, req.Path, req.RawQuery, req.Header, req.Body
+	}
+	if resign {
+		secret := a.getSecret()
+		header = header.Clone()
+		if header == nil {
+			header = http.Header{}
+		}
+		header[http.CanonicalHeaderKey(devhook.SignatureHeader)] = []string{signature.Sign(secret, a.cfg.Now(), body)}
+		if req == nil {
+			req = &devhook.Request{Method: method, Path: path, RawQuery: query, Body: body}
+		}
+		req.Header, req.Resigned = header, true
+	}
+	if to == "" {
+		to = TargetURL(target, path, query)
+	}
+	at := devhook.Attempt{Kind: kind, Target: to, StartedAt: a.cfg.Now().UTC(), Request: req}
+	a.send(ctx, &at, method, header, body)
+	rec, err := a.cfg.Store.AddAttempt(d.ID, at)
+	if err != nil {
+		a.cfg.Logf("delivery %s: record attempt: %v", d.ID, err)
+		rec = at
+	} else {
+		s := d.Summarize()
+		s.Attempts = rec.Seq
+		s.Status, s.Duration, s.Error = rec.Status, rec.Duration, rec.Error
+		a.publish(devhook.Change{Kind: devhook.ChangeAttempt, Summary: s, Attempt: &rec})
+	}
+	return &rec
+}
+
+// send performs one HTTP request and fills at's outcome.
+func (a *Agent) send(ctx context.Context, at *devhook.Attempt, method string, header http.Header, body []byte) {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.ForwardTimeout)
+	defer cancel()
+	start := a.cfg.Now()
+	defer func() { at.Duration = devhook.Duration(a.cfg.Now().Sub(start)) }()
+	var rd io.Reader
+	if len(body) > 0 || method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch {
+		rd = bytes.NewReader(body)
+	}
+	r, err := http.NewRequestWithContext(ctx, method, at.Target, rd)
+	if err != nil {
+		at.Error = "could not build the request: " + err.Error()
+		return
+	}
+	// The header map is used as is: every value of repeated headers, in order.
+	r.Header = relay.EndToEnd(header)
+	if _, ok := r.Header["User-Agent"]; !ok {
+		r.Header["User-Agent"] = []string{""} // send none rather than Go's own
+	}
+	r.ContentLength = int64(len(body))
+	if rd == nil {
+		r.Body = nil
+	}
+	resp, err := a.client.Do(r)
+	if err != nil {
+		at.Error = describe(err, at.Target)
+		return
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, a.cfg.MaxResponse+1))
+	if err != nil {
+		at.Error = "reading the receiver's answer: " + err.Error()
+	}
+	if int64(len(b)) > a.cfg.MaxResponse {
+		b = b[:a.cfg.MaxResponse]
+		at.Error = fmt.Sprintf("the receiver's answer is over %d bytes; the rest was dropped", a.cfg.MaxResponse)
+	}
+	at.Status, at.Header, at.Body = resp.StatusCode, resp.Header, b
+}
+
+// describe says in words why a forward failed.
+func describe(err error, target string) string {
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused: is your receiver running at " + target + "?"
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
+		return "timeout: the receiver did not answer in time"
+	case errors.Is(err, context.Canceled):
+		return "canceled: devhook is stopping"
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
+}

@@ -1,0 +1,371 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/agent"
+	"github.com/devhook/devhook/inspector"
+	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/storage"
+)
+
+type listenOptions struct {
+	forward    []string
+	relayURL   string
+	relayToken string
+	relayAddr  string
+	secret     string
+	dataDir    string
+	inspect    string
+	json       bool
+	verify     string
+	skew       time.Duration
+	timeout    time.Duration
+
+	stdout, stderr io.Writer
+}
+
+func newListenCmd() *cobra.Command {
+	o := &listenOptions{}
+	cmd := &cobra.Command{
+		Use:   "listen --forward URL",
+		Short: "Receive deliveries at a public URL, verify, record and forward them to a local receiver",
+		Long: `Listen opens a channel on a relay and forwards every delivery sent to its public URL
+to the local receiver, byte-exact, passing the receiver's answer back to the sender.
+Each delivery's service-signature is checked and everything is recorded under --data.
+
+Without --relay, a relay runs inside this process on loopback: its URL is reachable
+from this machine only (useful with 'devhook send' and 'devhook emulate').`,
+		Example: `  devhook listen --forward localhost:8080 --secret whsec_...
+  devhook listen --forward localhost:8080 --relay https://relay.example.com --json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.stdout, o.stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
+			if o.secret == "" {
+				o.secret = os.Getenv("DEVHOOK_SECRET")
+			}
+			return o.run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringArrayVar(&o.forward, "forward", nil, "receiver to forward to (host:port or URL); repeat for more, the first one answers")
+	f.StringVar(&o.relayURL, "relay", "", "relay URL (default: a relay inside this process, local only)")
+	f.StringVar(&o.relayToken, "relay-token", os.Getenv("DEVHOOK_RELAY_TOKEN"), "token the relay requires to open a channel")
+	f.StringVar(&o.relayAddr, "relay-addr", "127.0.0.1:4041", "address of the built-in relay (without --relay)")
+	f.StringVar(&o.secret, "secret", "", "the webhook's signing secret (or DEVHOOK_SECRET)")
+	f.StringVar(&o.dataDir, "data", defaultDataDir(), "directory for recorded deliveries and the channel")
+	f.StringVar(&o.inspect, "inspect", "127.0.0.1:4040", "address of the web inspector, or off")
+	f.BoolVar(&o.json, "json", false, "print one JSON object a line")
+	f.StringVar(&o.verify, "verify", agent.VerifyReport, "signature check: report (record the verdict), enforce (reject failures), off")
+	f.DurationVar(&o.skew, "skew", 0, "how far ahead of this clock a signature's t may be (default 60s)")
+	f.DurationVar(&o.timeout, "timeout", 0, "how long to wait for the receiver (default 30s)")
+	cmd.MarkFlagRequired("forward")
+	return cmd
+}
+
+func (o *listenOptions) run(ctx context.Context) error {
+	if err := ensureDir(o.dataDir); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	db, err := storage.Open(filepath.Join(o.dataDir, "deliveries.db"), storage.Config{NoSync: true})
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+
+	out := &printer{w: o.stdout, json: o.json}
+	var waits []func() error
+	defer func() {
+		cancel()
+		for _, w := range waits {
+			w()
+		}
+	}()
+
+	// The relay: remote, or one inside this process.
+	relayURL, relayKey := strings.TrimRight(o.relayURL, "/"), strings.TrimRight(o.relayURL, "/")
+	var local *relay.Server
+	var rdb *storage.DB
+	if relayURL == "" {
+		rdb, err = storage.Open(filepath.Join(o.dataDir, "relay.db"), storage.Config{})
+		if err != nil {
+			return err
+		}
+		defer rdb.Close()
+		ln, err := net.Listen("tcp", o.relayAddr)
+		if err != nil {
+			return fmt.Errorf("start the built-in relay on %s: %w (choose another with --relay-addr)", o.relayAddr, err)
+		}
+		local, err = relay.NewServer(relay.Config{Store: rdb, PublicURL: "http://" + ln.Addr().String()})
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer local.Close()
+		waits = append(waits, serve(ctx, newHTTPServer(local), ln))
+		relayURL, relayKey = "http://"+ln.Addr().String(), "local"
+	}
+
+	creds, err := o.channel(ctx, relayURL, relayKey, local, rdb)
+	if err != nil {
+		return err
+	}
+
+	var insp *inspector.Server
+	var ag *agent.Agent
+	connected := make(chan string, 1)
+	ag, err = agent.New(agent.Config{
+		RelayURL: relayURL, Credentials: creds, Forward: o.forward, Store: db,
+		Secret: o.secret, Verify: o.verify, Skew: o.skew, ForwardTimeout: o.timeout,
+		OnChange: func(c devhook.Change) {
+			if insp != nil {
+				insp.Publish(c)
+			}
+		},
+		OnResult: out.result,
+		OnConnect: func(u string) {
+			select {
+			case connected <- u:
+			default:
+			}
+		},
+		Logf: out.logf(o.stderr),
+	})
+	if err != nil {
+		return err
+	}
+
+	inspectURL := ""
+	if o.inspect != "off" {
+		insp, err = inspector.New(inspector.Config{
+			Store: db, Replayer: ag,
+			Settings: inspector.Settings{
+				Forward: ag.Targets(), RelayURL: relayURL, PublicURL: creds.PublicURL, Channel: creds.Channel,
+				SecretKnown: ag.SecretKnown, Verify: o.verify,
+			},
+		})
+		if err != nil {
+			return err
+		}
+		defer insp.Close()
+		ln, err := net.Listen("tcp", o.inspect)
+		if err != nil {
+			return fmt.Errorf("start the inspector on %s: %w (choose another with --inspect, or --inspect off)", o.inspect, err)
+		}
+		inspectURL = "http://" + ln.Addr().String()
+		isrv := newHTTPServer(insp)
+		waits = append(waits, serve(ctx, isrv, ln))
+	}
+
+	agentErr := make(chan error, 1)
+	go func() { agentErr <- ag.Run(ctx) }()
+	waits = append(waits, func() error { return <-agentErr })
+
+	if !o.json {
+		fmt.Fprintf(o.stderr, "connecting to %s ...\n", relayURL)
+	}
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-agentErr:
+		agentErr <- err
+		return err
+	case <-connected:
+	}
+	out.ready(readyInfo{PublicURL: creds.PublicURL, InspectorURL: inspectURL, Channel: creds.Channel,
+		Forward: ag.Targets(), Local: local != nil, SecretKnown: ag.SecretKnown(), Verify: o.verify, Data: o.dataDir})
+
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-agentErr:
+		agentErr <- err
+		if errors.Is(err, relay.ErrRejected) {
+			return fmt.Errorf("%w; the channel in %s is no longer valid: start again to open a new one", err, o.dataDir)
+		}
+		return err
+	}
+}
+
+// channel returns the saved channel for this relay, or opens a new one.
+func (o *listenOptions) channel(ctx context.Context, relayURL, relayKey string, local *relay.Server, rdb *storage.DB) (relay.Credentials, error) {
+	saved := savedChannels{path: filepath.Join(o.dataDir, "channels.json")}
+	cr, ok, err := saved.get(relayKey)
+	if err != nil {
+		return cr, err
+	}
+	if ok && local != nil {
+		if _, err := rdb.Channel(cr.Channel); err == nil {
+			cr.PublicURL = local.PublicURL(nil, cr.Channel) // the port may differ from last time
+			return cr, nil
+		}
+	} else if ok && o.usable(ctx, relayURL, cr) {
+		return cr, nil
+	}
+	if local != nil {
+		cr, err = local.OpenChannel(nil)
+	} else {
+		client := &http.Client{Timeout: 15 * time.Second}
+		cr, err = relay.Open(ctx, client, relayURL, o.relayToken)
+	}
+	if err != nil {
+		return cr, err
+	}
+	if ok {
+		fmt.Fprintf(o.stderr, "the saved channel is gone from the relay; opened a new one: the public URL changed\n")
+	}
+	return cr, saved.put(relayKey, cr)
+}
+
+// usable reports whether the relay still knows cr: a dial that the relay
+// rejects means no; any other outcome (relay down too) keeps the channel.
+func (o *listenOptions) usable(ctx context.Context, relayURL string, cr relay.Credentials) bool {
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c, err := relay.Dial(dctx, relay.DialConfig{RelayURL: relayURL, Credentials: cr})
+	if err != nil {
+		return !errors.Is(err, relay.ErrRejected)
+	}
+	c.Close()
+	return true
+}
+
+type readyInfo struct {
+	PublicURL    string   `json:"public_url"`
+	InspectorURL string   `json:"inspector_url"`
+	Channel      string   `json:"channel"`
+	Forward      []string `json:"forward"`
+	Local        bool     `json:"local_only"`
+	SecretKnown  bool     `json:"secret_known"`
+	Verify       string   `json:"verify"`
+	Data         string   `json:"data"`
+}
+
+// printer writes listen's output: human lines or one JSON object a line.
+type printer struct {
+	mu   sync.Mutex
+	w    io.Writer
+	json bool
+}
+
+func (p *printer) emit(v any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	json.NewEncoder(p.w).Encode(v)
+}
+
+func (p *printer) ready(r readyInfo) {
+	if p.json {
+		p.emit(struct {
+			Event string `json:"event"`
+			readyInfo
+		}{"ready", r})
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintf(p.w, "devhook is listening\n")
+	fmt.Fprintf(p.w, "  public URL  %s\n", r.PublicURL)
+	if r.Local {
+		fmt.Fprintf(p.w, "              (built-in relay: reachable from this machine only; use --relay for a public one)\n")
+	}
+	fmt.Fprintf(p.w, "  forward to  %s\n", strings.Join(r.Forward, ", "))
+	if r.InspectorURL != "" {
+		fmt.Fprintf(p.w, "  inspector   %s\n", r.InspectorURL)
+	}
+	secret := "no secret: signatures cannot be checked (pass --secret)"
+	if r.SecretKnown {
+		secret = "secret known, verify=" + r.Verify
+	}
+	fmt.Fprintf(p.w, "  signature   %s\n", secret)
+	fmt.Fprintf(p.w, "  recording   %s\n\n", r.Data)
+}
+
+func (p *printer) result(r agent.Result) {
+	d := r.Delivery
+	var dur devhook.Duration
+	status := r.Status
+	if r.Attempt != nil {
+		dur = r.Attempt.Duration
+	}
+	if p.json {
+		p.emit(struct {
+			Event     string  `json:"event"`
+			ID        string  `json:"id"`
+			Method    string  `json:"method"`
+			Path      string  `json:"path"`
+			RunID     string  `json:"run_id,omitempty"`
+			StatusV2  string  `json:"status_v2,omitempty"`
+			Verdict   string  `json:"verdict"`
+			Status    int     `json:"status"`
+			Duration  float64 `json:"duration_ms"`
+			Queued    bool    `json:"queued,omitempty"`
+			Duplicate bool    `json:"duplicate,omitempty"`
+			Error     string  `json:"error,omitempty"`
+		}{"delivery", d.ID, d.Method, d.Path, d.Event.RunID, d.Event.StatusV2, d.Verdict.Result, status,
+			float64(dur) / float64(time.Millisecond), d.Queued, r.Duplicate, attemptError(r.Attempt)})
+		return
+	}
+	run := "-"
+	if d.Event.RunID != "" {
+		run = d.Event.RunID + " " + d.Event.StatusV2
+	}
+	line := fmt.Sprintf("%s  %-6s %-20s %-28s %-18s → %d  %s",
+		d.ReceivedAt.Local().Format("15:04:05.000"), d.Method, clip(d.Path, 20), clip(run, 28), d.Verdict.Result, status,
+		time.Duration(dur).Round(10*time.Microsecond))
+	if d.Queued {
+		line += "  (was queued)"
+	}
+	if r.Duplicate {
+		line += "  (already delivered)"
+	}
+	if e := attemptError(r.Attempt); e != "" {
+		line += "  " + e
+	}
+	p.mu.Lock()
+	fmt.Fprintln(p.w, line)
+	p.mu.Unlock()
+}
+
+func (p *printer) logf(w io.Writer) func(string, ...any) {
+	return func(format string, args ...any) {
+		if p.json {
+			p.emit(map[string]string{"event": "log", "message": fmt.Sprintf(format, args...)})
+			return
+		}
+		p.mu.Lock()
+		fmt.Fprintf(w, "devhook: "+format+"\n", args...)
+		p.mu.Unlock()
+	}
+}
+
+func attemptError(a *devhook.Attempt) string {
+	if a == nil {
+		return ""
+	}
+	return a.Error
+}
+
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n-1] + "…"
+	}
+	return s
+}

@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sort"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+
+	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/signature"
+)
+
+type sendOptions struct {
+	url      string
+	secret   string
+	status   string
+	runID    string
+	bodyFile string
+	timeout  time.Duration
+	stdout   io.Writer
+}
+
+func newSendCmd() *cobra.Command {
+	o := &sendOptions{}
+	cmd := &cobra.Command{
+		Use:   "send URL --secret S",
+		Short: "Post one signed run.status delivery, as the service would, and print the answer",
+		Example: `  devhook send http://127.0.0.1:4041/c/<channel>/ --secret whsec_... --status succeeded
+  devhook send http://localhost:8080/hook --secret S --body payload.json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.url, o.stdout = args[0], cmd.OutOrStdout()
+			if o.secret == "" {
+				o.secret = os.Getenv("DEVHOOK_SECRET")
+			}
+			return o.run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.secret, "secret", "", "signing secret (or DEVHOOK_SECRET); empty sends no signature header")
+	f.StringVar(&o.status, "status", "queued", "status_v2 of the run: queued, running or succeeded")
+	f.StringVar(&o.runID, "run-id", "", "run id (default: a new one)")
+	f.StringVar(&o.bodyFile, "body", "", "send this file's bytes as the body instead")
+	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "how long to wait for the answer")
+	return cmd
+}
+
+func (o *sendOptions) run(ctx context.Context) error {
+	var body []byte
+	if o.bodyFile != "" {
+		b, err := os.ReadFile(o.bodyFile)
+		if err != nil {
+			return fmt.Errorf("read --body: %w", err)
+		}
+		body = b
+	} else {
+		switch o.status {
+		case "queued", "running", "succeeded":
+		default:
+			return fmt.Errorf("--status must be queued, running or succeeded, not %q", o.status)
+		}
+		if o.runID == "" {
+			o.runID = "run-" + uuid.NewString()[:8]
+		}
+		b, err := json.Marshal(devhook.NewRunStatus(o.runID, "app-devhook-demo", o.status, time.Now()))
+		if err != nil {
+			return err
+		}
+		body = b
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.url, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("build the request: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "service-webhooks/1")
+	if o.secret != "" {
+		req.Header.Set(devhook.SignatureHeader, signature.Sign(o.secret, time.Now(), body))
+	}
+	resp, err := (&http.Client{Timeout: o.timeout}).Do(req)
+	if err != nil {
+		return fmt.Errorf("send to %s: %w", o.url, err)
+	}
+	defer resp.Body.Close()
+	rb, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	fmt.Fprintf(o.stdout, "%s %s\n", resp.Proto, resp.Status)
+	keys := make([]string, 0, len(resp.Header))
+	for k := range resp.Header {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		for _, v := range resp.Header[k] {
+			fmt.Fprintf(o.stdout, "%s: %s\n", k, v)
+		}
+	}
+	fmt.Fprintf(o.stdout, "\n%s", rb)
+	if len(rb) > 0 && rb[len(rb)-1] != '\n' {
+		fmt.Fprintln(o.stdout)
+	}
+	if resp.StatusCode >= 300 {
+		return fmt.Errorf("the receiver answered %s", resp.Status)
+	}
+	return nil
+}

@@ -1,0 +1,126 @@
+package inspector
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/devhook/devhook"
+)
+
+// Client talks to a running inspector's JSON API, so that command-line
+// tools see what a running `devhook listen` sees without opening its
+// (locked) store.
+type Client struct {
+	BaseURL string       // such as http://127.0.0.1:4040
+	HTTP    *http.Client // must have a timeout
+}
+
+// List returns deliveries, newest first.
+func (c *Client) List(ctx context.Context, f devhook.Filter) ([]devhook.Summary, error) {
+	q := url.Values{}
+	set := func(k, v string) {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	if f.Limit > 0 {
+		set("limit", strconv.Itoa(f.Limit))
+	}
+	if f.Status != 0 {
+		set("status", strconv.Itoa(f.Status))
+	}
+	set("before", f.Before)
+	set("verdict", f.Verdict)
+	set("run_id", f.RunID)
+	set("status_v2", f.StatusV2)
+	set("q", f.Text)
+	var out struct {
+		Items []devhook.Summary `json:"items"`
+	}
+	err := c.do(ctx, http.MethodGet, "/api/deliveries?"+q.Encode(), nil, &out)
+	return out.Items, err
+}
+
+// Delivery returns one delivery with its attempts.
+func (c *Client) Delivery(ctx context.Context, id string) (*devhook.Delivery, error) {
+	var d devhook.Delivery
+	if err := c.do(ctx, http.MethodGet, "/api/deliveries/"+url.PathEscape(id), nil, &d); err != nil {
+		return nil, err
+	}
+	return &d, nil
+}
+
+// Replay asks the running agent to send delivery id again.
+func (c *Client) Replay(ctx context.Context, id string, opt devhook.ReplayOptions) (devhook.Attempt, error) {
+	body := map[string]any{}
+	if opt.Resign != nil {
+		body["resign"] = *opt.Resign
+	}
+	if opt.To != "" {
+		body["to"] = opt.To
+	}
+	if opt.Header != nil {
+		body["header"] = opt.Header
+	}
+	if opt.HasBody {
+		body["body_base64"] = opt.Body
+	}
+	var a devhook.Attempt
+	err := c.do(ctx, http.MethodPost, "/api/deliveries/"+url.PathEscape(id)+"/replay", body, &a)
+	return a, err
+}
+
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	var rd io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(c.BaseURL, "/")+path, rd)
+	if err != nil {
+		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return fmt.Errorf("inspector at %s: %w", c.BaseURL, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("inspector at %s: %w", c.BaseURL, err)
+	}
+	if resp.StatusCode >= 300 {
+		var e struct {
+			Error string `json:"error"`
+		}
+		json.Unmarshal(b, &e)
+		if e.Error == "" {
+			e.Error = strings.TrimSpace(string(b))
+		}
+		code := devhook.EINTERNAL
+		switch resp.StatusCode {
+		case http.StatusNotFound:
+			code = devhook.ENOTFOUND
+		case http.StatusBadRequest:
+			code = devhook.EINVALID
+		}
+		return devhook.Errorf(code, "%s", e.Error)
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("inspector at %s: unexpected answer: %w", c.BaseURL, err)
+	}
+	return nil
+}

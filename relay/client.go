@@ -1,0 +1,185 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/devhook/devhook"
+)
+
+// ErrRejected wraps errors where the relay refused the credentials: the
+// channel is unknown or the token is wrong. Retrying will not help; open a
+// new channel.
+var ErrRejected = errors.New("relay rejected the channel credentials")
+
+// Open asks the relay at relayURL for a new channel. openToken is sent when
+// not empty.
+func Open(ctx context.Context, client *http.Client, relayURL, openToken string) (Credentials, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(relayURL, "/")+"/v1/channels", nil)
+	if err != nil {
+		return Credentials{}, fmt.Errorf("open a channel on %s: %w", relayURL, err)
+	}
+	if openToken != "" {
+		req.Header.Set("Authorization", "Bearer "+openToken)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return Credentials{}, fmt.Errorf("open a channel on %s: %w", relayURL, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode != http.StatusCreated {
+		return Credentials{}, fmt.Errorf("open a channel on %s: %s: %s", relayURL, resp.Status, bytes.TrimSpace(body))
+	}
+	var cr Credentials
+	if err := json.Unmarshal(body, &cr); err != nil || cr.Channel == "" || cr.Token == "" {
+		return Credentials{}, fmt.Errorf("open a channel on %s: unexpected answer %q", relayURL, clip(string(body)))
+	}
+	return cr, nil
+}
+
+// Conn is an agent's connection to its channel. Receive must be called from
+// one goroutine; Respond and Ack from any.
+type Conn struct {
+	ws      *websocket.Conn
+	channel string
+	hello   Header
+	wait    time.Duration
+
+	wmu       sync.Mutex
+	closeOnce sync.Once
+}
+
+// DialConfig configures Dial.
+type DialConfig struct {
+	RelayURL    string // http(s) base URL of the relay
+	Credentials Credentials
+	// PingTimeout: the connection is dropped when the relay has sent
+	// nothing (not even a ping) for this long. Default 2×DefaultPingInterval.
+	PingTimeout time.Duration
+	MaxBody     int64 // default DefaultMaxBody
+}
+
+// Dial connects to the channel and reads the relay's hello.
+func Dial(ctx context.Context, cfg DialConfig) (*Conn, error) {
+	u, err := url.Parse(strings.TrimRight(cfg.RelayURL, "/"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("relay URL %q must be an absolute http or https URL", cfg.RelayURL)
+	}
+	u.Scheme = map[string]string{"http": "ws", "https": "wss"}[u.Scheme]
+	u.Path += "/v1/channels/" + url.PathEscape(cfg.Credentials.Channel) + "/connect"
+	if cfg.PingTimeout <= 0 {
+		cfg.PingTimeout = 2 * DefaultPingInterval
+	}
+	if cfg.MaxBody <= 0 {
+		cfg.MaxBody = DefaultMaxBody
+	}
+	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second, ReadBufferSize: 64 << 10, WriteBufferSize: 64 << 10}
+	ws, resp, err := d.DialContext(ctx, u.String(), http.Header{"Authorization": {"Bearer " + cfg.Credentials.Token}})
+	if err != nil {
+		if resp != nil {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusUnauthorized {
+				return nil, fmt.Errorf("%w: %s", ErrRejected, bytes.TrimSpace(body))
+			}
+			return nil, fmt.Errorf("connect to relay %s: %s: %s", cfg.RelayURL, resp.Status, bytes.TrimSpace(body))
+		}
+		return nil, fmt.Errorf("connect to relay %s: %w", cfg.RelayURL, err)
+	}
+	ws.SetReadLimit(cfg.MaxBody + MaxHeaderSize + 4)
+	c := &Conn{ws: ws, channel: cfg.Credentials.Channel, wait: cfg.PingTimeout}
+	ws.SetPingHandler(func(data string) error {
+		ws.SetReadDeadline(time.Now().Add(c.wait))
+		err := ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(5*time.Second))
+		if errors.Is(err, websocket.ErrCloseSent) {
+			return nil
+		}
+		return err
+	})
+	stop := context.AfterFunc(ctx, func() { ws.Close() })
+	defer stop()
+	ws.SetReadDeadline(time.Now().Add(c.wait))
+	_, msg, err := ws.ReadMessage()
+	if err != nil {
+		ws.Close()
+		return nil, fmt.Errorf("connect to relay %s: waiting for hello: %w", cfg.RelayURL, err)
+	}
+	h, _, err := DecodeFrame(msg)
+	if err != nil || h.Type != TypeHello {
+		ws.Close()
+		return nil, fmt.Errorf("connect to relay %s: expected hello, got %q (%v)", cfg.RelayURL, h.Type, err)
+	}
+	c.hello = h
+	return c, nil
+}
+
+// PublicURL is the URL senders post to, as the relay announced it.
+func (c *Conn) PublicURL() string { return c.hello.PublicURL }
+
+// Receive returns the next delivery. It fails when the connection ends;
+// Close from another goroutine makes it return.
+func (c *Conn) Receive() (*devhook.Delivery, error) {
+	for {
+		c.ws.SetReadDeadline(time.Now().Add(c.wait))
+		_, msg, err := c.ws.ReadMessage()
+		if err != nil {
+			return nil, fmt.Errorf("read from relay: %w", err)
+		}
+		h, body, err := DecodeFrame(msg)
+		if err != nil {
+			return nil, fmt.Errorf("read from relay: %w", err)
+		}
+		if h.Type != TypeDeliver {
+			continue
+		}
+		return deliveryOf(&h, c.channel, body), nil
+	}
+}
+
+// Respond sends the answer to delivery id.
+func (c *Conn) Respond(id string, status int, header http.Header, body []byte) error {
+	frame, err := AppendFrame(make([]byte, 0, len(body)+256), &Header{Type: TypeResponse, ID: id, Status: status, Header: header}, body)
+	if err != nil {
+		return err
+	}
+	return c.write(frame)
+}
+
+// Ack tells the relay that delivery id is recorded.
+func (c *Conn) Ack(id string) error {
+	frame, err := AppendFrame(nil, &Header{Type: TypeAck, ID: id}, nil)
+	if err != nil {
+		return err
+	}
+	return c.write(frame)
+}
+
+func (c *Conn) write(frame []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.ws.SetWriteDeadline(time.Now().Add(30 * time.Second))
+	if err := c.ws.WriteMessage(websocket.BinaryMessage, frame); err != nil {
+		return fmt.Errorf("write to relay: %w", err)
+	}
+	return nil
+}
+
+// Close ends the connection.
+func (c *Conn) Close() error {
+	c.closeOnce.Do(func() {
+		c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(websocket.CloseNormalClosure, ""), time.Now().Add(time.Second))
+	})
+	return c.ws.Close()
+}
