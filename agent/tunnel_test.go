@@ -43,7 +43,7 @@ type recorder struct {
 	answer func(w http.ResponseWriter, r *http.Request)
 }
 
-func newRecorder(t *testing.T) (*recorder, *httptest.Server) {
+func newRecorder(t testing.TB) (*recorder, *httptest.Server) {
 	rec := &recorder{notify: make(chan struct{}, 1024)}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, err := io.ReadAll(r.Body)
@@ -89,7 +89,7 @@ func (r *recorder) waitFor(t *testing.T, n int) []seen {
 
 // tunnel is a relay, an agent and a store, all real, on 127.0.0.1.
 type tunnel struct {
-	t        *testing.T
+	t        testing.TB
 	dir      string
 	relayDB  *storage.DB
 	relay    *relay.Server
@@ -104,7 +104,7 @@ type tunnel struct {
 	stop    func()
 }
 
-func newTunnel(t *testing.T, forward string, mod func(*agent.Config)) *tunnel {
+func newTunnel(t testing.TB, forward string, mod func(*agent.Config)) *tunnel {
 	t.Helper()
 	tn := &tunnel{t: t, dir: t.TempDir(), connect: make(chan string, 16)}
 	tn.startRelay()

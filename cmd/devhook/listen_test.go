@@ -1,0 +1,220 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/devhook/devhook/receiver"
+	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/storage"
+)
+
+// listenRun is a `devhook listen` running in this process.
+type listenRun struct {
+	lines  chan map[string]any
+	cancel context.CancelFunc
+	done   chan error
+	stderr *bytes.Buffer
+}
+
+func startListen(t *testing.T, args ...string) *listenRun {
+	t.Helper()
+	pr, pw := io.Pipe()
+	lr := &listenRun{lines: make(chan map[string]any, 100), done: make(chan error, 1), stderr: &bytes.Buffer{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	lr.cancel = cancel
+	cmd := newRootCmd(pw, lr.stderr)
+	cmd.SetArgs(append([]string{"listen", "--json", "--relay-addr", "127.0.0.1:0", "--inspect", "off"}, args...))
+	go func() {
+		err := cmd.ExecuteContext(ctx)
+		pw.Close()
+		lr.done <- err
+	}()
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			var m map[string]any
+			if err := json.Unmarshal(sc.Bytes(), &m); err != nil {
+				t.Errorf("listen --json printed a line that is not JSON: %q", sc.Text())
+				continue
+			}
+			lr.lines <- m
+		}
+		close(lr.lines)
+	}()
+	t.Cleanup(func() { lr.stop(t) })
+	return lr
+}
+
+func (lr *listenRun) next(t *testing.T, event string) map[string]any {
+	t.Helper()
+	timeout := time.After(15 * time.Second)
+	for {
+		select {
+		case m, ok := <-lr.lines:
+			if !ok {
+				t.Fatalf("listen ended before a %q line; stderr: %s", event, lr.stderr)
+			}
+			if m["event"] == event {
+				return m
+			}
+		case <-timeout:
+			t.Fatalf("no %q line from listen; stderr: %s", event, lr.stderr)
+		}
+	}
+}
+
+func (lr *listenRun) stop(t *testing.T) {
+	if lr.cancel == nil {
+		return
+	}
+	lr.cancel()
+	lr.cancel = nil
+	if err := <-lr.done; err != nil {
+		t.Errorf("listen: %v", err)
+	}
+}
+
+func TestListenJSONAndChannelReuse(t *testing.T) {
+	const secret = "whsec_listen"
+	recv := httptest.NewServer(receiver.New(receiver.Config{Secret: secret}))
+	defer recv.Close()
+	data := t.TempDir()
+
+	lr := startListen(t, "--forward", recv.URL, "--secret", secret, "--data", data)
+	ready := lr.next(t, "ready")
+	pub, _ := ready["public_url"].(string)
+	channel, _ := ready["channel"].(string)
+	if !strings.HasPrefix(pub, "http://127.0.0.1:") || !strings.HasSuffix(pub, "/c/"+channel) || len(channel) != 32 {
+		t.Fatalf("ready line %v", ready)
+	}
+	if _, ok := ready["inspector_url"]; !ok {
+		t.Fatalf("ready line has no inspector_url: %v", ready)
+	}
+
+	var out bytes.Buffer
+	send := newRootCmd(&out, &out)
+	send.SetArgs([]string{"send", pub + "/hook", "--secret", secret, "--status", "succeeded", "--run-id", "run-42"})
+	if err := send.Execute(); err != nil {
+		t.Fatalf("send: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "200 OK") || !strings.Contains(out.String(), `"run_id":"run-42"`) {
+		t.Fatalf("send printed %s", out.String())
+	}
+	d := lr.next(t, "delivery")
+	if d["verdict"] != "ok" || d["status"] != float64(200) || d["run_id"] != "run-42" || d["status_v2"] != "succeeded" {
+		t.Fatalf("delivery line %v", d)
+	}
+	if _, ok := d["duration_ms"].(float64); !ok || d["id"] == "" {
+		t.Fatalf("delivery line %v", d)
+	}
+	lr.stop(t)
+
+	// The next start reuses the channel, so the URL path stays the same.
+	lr2 := startListen(t, "--forward", recv.URL, "--secret", secret, "--data", data)
+	if got := lr2.next(t, "ready")["channel"]; got != channel {
+		t.Fatalf("channel %v after restart, want %s", got, channel)
+	}
+	lr2.stop(t)
+
+	// What was recorded is there for `deliveries list`.
+	out.Reset()
+	list := newRootCmd(&out, &out)
+	list.SetArgs([]string{"deliveries", "list", "--data", data, "--inspect", "127.0.0.1:1", "--json"})
+	if err := list.Execute(); err != nil {
+		t.Fatalf("deliveries list: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), d["id"].(string)) {
+		t.Fatalf("deliveries list does not show %v:\n%s", d["id"], out.String())
+	}
+}
+
+func TestListenRemoteRelay(t *testing.T) {
+	rdb, err := storage.Open(filepath.Join(t.TempDir(), "relay.db"), storage.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	srv, err := relay.NewServer(relay.Config{Store: rdb, OpenToken: "open-sesame"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	defer srv.Close()
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) }))
+	defer recv.Close()
+	data := t.TempDir()
+
+	// Without the relay's token, opening a channel fails with a clear error.
+	var errOut bytes.Buffer
+	cmd := newRootCmd(io.Discard, &errOut)
+	cmd.SetArgs([]string{"listen", "--forward", recv.URL, "--relay", hs.URL, "--data", data, "--inspect", "off"})
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "requires a token") {
+		t.Fatalf("listen without the open token: %v", err)
+	}
+
+	lr := startListen(t, "--forward", recv.URL, "--relay", hs.URL, "--relay-token", "open-sesame", "--data", data)
+	ready := lr.next(t, "ready")
+	pub := ready["public_url"].(string)
+	if !strings.HasPrefix(pub, hs.URL+"/c/") {
+		t.Fatalf("public URL %s not on the relay %s", pub, hs.URL)
+	}
+	resp, err := http.Post(pub, "application/json", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 204 {
+		t.Fatalf("through the remote relay: %s", resp.Status)
+	}
+	if d := lr.next(t, "delivery"); d["verdict"] != "missing_signature" || d["status"] != float64(204) {
+		t.Fatalf("delivery line %v", d)
+	}
+	lr.stop(t)
+	lr2 := startListen(t, "--forward", recv.URL, "--relay", hs.URL, "--data", data)
+	if got := lr2.next(t, "ready")["public_url"]; got != pub {
+		t.Fatalf("public URL %v after restart, want %s", got, pub)
+	}
+}
+
+func TestListenCorruptChannelsFile(t *testing.T) {
+	data := t.TempDir()
+	path := filepath.Join(data, "channels.json")
+	if err := os.WriteFile(path, []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := newRootCmd(io.Discard, io.Discard)
+	cmd.SetArgs([]string{"listen", "--forward", "localhost:1", "--data", data, "--relay-addr", "127.0.0.1:0", "--inspect", "off"})
+	err := cmd.Execute()
+	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "move the file away") {
+		t.Fatalf("corrupt channels file: %v", err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "{not json" {
+		t.Fatal("the corrupt file was changed")
+	}
+}
+
+func TestListenFlagErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{"listen"},
+		{"listen", "--forward", "localhost:1", "--verify", "sometimes", "--data", t.TempDir(), "--inspect", "off", "--relay-addr", "127.0.0.1:0"},
+		{"listen", "--forward", "ftp://x", "--data", t.TempDir(), "--inspect", "off", "--relay-addr", "127.0.0.1:0"},
+	} {
+		cmd := newRootCmd(io.Discard, io.Discard)
+		cmd.SetArgs(args)
+		if err := cmd.Execute(); err == nil {
+			t.Errorf("%v: no error", args)
+		}
+	}
+}
