@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/devhook/devhook/emulator"
+)
+
+type emulateOptions struct {
+	addr      string
+	apiKeys   []string
+	dataDir   string
+	tls       bool
+	queueTime time.Duration
+	runTime   time.Duration
+	retries   []time.Duration
+	stdout    io.Writer
+	// ready, when set, receives the base URL once the server listens (tests).
+	ready func(baseURL string)
+}
+
+func newEmulateCmd() *cobra.Command {
+	o := &emulateOptions{}
+	cmd := &cobra.Command{
+		Use:   "emulate [--addr ADDR] [--api-key KEY]... [--data DIR] [--tls]",
+		Short: "Run the service locally: webhook API, signed deliveries, applications and runs, sign-in",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o.stdout = cmd.OutOrStdout()
+			return o.run(cmd.Context())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.addr, "addr", "127.0.0.1:4010", "address to listen on")
+	f.StringArrayVar(&o.apiKeys, "api-key", nil, "accepted API key (repeatable); one is generated and printed when none is given")
+	f.StringVar(&o.dataDir, "data", "", "keep the emulator's state in this directory across restarts (default: in memory)")
+	f.BoolVar(&o.tls, "tls", false, "serve HTTPS with a self-signed certificate; its CA is written to a file whose path is printed")
+	f.DurationVar(&o.queueTime, "queue-time", emulator.DefaultQueueTime, "how long a run stays queued")
+	f.DurationVar(&o.runTime, "run-time", emulator.DefaultRunTime, "how long a run runs")
+	f.DurationSliceVar(&o.retries, "retry-delays", emulator.DefaultRetryDelays, "waits before each retry of a failed delivery")
+	return cmd
+}
+
+func (o *emulateOptions) run(ctx context.Context) error {
+	if o.stdout == nil {
+		o.stdout = io.Discard
+	}
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w (choose another with --addr)", o.addr, err)
+	}
+	scheme := "http"
+	var caPath string
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	if o.tls {
+		dir := o.dataDir
+		if dir == "" {
+			if dir, err = os.MkdirTemp("", "devhook-emulate-"); err != nil {
+				ln.Close()
+				return fmt.Errorf("create a directory for the CA certificate: %w", err)
+			}
+			defer os.RemoveAll(dir)
+		}
+		caPath = filepath.Join(dir, "emulate-ca.pem")
+		if srv.TLSConfig, err = emulator.SelfSignedTLS(caPath, time.Now()); err != nil {
+			ln.Close()
+			return err
+		}
+		scheme = "https"
+	}
+	base := scheme + "://" + ln.Addr().String()
+	e, err := emulator.New(emulator.Config{
+		APIKeys: o.apiKeys, DataDir: o.dataDir, BaseURL: base,
+		QueueTime: o.queueTime, RunTime: o.runTime, RetryDelays: o.retries,
+	})
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	srv.Handler = e
+	fmt.Fprintf(o.stdout, "service emulator on %s\n", base)
+	for _, k := range e.APIKeys() {
+		fmt.Fprintf(o.stdout, "API key: %s\n", k)
+	}
+	if caPath != "" {
+		fmt.Fprintf(o.stdout, "CA certificate: %s (trust it with SSL_CERT_FILE=%s)\n", caPath, caPath)
+	}
+	fmt.Fprintf(o.stdout, "sign-in discovery: %s/.well-known/openid-configuration\n", base)
+	if o.dataDir != "" {
+		fmt.Fprintf(o.stdout, "state kept in %s\n", o.dataDir)
+	}
+	if o.ready != nil {
+		o.ready(base)
+	}
+
+	errc := make(chan error, 1)
+	go func() {
+		if o.tls {
+			errc <- srv.ServeTLS(ln, "", "")
+		} else {
+			errc <- srv.Serve(ln)
+		}
+	}()
+	select {
+	case err = <-errc: // the server failed on its own
+	case <-ctx.Done():
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		err = srv.Shutdown(sctx)
+		if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) && err == nil {
+			err = serr
+		}
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	if cerr := e.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("serving the emulator: %w", err)
+	}
+	return nil
+}

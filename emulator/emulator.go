@@ -1,0 +1,357 @@
+// Package emulator is the service, locally: the webhook API, signed
+// run.status deliveries with retries and conversations, applications and
+// runs, organizations, the single sign-on domain check and an identity
+// provider for the PKCE sign-in. It follows spec/service-interface.md, with
+// the gaps filled by spec/DECISIONS.md.
+//
+// An *Emulator is an http.Handler, so tests run it in httptest:
+//
+//	e, err := emulator.New(emulator.Config{APIKeys: []string{"key"}})
+//	srv := httptest.NewServer(e)
+//	defer e.Close()      // after srv.Close: stops deliveries and waits for them
+//
+// Every goroutine the emulator starts (a run's schedule, a delivery and its
+// retries) belongs to it; Close cancels them and waits.
+package emulator
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// Defaults for Config's zero values.
+const (
+	DefaultAttemptTimeout = 10 * time.Second
+	DefaultQueueTime      = 200 * time.Millisecond
+	DefaultRunTime        = 500 * time.Millisecond
+	DefaultMaxBodyBytes   = 1 << 20
+	DefaultTokenTTL       = time.Hour
+	DefaultRefreshTTL     = 30 * 24 * time.Hour
+	DefaultCodeTTL        = 5 * time.Minute
+	DefaultUserEmail      = "developer@devhook.test"
+	// MaxResponseBody is how much of a receiver's answer a conversation keeps.
+	MaxResponseBody = 64 << 10
+	// UserAgent is the User-Agent of deliveries.
+	UserAgent = "service-webhooks/1"
+)
+
+// DefaultRetryDelays are the waits before the second, third and fourth
+// attempt of a failed delivery.
+var DefaultRetryDelays = []time.Duration{time.Second, 5 * time.Second, 25 * time.Second}
+
+// Team is an organization record, as GET /v1/internal/me/organization
+// returns it. Its ID is what callers put in the service-account header.
+type Team struct {
+	ID            string `json:"id"`
+	Name          string `json:"name"`
+	Role          string `json:"role"`
+	PendingInvite bool   `json:"pending_invite"`
+}
+
+// DefaultTeam is the one team of the signed-in user when Config.Teams is nil.
+// Its id is fixed so that state kept with --data survives restarts.
+var DefaultTeam = Team{
+	ID:   uuid.NewSHA1(uuid.NameSpaceURL, []byte("devhook-emulator-team")).String(),
+	Name: "Devhook Team", Role: "admin",
+}
+
+// Config configures an Emulator. Zero values mean defaults.
+type Config struct {
+	// APIKeys are the accepted API keys; each has its own account. When
+	// empty, New generates one (see Emulator.APIKeys).
+	APIKeys []string
+	// Teams are the signed-in user's organizations; nil means [DefaultTeam].
+	// Any credential may act for a team with the service-account header.
+	Teams []Team
+	// SSODomains maps an e-mail domain to its domain_identifier; nil means
+	// {"sso.devhook.test": "devhook-sso"}.
+	SSODomains map[string]string
+	// UserEmail is the signed-in user's e-mail; default DefaultUserEmail.
+	// A sign-in through an identity_provider that is one of SSODomains'
+	// identifiers signs in a user of that domain.
+	UserEmail string
+
+	Now            func() time.Time // nil = time.Now
+	Rand           io.Reader        // secrets, codes and tokens; nil = crypto/rand
+	RetryDelays    []time.Duration  // nil = DefaultRetryDelays; empty non-nil = no retries
+	AttemptTimeout time.Duration    // per delivery attempt; 0 = DefaultAttemptTimeout
+	QueueTime      time.Duration    // run created → running; 0 = DefaultQueueTime
+	RunTime        time.Duration    // running → succeeded; 0 = DefaultRunTime
+	// Client sends deliveries; nil means a client that does not follow
+	// redirects. AttemptTimeout applies either way.
+	Client       *http.Client
+	MaxBodyBytes int64 // request body limit; 0 = DefaultMaxBodyBytes
+
+	// DataDir keeps the state in a bbolt file (emulator.db) in this
+	// directory, across restarts. Empty means in memory.
+	DataDir string
+
+	// BaseURL is the address the emulator is reachable at, for the identity
+	// provider's discovery document and console URLs. Empty means derived
+	// from each request's Host (https when the request came over TLS).
+	BaseURL string
+	// ClientID, when set, is the only OAuth client id accepted.
+	ClientID   string
+	TokenTTL   time.Duration // access and id tokens; 0 = DefaultTokenTTL
+	RefreshTTL time.Duration // refresh tokens; 0 = DefaultRefreshTTL
+	CodeTTL    time.Duration // authorization codes; 0 = DefaultCodeTTL
+}
+
+// Emulator is the service. It implements http.Handler.
+type Emulator struct {
+	cfg     Config
+	keys    map[string]string // API key → account
+	teams   map[string]bool
+	handler http.Handler
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex // guards st, codes, sessions, closed and every write to db
+	st       *state
+	codes    map[string]*authCode // authorization code → what it was issued for
+	sessions map[string]identity  // identity provider browser session → who
+	db       *boltStore           // nil in memory
+	closed   bool
+}
+
+// New validates cfg, opens the data directory when one is given, resumes
+// runs that were not finished, and returns the emulator.
+func New(cfg Config) (*Emulator, error) {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Rand == nil {
+		cfg.Rand = rand.Reader
+	}
+	if cfg.RetryDelays == nil {
+		cfg.RetryDelays = DefaultRetryDelays
+	}
+	for _, d := range cfg.RetryDelays {
+		if d < 0 {
+			return nil, fmt.Errorf("emulator: retry delay %s is negative", d)
+		}
+	}
+	setDefault(&cfg.AttemptTimeout, DefaultAttemptTimeout)
+	setDefault(&cfg.QueueTime, DefaultQueueTime)
+	setDefault(&cfg.RunTime, DefaultRunTime)
+	setDefault(&cfg.TokenTTL, DefaultTokenTTL)
+	setDefault(&cfg.RefreshTTL, DefaultRefreshTTL)
+	setDefault(&cfg.CodeTTL, DefaultCodeTTL)
+	if cfg.MaxBodyBytes <= 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{
+			Timeout:       cfg.AttemptTimeout,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+	}
+	if cfg.Teams == nil {
+		cfg.Teams = []Team{DefaultTeam}
+	}
+	if cfg.SSODomains == nil {
+		cfg.SSODomains = map[string]string{"sso.devhook.test": "devhook-sso"}
+	}
+	if cfg.UserEmail == "" {
+		cfg.UserEmail = DefaultUserEmail
+	}
+	if cfg.BaseURL != "" {
+		u, err := url.Parse(cfg.BaseURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("emulator: base URL %q must be an absolute http or https URL", cfg.BaseURL)
+		}
+		cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
+	}
+	e := &Emulator{cfg: cfg, keys: map[string]string{}, teams: map[string]bool{}, st: newState(),
+		codes: map[string]*authCode{}, sessions: map[string]identity{}}
+	if len(cfg.APIKeys) == 0 {
+		k, err := e.random("key_", 24)
+		if err != nil {
+			return nil, err
+		}
+		e.cfg.APIKeys = []string{k}
+	}
+	for _, k := range e.cfg.APIKeys {
+		if k == "" || strings.ContainsAny(k, " \t\r\n") {
+			return nil, fmt.Errorf("emulator: API key %q must be non-empty and contain no white space", k)
+		}
+		sum := sha256.Sum256([]byte(k))
+		e.keys[k] = "key-" + hex.EncodeToString(sum[:8])
+	}
+	for _, t := range cfg.Teams {
+		if t.ID == "" {
+			return nil, errors.New("emulator: a team needs an id")
+		}
+		e.teams[t.ID] = true
+	}
+	if cfg.DataDir != "" {
+		db, err := openBolt(cfg.DataDir)
+		if err != nil {
+			return nil, err
+		}
+		if err := db.load(e.st); err != nil {
+			db.close()
+			return nil, err
+		}
+		e.db = db
+	}
+	e.ctx, e.cancel = context.WithCancel(context.Background())
+	e.handler = e.routes()
+	e.resumeRuns()
+	return e, nil
+}
+
+func setDefault(d *time.Duration, def time.Duration) {
+	if *d <= 0 {
+		*d = def
+	}
+}
+
+// APIKeys returns the accepted API keys, including a generated one.
+func (e *Emulator) APIKeys() []string { return append([]string(nil), e.cfg.APIKeys...) }
+
+// ServeHTTP serves the service's API and identity provider.
+func (e *Emulator) ServeHTTP(w http.ResponseWriter, r *http.Request) { e.handler.ServeHTTP(w, r) }
+
+// Close stops every run schedule and delivery, waits for them, and closes
+// the data file. Requests served after Close start no new work.
+func (e *Emulator) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil
+	}
+	e.closed = true
+	e.mu.Unlock()
+	e.cancel()
+	e.wg.Wait()
+	if e.db != nil {
+		return e.db.close()
+	}
+	return nil
+}
+
+// goroutine runs f as a goroutine the emulator owns, unless it is closed.
+func (e *Emulator) goroutine(f func(ctx context.Context)) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return false
+	}
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		f(e.ctx)
+	}()
+	return true
+}
+
+func (e *Emulator) now() time.Time { return e.cfg.Now().UTC() }
+
+// random returns prefix followed by n random bytes in hex.
+func (e *Emulator) random(prefix string, n int) (string, error) {
+	b := make([]byte, n)
+	if _, err := io.ReadFull(e.cfg.Rand, b); err != nil {
+		return "", fmt.Errorf("emulator: reading random bytes: %w", err)
+	}
+	return prefix + hex.EncodeToString(b), nil
+}
+
+func (e *Emulator) newID() (string, error) {
+	id, err := uuid.NewRandomFromReader(e.cfg.Rand)
+	if err != nil {
+		return "", fmt.Errorf("emulator: new id: %w", err)
+	}
+	return id.String(), nil
+}
+
+// Timestamp formats.
+const (
+	timeMillis  = "2006-01-02T15:04:05.000Z"    // webhooks, conversations
+	timeSeconds = "2006-01-02T15:04:05Z"        // run.status created_at
+	timeMicros  = "2006-01-02T15:04:05.000000Z" // applications and runs
+)
+
+// apiError is an answer {"error": msg} with a status.
+type apiError struct {
+	status int
+	msg    string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func errorf(status int, format string, args ...any) *apiError {
+	return &apiError{status: status, msg: fmt.Sprintf(format, args...)}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status, b = http.StatusInternalServerError, []byte(`{"error":"encoding the answer failed"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		ae = &apiError{status: http.StatusInternalServerError, msg: "internal error: " + err.Error()}
+	}
+	if ae.status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="service"`)
+	}
+	writeJSON(w, ae.status, map[string]string{"error": ae.msg})
+}
+
+// decodeBody reads a JSON body of at most MaxBodyBytes into v: 413 when
+// larger, 400 when it is not one JSON value of v's shape.
+func (e *Emulator) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, e.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return errorf(http.StatusRequestEntityTooLarge, "request body is larger than %d bytes", e.cfg.MaxBodyBytes)
+		}
+		return errorf(http.StatusBadRequest, "reading request body: %v", err)
+	}
+	if len(strings.TrimSpace(string(b))) == 0 {
+		return errorf(http.StatusBadRequest, "request body is empty; send a JSON object")
+	}
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	if err := dec.Decode(v); err != nil {
+		return errorf(http.StatusBadRequest, "request body is not valid JSON of the expected shape: %v", err)
+	}
+	if dec.More() {
+		return errorf(http.StatusBadRequest, "request body has data after the JSON value")
+	}
+	return nil
+}
+
+// baseURL is the configured base URL or the one the request came to.
+func (e *Emulator) baseURL(r *http.Request) string {
+	if e.cfg.BaseURL != "" {
+		return e.cfg.BaseURL
+	}
+	scheme := "http"
+	if r.TLS != nil {
+		scheme = "https"
+	}
+	return scheme + "://" + r.Host
+}

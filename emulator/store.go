@@ -1,0 +1,240 @@
+package emulator
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// state is everything the emulator knows. It lives in memory, guarded by
+// Emulator.mu; with a data directory every change is also written through
+// to bbolt, and New loads it back.
+type state struct {
+	seq      int64
+	webhooks map[string]*webhook      // whKey(account, id)
+	convs    map[string]*conversation // convKey(account, webhook, id)
+	apps     map[string]*application  // acctKey(account, id)
+	runs     map[string]*run          // acctKey(account, id)
+	tokens   map[string]*token        // tokenKey(token)
+}
+
+func newState() *state {
+	return &state{
+		webhooks: map[string]*webhook{}, convs: map[string]*conversation{},
+		apps: map[string]*application{}, runs: map[string]*run{}, tokens: map[string]*token{},
+	}
+}
+
+// Account ids never contain a NUL; client-chosen ids are hex-encoded in
+// keys so that no id can make two keys collide.
+func acctKey(account, id string) string { return account + "\x00" + hex.EncodeToString([]byte(id)) }
+func whKey(account, id string) string   { return acctKey(account, id) }
+func convKey(account, webhookID, id string) string {
+	return acctKey(account, webhookID) + "\x00" + id
+}
+
+type webhook struct {
+	Account     string    `json:"account"`
+	Seq         int64     `json:"seq"`
+	ID          string    `json:"id"`
+	EventTypes  []string  `json:"event_types"`
+	EndpointURL string    `json:"endpoint_url"`
+	Description string    `json:"description"`
+	Secret      string    `json:"secret"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
+}
+
+type conversation struct {
+	Account      string          `json:"account"`
+	WebhookID    string          `json:"webhook_id"`
+	Seq          int64           `json:"seq"`
+	ID           string          `json:"id"`
+	CreatedAt    time.Time       `json:"created_at"`
+	HTTPStatus   int             `json:"http_status"`
+	DurationMS   int64           `json:"response_duration"`
+	Error        *string         `json:"error"`
+	Status       string          `json:"status"`
+	EndpointURL  string          `json:"endpoint_url"`
+	RequestBody  json.RawMessage `json:"request_body"`
+	ResponseBody string          `json:"response_body"`
+}
+
+type application struct {
+	Account     string    `json:"account"`
+	ID          string    `json:"id"`
+	Name        string    `json:"name"`
+	Description string    `json:"description"`
+	CreatedAt   time.Time `json:"created_at"`
+	UpdatedAt   time.Time `json:"updated_at"`
+}
+
+type run struct {
+	Account     string            `json:"account"`
+	ID          string            `json:"id"`
+	AppID       string            `json:"application_id"`
+	InstanceID  string            `json:"instance_id"`
+	Name        string            `json:"name"`
+	Description string            `json:"description"`
+	UserEmail   string            `json:"user_email"`
+	ConsoleURL  string            `json:"console_url"`
+	Input       json.RawMessage   `json:"input"`
+	Options     map[string]string `json:"options"`
+	Status      string            `json:"status_v2"`
+	CreatedAt   time.Time         `json:"created_at"`
+	InitiatedAt time.Time         `json:"initiated_at"`
+	FinishedAt  time.Time         `json:"finished_at"`
+}
+
+// token is an access, id or refresh token the identity provider issued.
+// Only its hash is a key.
+type token struct {
+	Kind      string    `json:"kind"` // access, id or refresh
+	Subject   string    `json:"sub"`
+	Email     string    `json:"email"`
+	ClientID  string    `json:"client_id"`
+	Provider  string    `json:"identity_provider,omitempty"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Used      bool      `json:"used,omitempty"` // a refresh token that was exchanged
+}
+
+// Bucket names.
+const (
+	bucketWebhooks = "webhooks"
+	bucketConvs    = "conversations"
+	bucketApps     = "applications"
+	bucketRuns     = "runs"
+	bucketTokens   = "tokens"
+	bucketMeta     = "meta"
+)
+
+var buckets = []string{bucketWebhooks, bucketConvs, bucketApps, bucketRuns, bucketTokens, bucketMeta}
+
+type boltStore struct{ db *bolt.DB }
+
+func openBolt(dir string) (*boltStore, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("emulator: creating data directory: %w", err)
+	}
+	path := filepath.Join(dir, "emulator.db")
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 2 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("emulator: opening %s (is another emulator using it?): %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range buckets {
+			if _, err := tx.CreateBucketIfNotExists([]byte(b)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("emulator: preparing %s: %w", path, err)
+	}
+	return &boltStore{db: db}, nil
+}
+
+func (s *boltStore) close() error { return s.db.Close() }
+
+func (s *boltStore) load(st *state) error {
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if v := tx.Bucket([]byte(bucketMeta)).Get([]byte("seq")); v != nil {
+			if err := json.Unmarshal(v, &st.seq); err != nil {
+				return fmt.Errorf("meta seq: %w", err)
+			}
+		}
+		each := func(bucket string, f func(k string, v []byte) error) error {
+			return tx.Bucket([]byte(bucket)).ForEach(func(k, v []byte) error {
+				if err := f(string(k), v); err != nil {
+					return fmt.Errorf("%s %q: %w", bucket, k, err)
+				}
+				return nil
+			})
+		}
+		return firstErr(
+			each(bucketWebhooks, func(k string, v []byte) error { return loadInto(st.webhooks, k, v) }),
+			each(bucketConvs, func(k string, v []byte) error { return loadInto(st.convs, k, v) }),
+			each(bucketApps, func(k string, v []byte) error { return loadInto(st.apps, k, v) }),
+			each(bucketRuns, func(k string, v []byte) error { return loadInto(st.runs, k, v) }),
+			each(bucketTokens, func(k string, v []byte) error { return loadInto(st.tokens, k, v) }),
+		)
+	})
+	if err != nil {
+		return fmt.Errorf("emulator: loading state: %w", err)
+	}
+	return nil
+}
+
+func loadInto[T any](m map[string]*T, k string, v []byte) error {
+	r := new(T)
+	if err := json.Unmarshal(v, r); err != nil {
+		return err
+	}
+	m[k] = r
+	return nil
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// op is one change to write through.
+type op struct {
+	bucket, key string
+	value       any // nil deletes
+}
+
+func (s *boltStore) apply(seq int64, ops []op) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b, _ := json.Marshal(seq)
+		if err := tx.Bucket([]byte(bucketMeta)).Put([]byte("seq"), b); err != nil {
+			return err
+		}
+		for _, o := range ops {
+			bk := tx.Bucket([]byte(o.bucket))
+			if o.value == nil {
+				if err := bk.Delete([]byte(o.key)); err != nil {
+					return err
+				}
+				continue
+			}
+			v, err := json.Marshal(o.value)
+			if err != nil {
+				return err
+			}
+			if err := bk.Put([]byte(o.key), v); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// persist writes ops through to the data file. The caller holds e.mu and
+// has already changed e.st.
+func (e *Emulator) persist(ops ...op) error {
+	if e.db == nil {
+		return nil
+	}
+	if err := e.db.apply(e.st.seq, ops); err != nil {
+		return fmt.Errorf("emulator: saving state: %w", err)
+	}
+	return nil
+}
+
+func (e *Emulator) nextSeq() int64 {
+	e.st.seq++
+	return e.st.seq
+}
