@@ -107,17 +107,23 @@ func NewServer(cfg Config) (*Server, error) {
 		cfg.Logf = func(string, ...any) {}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{
+	s := &Server{
 		cfg:    cfg,
 		ctx:    ctx,
 		cancel: cancel,
 		agents: make(map[string]*agentConn),
 		upgrader: websocket.Upgrader{
-			ReadBufferSize: 64 << 10, WriteBufferSize: 64 << 10,
+			// Reads reuse the HTTP server's buffer; write buffers come from
+			// a pool and are held only during a write, so an idle agent
+			// costs little more than its socket and one goroutine.
+			WriteBufferSize: 32 << 10, WriteBufferPool: &sync.Pool{},
 			// Agents are programs, not pages: no Origin to check.
 			CheckOrigin: func(*http.Request) bool { return true },
 		},
-	}, nil
+	}
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); s.pingLoop() }()
+	return s, nil
 }
 
 // Close disconnects every agent and waits for the connections' goroutines.
@@ -239,7 +245,6 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, channel st
 		s: s, ws: ws, channel: channel,
 		pending:  make(map[string]chan reply),
 		inflight: make(map[string]bool),
-		kick:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 	}
 	s.mu.Lock()
@@ -250,7 +255,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, channel st
 	}
 	old := s.agents[channel]
 	s.agents[channel] = c
-	s.wg.Add(3)
+	s.wg.Add(1)
 	s.mu.Unlock()
 	if old != nil {
 		s.cfg.Logf("relay: channel %s: a new agent replaces the connected one", channel)
@@ -260,8 +265,33 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, channel st
 	c.write(hello)
 	c.kickDrain()
 	go func() { defer s.wg.Done(); c.readLoop() }()
-	go func() { defer s.wg.Done(); c.pingLoop() }()
-	go func() { defer s.wg.Done(); c.drainLoop() }()
+}
+
+// pingLoop sends every agent a heartbeat each PingInterval. One goroutine
+// for all connections keeps idle agents cheap.
+func (s *Server) pingLoop() {
+	t := time.NewTicker(s.cfg.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		conns := make([]*agentConn, 0, len(s.agents))
+		for _, c := range s.agents {
+			conns = append(conns, c)
+		}
+		s.mu.Unlock()
+		deadline := time.Now().Add(s.cfg.PingInterval)
+		for _, c := range conns {
+			// WriteControl may run beside a data write.
+			if err := c.ws.WriteControl(websocket.PingMessage, nil, deadline); err != nil {
+				c.close()
+			}
+		}
+	}
 }
 
 // agent returns the connected agent of channel, or nil.
@@ -373,9 +403,10 @@ type agentConn struct {
 	inflight map[string]bool       // queued deliveries sent, not yet acked
 	gone     bool
 
-	kick      chan struct{} // the queue may have work
-	done      chan struct{} // closed when the connection ends
-	closeOnce sync.Once
+	draining   bool          // a drain goroutine runs
+	drainAgain bool          // the queue may have new work since it started
+	done       chan struct{} // closed when the connection ends
+	closeOnce  sync.Once
 }
 
 func (c *agentConn) close() {
@@ -406,11 +437,18 @@ func (c *agentConn) write(frame []byte) error {
 	return err
 }
 
+// kickDrain makes sure a drain pass runs after this call. The drain
+// goroutine exists only while there is queue work.
 func (c *agentConn) kickDrain() {
-	select {
-	case c.kick <- struct{}{}:
-	default:
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.drainAgain = true
+	if c.draining || c.gone {
+		return
 	}
+	c.draining = true
+	c.s.wg.Add(1)
+	go func() { defer c.s.wg.Done(); c.drainLoop() }()
 }
 
 // deliver sends d and waits for the agent's response. ok is false when the
@@ -494,31 +532,19 @@ func (c *agentConn) readLoop() {
 	}
 }
 
-func (c *agentConn) pingLoop() {
-	t := time.NewTicker(c.s.cfg.PingInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-c.done:
-			return
-		case <-t.C:
-			if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.s.cfg.PingInterval)); err != nil {
-				c.close()
-				return
-			}
-		}
-	}
-}
-
 // drainLoop sends queued deliveries, at most Window unacknowledged at once,
-// whenever it is kicked: at connect, after each ack, after each enqueue.
+// for as long as it is kicked: at connect, after each ack of a queued
+// delivery, after each enqueue.
 func (c *agentConn) drainLoop() {
 	for {
-		select {
-		case <-c.done:
+		c.mu.Lock()
+		if !c.drainAgain || c.gone {
+			c.draining = false
+			c.mu.Unlock()
 			return
-		case <-c.kick:
 		}
+		c.drainAgain = false
+		c.mu.Unlock()
 		after := ""
 		for {
 			c.mu.Lock()
