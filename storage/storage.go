@@ -52,10 +52,6 @@ type Config struct {
 	// LockTimeout is how long Open waits for another process to release
 	// the file; 0 = one second.
 	LockTimeout time.Duration
-	// MaxBatchDelay is how long a write waits for concurrent writes to
-	// share its commit; 0 = 300µs. A write with no other write in flight
-	// commits at once and never waits.
-	MaxBatchDelay time.Duration
 }
 
 // Channel is a relay channel: a public URL path and the hash of the token
@@ -106,8 +102,8 @@ type DB struct {
 	maxAge        time.Duration // <= 0: no limit
 	pruneEvery    int64
 
+	group   group        // see group.go
 	puts    atomic.Int64 // deliveries created since Open, to schedule pruning
-	writers atomic.Int32 // writes in flight, to choose between Update and Batch
 	pruneMu sync.Mutex
 }
 
@@ -116,8 +112,8 @@ func Open(path string, cfg Config) (*DB, error) {
 	if path == "" {
 		return nil, devhook.Errorf(devhook.EINVALID, "storage: no file path given")
 	}
-	if cfg.LockTimeout < 0 || cfg.MaxBatchDelay < 0 {
-		return nil, devhook.Errorf(devhook.EINVALID, "storage: negative LockTimeout or MaxBatchDelay")
+	if cfg.LockTimeout < 0 {
+		return nil, devhook.Errorf(devhook.EINVALID, "storage: negative LockTimeout")
 	}
 	db := &DB{
 		path:          path,
@@ -145,10 +141,6 @@ func Open(path string, cfg Config) (*DB, error) {
 	if lockTimeout == 0 {
 		lockTimeout = time.Second
 	}
-	batchDelay := cfg.MaxBatchDelay
-	if batchDelay == 0 {
-		batchDelay = 300 * time.Microsecond
-	}
 
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -168,7 +160,6 @@ func Open(path string, cfg Config) (*DB, error) {
 	case err != nil:
 		return nil, fmt.Errorf("storage: open %s: %w", path, err)
 	}
-	b.MaxBatchDelay = batchDelay
 	db.bolt = b
 
 	if err := db.init(); err != nil {
@@ -240,18 +231,6 @@ func (db *DB) Close() error {
 
 // Path returns the file's path.
 func (db *DB) Path() string { return db.path }
-
-// update runs fn in a write transaction. When other writes are in flight it
-// joins them in one commit (bolt's Batch: fn may then run more than once, so
-// it must set its results afresh each time); alone, it commits at once, so
-// that a single writer never waits for MaxBatchDelay.
-func (db *DB) update(fn func(*bolt.Tx) error) error {
-	defer db.writers.Add(-1)
-	if db.writers.Add(1) == 1 {
-		return db.bolt.Update(fn)
-	}
-	return db.bolt.Batch(fn)
-}
 
 // sync makes the last commits durable when NoSync skipped it.
 func (db *DB) sync() error {

@@ -142,7 +142,6 @@ func TestOpen_Invalid(t *testing.T) {
 	}{
 		{"empty path", "", storage.Config{}},
 		{"negative lock timeout", filepath.Join(t.TempDir(), "x.db"), storage.Config{LockTimeout: -1}},
-		{"negative batch delay", filepath.Join(t.TempDir(), "x.db"), storage.Config{MaxBatchDelay: -1}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			db, err := storage.Open(c.path, c.cfg)

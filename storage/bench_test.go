@@ -1,0 +1,147 @@
+package storage_test
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/storage"
+)
+
+// benchBody is a realistic run.status body of about 1.5 KB.
+var benchBody = func() []byte {
+	b := fmt.Appendf(nil, `{"event_type":"run.status","api_version":"2024-03-04","data":{"run_id":"run-0195b1c8","status":"running","status_v2":"queued","created_at":"2026-03-04T10:00:00Z","duration":0,"input_size":1432,"output_size":0,"error":null,"application_id":"app-1","application_instance_id":"latest","application_version_id":"","notes":%q}}`,
+		strings.Repeat("lorem ipsum dolor sit amet ", 44))
+	return b
+}()
+
+func benchDelivery(i int, verdict string) *devhook.Delivery {
+	return &devhook.Delivery{
+		ID:         id(i),
+		Channel:    "ch1",
+		ReceivedAt: time.Now(),
+		Method:     http.MethodPost,
+		Path:       "/hook",
+		Header: http.Header{
+			"Content-Type":          {"application/json"},
+			"User-Agent":            {"service-webhooks/1.0"},
+			"Content-Length":        {"1500"},
+			devhook.SignatureHeader: {"t=1741082400000,v1=5257a869e7ecebeda32affa62cdca3fa51cad7e77a0e56ff536d0ce8e108d8bd"},
+			"X-Forwarded-For":       {"203.0.113.9"},
+		},
+		Body:    benchBody,
+		Verdict: devhook.Verdict{Result: verdict, Status: 200, Text: "ok"},
+		Event:   devhook.Event{Type: "run.status", RunID: fmt.Sprintf("run-%d", i/3), StatusV2: "queued", Status: "running"},
+	}
+}
+
+func BenchmarkPutDelivery(b *testing.B) {
+	for _, noSync := range []bool{true, false} {
+		b.Run(fmt.Sprintf("NoSync=%v", noSync), func(b *testing.B) {
+			db := MustOpenDB(b, storage.Config{NoSync: noSync, MaxDeliveries: -1})
+			ds := make([]*devhook.Delivery, b.N)
+			for i := range ds {
+				ds[i] = benchDelivery(i, devhook.VerdictOK)
+			}
+			b.SetBytes(int64(len(benchBody)))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				if _, err := db.PutDelivery(ds[i]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+func BenchmarkPutDeliveryParallel(b *testing.B) {
+	for _, noSync := range []bool{true, false} {
+		b.Run(fmt.Sprintf("NoSync=%v", noSync), func(b *testing.B) {
+			db := MustOpenDB(b, storage.Config{NoSync: noSync, MaxDeliveries: -1})
+			var next atomic.Int64
+			b.SetBytes(int64(len(benchBody)))
+			b.ReportAllocs()
+			b.SetParallelism(16) // with GOMAXPROCS 2: 32 writers
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					d := benchDelivery(int(next.Add(1)), devhook.VerdictOK)
+					if _, err := db.PutDelivery(d); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+func BenchmarkAddAttempt(b *testing.B) {
+	db := MustOpenDB(b, storage.Config{NoSync: true, MaxDeliveries: -1})
+	const n = 1000
+	ds := make([]*devhook.Delivery, n)
+	for i := range ds {
+		ds[i] = benchDelivery(i, devhook.VerdictOK)
+	}
+	if err := db.PutDeliveriesTx(ds); err != nil {
+		b.Fatal(err)
+	}
+	a := devhook.Attempt{
+		Kind: devhook.AttemptForward, Target: "http://127.0.0.1:8080/hook", StartedAt: time.Now(),
+		Duration: devhook.Duration(300 * time.Microsecond), Status: 200,
+		Header: http.Header{"Content-Type": {"text/plain"}}, Body: []byte("ok"),
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := db.AddAttempt(id(i%n), a); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkList100k(b *testing.B) {
+	db := MustOpenDB(b, storage.Config{NoSync: true, MaxDeliveries: -1, MaxAge: -1})
+	const n, chunk = 100_000, 10_000
+	start := time.Now()
+	for from := 0; from < n; from += chunk {
+		ds := make([]*devhook.Delivery, chunk)
+		for i := range ds {
+			// One delivery in 100 has a bad signature.
+			v := devhook.VerdictOK
+			if (from+i)%100 == 0 {
+				v = devhook.VerdictInvalidSignature
+			}
+			ds[i] = benchDelivery(from+i, v)
+		}
+		if err := db.PutDeliveriesTx(ds); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Logf("built %d deliveries in %v", n, time.Since(start))
+	for _, c := range []struct {
+		name string
+		f    devhook.Filter
+	}{
+		{"first page", devhook.Filter{Limit: 50}},
+		{"verdict filter", devhook.Filter{Limit: 50, Verdict: devhook.VerdictInvalidSignature}},
+		{"verdict filter, no match", devhook.Filter{Limit: 50, Verdict: devhook.VerdictNoSecret}},
+		{"deep page", devhook.Filter{Limit: 50, Before: id(n / 2)}},
+		{"run filter", devhook.Filter{Limit: 50, RunID: "run-1000"}},
+		{"text filter, one page", devhook.Filter{Limit: 50, Text: "LOREM"}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				if _, err := db.List(c.f); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
