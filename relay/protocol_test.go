@@ -1,0 +1,102 @@
+package relay_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/devhook/devhook/relay"
+)
+
+func TestFrameRoundTrip(t *testing.T) {
+	body := []byte{0, 1, 2, 0xff, '{', '}'}
+	h := &relay.Header{Type: relay.TypeDeliver, ID: "id-1", Method: "POST", Path: "/a%2Fb", Query: "x=1&x=2",
+		Header: http.Header{"X-Multi": {"a", "b"}}, ReceivedAt: time.UnixMilli(1_800_000_000_123).UTC(), Queued: true}
+	frame, err := relay.AppendFrame(nil, h, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The body travels raw, not base64.
+	if !bytes.HasSuffix(frame, body) || len(frame) > len(body)+300 {
+		t.Fatalf("frame of %d bytes for a %d-byte body", len(frame), len(body))
+	}
+	got, payload, err := relay.DecodeFrame(frame)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(payload, body) || got.ID != h.ID || got.Path != h.Path || got.Query != h.Query ||
+		!slices.Equal(got.Header["X-Multi"], []string{"a", "b"}) || !got.ReceivedAt.Equal(h.ReceivedAt) || !got.Queued {
+		t.Fatalf("round trip: %+v", got)
+	}
+}
+
+func TestDecodeFrameRejects(t *testing.T) {
+	lenPrefix := func(n uint32, rest string) []byte {
+		return append(binary.BigEndian.AppendUint32(nil, n), rest...)
+	}
+	cases := map[string][]byte{
+		"empty":              nil,
+		"short prefix":       {0, 0},
+		"length past end":    lenPrefix(100, `{"type":"ack"}`),
+		"huge length":        lenPrefix(1<<31, ""),
+		"not json":           lenPrefix(3, "abc"),
+		"unknown type":       lenPrefix(15, `{"type":"boom"}`),
+		"deliver without id": lenPrefix(18, `{"type":"deliver"}`),
+		"ack without id":     lenPrefix(14, `{"type":"ack"}`),
+	}
+	for name, msg := range cases {
+		t.Run(name, func(t *testing.T) {
+			if _, _, err := relay.DecodeFrame(msg); !errors.Is(err, relay.ErrMalformed) {
+				t.Fatalf("err = %v, want ErrMalformed", err)
+			}
+		})
+	}
+}
+
+func TestEndToEnd(t *testing.T) {
+	h := http.Header{
+		"Connection": {"keep-alive, X-Private"}, "X-Private": {"1"}, "Keep-Alive": {"5"},
+		"Transfer-Encoding": {"chunked"}, "Upgrade": {"h2c"}, "Te": {"trailers"},
+		"X-Keep": {"a", "b"}, "Content-Type": {"application/json"},
+	}
+	got := relay.EndToEnd(h)
+	for _, k := range []string{"Connection", "X-Private", "Keep-Alive", "Transfer-Encoding", "Upgrade", "Te"} {
+		if _, ok := got[k]; ok {
+			t.Errorf("%s kept", k)
+		}
+	}
+	if !slices.Equal(got["X-Keep"], []string{"a", "b"}) || got.Get("Content-Type") != "application/json" {
+		t.Errorf("end-to-end headers lost: %v", got)
+	}
+	if _, ok := h["Connection"]; !ok {
+		t.Error("EndToEnd changed its argument")
+	}
+}
+
+func FuzzDecodeFrame(f *testing.F) {
+	seed, _ := relay.AppendFrame(nil, &relay.Header{Type: relay.TypeResponse, ID: "x", Status: 200}, []byte("body"))
+	f.Add(seed)
+	f.Add([]byte{0, 0, 0, 2, '{', '}'})
+	f.Fuzz(func(t *testing.T, msg []byte) {
+		h, payload, err := relay.DecodeFrame(msg)
+		if err != nil {
+			return
+		}
+		if h.Type == "" || len(payload) > len(msg) {
+			t.Fatalf("accepted %q as %+v", msg, h)
+		}
+		// What decodes re-encodes and decodes the same.
+		again, err := relay.AppendFrame(nil, &h, payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h2, p2, err := relay.DecodeFrame(again)
+		if err != nil || h2.Type != h.Type || h2.ID != h.ID || !bytes.Equal(p2, payload) {
+			t.Fatalf("re-encoding changed the frame: %v", err)
+		}
+	})
+}

@@ -1,0 +1,220 @@
+package relay_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/storage"
+)
+
+func newRelay(t *testing.T, cfg relay.Config) (*relay.Server, *httptest.Server, *storage.DB) {
+	t.Helper()
+	db, err := storage.Open(filepath.Join(t.TempDir(), "relay.db"), storage.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Store = db
+	srv, err := relay.NewServer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	t.Cleanup(func() {
+		srv.Close()
+		hs.Close()
+		db.Close()
+	})
+	return srv, hs, db
+}
+
+func open(t *testing.T, hs *httptest.Server) relay.Credentials {
+	t.Helper()
+	cr, err := relay.Open(context.Background(), hs.Client(), hs.URL, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cr
+}
+
+func TestOpenChannel(t *testing.T) {
+	_, hs, db := newRelay(t, relay.Config{OpenToken: "tok"})
+	if _, err := relay.Open(context.Background(), hs.Client(), hs.URL, ""); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("open without token: %v", err)
+	}
+	if _, err := relay.Open(context.Background(), hs.Client(), hs.URL, "nope"); err == nil {
+		t.Fatal("open with a wrong token succeeded")
+	}
+	cr, err := relay.Open(context.Background(), hs.Client(), hs.URL, "tok")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cr.Channel) != 32 || len(cr.Token) < 40 || cr.PublicURL != hs.URL+"/c/"+cr.Channel {
+		t.Fatalf("credentials %+v", cr)
+	}
+	ch, err := db.Channel(cr.Channel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(ch.TokenHash), cr.Token) || len(ch.TokenHash) != 32 {
+		t.Fatal("the relay stores the token, not its hash")
+	}
+	resp, err := http.Get(hs.URL + "/v1/channels")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Fatalf("GET /v1/channels: %s", resp.Status)
+	}
+}
+
+// A malformed frame from an agent ends its connection; the delivery it was
+// given stays for the next agent.
+func TestMalformedFrameDropsAgent(t *testing.T) {
+	_, hs, db := newRelay(t, relay.Config{ResponseTimeout: 5 * time.Second})
+	cr := open(t, hs)
+	ws, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(hs.URL, "http")+"/v1/channels/"+cr.Channel+"/connect",
+		http.Header{"Authorization": {"Bearer " + cr.Token}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ws.Close()
+	if _, _, err := ws.ReadMessage(); err != nil { // hello
+		t.Fatal(err)
+	}
+	type result struct {
+		status int
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := http.Post(cr.PublicURL+"/x", "text/plain", strings.NewReader("keep me"))
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		resp.Body.Close()
+		done <- result{status: resp.StatusCode}
+	}()
+	if _, _, err := ws.ReadMessage(); err != nil { // the deliver frame
+		t.Fatal(err)
+	}
+	ws.WriteMessage(websocket.BinaryMessage, []byte{0, 0, 0, 99, 'x'})
+	r := <-done
+	if r.err != nil || r.status != http.StatusAccepted {
+		t.Fatalf("sender got %d %v, want 202 (queued after the agent was dropped)", r.status, r.err)
+	}
+	if _, _, err := ws.ReadMessage(); err == nil {
+		t.Fatal("connection still open after a malformed frame")
+	}
+	if n, _ := db.QueueLen(cr.Channel); n != 1 {
+		t.Fatalf("queue holds %d, want 1", n)
+	}
+}
+
+// A second agent on the same channel replaces the first.
+func TestNewAgentReplacesOld(t *testing.T) {
+	_, hs, _ := newRelay(t, relay.Config{})
+	cr := open(t, hs)
+	first, err := relay.Dial(context.Background(), relay.DialConfig{RelayURL: hs.URL, Credentials: cr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	second, err := relay.Dial(context.Background(), relay.DialConfig{RelayURL: hs.URL, Credentials: cr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	if _, err := first.Receive(); err == nil {
+		t.Fatal("the replaced agent is still connected")
+	}
+}
+
+// Many agents at once, each answering its own deliveries; after Close no
+// goroutine of the relay is left.
+func TestManyAgentsNoLeak(t *testing.T) {
+	before := runtime.NumGoroutine()
+	db, err := storage.Open(filepath.Join(t.TempDir(), "relay.db"), storage.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	srv, err := relay.NewServer(relay.Config{Store: db, PingInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+
+	const agents, each = 20, 5
+	var wg, senders sync.WaitGroup
+	errs := make(chan error, agents*each)
+	for i := range agents {
+		cr, err := srv.OpenChannel(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := relay.Dial(context.Background(), relay.DialConfig{RelayURL: hs.URL, Credentials: cr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() { // the agent: echo the body with its channel number
+			defer wg.Done()
+			for {
+				d, err := conn.Receive()
+				if err != nil {
+					return
+				}
+				conn.Respond(d.ID, 200, http.Header{"X-Agent": {fmt.Sprint(i)}}, d.Body)
+				conn.Ack(d.ID)
+			}
+		}()
+		for j := range each {
+			senders.Add(1)
+			go func() {
+				defer senders.Done()
+				body := fmt.Sprintf("agent %d delivery %d", i, j)
+				resp, err := http.Post(hs.URL+"/c/"+cr.Channel+"/", "text/plain", strings.NewReader(body))
+				if err != nil {
+					errs <- err
+					return
+				}
+				got, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if string(got) != body || resp.Header.Get("X-Agent") != fmt.Sprint(i) {
+					errs <- fmt.Errorf("channel %d got %q from agent %s", i, got, resp.Header.Get("X-Agent"))
+				}
+			}()
+		}
+	}
+	senders.Wait()
+	hs.CloseClientConnections()
+	srv.Close()
+	hs.Close()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before+2 {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines left (was %d):\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
