@@ -152,7 +152,7 @@ func TestManyAgentsNoLeak(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	srv, err := relay.NewServer(relay.Config{Store: db, PingInterval: 5 * time.Millisecond})
+	srv, err := relay.NewServer(relay.Config{Store: db, PingInterval: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
