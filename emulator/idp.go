@@ -204,9 +204,9 @@ func (e *Emulator) tokenEndpoint(w http.ResponseWriter, r *http.Request, c *call
 	f := r.PostForm
 	switch f.Get("grant_type") {
 	case "authorization_code":
-		return e.exchangeCode(w, f)
+		return e.exchangeCode(w, f, e.baseURL(r))
 	case "refresh_token":
-		return e.refresh(w, f)
+		return e.refresh(w, f, e.baseURL(r))
 	case "":
 		oauthError(w, http.StatusBadRequest, "invalid_request", "missing grant_type")
 	default:
@@ -219,7 +219,7 @@ func (e *Emulator) tokenEndpoint(w http.ResponseWriter, r *http.Request, c *call
 // {"error":"invalid_grant"}.
 func invalidGrant(w http.ResponseWriter) { oauthError(w, http.StatusBadRequest, "invalid_grant", "") }
 
-func (e *Emulator) exchangeCode(w http.ResponseWriter, f url.Values) error {
+func (e *Emulator) exchangeCode(w http.ResponseWriter, f url.Values, issuer string) error {
 	for _, p := range []string{"code", "redirect_uri", "code_verifier", "client_id"} {
 		if f.Get(p) == "" {
 			oauthError(w, http.StatusBadRequest, "invalid_request", "missing "+p)
@@ -235,7 +235,7 @@ func (e *Emulator) exchangeCode(w http.ResponseWriter, f url.Values) error {
 		invalidGrant(w)
 		return nil
 	}
-	return e.issueTokens(w, ac.id, ac.clientID)
+	return e.issueTokens(w, issuer, ac.id, ac.clientID)
 }
 
 // verifyPKCE checks BASE64URL(SHA256(verifier)) against the S256 challenge.
@@ -248,7 +248,7 @@ func verifyPKCE(verifier, challenge string) bool {
 	return subtle.ConstantTimeCompare([]byte(got), []byte(challenge)) == 1
 }
 
-func (e *Emulator) refresh(w http.ResponseWriter, f url.Values) error {
+func (e *Emulator) refresh(w http.ResponseWriter, f url.Values, issuer string) error {
 	rt := f.Get("refresh_token")
 	if rt == "" {
 		oauthError(w, http.StatusBadRequest, "invalid_request", "missing refresh_token")
@@ -271,10 +271,10 @@ func (e *Emulator) refresh(w http.ResponseWriter, f url.Values) error {
 	}
 	e.st.tokens[k] = &used
 	e.mu.Unlock()
-	return e.issueTokens(w, identity{email: t.Email, provider: t.Provider}, t.ClientID)
+	return e.issueTokens(w, issuer, identity{email: t.Email, provider: t.Provider}, t.ClientID)
 }
 
-func (e *Emulator) issueTokens(w http.ResponseWriter, id identity, clientID string) error {
+func (e *Emulator) issueTokens(w http.ResponseWriter, issuer string, id identity, clientID string) error {
 	access, err := e.random("at_", 32)
 	if err != nil {
 		return err
@@ -289,7 +289,7 @@ func (e *Emulator) issueTokens(w http.ResponseWriter, id identity, clientID stri
 	}
 	now := e.now()
 	exp := now.Add(e.cfg.TokenTTL)
-	claims := map[string]any{"iss": e.cfg.BaseURL, "sub": id.subject(), "aud": clientID, "email": id.email,
+	claims := map[string]any{"iss": issuer, "sub": id.subject(), "aud": clientID, "email": id.email,
 		"email_verified": true, "iat": now.Unix(), "exp": exp.Unix(), "jti": jti}
 	if id.provider != "" {
 		claims["identity_provider"] = id.provider
