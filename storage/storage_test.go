@@ -446,6 +446,9 @@ func TestAddAttempt(t *testing.T) {
 func TestConcurrentWrites(t *testing.T) {
 	db := MustOpenDB(t, storage.Config{NoSync: true, MaxDeliveries: -1})
 	const writers, each = 16, 40
+	shared := newDelivery(0)
+	shared.ID = "shared"
+	mustPut(t, db, shared)
 	var wg sync.WaitGroup
 	errs := make(chan error, writers)
 	for w := range writers {
@@ -459,9 +462,16 @@ func TestConcurrentWrites(t *testing.T) {
 					return
 				}
 				// Every writer adds an attempt to a shared delivery too.
-				if _, err := db.AddAttempt(id(0), newAttempt(i)); err != nil {
+				if _, err := db.AddAttempt("shared", newAttempt(i)); err != nil {
 					errs <- err
 					return
+				}
+				// A write that fails in a shared commit fails alone.
+				if i%5 == 0 {
+					if _, err := db.AddAttempt("missing", newAttempt(i)); devhook.ErrorCode(err) != devhook.ENOTFOUND {
+						errs <- fmt.Errorf("AddAttempt(missing) error = %v, want %s", err, devhook.ENOTFOUND)
+						return
+					}
 				}
 			}
 		}()
@@ -471,10 +481,10 @@ func TestConcurrentWrites(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	if n, err := db.Count(); err != nil || n != writers*each {
-		t.Fatalf("Count() = %d, %v; want %d", n, err, writers*each)
+	if n, err := db.Count(); err != nil || n != writers*each+1 {
+		t.Fatalf("Count() = %d, %v; want %d", n, err, writers*each+1)
 	}
-	d, err := db.Delivery(id(0))
+	d, err := db.Delivery("shared")
 	if err != nil {
 		t.Fatal(err)
 	}
