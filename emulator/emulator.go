@@ -179,19 +179,10 @@ func New(cfg Config) (*Emulator, error) {
 	}
 	e := &Emulator{cfg: cfg, keys: map[string]string{}, teams: map[string]bool{}, st: newState(),
 		codes: map[string]*authCode{}, sessions: map[string]identity{}}
-	if len(cfg.APIKeys) == 0 {
-		k, err := e.random("key_", 24)
-		if err != nil {
-			return nil, err
-		}
-		e.cfg.APIKeys = []string{k}
-	}
 	for _, k := range e.cfg.APIKeys {
 		if k == "" || strings.ContainsAny(k, " \t\r\n") {
 			return nil, fmt.Errorf("emulator: API key %q must be non-empty and contain no white space", k)
 		}
-		sum := sha256.Sum256([]byte(k))
-		e.keys[k] = "key-" + hex.EncodeToString(sum[:8])
 	}
 	for _, t := range cfg.Teams {
 		if t.ID == "" {
@@ -210,6 +201,18 @@ func New(cfg Config) (*Emulator, error) {
 		}
 		e.db = db
 	}
+	if len(e.cfg.APIKeys) == 0 {
+		if err := e.generateKey(); err != nil {
+			if e.db != nil {
+				e.db.close()
+			}
+			return nil, err
+		}
+	}
+	for _, k := range e.cfg.APIKeys {
+		sum := sha256.Sum256([]byte(k))
+		e.keys[k] = "key-" + hex.EncodeToString(sum[:8])
+	}
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.handler = e.routes()
 	e.resumeRuns()
@@ -220,6 +223,29 @@ func setDefault(d *time.Duration, def time.Duration) {
 	if *d <= 0 {
 		*d = def
 	}
+}
+
+// generateKey makes the one API key of an emulator given none. With a
+// data directory the key is kept there, so that its account's state stays
+// reachable after a restart.
+func (e *Emulator) generateKey() error {
+	if e.db != nil {
+		if k, err := e.db.generatedKey(); err != nil || k != "" {
+			e.cfg.APIKeys = []string{k}
+			return err
+		}
+	}
+	k, err := e.random("key_", 24)
+	if err != nil {
+		return err
+	}
+	if e.db != nil {
+		if err := e.db.setGeneratedKey(k); err != nil {
+			return err
+		}
+	}
+	e.cfg.APIKeys = []string{k}
+	return nil
 }
 
 // APIKeys returns the accepted API keys, including a generated one.

@@ -143,6 +143,28 @@ func openBolt(dir string) (*boltStore, error) {
 
 func (s *boltStore) close() error { return s.db.Close() }
 
+const metaGeneratedKey = "generated_api_key"
+
+// generatedKey returns the API key an earlier start generated, or "".
+func (s *boltStore) generatedKey() (string, error) {
+	var k string
+	err := s.db.View(func(tx *bolt.Tx) error {
+		k = string(tx.Bucket([]byte(bucketMeta)).Get([]byte(metaGeneratedKey)))
+		return nil
+	})
+	return k, err
+}
+
+func (s *boltStore) setGeneratedKey(k string) error {
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte(bucketMeta)).Put([]byte(metaGeneratedKey), []byte(k))
+	})
+	if err != nil {
+		return fmt.Errorf("emulator: saving the generated API key: %w", err)
+	}
+	return nil
+}
+
 func (s *boltStore) load(st *state) error {
 	err := s.db.View(func(tx *bolt.Tx) error {
 		if v := tx.Bucket([]byte(bucketMeta)).Get([]byte("seq")); v != nil {

@@ -25,8 +25,6 @@ type emulateOptions struct {
 	runTime   time.Duration
 	retries   []time.Duration
 	stdout    io.Writer
-	// ready, when set, receives the base URL once the server listens (tests).
-	ready func(baseURL string)
 }
 
 func newEmulateCmd() *cobra.Command {
@@ -98,9 +96,6 @@ func (o *emulateOptions) run(ctx context.Context) error {
 	fmt.Fprintf(o.stdout, "sign-in discovery: %s/.well-known/openid-configuration\n", base)
 	if o.dataDir != "" {
 		fmt.Fprintf(o.stdout, "state kept in %s\n", o.dataDir)
-	}
-	if o.ready != nil {
-		o.ready(base)
 	}
 
 	errc := make(chan error, 1)
