@@ -37,3 +37,20 @@ func (db *DB) BucketLens() map[string]int {
 	})
 	return m
 }
+
+// EncodeRecords returns the stored encodings of d (meta, queued, summary)
+// and of a.
+func EncodeRecords(d *devhook.Delivery, a devhook.Attempt) [][]byte {
+	s := d.Summarize()
+	return [][]byte{appendMeta(nil, d, false), appendMeta(nil, d, true), appendSummary(nil, &s), appendAttempt(nil, &a)}
+}
+
+// DecodeRecords decodes b as every kind of record and returns their
+// errors: meta, summary, filter match, attempt.
+func DecodeRecords(b []byte) []error {
+	_, e1 := decodeMeta(b)
+	_, e2 := decodeSummary(b)
+	_, e3 := matchSummary(b, &devhook.Filter{Verdict: "ok", RunID: "r"})
+	_, e4 := decodeAttempt(b)
+	return []error{e1, e2, e3, e4}
+}
