@@ -48,6 +48,9 @@ const (
 	DefaultMaxResponse    = 10 << 20
 	DefaultMinBackoff     = 250 * time.Millisecond
 	DefaultMaxBackoff     = 30 * time.Second
+	// ShutdownGrace is how long deliveries under way may take to finish
+	// once the agent is told to stop.
+	ShutdownGrace = 5 * time.Second
 )
 
 // Config configures an Agent. Zero values mean defaults.
@@ -259,11 +262,18 @@ func (a *Agent) Run(ctx context.Context) error {
 func (a *Agent) serve(ctx context.Context, conn *relay.Conn) error {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, a.cfg.Concurrency)
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	// Deliveries under way when ctx ends get a grace period to finish, so
+	// that stopping devhook does not cut a receiver off mid-request.
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		conn.Close()
+		time.AfterFunc(ShutdownGrace, cancelWork)
+	})
 	defer func() {
 		stop()
 		conn.Close()
 		wg.Wait()
+		cancelWork()
 	}()
 	for {
 		d, err := conn.Receive()
@@ -278,7 +288,7 @@ func (a *Agent) serve(ctx context.Context, conn *relay.Conn) error {
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			a.handle(ctx, conn, d)
+			a.handle(work, conn, d)
 		}()
 	}
 }
@@ -326,13 +336,16 @@ func (a *Agent) process(ctx context.Context, d *devhook.Delivery) processed {
 	}
 	p := processed{Result: Result{Delivery: d}, recorded: true}
 	if !created {
+		// Delivered again (an ack was lost): answer from the record if the
+		// receiver has already answered it, rather than forward it twice.
 		stored, err := a.cfg.Store.Delivery(d.ID)
-		if err == nil && len(stored.Attempts) > 0 {
-			p.Duplicate = true
-			p.Delivery = stored
-			p.answer = stored.LastAttempt()
-			p.Attempt = p.answer
-			return p
+		if err == nil {
+			if at := answered(stored); at != nil {
+				p.Duplicate = true
+				p.Delivery = stored
+				p.answer, p.Attempt = at, at
+				return p
+			}
 		}
 	} else {
 		a.publish(devhook.Change{Kind: devhook.ChangeDelivery, Summary: d.Summarize()})
@@ -365,6 +378,16 @@ func (a *Agent) process(ctx context.Context, d *devhook.Delivery) processed {
 	wg.Wait()
 	p.Attempt, p.answer = primary, primary
 	return p
+}
+
+// answered returns the last forward of d that the receiver answered, or nil.
+func answered(d *devhook.Delivery) *devhook.Attempt {
+	for i := len(d.Attempts) - 1; i >= 0; i-- {
+		if at := &d.Attempts[i]; at.Status != 0 && at.Kind != devhook.AttemptReplay {
+			return at
+		}
+	}
+	return nil
 }
 
 func (a *Agent) verify(d *devhook.Delivery) devhook.Verdict {

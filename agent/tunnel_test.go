@@ -715,3 +715,27 @@ func TestTunnelRedeliveryIsNotForwardedTwice(t *testing.T) {
 		t.Fatal("result not flagged as duplicate")
 	}
 }
+
+// A redelivered id whose earlier forward got no answer is forwarded again.
+func TestTunnelRedeliveryAfterFailedForward(t *testing.T) {
+	rec, recv := newRecorder(t)
+	tn := newTunnel(t, recv.URL, nil)
+	resp, _ := tn.post("/again", []byte("y"), nil)
+	id := resp.Header.Get("Devhook-Delivery")
+	queued, err := tn.relayDB.Queued(tn.creds.Channel, "", 10)
+	if err != nil || len(queued) != 1 {
+		t.Fatalf("queue: %v %d", err, len(queued))
+	}
+	tn.db.PutDelivery(queued[0])
+	tn.db.AddAttempt(id, devhook.Attempt{Kind: devhook.AttemptRedelivery, Error: "canceled: devhook is stopping"})
+	tn.startAgent()
+	got := rec.waitFor(t, 1)
+	if string(got[0].Body) != "y" {
+		t.Fatalf("receiver got %q", got[0].Body)
+	}
+	waitQueueEmpty(t, tn.relayDB, tn.creds.Channel)
+	tn.waitResults(1)
+	if d, _ := tn.db.Delivery(id); len(d.Attempts) != 2 || d.Attempts[1].Status != 200 {
+		t.Fatalf("attempts %+v", d.Attempts)
+	}
+}
