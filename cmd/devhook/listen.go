@@ -263,6 +263,7 @@ type printer struct {
 	mu   sync.Mutex
 	w    io.Writer
 	json bool
+	loc  *time.Location // nil: local time
 }
 
 func (p *printer) emit(v any) {
@@ -327,9 +328,19 @@ func (p *printer) result(r agent.Result) {
 	if d.Event.RunID != "" {
 		run = d.Event.RunID + " " + d.Event.StatusV2
 	}
+	loc := p.loc
+	if loc == nil {
+		loc = time.Local
+	}
+	took := "-"
+	if r.Attempt != nil {
+		took = time.Duration(dur).Round(10 * time.Microsecond).String()
+	}
 	line := fmt.Sprintf("%s  %-6s %-20s %-28s %-18s → %d  %s",
-		d.ReceivedAt.Local().Format("15:04:05.000"), d.Method, clip(d.Path, 20), clip(run, 28), d.Verdict.Result, status,
-		time.Duration(dur).Round(10*time.Microsecond))
+		d.ReceivedAt.In(loc).Format("15:04:05.000"), d.Method, clip(d.Path, 20), clip(run, 28), d.Verdict.Result, status, took)
+	if r.Attempt == nil {
+		line += "  (not forwarded: the signature check failed)"
+	}
 	if d.Queued {
 		line += "  (was queued)"
 	}

@@ -1,0 +1,45 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/agent"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+func TestPrinterHumanGolden(t *testing.T) {
+	at := time.Date(2026, 11, 22, 10, 4, 5, 123e6, time.UTC)
+	run := devhook.Event{Type: "run.status", RunID: "run-7f3a", StatusV2: "queued"}
+	results := []agent.Result{
+		{Delivery: &devhook.Delivery{ReceivedAt: at, Method: "POST", Path: "/webhooks", Event: run, Verdict: devhook.Verdict{Result: "ok"}},
+			Attempt: &devhook.Attempt{Status: 200, Duration: devhook.Duration(1234 * time.Microsecond)}, Status: 200},
+		{Delivery: &devhook.Delivery{ReceivedAt: at, Method: "POST", Path: "/", Verdict: devhook.Verdict{Result: "invalid_signature"}},
+			Attempt: &devhook.Attempt{Status: 401, Duration: devhook.Duration(380 * time.Microsecond)}, Status: 401},
+		{Delivery: &devhook.Delivery{ReceivedAt: at, Method: "PUT", Path: "/a/very/long/path/that/is/cut", Queued: true, Verdict: devhook.Verdict{Result: "unchecked"}},
+			Attempt: &devhook.Attempt{Error: "connection refused: is your receiver running at http://localhost:8080/?", Duration: devhook.Duration(time.Millisecond)}, Status: 502},
+		{Delivery: &devhook.Delivery{ReceivedAt: at, Method: "POST", Path: "/", Verdict: devhook.Verdict{Result: "missing_signature"}}, Status: 401},
+	}
+	var buf bytes.Buffer
+	p := &printer{w: &buf, loc: time.UTC}
+	for _, r := range results {
+		p.result(r)
+	}
+	golden := filepath.Join("testdata", "listen-human.golden")
+	if *update {
+		os.WriteFile(golden, buf.Bytes(), 0o644)
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(buf.Bytes(), want) {
+		t.Fatalf("human output differs from %s:\n%s", golden, buf.String())
+	}
+}
