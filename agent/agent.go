@@ -91,6 +91,8 @@ type Result struct {
 	Attempt   *devhook.Attempt  // nil when not forwarded
 	Status    int               // answered to the sender
 	Duplicate bool              // already recorded and forwarded before
+	Rejected  bool              // not forwarded: the signature check failed (--verify enforce)
+	Error     string            // what went wrong in devhook itself, if anything
 }
 
 // Agent forwards and records deliveries.
@@ -302,7 +304,7 @@ type responder interface {
 func (a *Agent) handle(ctx context.Context, conn responder, d *devhook.Delivery) {
 	res := a.process(ctx, d)
 	st, h, body := answer(res)
-	res.Status = st
+	res.Status, res.Rejected, res.Error = st, res.rejected != nil, res.failure
 	if err := conn.Respond(d.ID, st, h, body); err != nil {
 		a.cfg.Logf("delivery %s: %v", d.ID, err)
 	}

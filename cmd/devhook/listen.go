@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -321,7 +322,7 @@ func (p *printer) result(r agent.Result) {
 			Duplicate bool    `json:"duplicate,omitempty"`
 			Error     string  `json:"error,omitempty"`
 		}{"delivery", d.ID, d.Method, d.Path, d.Event.RunID, d.Event.StatusV2, d.Verdict.Result, status,
-			float64(dur) / float64(time.Millisecond), d.Queued, r.Duplicate, attemptError(r.Attempt)})
+			float64(dur) / float64(time.Millisecond), d.Queued, r.Duplicate, cmp.Or(r.Error, attemptError(r.Attempt))})
 		return
 	}
 	run := "-"
@@ -338,8 +339,11 @@ func (p *printer) result(r agent.Result) {
 	}
 	line := fmt.Sprintf("%s  %-6s %-20s %-28s %-18s → %d  %s",
 		d.ReceivedAt.In(loc).Format("15:04:05.000"), d.Method, clip(d.Path, 20), clip(run, 28), d.Verdict.Result, status, took)
-	if r.Attempt == nil {
+	switch {
+	case r.Rejected:
 		line += "  (not forwarded: the signature check failed)"
+	case r.Error != "":
+		line += "  " + r.Error
 	}
 	if d.Queued {
 		line += "  (was queued)"

@@ -24,7 +24,7 @@ func TestPrinterHumanGolden(t *testing.T) {
 			Attempt: &devhook.Attempt{Status: 401, Duration: devhook.Duration(380 * time.Microsecond)}, Status: 401},
 		{Delivery: &devhook.Delivery{ReceivedAt: at, Method: "PUT", Path: "/a/very/long/path/that/is/cut", Queued: true, Verdict: devhook.Verdict{Result: "unchecked"}},
 			Attempt: &devhook.Attempt{Error: "connection refused: is your receiver running at http://localhost:8080/?", Duration: devhook.Duration(time.Millisecond)}, Status: 502},
-		{Delivery: &devhook.Delivery{ReceivedAt: at, Method: "POST", Path: "/", Verdict: devhook.Verdict{Result: "missing_signature"}}, Status: 401},
+		{Delivery: &devhook.Delivery{ReceivedAt: at, Method: "POST", Path: "/", Verdict: devhook.Verdict{Result: "missing_signature"}}, Status: 401, Rejected: true},
 	}
 	var buf bytes.Buffer
 	p := &printer{w: &buf, loc: time.UTC}
