@@ -48,6 +48,11 @@ func runKey(runID string, id []byte) []byte {
 
 func hasPrefix(k, prefix []byte) bool { return bytes.HasPrefix(k, prefix) }
 
+// appendFill is the fill percent of buckets keyed by delivery id. Ids grow
+// with time, so new keys land at the end: bbolt's default of one half
+// would leave every page half empty and the file twice as large.
+const appendFill = 0.95
+
 // encodedDelivery is a delivery ready to be written.
 type encodedDelivery struct {
 	id, meta, summary, body []byte
@@ -78,13 +83,17 @@ func (e *encodedDelivery) put(tx *bolt.Tx) (bool, error) {
 	if deliveries.Get(e.id) != nil {
 		return false, nil
 	}
+	bodies, summaries := tx.Bucket(bucketBodies), tx.Bucket(bucketSummaries)
+	for _, b := range []*bolt.Bucket{deliveries, bodies, summaries} {
+		b.FillPercent = appendFill
+	}
 	if err := deliveries.Put(e.id, e.meta); err != nil {
 		return false, err
 	}
-	if err := tx.Bucket(bucketBodies).Put(e.id, e.body); err != nil {
+	if err := bodies.Put(e.id, e.body); err != nil {
 		return false, err
 	}
-	if err := tx.Bucket(bucketSummaries).Put(e.id, e.summary); err != nil {
+	if err := summaries.Put(e.id, e.summary); err != nil {
 		return false, err
 	}
 	if e.runID != "" {
@@ -140,7 +149,10 @@ func (db *DB) AddAttempt(id string, a devhook.Attempt) (devhook.Attempt, error) 
 			return err
 		}
 		a.Seq = s.Attempts + 1
-		if err := tx.Bucket(bucketAttempts).Put(attemptKey(key, a.Seq), appendAttempt(nil, &a)); err != nil {
+		attempts := tx.Bucket(bucketAttempts)
+		attempts.FillPercent = appendFill
+		summaries.FillPercent = appendFill
+		if err := attempts.Put(attemptKey(key, a.Seq), appendAttempt(nil, &a)); err != nil {
 			return err
 		}
 		s.Attempts = a.Seq
