@@ -189,6 +189,9 @@ func corruptError(path string, err error) error {
 	return fmt.Errorf("storage: open %s: the file is not a devhook database or is damaged (%w); devhook left it untouched: move it away (for example: mv %s %s.bad) and devhook will start a new one", path, err, path, path)
 }
 
+// errForeign marks a bbolt file that devhook did not write.
+var errForeign = errors.New("a bbolt file without devhook's schema")
+
 // init creates the buckets of a new file and checks the schema of an
 // existing one.
 func (db *DB) init() error {
@@ -196,16 +199,16 @@ func (db *DB) init() error {
 		if m := tx.Bucket(bucketMeta); m != nil {
 			v := m.Get(keyVersion)
 			if len(v) != 8 {
-				return errors.New("no schema version")
+				return errForeign
 			}
 			if n := binary.BigEndian.Uint64(v); n > schemaVersion {
-				return fmt.Errorf("schema version %d is newer than this devhook's (%d): upgrade devhook", n, schemaVersion)
+				return devhook.Errorf(devhook.EINVALID, "storage: %s was written by a newer devhook (schema %d, this one reads %d): upgrade devhook", db.path, n, schemaVersion)
 			}
 		} else {
 			empty := true
 			_ = tx.ForEach(func([]byte, *bolt.Bucket) error { empty = false; return nil })
 			if !empty {
-				return errors.New("a bbolt file of another program")
+				return errForeign
 			}
 		}
 		for _, name := range allBuckets {
@@ -215,8 +218,13 @@ func (db *DB) init() error {
 		}
 		return tx.Bucket(bucketMeta).Put(keyVersion, binary.BigEndian.AppendUint64(nil, schemaVersion))
 	})
-	if err != nil {
+	switch {
+	case errors.Is(err, errForeign):
 		return corruptError(db.path, err)
+	case devhook.ErrorCode(err) == devhook.EINVALID:
+		return err
+	case err != nil:
+		return fmt.Errorf("storage: open %s: create buckets: %w", db.path, err)
 	}
 	return nil
 }

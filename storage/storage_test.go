@@ -529,3 +529,30 @@ func TestReopen(t *testing.T) {
 		t.Errorf("AddAttempt after reopen: Seq %d, %v; want 2", a.Seq, err)
 	}
 }
+
+func TestOpen_NewerSchema(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	b, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = b.Update(func(tx *bolt.Tx) error {
+		m, err := tx.CreateBucket([]byte("meta"))
+		if err != nil {
+			return err
+		}
+		return m.Put([]byte("version"), []byte{0, 0, 0, 0, 0, 0, 0, 99})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	db, err := storage.Open(path, storage.Config{})
+	if err == nil {
+		db.Close()
+		t.Fatal("Open of a file from a newer devhook succeeded")
+	}
+	if !strings.Contains(err.Error(), "newer devhook") || !strings.Contains(err.Error(), "upgrade") {
+		t.Errorf("error %q does not say to upgrade", err)
+	}
+}
