@@ -1,0 +1,239 @@
+package inspector_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/inspector/inspectortest"
+)
+
+// TestInBrowser drives the page in headless chromium against an inspector
+// over a real store. The subtests share one browser and run in order.
+func TestInBrowser(t *testing.T) {
+	b := inspectortest.NewBrowser(t)
+	f := newFixture(t, fixtureOptions{})
+	t.Logf("screenshots go to %s", inspectortest.OutputDir(t))
+
+	// History: a full run, a badly signed delivery and some noise.
+	base := time.Now().Add(-20 * time.Minute)
+	seq := 0
+	add := func(at time.Time, body []byte, sign bool, status int) *devhook.Delivery {
+		seq++
+		d := newDelivery(at, seq, body, sign)
+		put(t, f.DB, d, status)
+		return d
+	}
+	for i := range 12 {
+		add(base.Add(time.Duration(i)*time.Second), runStatusBody(t, "run-old-"+string(rune('a'+i%4)), inspectorStep(i), base), i%4 != 1, 200)
+	}
+	runStart := base.Add(5 * time.Minute)
+	queued := add(runStart, runStatusBody(t, "run-tl", "queued", runStart), true, 200)
+	add(runStart.Add(1200*time.Millisecond), runStatusBody(t, "run-tl", "running", runStart), true, 200)
+	add(runStart.Add(9*time.Second), runStatusBody(t, "run-tl", "succeeded", runStart), true, 200)
+	// A delivery whose signature does not match.
+	seq++
+	bad := newDelivery(base.Add(6*time.Minute+time.Second), seq, runStatusBody(t, "run-bad", "queued", base), false)
+	bad.Header.Set(devhook.SignatureHeader, "t="+jsonNumber(base.UnixMilli())+",v1=0000")
+	bad.Verdict = devhook.Verdict{Result: devhook.VerdictInvalidSignature, Reason: "the v1 signature does not match the body signed with the secret", Status: 401, Text: "Unauthorized: Invalid signature"}
+	put(t, f.DB, bad, 401)
+
+	tab := b.NewTab(t)
+	tab.Run(t,
+		chromedp.Navigate(f.HTTP.URL+"/#/"),
+		inspectortest.WaitJS(`document.body.dataset.live === "1"`, "the live stream to connect"),
+		inspectortest.WaitCount("#deliveries tbody tr", 16),
+		inspectortest.WaitText("#settings-strip", "secret known"),
+	)
+
+	t.Run("live delivery appears without reload", func(t *testing.T) {
+		inspectortest.Eval[bool](t, tab, `(window.__sameDocument = "yes", true)`)
+		at := time.Now()
+		d := newDelivery(at, 1000, runStatusBody(t, "run-live", "queued", at), true)
+		s := put(t, f.DB, d, 0)
+		f.Server.Publish(devhook.Change{Kind: devhook.ChangeDelivery, Summary: s})
+		row := `#deliveries tbody tr[data-id="` + d.ID + `"]`
+		tab.Run(t,
+			inspectortest.WaitSelector(row),
+			inspectortest.WaitJS(`document.querySelector("#deliveries tbody tr").dataset.id === "`+d.ID+`"`, "the new row to be first"),
+			inspectortest.WaitText(row, "pending"),
+		)
+		// The answer arrives: the row updates in place.
+		a, err := f.DB.AddAttempt(d.ID, devhook.Attempt{Kind: devhook.AttemptForward, Target: f.Receiver.URL, StartedAt: at, Status: 202, Duration: devhook.Duration(3 * time.Millisecond)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := f.DB.Delivery(d.ID)
+		f.Server.Publish(devhook.Change{Kind: devhook.ChangeAttempt, Summary: got.Summarize(), Attempt: &a})
+		tab.Run(t, inspectortest.WaitSelector(row+` .badge.status[data-status="202"]`))
+		if same := inspectortest.Eval[string](t, tab, `window.__sameDocument || "reloaded"`); same != "yes" {
+			t.Fatalf("the page reloaded: %s", same)
+		}
+		for _, want := range []string{"POST", "/hooks/service", "queued", "valid signature", "202", "3.0 ms"} {
+			tab.Run(t, inspectortest.WaitText(row, want))
+		}
+		tab.Screenshot(t, "inspector-list")
+	})
+
+	t.Run("filters", func(t *testing.T) {
+		tab.Run(t,
+			chromedp.Navigate(f.HTTP.URL+"/#/?verdict=invalid_signature"),
+			inspectortest.WaitCount("#deliveries tbody tr", 1),
+			inspectortest.WaitText("#deliveries tbody", "invalid signature"),
+			chromedp.Navigate(f.HTTP.URL+"/#/?run_id=run-tl"),
+			inspectortest.WaitCount("#deliveries tbody tr", 3),
+		)
+	})
+
+	t.Run("detail shows the verdict and the pretty body", func(t *testing.T) {
+		tab.Run(t,
+			chromedp.Navigate(f.HTTP.URL+"/#/"),
+			inspectortest.WaitSelector(`#deliveries tr[data-id="`+bad.ID+`"]`),
+			inspectortest.Click(`#deliveries tr[data-id="`+bad.ID+`"] td.path a`),
+			inspectortest.WaitText("#signature", "invalid signature"),
+			inspectortest.WaitText("#verdict-reason", "does not match"),
+			inspectortest.WaitText("#reference-text", "Unauthorized: Invalid signature"),
+			inspectortest.WaitText(`pre[data-body="request"]`, "\n  \"data\": {\n    \"run_id\": \"run-bad\""),
+			inspectortest.WaitJS(`document.querySelector('pre[data-body="request"]').dataset.mode === "pretty"`, "the pretty view"),
+			// Raw view: the bytes as they came.
+			inspectortest.Click(`[data-viewer="request"] .seg-btn[data-mode="raw"]`),
+			inspectortest.WaitText(`pre[data-body="request"]`, `{"event_type":"run.status","api_version":"2024-03-04"`),
+		)
+	})
+
+	t.Run("replay adds an attempt the receiver saw", func(t *testing.T) {
+		before := len(f.Receiver.requests())
+		tab.Run(t,
+			chromedp.Navigate(f.HTTP.URL+"/#/d/"+queued.ID),
+			inspectortest.WaitCount("#attempts .attempt", 1),
+			inspectortest.WaitText("#replay", "Replay (re-signed)"),
+			inspectortest.Click("#replay"),
+			inspectortest.WaitCount("#attempts .attempt", 2),
+			inspectortest.WaitText(`#attempts .attempt[data-seq="2"]`, "replay"),
+			inspectortest.WaitText(`#attempts .attempt[data-seq="2"]`, "re-signed"),
+			inspectortest.WaitText(`#attempts .attempt[data-seq="2"] .badge.status`, "200"),
+		)
+		got := f.Receiver.requests()
+		if len(got) != before+1 {
+			t.Fatalf("the receiver saw %d requests, want %d", len(got), before+1)
+		}
+		if r := got[len(got)-1]; string(r.Body) != string(queued.Body) || r.Header.Get(devhook.SignatureHeader) == queued.Header.Get(devhook.SignatureHeader) {
+			t.Errorf("the receiver saw %s with signature %q; want the stored body, re-signed", r.Body, r.Header.Get(devhook.SignatureHeader))
+		}
+		stored, err := f.DB.Delivery(queued.ID)
+		if err != nil || len(stored.Attempts) != 2 || stored.Attempts[1].Kind != devhook.AttemptReplay {
+			t.Fatalf("stored attempts: %+v, %v", stored, err)
+		}
+
+		// Edit and replay: a changed body, sent as-is.
+		tab.Run(t,
+			inspectortest.Click("#replay-edit"),
+			inspectortest.WaitSelector("#replay-editor:not([hidden])"),
+			chromedp.SetValue(chromedp.CSS("#edit-body"), `{"edited":"by hand"}`),
+			inspectortest.Click("#replay-send"),
+			inspectortest.WaitCount("#attempts .attempt", 3),
+			inspectortest.WaitText(`#attempts .attempt[data-seq="3"]`, "re-signed"),
+			inspectortest.WaitText(`#attempts .attempt[data-seq="3"]`, "edited body"),
+		)
+		got = f.Receiver.requests()
+		if r := got[len(got)-1]; string(r.Body) != `{"edited":"by hand"}` {
+			t.Errorf("the receiver saw %q after the edit", r.Body)
+		}
+
+		// Compare two attempts side by side.
+		tab.Run(t,
+			inspectortest.Click(`.attempt[data-seq="1"] .cmp-box`),
+			inspectortest.Click(`.attempt[data-seq="3"] .cmp-box`),
+			inspectortest.WaitSelector("#compare .diff-grid"),
+			inspectortest.WaitText("#compare", "#1 forward"),
+			inspectortest.WaitText("#compare", "#3 replay"),
+		)
+		tab.Screenshot(t, "inspector-detail")
+	})
+
+	t.Run("a run's three deliveries show as one timeline", func(t *testing.T) {
+		tab.Run(t,
+			chromedp.Navigate(f.HTTP.URL+"/#/runs"),
+			inspectortest.WaitSelector(`#runs tr[data-run="run-tl"]`),
+			inspectortest.Click(`#runs tr[data-run="run-tl"] a`),
+			inspectortest.WaitCount("#timeline .step.done", 3),
+			inspectortest.WaitCount("#run-deliveries tbody tr", 3),
+			inspectortest.WaitText("#run-issues", "All three steps arrived in order"),
+		)
+		steps := inspectortest.Eval[[]string](t, tab, `Array.from(document.querySelectorAll("#timeline .step")).map(e => e.dataset.step)`)
+		if strings.Join(steps, ",") != "queued,running,succeeded" {
+			t.Errorf("steps = %v", steps)
+		}
+		gaps := inspectortest.Eval[[]string](t, tab, `Array.from(document.querySelectorAll("#timeline .gap")).map(e => e.textContent)`)
+		if len(gaps) != 2 || gaps[0] != "+1.20 s" || gaps[1] != "+7.80 s" {
+			t.Errorf("gaps = %q, want +1.20 s and +7.80 s", gaps)
+		}
+		tab.Screenshot(t, "inspector-run")
+
+		// An out-of-order run is flagged.
+		at := time.Now()
+		put(t, f.DB, newDelivery(at, 2000, runStatusBody(t, "run-odd", "succeeded", at), true), 200)
+		put(t, f.DB, newDelivery(at.Add(time.Second), 2001, runStatusBody(t, "run-odd", "queued", at), true), 200)
+		tab.Run(t,
+			chromedp.Navigate(f.HTTP.URL+"/#/runs/run-odd"),
+			inspectortest.WaitText("#run-issues", "queued arrived after succeeded"),
+			inspectortest.WaitText("#run-issues", "no running delivery arrived"),
+			inspectortest.WaitSelector(`#timeline .step.missing[data-step="running"]`),
+		)
+		tab.Screenshot(t, "inspector-run-out-of-order")
+	})
+
+	t.Run("request content is never run as HTML", func(t *testing.T) {
+		const payload = `<script>window.pwned = "script"; document.title = "pwned"</script><img src=x onerror="window.pwned='img'">`
+		at := time.Now()
+		d := newDelivery(at, 3000, []byte(payload), true)
+		d.Path = `/hooks/<img src=x onerror="window.pwned='path'">`
+		d.Header.Set("X-Note", `<b onmouseover="window.pwned='header'">bold</b>`)
+		d.Header.Set("Content-Type", "text/html")
+		s := put(t, f.DB, d, 200)
+		f.Server.Publish(devhook.Change{Kind: devhook.ChangeDelivery, Summary: s})
+		title := inspectortest.Eval[string](t, tab, `document.title`)
+		tab.Run(t,
+			chromedp.Navigate(f.HTTP.URL+"/#/"),
+			inspectortest.WaitSelector(`#deliveries tr[data-id="`+d.ID+`"]`),
+			inspectortest.WaitText(`#deliveries tr[data-id="`+d.ID+`"]`, `<img src=x`),
+			chromedp.Navigate(f.HTTP.URL+"/#/d/"+d.ID),
+			inspectortest.WaitText(`pre[data-body="request"]`, "<script>window.pwned"),
+			inspectortest.WaitText("#view", `<b onmouseover=`),
+			inspectortest.WaitText(".req-line", `onerror="window.pwned='path'"`),
+		)
+		pwned := inspectortest.Eval[string](t, tab, `String(window.pwned)`)
+		nodes := inspectortest.Eval[int](t, tab, `document.querySelectorAll("#view script, #view img, #view b, #deliveries img").length`)
+		if pwned != "undefined" || nodes != 0 || inspectortest.Eval[string](t, tab, `document.title`) != title {
+			t.Errorf("request content ran as HTML: window.pwned=%s, %d foreign elements, title %q", pwned, nodes, inspectortest.Eval[string](t, tab, `document.title`))
+		}
+	})
+
+	t.Run("settings", func(t *testing.T) {
+		tab.Run(t,
+			chromedp.Navigate(f.HTTP.URL+"/#/settings"),
+			inspectortest.WaitText("#public-url", "https://relay.example.test/c/ch-test"),
+			inspectortest.WaitText("#view", f.Receiver.URL),
+			inspectortest.WaitText("#view", "known"),
+		)
+		if strings.Contains(inspectortest.Eval[string](t, tab, `document.body.textContent`), testSecret) {
+			t.Error("the page shows the secret")
+		}
+	})
+
+	if ex := tab.Exceptions(); len(ex) != 0 {
+		t.Errorf("the page threw: %q", ex)
+	}
+}
+
+func inspectorStep(i int) string {
+	return []string{"queued", "running", "succeeded"}[i%3]
+}
+
+func jsonNumber(n int64) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}

@@ -1,0 +1,147 @@
+package inspector
+
+import (
+	"encoding/json"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/devhook/devhook"
+)
+
+// hub fans changes out to the live event streams. Publish never waits for a
+// subscriber: one whose buffer is full is dropped, and its stream ends so
+// that the browser reconnects and reloads what it missed.
+type hub struct {
+	buffer int
+
+	mu     sync.Mutex
+	subs   map[*subscriber]struct{}
+	closed bool
+	done   chan struct{} // closed by close
+}
+
+type subscriber struct {
+	ch      chan devhook.Change
+	dropped chan struct{} // closed when the hub gives up on this subscriber
+}
+
+func newHub(buffer int) *hub {
+	return &hub{buffer: buffer, subs: make(map[*subscriber]struct{}), done: make(chan struct{})}
+}
+
+// subscribe returns a new subscriber, or nil when the hub is closed.
+func (h *hub) subscribe() *subscriber {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil
+	}
+	s := &subscriber{ch: make(chan devhook.Change, h.buffer), dropped: make(chan struct{})}
+	h.subs[s] = struct{}{}
+	return s
+}
+
+func (h *hub) unsubscribe(s *subscriber) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.subs, s)
+}
+
+func (h *hub) publish(c devhook.Change) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for s := range h.subs {
+		select {
+		case s.ch <- c:
+		default:
+			delete(h.subs, s)
+			close(s.dropped)
+		}
+	}
+}
+
+func (h *hub) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return
+	}
+	h.closed = true
+	close(h.done)
+	h.subs = make(map[*subscriber]struct{})
+}
+
+// subscribers returns how many streams are live.
+func (h *hub) subscribers() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.subs)
+}
+
+// handleEvents streams changes as Server-Sent Events: a "ready" event when
+// the stream opens, then "delivery" and "attempt" events whose data is a
+// devhook.Change, and a comment line when idle so that proxies and the
+// browser keep the connection.
+func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
+	sub := s.hub.subscribe()
+	if sub == nil {
+		writeJSON(w, http.StatusServiceUnavailable, errorBody{Error: "the inspector is shutting down"})
+		return
+	}
+	defer s.hub.unsubscribe(sub)
+
+	rc := http.NewResponseController(w)
+	// A server-wide WriteTimeout would cut the stream; this one has none.
+	_ = rc.SetWriteDeadline(time.Time{})
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	// retry: how long the browser waits before reconnecting.
+	if _, err := w.Write([]byte("retry: 1000\nevent: ready\ndata: {}\n\n")); err != nil {
+		return
+	}
+	if err := rc.Flush(); err != nil {
+		s.cfg.Logf("inspector: the event stream cannot be flushed: %v", err)
+		return
+	}
+
+	tick := time.NewTicker(s.cfg.Heartbeat)
+	defer tick.Stop()
+	for {
+		var msg []byte
+		select {
+		case <-r.Context().Done():
+			return
+		case <-s.hub.done:
+			return
+		case <-sub.dropped:
+			s.cfg.Logf("inspector: a page fell behind the live stream and was disconnected; it reloads on reconnect")
+			return
+		case <-tick.C:
+			msg = []byte(": keep-alive\n\n")
+		case c := <-sub.ch:
+			data, err := json.Marshal(c)
+			if err != nil {
+				s.cfg.Logf("inspector: encoding a %s change: %v", c.Kind, err)
+				continue
+			}
+			kind := c.Kind
+			if kind != devhook.ChangeDelivery && kind != devhook.ChangeAttempt {
+				kind = "change"
+			}
+			msg = make([]byte, 0, len(data)+32)
+			msg = append(msg, "event: "+kind+"\ndata: "...)
+			msg = append(msg, data...)
+			msg = append(msg, "\n\n"...)
+		}
+		if _, err := w.Write(msg); err != nil {
+			return
+		}
+		if err := rc.Flush(); err != nil {
+			return
+		}
+	}
+}

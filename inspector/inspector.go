@@ -1,0 +1,180 @@
+// Package inspector is devhook's local web inspector: a JSON API over the
+// agent's store, a live stream of changes, replay, and the single-page app
+// embedded from package web.
+//
+// # API
+//
+//	GET  /api/deliveries                     newest first; limit, before, verdict, status, run_id, status_v2, q
+//	                                         → {"items":[Summary...],"next":"<before cursor or empty>"}
+//	GET  /api/deliveries/{id}                → Delivery plus "view" (decoded bodies for the page)
+//	GET  /api/deliveries/{id}/body           the request body, raw, as a download
+//	GET  /api/deliveries/{id}/attempts/{seq}/body   an attempt's response body, raw, as a download
+//	GET  /api/deliveries/{id}/curl           the delivery as a curl command (text/plain); ?to= overrides the target
+//	POST /api/deliveries/{id}/replay         {"resign":bool?,"to":"","header":{...}?,"body_text":"..."?,"body_base64":"..."?} → Attempt
+//	GET  /api/runs                           recent runs: {"items":[{run_id, deliveries, last_status_v2, last_received_at}]}
+//	GET  /api/runs/{run_id}                  a run's deliveries oldest first, with a timeline analysis
+//	GET  /api/settings                       forward targets, relay and public URLs, whether a secret is known
+//	GET  /api/events                         Server-Sent Events: "event: delivery" / "event: attempt", data = devhook.Change
+//
+// Errors are JSON {"error":"..."} with a status from the devhook.ErrorCode
+// of the failure.
+//
+// # Safety
+//
+// Every request must name a loopback host (localhost, 127.x.y.z, [::1], or
+// one of Config.AllowedHosts) in its Host header, which defeats DNS
+// rebinding. State-changing requests from another origin are refused by
+// http.CrossOriginProtection. The page builds its DOM with textContent only
+// and is served with a strict Content-Security-Policy.
+package inspector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"time"
+
+	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/web"
+)
+
+// Store is what the inspector reads deliveries from.
+type Store interface {
+	// List returns summaries newest first, paging by f.Before.
+	List(f devhook.Filter) ([]devhook.Summary, error)
+	// Delivery returns a delivery with its attempts; an *devhook.Error with
+	// code devhook.ENOTFOUND when the id is unknown.
+	Delivery(id string) (*devhook.Delivery, error)
+	// RunDeliveries returns the summaries of a run's deliveries, oldest first.
+	RunDeliveries(runID string) ([]devhook.Summary, error)
+}
+
+// Replayer sends a stored delivery again and records the attempt itself.
+type Replayer interface {
+	Replay(ctx context.Context, id string, opt devhook.ReplayOptions) (devhook.Attempt, error)
+}
+
+// Settings are shown on the page. The secret itself never is.
+type Settings struct {
+	Forward   []string
+	RelayURL  string
+	PublicURL string
+	Channel   string
+	// SecretKnown reports whether the agent knows the webhook secret; it may
+	// arrive after start-up. Nil means no.
+	SecretKnown func() bool
+	Verify      string // report, enforce or off
+}
+
+// Config configures a Server. Zero values mean defaults, except Store,
+// which is required.
+type Config struct {
+	Store Store
+	// Replayer is nil when replay is not possible; replay then answers 503.
+	Replayer Replayer
+	Settings Settings
+	// AllowedHosts are host names (without port) accepted in the Host
+	// header besides the loopback names.
+	AllowedHosts []string
+	// Assets is the page; nil means web.FS().
+	Assets fs.FS
+	// Heartbeat is how often an idle event stream gets a comment line;
+	// 0 means 15 seconds.
+	Heartbeat time.Duration
+	// StreamBuffer is how many changes may wait for a slow subscriber
+	// before it is disconnected; 0 means 256.
+	StreamBuffer int
+	// Logf, when set, receives one line per failed request.
+	Logf func(format string, args ...any)
+}
+
+// Server serves the inspector. Create it with New.
+type Server struct {
+	cfg     Config
+	handler http.Handler
+	hub     *hub
+}
+
+// New validates cfg and returns a Server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("inspector: Config.Store is required")
+	}
+	if cfg.Assets == nil {
+		cfg.Assets = web.FS()
+	}
+	if _, err := fs.Stat(cfg.Assets, "index.html"); err != nil {
+		return nil, fmt.Errorf("inspector: the page's assets have no index.html: %w", err)
+	}
+	if cfg.Heartbeat < 0 || cfg.StreamBuffer < 0 {
+		return nil, errors.New("inspector: Config.Heartbeat and Config.StreamBuffer must not be negative")
+	}
+	if cfg.Heartbeat == 0 {
+		cfg.Heartbeat = 15 * time.Second
+	}
+	if cfg.StreamBuffer == 0 {
+		cfg.StreamBuffer = 256
+	}
+	for _, h := range cfg.AllowedHosts {
+		if h == "" {
+			return nil, errors.New("inspector: Config.AllowedHosts has an empty name")
+		}
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
+	}
+	s := &Server{cfg: cfg, hub: newHub(cfg.StreamBuffer)}
+	s.handler = s.routes()
+	return s, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.handler.ServeHTTP(w, r)
+}
+
+// Publish sends c to every live subscriber. It never blocks: a subscriber
+// whose buffer is full is disconnected, and its page reloads what it missed
+// when it reconnects.
+func (s *Server) Publish(c devhook.Change) {
+	s.hub.publish(c)
+}
+
+// Subscribers returns how many live event streams are open.
+func (s *Server) Subscribers() int {
+	return s.hub.subscribers()
+}
+
+// Close ends every live event stream and refuses new ones, so that
+// http.Server.Shutdown can finish. Other requests are still served.
+func (s *Server) Close() error {
+	s.hub.close()
+	return nil
+}
+
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /api/deliveries", s.handleList)
+	mux.HandleFunc("GET /api/deliveries/{id}", s.handleDelivery)
+	mux.HandleFunc("GET /api/deliveries/{id}/body", s.handleRequestBody)
+	mux.HandleFunc("GET /api/deliveries/{id}/attempts/{seq}/body", s.handleAttemptBody)
+	mux.HandleFunc("GET /api/deliveries/{id}/curl", s.handleCurl)
+	mux.HandleFunc("POST /api/deliveries/{id}/replay", s.handleReplay)
+	mux.HandleFunc("GET /api/runs", s.handleRuns)
+	mux.HandleFunc("GET /api/runs/{run_id}", s.handleRun)
+	mux.HandleFunc("GET /api/settings", s.handleSettings)
+	mux.HandleFunc("GET /api/events", s.handleEvents)
+	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, devhook.Errorf(devhook.ENOTFOUND, "no API endpoint %s %s", r.Method, r.URL.Path))
+	})
+	mux.Handle("/", s.assets())
+
+	cop := http.NewCrossOriginProtection()
+	cop.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.cfg.Logf("inspector: refused a cross-origin %s %s from %q", r.Method, r.URL.Path, r.Header.Get("Origin"))
+		writeJSON(w, http.StatusForbidden, errorBody{Error: "cross-origin request refused: use the inspector page itself"})
+	}))
+	return s.checkHost(securityHeaders(cop.Handler(mux)))
+}
