@@ -3,6 +3,7 @@ package storage_test
 import (
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -49,14 +50,27 @@ func BenchmarkPutDelivery(b *testing.B) {
 			}
 			b.SetBytes(int64(len(benchBody)))
 			b.ReportAllocs()
+			lat := make([]time.Duration, b.N)
 			b.ResetTimer()
 			for i := range b.N {
+				start := time.Now()
 				if _, err := db.PutDelivery(ds[i]); err != nil {
 					b.Fatal(err)
 				}
+				lat[i] = time.Since(start)
 			}
+			b.StopTimer()
+			reportPercentiles(b, lat)
 		})
 	}
+}
+
+// reportPercentiles adds the median and 99th percentile of lat to the
+// benchmark's output.
+func reportPercentiles(b *testing.B, lat []time.Duration) {
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 }
 
 func BenchmarkPutDeliveryParallel(b *testing.B) {
