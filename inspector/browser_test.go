@@ -152,6 +152,19 @@ func TestInBrowser(t *testing.T) {
 			inspectortest.WaitText("#compare", "#3 replay"),
 		)
 		tab.Screenshot(t, "inspector-detail")
+
+		// Copy as curl: to the clipboard, or, when the browser refuses it, into a box to copy from.
+		tab.Run(t,
+			inspectortest.Click("#copy-curl"),
+			inspectortest.WaitJS(`(document.querySelector("#toast") || {}).textContent === "curl command copied" ||
+				!!document.querySelector("textarea.copy-fallback")`, "the curl command to be copied"),
+		)
+		if inspectortest.Eval[bool](t, tab, `!!document.querySelector("textarea.copy-fallback")`) {
+			cmd := inspectortest.Eval[string](t, tab, `document.querySelector("textarea.copy-fallback").value`)
+			if !strings.Contains(cmd, "curl -sS -i -X 'POST' '"+f.Receiver.URL+"/hooks/service'") {
+				t.Errorf("curl command = %s", cmd)
+			}
+		}
 	})
 
 	t.Run("a run's three deliveries show as one timeline", func(t *testing.T) {
