@@ -11,6 +11,9 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
+// maxRunIDLen bounds the run ids the run index keeps.
+const maxRunIDLen = 1024
+
 // List limits.
 const (
 	DefaultListLimit = 50
@@ -50,7 +53,7 @@ func hasPrefix(k, prefix []byte) bool { return bytes.HasPrefix(k, prefix) }
 
 // appendFill is the fill percent of buckets keyed by delivery id. Ids grow
 // with time, so new keys land at the end: bbolt's default of one half
-// would leave every page half empty and the file twice as large.
+// would leave those pages half empty.
 const appendFill = 0.95
 
 // encodedDelivery is a delivery ready to be written.
@@ -69,6 +72,12 @@ func encodeDelivery(d *devhook.Delivery) *encodedDelivery {
 		summary: appendSummary(make([]byte, 0, 128), &s),
 		body:    d.Body,
 		runID:   d.Event.RunID,
+	}
+	// The run id comes from a body anyone may post: one that cannot be a
+	// key (bbolt refuses keys over 32 KiB) must not make the delivery
+	// impossible to record. It is still in the summary, just not indexed.
+	if len(e.runID) > maxRunIDLen || strings.IndexByte(e.runID, 0) >= 0 {
+		e.runID = ""
 	}
 	if e.body == nil {
 		e.body = []byte{}

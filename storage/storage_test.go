@@ -2,6 +2,7 @@ package storage_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -554,5 +555,29 @@ func TestOpen_NewerSchema(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "newer devhook") || !strings.Contains(err.Error(), "upgrade") {
 		t.Errorf("error %q does not say to upgrade", err)
+	}
+}
+
+func TestPutDelivery_HostileRunID(t *testing.T) {
+	db := MustOpenDB(t, storage.Config{})
+	for i, runID := range []string{strings.Repeat("r", 40<<10), "a\x00b"} {
+		d := newDelivery(i)
+		quoted, _ := json.Marshal(runID)
+		d.Body = fmt.Appendf(nil, `{"event_type":"run.status","data":{"run_id":%s}}`, quoted)
+		d.Event = devhook.ParseEvent(d.Body)
+		if d.Event.RunID != runID {
+			t.Fatalf("test body parsed to run id %.20q", d.Event.RunID)
+		}
+		mustPut(t, db, d)
+		got, err := db.Delivery(d.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Event.RunID != runID {
+			t.Errorf("stored run id %.20q, want %.20q", got.Event.RunID, runID)
+		}
+	}
+	if rs, err := db.RunDeliveries("a"); err != nil || len(rs) != 0 {
+		t.Errorf(`RunDeliveries("a") = %v, %v; want none`, rs, err)
 	}
 }
