@@ -33,7 +33,7 @@ func validID(what, id string) error {
 }
 
 func notFound(id string) error {
-	return devhook.Errorf(devhook.ENOTFOUND, "delivery %s not found", id)
+	return devhook.Errorf(devhook.ENOTFOUND, "delivery %.200q not found", id)
 }
 
 func attemptPrefix(id []byte) []byte {
@@ -143,8 +143,8 @@ func (db *DB) PutDelivery(d *devhook.Delivery) (created bool, err error) {
 // AddAttempt records a as the next attempt of delivery id, and returns it
 // with its Seq set.
 func (db *DB) AddAttempt(id string, a devhook.Attempt) (devhook.Attempt, error) {
-	if err := validID("delivery", id); err != nil {
-		return devhook.Attempt{}, err
+	if validID("delivery", id) != nil {
+		return devhook.Attempt{}, notFound(id) // it cannot have been recorded
 	}
 	key := []byte(id)
 	err := db.update(func(tx *bolt.Tx) error {
@@ -180,8 +180,10 @@ func (db *DB) AddAttempt(id string, a devhook.Attempt) (devhook.Attempt, error) 
 // Delivery returns the delivery id with its body and its attempts in Seq
 // order.
 func (db *DB) Delivery(id string) (*devhook.Delivery, error) {
-	if err := validID("delivery", id); err != nil {
-		return nil, err
+	if validID("delivery", id) != nil {
+		// Ids come from URLs: one that could not have been recorded is
+		// simply not there.
+		return nil, notFound(id)
 	}
 	key := []byte(id)
 	var d *devhook.Delivery

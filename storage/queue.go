@@ -32,8 +32,10 @@ func (db *DB) PutChannel(ch Channel) error {
 
 // Channel returns the relay channel id.
 func (db *DB) Channel(id string) (Channel, error) {
-	if err := validID("channel", id); err != nil {
-		return Channel{}, err
+	if validID("channel", id) != nil {
+		// Channel ids come from URLs: one that could not have been
+		// stored is simply not there.
+		return Channel{}, devhook.Errorf(devhook.ENOTFOUND, "channel %.200q not found", id)
 	}
 	var ch Channel
 	found := false
@@ -49,7 +51,7 @@ func (db *DB) Channel(id string) (Channel, error) {
 	case err != nil:
 		return Channel{}, fmt.Errorf("storage: read channel %s: %w", id, err)
 	case !found:
-		return Channel{}, devhook.Errorf(devhook.ENOTFOUND, "channel %s not found", id)
+		return Channel{}, devhook.Errorf(devhook.ENOTFOUND, "channel %.200q not found", id)
 	}
 	return ch, nil
 }

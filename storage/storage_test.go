@@ -373,11 +373,18 @@ func TestPutDelivery_Invalid(t *testing.T) {
 func TestDelivery_NotFound(t *testing.T) {
 	db := MustOpenDB(t, storage.Config{})
 	mustPut(t, db, newDelivery(1))
-	if _, err := db.Delivery(id(2)); devhook.ErrorCode(err) != devhook.ENOTFOUND {
-		t.Errorf("Delivery(unknown) error = %v, want %s", err, devhook.ENOTFOUND)
-	}
-	if _, err := db.AddAttempt(id(2), devhook.Attempt{}); devhook.ErrorCode(err) != devhook.ENOTFOUND {
-		t.Errorf("AddAttempt(unknown) error = %v, want %s", err, devhook.ENOTFOUND)
+	// Ids come from URLs: ids that could never be stored are not found
+	// either, rather than invalid.
+	for _, id := range []string{id(2), "", "a\x00b", strings.Repeat("a", 1000)} {
+		if _, err := db.Delivery(id); devhook.ErrorCode(err) != devhook.ENOTFOUND {
+			t.Errorf("Delivery(%.20q) error = %v, want %s", id, err, devhook.ENOTFOUND)
+		}
+		if _, err := db.AddAttempt(id, devhook.Attempt{}); devhook.ErrorCode(err) != devhook.ENOTFOUND {
+			t.Errorf("AddAttempt(%.20q) error = %v, want %s", id, err, devhook.ENOTFOUND)
+		}
+		if _, err := db.Channel(id); devhook.ErrorCode(err) != devhook.ENOTFOUND {
+			t.Errorf("Channel(%.20q) error = %v, want %s", id, err, devhook.ENOTFOUND)
+		}
 	}
 }
 
