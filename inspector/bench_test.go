@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/chromedp/chromedp"
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/inspector"
+	"github.com/devhook/devhook/inspector/inspectortest"
 )
 
 // BenchmarkListAPI100k measures GET /api/deliveries through the handler
@@ -54,7 +57,7 @@ func BenchmarkListAPI100k(b *testing.B) {
 	}
 }
 
-func get(b *testing.B, h http.Handler, path string, v any) {
+func get(b testing.TB, h http.Handler, path string, v any) {
 	r := httptest.NewRequest(http.MethodGet, path, nil)
 	r.Host = "127.0.0.1:4040"
 	w := httptest.NewRecorder()
@@ -69,7 +72,7 @@ func get(b *testing.B, h http.Handler, path string, v any) {
 
 // seed100k stores n run.status deliveries, one a second up to now, each
 // with a forward attempt, from a few writers so that the store batches.
-func seed100k(b *testing.B, db interface {
+func seed100k(b testing.TB, db interface {
 	PutDelivery(*devhook.Delivery) (bool, error)
 	AddAttempt(string, devhook.Attempt) (devhook.Attempt, error)
 }, n int) {
@@ -101,4 +104,32 @@ func seed100k(b *testing.B, db interface {
 	for err := range errs {
 		b.Fatalf("seeding: %v", err)
 	}
+}
+
+// TestFirstPage100kInBrowser times the list page over a store of 100,000
+// deliveries, from navigation to 50 drawn rows. Seeding takes a while, so
+// it runs only with DEVHOOK_SLOW_TESTS=1.
+//
+//	DEVHOOK_SLOW_TESTS=1 go test -run FirstPage100k -v ./inspector/
+func TestFirstPage100kInBrowser(t *testing.T) {
+	if os.Getenv("DEVHOOK_SLOW_TESTS") == "" {
+		t.Skip("seeds 100,000 deliveries: set DEVHOOK_SLOW_TESTS=1")
+	}
+	br := inspectortest.NewBrowser(t)
+	f := newFixture(t, fixtureOptions{})
+	seed100k(t, f.DB, 100_000)
+	tab := br.NewTab(t)
+	tab.Run(t, chromedp.Navigate(f.HTTP.URL+"/#/settings"), inspectortest.WaitSelector("#public-url"))
+	start := time.Now()
+	tab.Run(t,
+		chromedp.Navigate(f.HTTP.URL+"/#/"),
+		inspectortest.WaitCount("#deliveries tbody tr", 50),
+		inspectortest.WaitSelector("#load-more"),
+	)
+	took := time.Since(start)
+	t.Logf("first page of 100,000 deliveries drawn in %v", took.Round(time.Millisecond))
+	if took > 2*time.Second {
+		t.Errorf("the first page took %v to draw, want under 2 s", took)
+	}
+	tab.Screenshot(t, "inspector-list-100k")
 }

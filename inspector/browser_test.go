@@ -88,6 +88,27 @@ func TestInBrowser(t *testing.T) {
 		)
 	})
 
+	t.Run("older deliveries load page by page", func(t *testing.T) {
+		older := base.Add(-time.Hour)
+		for i := range 45 {
+			put(t, f.DB, newDelivery(older.Add(time.Duration(i)*time.Second), 500+i, runStatusBody(t, "run-page", "queued", older), true), 200)
+		}
+		tab.Run(t,
+			chromedp.Navigate(f.HTTP.URL+"/#/?status_v2=queued"),
+			chromedp.Navigate(f.HTTP.URL+"/#/"),
+			inspectortest.WaitCount("#deliveries tbody tr", 50),
+			inspectortest.Click("#load-more"),
+			inspectortest.WaitCount("#deliveries tbody tr", 62),
+			inspectortest.WaitText(".more", "End of history"),
+		)
+		ids := inspectortest.Eval[[]string](t, tab, `Array.from(document.querySelectorAll("#deliveries tbody tr")).map(e => e.dataset.id)`)
+		for i := 1; i < len(ids); i++ {
+			if ids[i] >= ids[i-1] {
+				t.Fatalf("rows %d and %d are not newest first: %s, %s", i-1, i, ids[i-1], ids[i])
+			}
+		}
+	})
+
 	t.Run("detail shows the verdict and the pretty body", func(t *testing.T) {
 		tab.Run(t,
 			chromedp.Navigate(f.HTTP.URL+"/#/"),

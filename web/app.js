@@ -92,6 +92,7 @@
   function fmtMs(ms) {
     if (ms === null || ms === undefined || isNaN(ms)) return '';
     ms = Number(ms);
+    if (ms < 0) return '−' + fmtMs(-ms);
     if (ms < 1) return ms.toFixed(2) + ' ms';
     if (ms < 100) return ms.toFixed(1) + ' ms';
     if (ms < 1000) return Math.round(ms) + ' ms';
@@ -516,7 +517,7 @@
     const sig = h('section', { class: 'panel signature sig-' + ((VERDICTS[v.result] || [0, 'neutral'])[1]), id: 'signature' },
       h('h2', null, 'Signature'),
       h('div', { class: 'sig-line' }, verdictBadge(v.result), h('span', { class: 'sig-reason', id: 'verdict-reason' }, v.reason || (v.result === 'ok' ? 'The service-signature header matches the body and the secret.' : ''))),
-      v.t ? h('p', { class: 'small muted' }, 'Signed at ' + fmtTime(new Date(v.t).toISOString(), true) + ' (' + fmtMs(new Date(d.received_at) - v.t) + ' before it arrived)') : null,
+      v.t ? h('p', { class: 'small muted' }, 'Signed at ' + fmtTime(new Date(v.t).toISOString(), true) + ' (' + signedAge(new Date(d.received_at) - v.t) + ')') : null,
       h('div', { class: 'reference' }, h('span', { class: 'muted' }, 'The reference receiver would answer '),
         statusBadge(v.status), ' ', h('code', { id: 'reference-text' }, v.text || '')));
 
@@ -538,6 +539,12 @@
     view.appendChild(compare);
     view.appendChild(h('div', { class: 'detail-grid' }, left, right));
     drawCompare(D);
+  }
+
+  // signedAge says how long before arrival a delivery was signed.
+  function signedAge(ms) {
+    if (ms < 0) return fmtMs(-ms) + ' after it arrived: the sender\'s clock is ahead';
+    return fmtMs(ms) + ' before it arrived';
   }
 
   function attemptCard(D, a, index, highlightSeq) {
