@@ -648,6 +648,17 @@ func TestEventStream(t *testing.T) {
 	if ev, data := c1.next(t); ev != "attempt" || !strings.Contains(data, `"status":204`) {
 		t.Errorf("event %q %s", ev, data)
 	}
+
+	// A page that goes away leaves no stream behind.
+	c1.res.Body.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for f.Server.Subscribers() != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("subscribers = %d after a client left, want 1", f.Server.Subscribers())
+		}
+		f.Server.Publish(devhook.Change{Kind: devhook.ChangeDelivery, Summary: s}) // a write notices the gone client
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func TestSlowSubscriberDoesNotBlockPublish(t *testing.T) {

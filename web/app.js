@@ -907,6 +907,9 @@
       live.textContent = 'reconnecting…';
       live.className = 'live off';
       document.body.dataset.live = '0';
+      // The browser retries by itself after a network error, but gives up
+      // on an error answer (devhook shutting down): start again later.
+      if (es.readyState === EventSource.CLOSED) setTimeout(connect, 2000);
     };
   }
 
