@@ -155,8 +155,13 @@ func (o *listenOptions) run(ctx context.Context) error {
 
 	inspectURL := ""
 	if o.inspect != "off" {
+		var allowed []string
+		if host, _, err := net.SplitHostPort(o.inspect); err == nil && host != "" && !inspector.IsLoopbackHost(host) {
+			// Bound beyond loopback on purpose: accept that name in Host too.
+			allowed = append(allowed, host)
+		}
 		insp, err = inspector.New(inspector.Config{
-			Store: db, Replayer: ag,
+			Store: db, Replayer: ag, AllowedHosts: allowed,
 			Settings: inspector.Settings{
 				Forward: ag.Targets(), RelayURL: relayURL, PublicURL: creds.PublicURL, Channel: creds.Channel,
 				SecretKnown: ag.SecretKnown, Verify: o.verify,
@@ -172,6 +177,8 @@ func (o *listenOptions) run(ctx context.Context) error {
 		}
 		inspectURL = "http://" + ln.Addr().String()
 		isrv := newHTTPServer(insp)
+		// Live streams never end on their own: end them so Shutdown can finish.
+		isrv.RegisterOnShutdown(func() { insp.Close() })
 		waits = append(waits, serve(ctx, isrv, ln))
 	}
 
