@@ -304,7 +304,10 @@ type responder interface {
 func (a *Agent) handle(ctx context.Context, conn responder, d *devhook.Delivery) {
 	res := a.process(ctx, d)
 	st, h, body := answer(res)
-	res.Status, res.Rejected, res.Error = st, res.rejected != nil, res.failure
+	res.Status, res.Rejected = st, res.rejected != nil
+	if res.failure != "" {
+		res.Error = res.failure
+	}
 	if err := conn.Respond(d.ID, st, h, body); err != nil {
 		a.cfg.Logf("delivery %s: %v", d.ID, err)
 	}
@@ -331,32 +334,48 @@ type processed struct {
 func (a *Agent) process(ctx context.Context, d *devhook.Delivery) processed {
 	d.Event = devhook.ParseEvent(d.Body)
 	d.Verdict = a.verify(d)
-	created, err := a.cfg.Store.PutDelivery(d)
-	if err != nil {
-		a.cfg.Logf("delivery %s: record: %v", d.ID, err)
-		return processed{Result: Result{Delivery: d}, failure: "devhook could not record the delivery: " + err.Error()}
-	}
 	p := processed{Result: Result{Delivery: d}, recorded: true}
-	if !created {
-		// Delivered again (an ack was lost): answer from the record if the
-		// receiver has already answered it, rather than forward it twice.
-		stored, err := a.cfg.Store.Delivery(d.ID)
-		if err == nil {
-			if at := answered(stored); at != nil {
-				p.Duplicate = true
-				p.Delivery = stored
-				p.answer, p.Attempt = at, at
-				return p
-			}
-		}
+	forward := a.cfg.Verify != VerifyEnforce || d.Verdict.OK()
+
+	// A live delivery is new: record it while the receiver works on it.
+	// One that waited in the relay's queue may have been handled before
+	// (its ack lost): look at the record before forwarding it.
+	var created bool
+	var putErr error
+	putDone := make(chan struct{})
+	if forward && !d.Queued {
+		go func() {
+			defer close(putDone)
+			created, putErr = a.cfg.Store.PutDelivery(d)
+		}()
 	} else {
-		a.publish(devhook.Change{Kind: devhook.ChangeDelivery, Summary: d.Summarize()})
+		created, putErr = a.cfg.Store.PutDelivery(d)
+		close(putDone)
+		if putErr != nil {
+			a.cfg.Logf("delivery %s: record: %v", d.ID, putErr)
+			p.recorded, p.failure = false, "devhook could not record the delivery: "+putErr.Error()
+			return p
+		}
+		if !created {
+			// Delivered again: answer from the record if the receiver
+			// has already answered it, rather than forward it twice.
+			if stored, err := a.cfg.Store.Delivery(d.ID); err == nil {
+				if at := answered(stored); at != nil {
+					p.Duplicate, p.Delivery = true, stored
+					p.answer, p.Attempt = at, at
+					return p
+				}
+			}
+		} else {
+			a.publish(devhook.Change{Kind: devhook.ChangeDelivery, Summary: d.Summarize()})
+		}
+		if !forward {
+			v := d.Verdict
+			p.rejected = &v
+			return p
+		}
 	}
-	if a.cfg.Verify == VerifyEnforce && !d.Verdict.OK() {
-		v := d.Verdict
-		p.rejected = &v
-		return p
-	}
+
 	kind := devhook.AttemptForward
 	var resign bool
 	if d.Queued {
@@ -364,20 +383,38 @@ func (a *Agent) process(ctx context.Context, d *devhook.Delivery) processed {
 		// It waited: the receiver's 5-minute window may have closed on it.
 		resign = d.Verdict.OK() && a.getSecret() != ""
 	}
-	var primary *devhook.Attempt
+	// The first target answers the sender; the others get a copy at the
+	// same time.
+	ats := make([]devhook.Attempt, len(a.targets))
 	var wg sync.WaitGroup
-	for i, t := range a.targets {
-		if i > 0 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				a.attempt(ctx, d, t, kind, resign, nil, "")
-			}()
-			continue
-		}
-		primary = a.attempt(ctx, d, t, kind, resign, nil, "")
+	for i := 1; i < len(a.targets); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ats[i] = a.forward(ctx, d, a.targets[i], kind, resign, nil, "")
+		}()
 	}
+	ats[0] = a.forward(ctx, d, a.targets[0], kind, resign, nil, "")
 	wg.Wait()
+
+	<-putDone
+	if putErr != nil {
+		// The receiver has answered; pass that on, but do not ack.
+		a.cfg.Logf("delivery %s: record: %v", d.ID, putErr)
+		p.recorded, p.Error = false, "devhook could not record the delivery: "+putErr.Error()
+		p.answer, p.Attempt = &ats[0], &ats[0]
+		return p
+	}
+	if created && !d.Queued {
+		a.publish(devhook.Change{Kind: devhook.ChangeDelivery, Summary: d.Summarize()})
+	}
+	var primary *devhook.Attempt
+	for i := range ats {
+		rec := a.record(d, ats[i])
+		if i == 0 {
+			primary = rec
+		}
+	}
 	p.Attempt, p.answer = primary, primary
 	return p
 }

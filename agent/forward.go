@@ -40,6 +40,12 @@ func TargetURL(t *url.URL, path, rawQuery string) string {
 // attempt forwards d (or req, when it differs from d) to target and
 // records the attempt. It returns the recorded attempt.
 func (a *Agent) attempt(ctx context.Context, d *devhook.Delivery, target *url.URL, kind string, resign bool, req *devhook.Request, to string) *devhook.Attempt {
+	return a.record(d, a.forward(ctx, d, target, kind, resign, req, to))
+}
+
+// forward sends d (or req, when it differs from d) to target, re-signed
+// when resign is set, or to the URL to when it is not empty.
+func (a *Agent) forward(ctx context.Context, d *devhook.Delivery, target *url.URL, kind string, resign bool, req *devhook.Request, to string) devhook.Attempt {
 	method, path, query, header, body := d.Method, d.Path, d.RawQuery, d.Header, d.Body
 	if req != nil {
 		method, path, query, header, body = req.Method, req.Path, req.RawQuery, req.Header, req.Body
@@ -61,16 +67,21 @@ func (a *Agent) attempt(ctx context.Context, d *devhook.Delivery, target *url.UR
 	}
 	at := devhook.Attempt{Kind: kind, Target: to, StartedAt: a.cfg.Now().UTC(), Request: req}
 	a.send(ctx, &at, method, header, body)
+	return at
+}
+
+// record stores attempt at of d and tells live views. On failure it logs
+// and returns the attempt unrecorded.
+func (a *Agent) record(d *devhook.Delivery, at devhook.Attempt) *devhook.Attempt {
 	rec, err := a.cfg.Store.AddAttempt(d.ID, at)
 	if err != nil {
 		a.cfg.Logf("delivery %s: record attempt: %v", d.ID, err)
-		rec = at
-	} else {
-		s := d.Summarize()
-		s.Attempts = rec.Seq
-		s.Status, s.Duration, s.Error = rec.Status, rec.Duration, rec.Error
-		a.publish(devhook.Change{Kind: devhook.ChangeAttempt, Summary: s, Attempt: &rec})
+		return &at
 	}
+	s := d.Summarize()
+	s.Attempts = rec.Seq
+	s.Status, s.Duration, s.Error = rec.Status, rec.Duration, rec.Error
+	a.publish(devhook.Change{Kind: devhook.ChangeAttempt, Summary: s, Attempt: &rec})
 	return &rec
 }
 
