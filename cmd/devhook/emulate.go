@@ -30,7 +30,7 @@ type emulateOptions struct {
 func newEmulateCmd() *cobra.Command {
 	o := &emulateOptions{}
 	cmd := &cobra.Command{
-		Use:   "emulate [--addr ADDR] [--api-key KEY]... [--data DIR] [--tls]",
+		Use:   "emulate",
 		Short: "Run the service locally: webhook API, signed deliveries, applications and runs, sign-in",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
