@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -434,4 +435,32 @@ func TestPersistence(t *testing.T) {
 	rc.next(t)
 	rc.next(t)
 	v.waitConversations("hook", 4)
+}
+
+// TestCloseLeavesNoGoroutines: runs on their schedule, deliveries waiting
+// to retry and the delivery client's connections all end with Close.
+func TestCloseLeavesNoGoroutines(t *testing.T) {
+	base := runtime.NumGoroutine()
+	cfg := testConfig()
+	cfg.RetryDelays = []time.Duration{time.Hour}
+	cfg.QueueTime = time.Hour
+	e, err := emulator.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(e)
+	v := &env{t: t, e: e, srv: srv}
+	rc := newReceiver(t, 500)
+	v.createWebhook("hook", rc.srv.URL)
+	v.do("POST", "/v1/applications", map[string]any{"id": "app", "name": "App", "description": ""}, 201, nil)
+	v.do("POST", "/v1/applications/app/runs?instance_id=latest", map[string]any{"input": 1}, 201, nil)
+	v.do("POST", "/v1/events/trigger", map[string]any{"event_type": "run.status"}, 202, nil)
+	v.waitConversations("hook", 2) // both first attempts failed and wait an hour to retry
+	noRedirect.CloseIdleConnections()
+	srv.Close()
+	rc.srv.Close()
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, func() bool { return runtime.NumGoroutine() <= base }, "goroutines to end (%d at start)", base)
 }

@@ -117,6 +117,9 @@ type Emulator struct {
 	keys    map[string]string // API key → account
 	teams   map[string]bool
 	handler http.Handler
+	// transport is the delivery client's own, when New made the client;
+	// Close closes its idle connections.
+	transport *http.Transport
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -156,8 +159,11 @@ func New(cfg Config) (*Emulator, error) {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	var transport *http.Transport
 	if cfg.Client == nil {
+		transport = http.DefaultTransport.(*http.Transport).Clone()
 		cfg.Client = &http.Client{
+			Transport:     transport,
 			Timeout:       cfg.AttemptTimeout,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		}
@@ -178,7 +184,7 @@ func New(cfg Config) (*Emulator, error) {
 		}
 		cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
 	}
-	e := &Emulator{cfg: cfg, keys: map[string]string{}, teams: map[string]bool{}, st: newState(),
+	e := &Emulator{cfg: cfg, transport: transport, keys: map[string]string{}, teams: map[string]bool{}, st: newState(),
 		codes: map[string]*authCode{}, sessions: map[string]identity{}}
 	for _, k := range e.cfg.APIKeys {
 		if k == "" || strings.ContainsAny(k, " \t\r\n") {
@@ -267,6 +273,9 @@ func (e *Emulator) Close() error {
 	e.mu.Unlock()
 	e.cancel()
 	e.wg.Wait()
+	if e.transport != nil {
+		e.transport.CloseIdleConnections()
+	}
 	if e.db != nil {
 		return e.db.close()
 	}

@@ -186,6 +186,15 @@ func TestWebhookErrors(t *testing.T) {
 		{"trigger other type", "POST", "/v1/events/trigger", map[string]any{"event_type": "run.created"}, 400},
 		{"trigger no type", "POST", "/v1/events/trigger", map[string]any{}, 400},
 		{"trigger not JSON", "POST", "/v1/events/trigger", "x", 400},
+		{"trigger too large", "POST", "/v1/events/trigger", `{"event_type":"` + strings.Repeat("r", 5000) + `"}`, 413},
+		{"application too large", "POST", "/v1/applications", strings.Repeat(" ", 5000), 413},
+		{"run too large", "POST", "/v1/applications/any/runs", strings.Repeat(" ", 5000), 404}, // unknown application first
+		{"POST sso", "POST", "/v1/enterprise/sso/domain?domain=x", nil, 405},
+		{"POST discovery", "POST", "/.well-known/openid-configuration", nil, 405},
+		{"POST authorize", "POST", "/oauth2/authorize", nil, 405},
+		{"POST end session", "POST", "/logout", nil, 405},
+		{"POST organization", "POST", "/v1/internal/me/organization", nil, 405},
+		{"unknown path outside v1", "GET", "/v2/webhooks", nil, 404},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
