@@ -258,6 +258,9 @@ func (e *Emulator) generateKey() error {
 // APIKeys returns the accepted API keys, including a generated one.
 func (e *Emulator) APIKeys() []string { return append([]string(nil), e.cfg.APIKeys...) }
 
+// Teams returns the signed-in user's teams.
+func (e *Emulator) Teams() []Team { return append([]Team(nil), e.cfg.Teams...) }
+
 // ServeHTTP serves the service's API and identity provider.
 func (e *Emulator) ServeHTTP(w http.ResponseWriter, r *http.Request) { e.handler.ServeHTTP(w, r) }
 

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -24,6 +25,9 @@ type emulateOptions struct {
 	queueTime time.Duration
 	runTime   time.Duration
 	retries   []time.Duration
+	teams     []string // id=name
+	sso       []string // domain=identifier
+	userEmail string
 	stdout    io.Writer
 }
 
@@ -46,12 +50,34 @@ func newEmulateCmd() *cobra.Command {
 	f.DurationVar(&o.queueTime, "queue-time", emulator.DefaultQueueTime, "how long a run stays queued")
 	f.DurationVar(&o.runTime, "run-time", emulator.DefaultRunTime, "how long a run runs")
 	f.DurationSliceVar(&o.retries, "retry-delays", emulator.DefaultRetryDelays, "waits before each retry of a failed delivery")
+	f.StringArrayVar(&o.teams, "team", nil, "a team of the signed-in user, as ID=NAME (repeatable; default one team, printed)")
+	f.StringArrayVar(&o.sso, "sso-domain", nil, "an e-mail domain with single sign-on, as DOMAIN=IDENTIFIER (repeatable; default sso.devhook.test=devhook-sso)")
+	f.StringVar(&o.userEmail, "user-email", emulator.DefaultUserEmail, "e-mail of the user who signs in")
 	return cmd
 }
 
 func (o *emulateOptions) run(ctx context.Context) error {
 	if o.stdout == nil {
 		o.stdout = io.Discard
+	}
+	var teams []emulator.Team
+	for _, t := range o.teams {
+		id, name, ok := strings.Cut(t, "=")
+		if !ok || id == "" || name == "" {
+			return fmt.Errorf("--team %q: want ID=NAME", t)
+		}
+		teams = append(teams, emulator.Team{ID: id, Name: name, Role: "admin"})
+	}
+	var sso map[string]string
+	for _, d := range o.sso {
+		domain, ident, ok := strings.Cut(d, "=")
+		if !ok || domain == "" || ident == "" {
+			return fmt.Errorf("--sso-domain %q: want DOMAIN=IDENTIFIER", d)
+		}
+		if sso == nil {
+			sso = map[string]string{}
+		}
+		sso[domain] = ident
 	}
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
@@ -80,6 +106,7 @@ func (o *emulateOptions) run(ctx context.Context) error {
 	e, err := emulator.New(emulator.Config{
 		APIKeys: o.apiKeys, DataDir: o.dataDir, BaseURL: base,
 		QueueTime: o.queueTime, RunTime: o.runTime, RetryDelays: o.retries,
+		Teams: teams, SSODomains: sso, UserEmail: o.userEmail,
 	})
 	if err != nil {
 		ln.Close()
@@ -89,6 +116,9 @@ func (o *emulateOptions) run(ctx context.Context) error {
 	fmt.Fprintf(o.stdout, "service emulator on %s\n", base)
 	for _, k := range e.APIKeys() {
 		fmt.Fprintf(o.stdout, "API key: %s\n", k)
+	}
+	for _, t := range e.Teams() {
+		fmt.Fprintf(o.stdout, "team: %s (%s; send service-account: %s)\n", t.Name, t.ID, t.ID)
 	}
 	if caPath != "" {
 		fmt.Fprintf(o.stdout, "CA certificate: %s (trust it with SSL_CERT_FILE=%s)\n", caPath, caPath)

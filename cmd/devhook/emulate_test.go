@@ -38,6 +38,8 @@ func startEmulate(t *testing.T, args ...string) (map[string]string, func() error
 			out["base"] = strings.TrimPrefix(line, "service emulator on ")
 		case strings.HasPrefix(line, "API key: "):
 			out["key"] = strings.TrimPrefix(line, "API key: ")
+		case strings.HasPrefix(line, "team: "):
+			out["team"] = strings.TrimPrefix(line, "team: ")
 		case strings.HasPrefix(line, "CA certificate: "):
 			out["ca"], _, _ = strings.Cut(strings.TrimPrefix(line, "CA certificate: "), " ")
 		}
@@ -70,7 +72,7 @@ func startEmulate(t *testing.T, args ...string) (map[string]string, func() error
 }
 
 func TestEmulateCommand(t *testing.T) {
-	out, stop := startEmulate(t, "--api-key", "k1", "--api-key", "k2")
+	out, stop := startEmulate(t, "--api-key", "k1", "--api-key", "k2", "--team", "t-1=One", "--sso-domain", "corp.test=corp-idp")
 	if !strings.HasPrefix(out["base"], "http://127.0.0.1:") || out["key"] != "k2" {
 		t.Fatalf("printed %v", out)
 	}
@@ -87,11 +89,40 @@ func TestEmulateCommand(t *testing.T) {
 			t.Errorf("with key %s: %d", key, resp.StatusCode)
 		}
 	}
+	for path, want := range map[string]string{
+		"/v1/internal/me/organization":               `[{"id":"t-1","name":"One","role":"admin","pending_invite":false}]`,
+		"/v1/enterprise/sso/domain?domain=corp.test": `{"domain_identifier":"corp-idp"}`,
+	} {
+		req, _ := http.NewRequest("GET", out["base"]+path, nil)
+		req.Header.Set("Authorization", "Bearer k1")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if got := strings.TrimSpace(string(b)); got != want {
+			t.Errorf("%s: %s, want %s", path, got, want)
+		}
+	}
+	if out["team"] != "One (t-1; send service-account: t-1)" {
+		t.Errorf("team line %q", out["team"])
+	}
 	if err := stop(); err != nil {
 		t.Errorf("stop: %v", err)
 	}
 	if _, err := client.Get(out["base"] + "/v1/webhooks"); err == nil {
 		t.Error("still serving after cancel")
+	}
+}
+
+func TestEmulateBadFlags(t *testing.T) {
+	for _, args := range [][]string{{"--team", "no-name"}, {"--sso-domain", "=x"}, {"--api-key", "has space"}, {"--addr", "nope"}} {
+		cmd := newRootCmd(io.Discard, io.Discard)
+		cmd.SetArgs(append([]string{"emulate", "--addr", "127.0.0.1:0"}, args...))
+		if err := cmd.ExecuteContext(context.Background()); err == nil {
+			t.Errorf("emulate %v: no error", args)
+		}
 	}
 }
 
