@@ -171,9 +171,16 @@ func New(cfg Config) (*Emulator, error) {
 	if cfg.Teams == nil {
 		cfg.Teams = []Team{DefaultTeam}
 	}
+	cfg.Teams = append([]Team(nil), cfg.Teams...) // the caller's slice and map stay theirs
+	cfg.APIKeys = append([]string(nil), cfg.APIKeys...)
 	if cfg.SSODomains == nil {
 		cfg.SSODomains = map[string]string{"sso.devhook.test": "devhook-sso"}
 	}
+	sso := make(map[string]string, len(cfg.SSODomains))
+	for d, id := range cfg.SSODomains {
+		sso[d] = id
+	}
+	cfg.SSODomains = sso
 	if cfg.UserEmail == "" {
 		cfg.UserEmail = DefaultUserEmail
 	}
