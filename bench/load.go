@@ -1,0 +1,266 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/receiver"
+	"github.com/devhook/devhook/signature"
+)
+
+// bodySize is the size of every delivery body, as in the issue's figures.
+const bodySize = 1500
+
+// idWidth is the width of a delivery's sequence id, such as "t32-0000123".
+const idWidth = 12
+
+// payload builds 1.5 KB run.status bodies whose run_id is a unique
+// sequence id, so that the receiver can tell duplicates and gaps.
+type payload struct {
+	prefix, suffix []byte
+}
+
+func newPayload() payload {
+	placeholder := strings.Repeat("#", idWidth)
+	b, err := json.Marshal(devhook.NewRunStatus(placeholder, "app-bench", "running", time.Now()))
+	if err != nil {
+		panic(err) // a fixed struct always encodes
+	}
+	pad := bodySize - len(b) - len(`,"padding":""`)
+	b = append(b[:len(b)-1], `,"padding":"`+strings.Repeat("x", max(pad, 0))+`"}`...)
+	i := bytes.Index(b, []byte(placeholder))
+	return payload{prefix: b[:i], suffix: b[i+idWidth:]}
+}
+
+// body returns the body carrying id, which is padded or cut to idWidth.
+func (p payload) body(id string) []byte {
+	b := make([]byte, 0, len(p.prefix)+idWidth+len(p.suffix))
+	b = append(b, p.prefix...)
+	b = append(b, fmt.Sprintf("%-*.*s", idWidth, idWidth, id)...)
+	return append(b, p.suffix...)
+}
+
+// seqID is the id of request i of phase.
+func seqID(phase string, i int) string {
+	return fmt.Sprintf("%s-%0*d", phase, idWidth-len(phase)-1, i)
+}
+
+// runIDOf finds the run_id in a body built by payload, without decoding it.
+func runIDOf(body []byte) string {
+	const key = `"run_id":"`
+	i := bytes.Index(body, []byte(key))
+	if i < 0 || len(body) < i+len(key)+idWidth {
+		return ""
+	}
+	return strings.TrimRight(string(body[i+len(key):i+len(key)+idWidth]), " ")
+}
+
+// counter is the receiver's tally: how often each id arrived, and how many
+// requests failed the signature check (the tunnel changed bytes).
+type counter struct {
+	mu      sync.Mutex
+	seen    map[string]int
+	badSig  int
+	arrived atomic.Int64
+}
+
+func newCounter() *counter { return &counter{seen: make(map[string]int)} }
+
+func (c *counter) add(body []byte, v devhook.Verdict) {
+	id := runIDOf(body)
+	c.mu.Lock()
+	c.seen[id]++
+	if !v.OK() {
+		c.badSig++
+	}
+	c.mu.Unlock()
+	c.arrived.Add(1)
+}
+
+// tally returns how many distinct ids of phase arrived, and how many
+// arrivals beyond the first there were.
+func (c *counter) tally(phase string) (delivered, duplicates, badSig int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id, n := range c.seen {
+		if strings.HasPrefix(id, phase+"-") {
+			delivered++
+			duplicates += n - 1
+		}
+	}
+	return delivered, duplicates, c.badSig
+}
+
+// settle waits until no request has arrived at the receiver for quiet, or
+// until limit, so that late duplicates are counted.
+func (c *counter) settle(ctx context.Context, quiet, limit time.Duration) {
+	deadline := time.Now().Add(limit)
+	last := c.arrived.Load()
+	t := time.NewTicker(quiet)
+	defer t.Stop()
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := c.arrived.Load()
+		if now == last {
+			return
+		}
+		last = now
+	}
+}
+
+// receiverServer is the reference receiver on 127.0.0.1, counting.
+type receiverServer struct {
+	URL   string
+	count *counter
+	srv   *http.Server
+	done  chan struct{}
+}
+
+func startReceiver(secret string) (*receiverServer, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("start the receiver: %w", err)
+	}
+	r := &receiverServer{URL: "http://" + ln.Addr().String(), count: newCounter(), done: make(chan struct{})}
+	r.srv = &http.Server{
+		Handler: receiver.New(receiver.Config{Secret: secret, OnRequest: func(_ *http.Request, body []byte, v devhook.Verdict) {
+			r.count.add(body, v)
+		}}),
+		ReadHeaderTimeout: 10 * time.Second,
+	}
+	go func() {
+		defer close(r.done)
+		r.srv.Serve(ln)
+	}()
+	return r, nil
+}
+
+func (r *receiverServer) Close() error {
+	err := r.srv.Close()
+	<-r.done
+	return err
+}
+
+// newSenderClient is the senders' client: keep-alive connections, one per
+// sender.
+func newSenderClient(conc int) *http.Client {
+	tr := &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		MaxIdleConns:        conc * 2,
+		MaxIdleConnsPerHost: conc * 2,
+		IdleConnTimeout:     30 * time.Second,
+		DisableCompression:  true,
+	}
+	return &http.Client{Transport: tr, Timeout: 30 * time.Second}
+}
+
+// loadResult is what the senders saw in one phase.
+type loadResult struct {
+	Sent      int
+	OK        int // 2xx answers
+	Failed    int // errors and other statuses
+	FirstErr  string
+	Elapsed   time.Duration
+	Latencies []time.Duration // sorted
+}
+
+func (r loadResult) rps() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Sent) / r.Elapsed.Seconds()
+}
+
+func (r loadResult) quantile(q float64) time.Duration {
+	if len(r.Latencies) == 0 {
+		return 0
+	}
+	i := int(q * float64(len(r.Latencies)-1))
+	return r.Latencies[i]
+}
+
+// drive sends up to n signed POSTs to url from conc senders, stopping at
+// the deadline of limit, and measures each request's latency.
+func drive(ctx context.Context, url, secret, phase string, conc, n int, limit time.Duration) loadResult {
+	client := newSenderClient(conc)
+	defer client.CloseIdleConnections()
+	p := newPayload()
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+
+	var next atomic.Int64
+	lat := make([][]time.Duration, conc)
+	var ok, failed atomic.Int64
+	var errOnce sync.Once
+	var firstErr string
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w := range conc {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			mine := make([]time.Duration, 0, n/conc+1)
+			for ctx.Err() == nil {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					break
+				}
+				body := p.body(seqID(phase, i))
+				req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("User-Agent", "service-webhooks/bench")
+				req.Header.Set(devhook.SignatureHeader, signature.Sign(secret, time.Now(), body))
+				t0 := time.Now()
+				resp, err := client.Do(req)
+				if err == nil {
+					_, err = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				d := time.Since(t0)
+				switch {
+				case err != nil && ctx.Err() != nil:
+					// Cut by the phase's time limit.
+					failed.Add(1)
+				case err != nil:
+					failed.Add(1)
+					errOnce.Do(func() { firstErr = err.Error() })
+				case resp.StatusCode/100 != 2:
+					failed.Add(1)
+					errOnce.Do(func() { firstErr = resp.Status })
+				default:
+					ok.Add(1)
+				}
+				mine = append(mine, d)
+			}
+			lat[w] = mine
+		}()
+	}
+	wg.Wait()
+	r := loadResult{Elapsed: time.Since(start), OK: int(ok.Load()), Failed: int(failed.Load()), FirstErr: firstErr}
+	for _, l := range lat {
+		r.Latencies = append(r.Latencies, l...)
+	}
+	slices.Sort(r.Latencies)
+	r.Sent = len(r.Latencies)
+	return r
+}

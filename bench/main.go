@@ -1,0 +1,304 @@
+// Command bench is devhook's load harness. It starts the reference
+// receiver (in this process), a relay and an agent (as devhook processes,
+// so that each one's memory is measured on its own) with verification,
+// recording and the inspector on, and drives signed 1.5 KB run.status POSTs
+// through the public URL at each concurrency. The same load goes straight
+// to the receiver, so that every figure is also a ratio to what this
+// machine can do without devhook.
+//
+// Then, in separate processes: the inspector's list API over a store of
+// -list deliveries, and one relay holding -idle agent connections.
+//
+//	go run ./bench                      # the full run, figures for the README
+//	go run ./bench -n 2000 -idle 1000   # a quick look
+//	go run ./bench -inproc -cpuprofile cpu.out   # relay and agent in this process, profiled
+//
+// Every phase is bounded in count (-n) and in time (-duration); every
+// child process is killed on the way out.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+type options struct {
+	n          int           // requests per phase
+	duration   time.Duration // cap per phase
+	conc       []int         // concurrencies
+	idle       int           // idle agent connections; 0 skips
+	list       int           // deliveries stored for the inspector list phase; 0 skips
+	secret     string
+	bin        string // devhook binary; empty builds one
+	out        string // markdown or JSON file
+	inproc     bool   // relay and agent in this process
+	cpuprofile string // with inproc
+	memprofile string // with inproc
+	blockprof  string // with inproc
+	stdout     io.Writer
+	logf       func(format string, args ...any)
+}
+
+func main() {
+	o := options{stdout: os.Stdout}
+	var conc string
+	flag.IntVar(&o.n, "n", 20000, "requests per phase")
+	flag.DurationVar(&o.duration, "duration", 60*time.Second, "longest time a phase may take")
+	flag.StringVar(&conc, "c", "1,32", "comma-separated concurrencies")
+	flag.IntVar(&o.idle, "idle", 10000, "idle agent connections for one relay to hold (0 skips)")
+	flag.IntVar(&o.list, "list", 100000, "stored deliveries for the inspector list phase (0 skips)")
+	flag.StringVar(&o.secret, "secret", "whsec_bench_0123456789abcdef", "signing secret")
+	flag.StringVar(&o.bin, "bin", "", "devhook binary to run (default: build ./cmd/devhook)")
+	flag.StringVar(&o.out, "out", "", "also write the report to this file (.json: JSON, else markdown)")
+	flag.BoolVar(&o.inproc, "inproc", false, "run relay and agent inside this process (for profiling; RSS is the whole process)")
+	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "with -inproc: write a CPU profile of the tunnel phases")
+	flag.StringVar(&o.memprofile, "memprofile", "", "with -inproc: write an allocation profile at the end")
+	flag.StringVar(&o.blockprof, "blockprofile", "", "with -inproc: write a profile of where goroutines wait (blocking and mutex contention)")
+	flag.Parse()
+	var err error
+	if o.conc, err = parseConc(conc); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	o.logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...) }
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := run(ctx, o)
+	if rep != nil {
+		rep.Command = "go run ./bench " + strings.Join(os.Args[1:], " ")
+		rep.writeText(o.stdout)
+		if o.out != "" {
+			if werr := rep.save(o.out); werr != nil && err == nil {
+				err = werr
+			}
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func parseConc(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		c, err := strconv.Atoi(f)
+		if err != nil || c < 1 || c > 1024 {
+			return nil, fmt.Errorf("-c %q: want concurrencies between 1 and 1024, such as 1,32", s)
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// run runs every phase and returns the report, partial when a phase fails.
+func run(ctx context.Context, o options) (*report, error) {
+	if o.logf == nil {
+		o.logf = func(string, ...any) {}
+	}
+	rep := &report{Started: time.Now().UTC(), CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
+		OS: runtime.GOOS + "/" + runtime.GOARCH, N: o.n, Duration: o.duration.String(), FileLimit: raiseFileLimit()}
+	tmp, err := os.MkdirTemp("", "devhook-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	var kids children
+	defer kids.killAll()
+
+	recv, err := startReceiver(o.secret)
+	if err != nil {
+		return nil, err
+	}
+	defer recv.Close()
+
+	if o.inproc {
+		return rep, runInProcess(ctx, o, rep, recv, tmp)
+	}
+
+	bin := o.bin
+	if bin == "" {
+		bin = filepath.Join(tmp, "devhook")
+		o.logf("building devhook")
+		bctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		out, err := exec.CommandContext(bctx, "go", "build", "-o", bin, "github.com/devhook/devhook/cmd/devhook").CombinedOutput()
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("build devhook: %v: %s", err, out)
+		}
+	}
+
+	var relayURL string
+	if len(o.conc) > 0 && o.n > 0 || o.list > 0 {
+		var rel *child
+		rel, relayURL, err = startRelay(ctx, bin, filepath.Join(tmp, "relay"))
+		if err != nil {
+			return rep, err
+		}
+		kids.add(rel)
+		if len(o.conc) > 0 && o.n > 0 {
+			ag, ready, err := startListen(ctx, bin, relayURL, recv.URL, o.secret, filepath.Join(tmp, "agent"))
+			if err != nil {
+				return rep, err
+			}
+			kids.add(ag)
+			if err := loadPhases(ctx, o, rep, recv, ready.PublicURL+"/hook", []*child{rel, ag}); err != nil {
+				return rep, err
+			}
+			ag.kill()
+		}
+		if o.list > 0 {
+			if err := listPhase(ctx, o, rep, &kids, bin, relayURL, recv.URL, filepath.Join(tmp, "list")); err != nil {
+				return rep, err
+			}
+		}
+		rel.kill()
+	}
+	if o.idle > 0 {
+		if err := idlePhase(ctx, o, rep, &kids, bin, filepath.Join(tmp, "idle")); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+// loadPhases runs, at each concurrency, the direct phase and then the
+// tunnel phase. procs are the relay and the agent when they are processes
+// of their own; nil measures this process.
+func loadPhases(ctx context.Context, o options, rep *report, recv *receiverServer, public string, procs []*child) error {
+	// Warm up both paths: connections, page cache, bbolt's first pages.
+	warm := min(o.n, 500)
+	drive(ctx, recv.URL+"/hook", o.secret, "wd", 4, warm, o.duration)
+	drive(ctx, public, o.secret, "wt", 4, warm, o.duration)
+	direct := map[int]float64{}
+	for _, c := range o.conc {
+		for _, kind := range []string{"direct", "tunnel"} {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			phase := fmt.Sprintf("%c%d", kind[0], c)
+			url := recv.URL + "/hook"
+			var w *peakWatch
+			if kind == "tunnel" {
+				url = public
+				w = watchPeaks(pidsOf(procs), 20*time.Millisecond)
+			}
+			o.logf("%s, concurrency %d: %d requests", kind, c, o.n)
+			var lines0 int64
+			if len(procs) > 1 {
+				lines0, _ = procs[1].counts()
+			}
+			pids := pidsOf(procs)
+			cpu0 := make([]time.Duration, len(pids))
+			for i, p := range pids {
+				cpu0[i] = cpuTime(p)
+			}
+			lr := drive(ctx, url, o.secret, phase, c, o.n, o.duration)
+			perReq := func(i int) float64 {
+				if i >= len(pids) || lr.Sent == 0 {
+					return 0
+				}
+				return float64((cpuTime(pids[i])-cpu0[i])/time.Microsecond) / float64(lr.Sent)
+			}
+			recv.count.settle(ctx, 200*time.Millisecond, 5*time.Second)
+			delivered, dupes, bad := recv.count.tally(phase)
+			ph := phaseResult{
+				Phase: kind, Concurrency: c, Sent: lr.Sent, OK: lr.OK, Failed: lr.Failed, FirstError: lr.FirstErr,
+				Delivered: delivered, Duplicates: dupes, BadSignatures: bad,
+				RPS: lr.rps(), P50: ms(lr.quantile(0.50)), P99: ms(lr.quantile(0.99)), Max: ms(lr.quantile(1)),
+				Seconds: lr.Elapsed.Seconds(),
+			}
+			if kind == "direct" {
+				direct[c] = ph.RPS
+			} else {
+				if d := direct[c]; d > 0 {
+					ph.Ratio = ph.RPS / d
+				}
+				if w != nil {
+					peaks := w.finish()
+					ph.RSSRelay, ph.AnonRelay = mib(peaks[0].RSS), mib(peaks[0].Anon)
+					if len(peaks) > 1 {
+						ph.RSSAgent, ph.AnonAgent = mib(peaks[1].RSS), mib(peaks[1].Anon)
+					}
+				}
+				ph.CPURelay, ph.CPUAgent = perReq(0), perReq(1)
+				if len(procs) > 1 {
+					lines, _ := procs[1].counts()
+					ph.AgentLines = lines - lines0
+				}
+			}
+			rep.Phases = append(rep.Phases, ph)
+		}
+	}
+	return nil
+}
+
+func pidsOf(procs []*child) []int {
+	if procs == nil {
+		return []int{os.Getpid()}
+	}
+	var pids []int
+	for _, p := range procs {
+		pids = append(pids, p.pid())
+	}
+	return pids
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// startRelay starts `devhook relay` on a free loopback port.
+func startRelay(ctx context.Context, bin, dir string) (*child, string, error) {
+	const prefix = "devhook relay on "
+	c, line, err := startChild(ctx, "relay", bin, []string{"relay", "--addr", "127.0.0.1:0", "--data", dir},
+		func(l string) bool { return strings.HasPrefix(l, prefix) }, 30*time.Second)
+	if err != nil {
+		return nil, "", err
+	}
+	return c, strings.TrimSpace(strings.TrimPrefix(line, prefix)), nil
+}
+
+// readyLine is the part of listen's first --json line the harness needs.
+type readyLine struct {
+	Event        string `json:"event"`
+	PublicURL    string `json:"public_url"`
+	InspectorURL string `json:"inspector_url"`
+	Channel      string `json:"channel"`
+}
+
+// startListen starts `devhook listen` against relayURL, forwarding to the
+// receiver, with verification, recording and the inspector on.
+func startListen(ctx context.Context, bin, relayURL, forward, secret, dir string) (*child, readyLine, error) {
+	var ready readyLine
+	c, _, err := startChild(ctx, "agent", bin, []string{"listen", "--forward", forward, "--relay", relayURL,
+		"--secret", secret, "--verify", "report", "--data", dir, "--json", "--inspect", "127.0.0.1:0"},
+		func(l string) bool {
+			return strings.Contains(l, `"event":"ready"`) && jsonUnmarshal(l, &ready) == nil
+		}, 30*time.Second)
+	if err != nil {
+		return nil, ready, err
+	}
+	if ready.PublicURL == "" {
+		c.kill()
+		return nil, ready, errors.New("agent: the ready line has no public_url")
+	}
+	return c, ready, nil
+}
