@@ -240,8 +240,17 @@ func loadPhases(ctx context.Context, o options, rep *report, recv *receiverServe
 				}
 				ph.CPURelay, ph.CPUAgent = perReq(0), perReq(1)
 				if len(procs) > 1 {
-					lines, _ := procs[1].counts()
-					ph.AgentLines = lines - lines0
+					// The agent prints its line after it answers: give the
+					// last ones a moment to come through the pipe.
+					deadline := time.Now().Add(2 * time.Second)
+					for {
+						lines, _ := procs[1].counts()
+						ph.AgentLines = lines - lines0
+						if ph.AgentLines >= int64(lr.Sent) || time.Now().After(deadline) {
+							break
+						}
+						time.Sleep(10 * time.Millisecond)
+					}
 				}
 			}
 			rep.Phases = append(rep.Phases, ph)
