@@ -311,7 +311,7 @@ func (a *Agent) handle(ctx context.Context, conn responder, d *devhook.Delivery)
 	if err := conn.Respond(d.ID, st, h, body); err != nil {
 		a.cfg.Logf("delivery %s: %v", d.ID, err)
 	}
-	if res.recorded {
+	if res.recorded && d.Queued {
 		if err := conn.Ack(d.ID); err != nil {
 			a.cfg.Logf("delivery %s: ack: %v", d.ID, err)
 		}

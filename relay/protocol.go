@@ -25,11 +25,14 @@
 //	relay → agent  deliver   {id, method, path, query, header,
 //	                          received_at, remote_addr, queued} + request body
 //	agent → relay  response  {id, status, header}             + response body
-//	agent → relay  ack       {id}                             the delivery is recorded
+//	agent → relay  ack       {id}                             a queued delivery is recorded
 //
 // A delivery stays in the relay's queue until its ack arrives. The agent
 // answers every deliver with a response (the relay passes it to a waiting
-// sender and drops it for a queued delivery), then acks.
+// sender and drops it for a queued delivery); for a queued delivery it then
+// acks, once the delivery is recorded. A live delivery needs no ack: its
+// sender is still waiting, and gets the response or, if the agent goes
+// away first, 202 with the delivery queued.
 //
 // Heartbeats are WebSocket pings from the relay every PingInterval; each side
 // drops a connection that stays silent for twice that long.

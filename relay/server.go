@@ -309,7 +309,10 @@ func (s *Server) serveIngress(w http.ResponseWriter, r *http.Request) {
 		httpError(w, http.StatusNotFound, "no channel in the path; deliveries go to /c/<channel>/...")
 		return
 	}
-	if _, err := s.cfg.Store.Channel(channel); devhook.ErrorCode(err) == devhook.ENOTFOUND {
+	c := s.agent(channel)
+	if c != nil {
+		// A connected agent proved the channel exists.
+	} else if _, err := s.cfg.Store.Channel(channel); devhook.ErrorCode(err) == devhook.ENOTFOUND {
 		httpError(w, http.StatusNotFound, "unknown channel "+channel)
 		return
 	} else if err != nil {
@@ -341,7 +344,7 @@ func (s *Server) serveIngress(w http.ResponseWriter, r *http.Request) {
 		Path: suffix, RawQuery: r.URL.RawQuery, Header: EndToEnd(r.Header), Body: body, RemoteAddr: r.RemoteAddr,
 	}
 	w.Header().Set("Devhook-Delivery", d.ID)
-	if c := s.agent(channel); c != nil {
+	if c != nil {
 		rep, ok := c.deliver(r.Context(), d)
 		switch {
 		case ok && rep.timeout:

@@ -110,7 +110,14 @@ func TestEmulatedServiceThroughListen(t *testing.T) {
 		}
 	}
 	mu.Unlock()
-	convs := api("GET", "/v1/webhooks/hook/conversations", "")["items"].([]any)
+	// The service records a conversation once it has the answer: poll.
+	var convs []any
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		convs = api("GET", "/v1/webhooks/hook/conversations", "")["items"].([]any)
+		if len(convs) >= 3 || time.Now().After(deadline) {
+			break
+		}
+	}
 	if len(convs) != 3 {
 		t.Fatalf("%d conversations, want 3", len(convs))
 	}
