@@ -435,7 +435,7 @@ func (c *agentConn) write(frame []byte) error {
 	c.ws.SetWriteDeadline(time.Now().Add(c.s.cfg.ResponseTimeout))
 	err := c.ws.WriteMessage(websocket.BinaryMessage, frame)
 	if err != nil {
-		go c.close()
+		c.close() // takes no lock a writer holds
 	}
 	return err
 }

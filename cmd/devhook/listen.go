@@ -85,20 +85,27 @@ func (o *listenOptions) run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	db, err := storage.Open(filepath.Join(o.dataDir, "deliveries.db"), storage.Config{NoSync: true})
-	if err != nil {
-		return err
-	}
-	defer db.Close()
-
-	out := &printer{w: o.stdout, json: o.json}
+	// Shutdown order: stop everything that runs (ctx), wait for it, then
+	// close what it used, last opened first.
 	var waits []func() error
+	var closers []func() error
 	defer func() {
 		cancel()
 		for _, w := range waits {
 			w()
 		}
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
 	}()
+
+	db, err := storage.Open(filepath.Join(o.dataDir, "deliveries.db"), storage.Config{NoSync: true})
+	if err != nil {
+		return err
+	}
+	closers = append(closers, db.Close)
+
+	out := &printer{w: o.stdout, json: o.json}
 
 	// The relay: remote, or one inside this process.
 	relayURL, relayKey := strings.TrimRight(o.relayURL, "/"), strings.TrimRight(o.relayURL, "/")
@@ -109,7 +116,7 @@ func (o *listenOptions) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		defer rdb.Close()
+		closers = append(closers, rdb.Close)
 		ln, err := net.Listen("tcp", o.relayAddr)
 		if err != nil {
 			return fmt.Errorf("start the built-in relay on %s: %w (choose another with --relay-addr)", o.relayAddr, err)
@@ -119,7 +126,7 @@ func (o *listenOptions) run(ctx context.Context) error {
 			ln.Close()
 			return err
 		}
-		defer local.Close()
+		closers = append(closers, local.Close)
 		waits = append(waits, serve(ctx, newHTTPServer(local), ln))
 		relayURL, relayKey = "http://"+ln.Addr().String(), "local"
 	}
@@ -170,7 +177,7 @@ func (o *listenOptions) run(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		defer insp.Close()
+		closers = append(closers, insp.Close)
 		ln, err := net.Listen("tcp", o.inspect)
 		if err != nil {
 			return fmt.Errorf("start the inspector on %s: %w (choose another with --inspect, or --inspect off)", o.inspect, err)
