@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -216,8 +218,8 @@ func printDelivery(w io.Writer, d *devhook.Delivery) {
 }
 
 func printHeader(w io.Writer, h http.Header) {
-	for k, vs := range h {
-		for _, v := range vs {
+	for _, k := range slices.Sorted(maps.Keys(h)) {
+		for _, v := range h[k] {
 			fmt.Fprintf(w, "  %s: %s\n", k, v)
 		}
 	}
