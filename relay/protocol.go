@@ -17,9 +17,14 @@
 //
 // Every WebSocket message is binary and is one frame:
 //
-//	uint32 big-endian n | n bytes of JSON header | payload bytes
+//	uint32 big-endian n | n bytes of header | payload bytes
 //
-// The JSON header has a "type"; the payload is a raw body (never base64).
+// The payload is a raw body (never base64). The header is binary: a
+// version byte (1), a type byte, then tagged fields in any order, each a
+// tag byte and its value. Strings are a uvarint length and the bytes;
+// numbers are varints. A header field (tag 11) is a name and a uvarint
+// count of values, each a string, so repeated headers keep every value in
+// order. Unknown tags and anything that runs past the header are errors.
 //
 //	relay → agent  hello     {channel, public_url}            sent once, first
 //	relay → agent  deliver   {id, method, path, query, header,
@@ -40,7 +45,6 @@ package relay
 
 import (
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -91,19 +95,123 @@ type Credentials struct {
 	PublicURL string `json:"public_url"`
 }
 
+// frameVersion is the first byte of every frame header.
+const frameVersion = 1
+
+// Type and field tags of the binary header.
+var typeCodes = map[string]byte{TypeHello: 1, TypeDeliver: 2, TypeResponse: 3, TypeAck: 4}
+var typeNames = [...]string{1: TypeHello, 2: TypeDeliver, 3: TypeResponse, 4: TypeAck}
+
+const (
+	tagID = 1 + iota
+	tagChannel
+	tagPublicURL
+	tagMethod
+	tagPath
+	tagQuery
+	tagRemoteAddr
+	tagReceivedAt // varint Unix nanoseconds
+	tagQueued     // no value
+	tagStatus     // varint
+	tagHeader     // name, uvarint count, values
+)
+
 // AppendFrame appends the encoding of h and payload to dst.
 func AppendFrame(dst []byte, h *Header, payload []byte) ([]byte, error) {
-	js, err := json.Marshal(h)
-	if err != nil {
-		return nil, fmt.Errorf("encode %s frame: %w", h.Type, err)
+	code, ok := typeCodes[h.Type]
+	if !ok {
+		return nil, fmt.Errorf("encode frame: unknown type %q", h.Type)
 	}
-	dst = binary.BigEndian.AppendUint32(dst, uint32(len(js)))
-	dst = append(dst, js...)
+	start := len(dst)
+	dst = append(dst, 0, 0, 0, 0, frameVersion, code)
+	str := func(tag byte, v string) {
+		if v != "" {
+			dst = append(dst, tag)
+			dst = binary.AppendUvarint(dst, uint64(len(v)))
+			dst = append(dst, v...)
+		}
+	}
+	str(tagID, h.ID)
+	str(tagChannel, h.Channel)
+	str(tagPublicURL, h.PublicURL)
+	str(tagMethod, h.Method)
+	str(tagPath, h.Path)
+	str(tagQuery, h.Query)
+	str(tagRemoteAddr, h.RemoteAddr)
+	if !h.ReceivedAt.IsZero() {
+		dst = binary.AppendVarint(append(dst, tagReceivedAt), h.ReceivedAt.UnixNano())
+	}
+	if h.Queued {
+		dst = append(dst, tagQueued)
+	}
+	if h.Status != 0 {
+		dst = binary.AppendVarint(append(dst, tagStatus), int64(h.Status))
+	}
+	for k, vs := range h.Header {
+		str(tagHeader, k)
+		if k == "" {
+			return nil, fmt.Errorf("encode %s frame: empty header name", h.Type)
+		}
+		dst = binary.AppendUvarint(dst, uint64(len(vs)))
+		for _, v := range vs {
+			dst = binary.AppendUvarint(dst, uint64(len(v)))
+			dst = append(dst, v...)
+		}
+	}
+	n := len(dst) - start - 4
+	if n > MaxHeaderSize {
+		return nil, fmt.Errorf("encode %s frame: header of %d bytes is over %d", h.Type, n, MaxHeaderSize)
+	}
+	binary.BigEndian.PutUint32(dst[start:], uint32(n))
 	return append(dst, payload...), nil
 }
 
 // ErrMalformed is wrapped by every frame decoding error.
 var ErrMalformed = errors.New("malformed frame")
+
+// headerReader reads the fields of a binary frame header.
+type headerReader struct {
+	b   []byte
+	err error
+}
+
+func (r *headerReader) fail(what string) {
+	if r.err == nil {
+		r.err = fmt.Errorf("%w: %s", ErrMalformed, what)
+	}
+	r.b = nil
+}
+
+func (r *headerReader) uvarint() uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.fail("bad length")
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *headerReader) varint() int64 {
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.fail("bad number")
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *headerReader) str() string {
+	n := r.uvarint()
+	if n > uint64(len(r.b)) {
+		r.fail("string runs past the header")
+		return ""
+	}
+	s := string(r.b[:n])
+	r.b = r.b[n:]
+	return s
+}
 
 // DecodeFrame splits a frame into its header and payload. The payload
 // aliases msg.
@@ -113,20 +221,73 @@ func DecodeFrame(msg []byte) (Header, []byte, error) {
 		return h, nil, fmt.Errorf("%w: %d bytes, shorter than the length prefix", ErrMalformed, len(msg))
 	}
 	n := binary.BigEndian.Uint32(msg)
-	if n > MaxHeaderSize || int(n) > len(msg)-4 {
+	if n > MaxHeaderSize || int(n) > len(msg)-4 || n < 2 {
 		return h, nil, fmt.Errorf("%w: header length %d does not fit in %d bytes", ErrMalformed, n, len(msg)-4)
 	}
-	if err := json.Unmarshal(msg[4:4+n], &h); err != nil {
-		return h, nil, fmt.Errorf("%w: header: %v", ErrMalformed, err)
+	hdr := msg[4 : 4+n]
+	if hdr[0] != frameVersion {
+		return h, nil, fmt.Errorf("%w: version %d, this devhook speaks %d (upgrade the older side)", ErrMalformed, hdr[0], frameVersion)
+	}
+	if int(hdr[1]) >= len(typeNames) || typeNames[hdr[1]] == "" {
+		return h, nil, fmt.Errorf("%w: unknown type %d", ErrMalformed, hdr[1])
+	}
+	h.Type = typeNames[hdr[1]]
+	r := headerReader{b: hdr[2:]}
+	for len(r.b) > 0 && r.err == nil {
+		tag := r.b[0]
+		r.b = r.b[1:]
+		switch tag {
+		case tagID:
+			h.ID = r.str()
+		case tagChannel:
+			h.Channel = r.str()
+		case tagPublicURL:
+			h.PublicURL = r.str()
+		case tagMethod:
+			h.Method = r.str()
+		case tagPath:
+			h.Path = r.str()
+		case tagQuery:
+			h.Query = r.str()
+		case tagRemoteAddr:
+			h.RemoteAddr = r.str()
+		case tagReceivedAt:
+			h.ReceivedAt = time.Unix(0, r.varint()).UTC()
+		case tagQueued:
+			h.Queued = true
+		case tagStatus:
+			h.Status = int(r.varint())
+		case tagHeader:
+			k := r.str()
+			count := r.uvarint()
+			if count > uint64(len(r.b)) { // each value takes at least a byte
+				r.fail("header value count runs past the header")
+				break
+			}
+			if k == "" {
+				r.fail("empty header name")
+				break
+			}
+			if h.Header == nil {
+				h.Header = make(http.Header, 8)
+			}
+			vs := make([]string, 0, count)
+			for range count {
+				vs = append(vs, r.str())
+			}
+			h.Header[k] = append(h.Header[k], vs...)
+		default:
+			r.fail(fmt.Sprintf("unknown field %d", tag))
+		}
+	}
+	if r.err != nil {
+		return Header{}, nil, r.err
 	}
 	switch h.Type {
-	case TypeHello:
 	case TypeDeliver, TypeResponse, TypeAck:
 		if h.ID == "" {
 			return h, nil, fmt.Errorf("%w: %s frame without id", ErrMalformed, h.Type)
 		}
-	default:
-		return h, nil, fmt.Errorf("%w: unknown type %q", ErrMalformed, h.Type)
 	}
 	return h, msg[4+n:], nil
 }

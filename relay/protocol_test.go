@@ -38,15 +38,23 @@ func TestDecodeFrameRejects(t *testing.T) {
 	lenPrefix := func(n uint32, rest string) []byte {
 		return append(binary.BigEndian.AppendUint32(nil, n), rest...)
 	}
+	frame := func(hdr ...byte) []byte { return lenPrefix(uint32(len(hdr)), string(hdr)) }
 	cases := map[string][]byte{
 		"empty":              nil,
 		"short prefix":       {0, 0},
-		"length past end":    lenPrefix(100, `{"type":"ack"}`),
+		"length past end":    lenPrefix(100, "\x01\x04\x01\x01x"),
 		"huge length":        lenPrefix(1<<31, ""),
-		"not json":           lenPrefix(3, "abc"),
-		"unknown type":       lenPrefix(15, `{"type":"boom"}`),
-		"deliver without id": lenPrefix(18, `{"type":"deliver"}`),
-		"ack without id":     lenPrefix(14, `{"type":"ack"}`),
+		"no type":            frame(1),
+		"old JSON header":    lenPrefix(14, `{"type":"ack"}`),
+		"other version":      frame(2, 4, 1, 1, 'x'),
+		"unknown type":       frame(1, 9),
+		"deliver without id": frame(1, 2),
+		"ack without id":     frame(1, 4),
+		"unknown field":      frame(1, 4, 1, 1, 'x', 99),
+		"string past end":    frame(1, 4, 1, 10, 'x'),
+		"bad length varint":  frame(1, 4, 1, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff),
+		"values past end":    frame(1, 2, 1, 1, 'x', 11, 1, 'k', 200),
+		"empty header name":  frame(1, 2, 1, 1, 'x', 11, 0, 1, 1, 'v'),
 	}
 	for name, msg := range cases {
 		t.Run(name, func(t *testing.T) {
