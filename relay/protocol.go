@@ -98,10 +98,19 @@ type Credentials struct {
 // frameVersion is the first byte of every frame header.
 const frameVersion = 1
 
-// Type and field tags of the binary header.
-var typeCodes = map[string]byte{TypeHello: 1, TypeDeliver: 2, TypeResponse: 3, TypeAck: 4}
+// typeNames maps the header's type byte to a type; typeCode is its inverse.
 var typeNames = [...]string{1: TypeHello, 2: TypeDeliver, 3: TypeResponse, 4: TypeAck}
 
+func typeCode(t string) (byte, bool) {
+	for i, name := range typeNames {
+		if name != "" && name == t {
+			return byte(i), true
+		}
+	}
+	return 0, false
+}
+
+// Field tags of the binary header.
 const (
 	tagID = 1 + iota
 	tagChannel
@@ -118,7 +127,7 @@ const (
 
 // AppendFrame appends the encoding of h and payload to dst.
 func AppendFrame(dst []byte, h *Header, payload []byte) ([]byte, error) {
-	code, ok := typeCodes[h.Type]
+	code, ok := typeCode(h.Type)
 	if !ok {
 		return nil, fmt.Errorf("encode frame: unknown type %q", h.Type)
 	}
