@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"flag"
+	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -41,5 +42,14 @@ func TestPrinterHumanGolden(t *testing.T) {
 	}
 	if !bytes.Equal(buf.Bytes(), want) {
 		t.Fatalf("human output differs from %s:\n%s", golden, buf.String())
+	}
+}
+
+func TestPrintHeaderInNameOrder(t *testing.T) {
+	var buf bytes.Buffer
+	printHeader(&buf, http.Header{"X-B": {"2", "3"}, "Content-Type": {"a"}, "X-A": {"1"}})
+	want := "  Content-Type: a\n  X-A: 1\n  X-B: 2\n  X-B: 3\n"
+	if buf.String() != want {
+		t.Fatalf("got\n%s\nwant\n%s", buf.String(), want)
 	}
 }
