@@ -123,19 +123,9 @@ func (db *DB) PutDelivery(d *devhook.Delivery) (created bool, err error) {
 	if err := validID("delivery", d.ID); err != nil {
 		return false, err
 	}
-	e := encodeDelivery(d) // before taking the write lock
-	err = db.update(func(tx *bolt.Tx) error {
-		var err error
-		created, err = e.put(tx)
-		return err
-	})
+	created, err = db.journalPut(encodeDelivery(d))
 	if err != nil {
 		return false, fmt.Errorf("storage: put delivery %s: %w", d.ID, err)
-	}
-	if created && db.puts.Add(1)%db.pruneEvery == 0 {
-		if _, err := db.Prune(); err != nil {
-			return true, fmt.Errorf("storage: delivery %s recorded, but: %w", d.ID, err)
-		}
 	}
 	return created, nil
 }
@@ -146,28 +136,7 @@ func (db *DB) AddAttempt(id string, a devhook.Attempt) (devhook.Attempt, error) 
 	if validID("delivery", id) != nil {
 		return devhook.Attempt{}, notFound(id) // it cannot have been recorded
 	}
-	key := []byte(id)
-	err := db.update(func(tx *bolt.Tx) error {
-		summaries := tx.Bucket(bucketSummaries)
-		v := summaries.Get(key)
-		if v == nil {
-			return notFound(id)
-		}
-		s, err := decodeSummary(v)
-		if err != nil {
-			return err
-		}
-		a.Seq = s.Attempts + 1
-		attempts := tx.Bucket(bucketAttempts)
-		attempts.FillPercent = appendFill
-		summaries.FillPercent = appendFill
-		if err := attempts.Put(attemptKey(key, a.Seq), appendAttempt(nil, &a)); err != nil {
-			return err
-		}
-		s.Attempts = a.Seq
-		s.Status, s.Duration, s.Error = a.Status, a.Duration, a.Error
-		return summaries.Put(key, appendSummary(make([]byte, 0, len(v)+16), &s))
-	})
+	a, err := db.journalAttempt(id, a)
 	if err != nil {
 		if devhook.ErrorCode(err) == devhook.ENOTFOUND {
 			return devhook.Attempt{}, err
@@ -184,6 +153,9 @@ func (db *DB) Delivery(id string) (*devhook.Delivery, error) {
 		// Ids come from URLs: one that could not have been recorded is
 		// simply not there.
 		return nil, notFound(id)
+	}
+	if err := db.settle(); err != nil {
+		return nil, err
 	}
 	key := []byte(id)
 	var d *devhook.Delivery
@@ -231,6 +203,9 @@ func (db *DB) List(f devhook.Filter) ([]devhook.Summary, error) {
 	var text []byte
 	if f.Text != "" {
 		text = bytes.ToLower([]byte(f.Text))
+	}
+	if err := db.settle(); err != nil {
+		return nil, err
 	}
 	out := make([]devhook.Summary, 0, min(limit, 64))
 	err := db.bolt.View(func(tx *bolt.Tx) error {
@@ -356,6 +331,9 @@ func lowerASCII(c byte) byte {
 func (db *DB) RunDeliveries(runID string) ([]devhook.Summary, error) {
 	if runID == "" || strings.IndexByte(runID, 0) >= 0 {
 		return nil, devhook.Errorf(devhook.EINVALID, "run id is empty or contains a NUL byte")
+	}
+	if err := db.settle(); err != nil {
+		return nil, err
 	}
 	var out []devhook.Summary
 	err := db.bolt.View(func(tx *bolt.Tx) error {

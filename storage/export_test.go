@@ -12,6 +12,9 @@ func (db *DB) PutDeliveriesTx(ds []*devhook.Delivery) error {
 	for i, d := range ds {
 		es[i] = encodeDelivery(d)
 	}
+	if err := db.settle(); err != nil {
+		return err
+	}
 	return db.bolt.Update(func(tx *bolt.Tx) error {
 		for _, e := range es {
 			if _, err := e.put(tx); err != nil {
@@ -26,6 +29,7 @@ func (db *DB) PutDeliveriesTx(ds []*devhook.Delivery) error {
 // holds per-delivery or per-channel records.
 func (db *DB) BucketLens() map[string]int {
 	m := map[string]int{}
+	_ = db.settle()
 	_ = db.bolt.View(func(tx *bolt.Tx) error {
 		for _, name := range allBuckets {
 			if string(name) == "meta" {

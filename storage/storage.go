@@ -13,6 +13,10 @@
 //	channels    channel id → Channel as JSON
 //	queue       channel id → bucket of id → delivery with its body
 //
+// PutDelivery and AddAttempt append to a journal beside the file
+// (<file>.journal0 and .journal1) and return; a goroutine applies the
+// journal to bbolt in batches, and reads apply it first (see journal.go).
+//
 // Delivery ids are UUIDv7 strings, so the byte order of keys is the order
 // of arrival: lists walk the summaries bucket backwards and never touch the
 // bodies unless they search them.
@@ -43,8 +47,9 @@ const (
 type Config struct {
 	MaxDeliveries int           // keep at most this many deliveries; 0 = DefaultMaxDeliveries, <0 = no limit
 	MaxAge        time.Duration // drop deliveries older than this; 0 = DefaultMaxAge, <0 = no limit
-	// NoSync skips fsync on commit. A killed process loses nothing (the
-	// pages are written); a power loss may lose the last commits.
+	// NoSync skips fsync on commit and on journal writes. A killed
+	// process loses nothing (the pages and records are written); a power
+	// loss may lose the last ones.
 	// The relay's queue (Enqueue, Dequeue) and channels are synced anyway.
 	NoSync bool
 	Now    func() time.Time // nil = time.Now
@@ -102,6 +107,7 @@ type DB struct {
 	maxAge        time.Duration // <= 0: no limit
 	pruneEvery    int64
 
+	journal *journal     // see journal.go
 	group   group        // see group.go
 	puts    atomic.Int64 // deliveries created since Open, to schedule pruning
 	pruneMu sync.Mutex
@@ -147,9 +153,10 @@ func Open(path string, cfg Config) (*DB, error) {
 		return nil, fmt.Errorf("storage: create data directory %s: %w", dir, err)
 	}
 	b, err := openBolt(path, &bolt.Options{
-		Timeout:      lockTimeout,
-		NoSync:       cfg.NoSync,
-		FreelistType: bolt.FreelistMapType,
+		Timeout:        lockTimeout,
+		NoSync:         cfg.NoSync,
+		FreelistType:   bolt.FreelistMapType,
+		NoFreelistSync: true,
 	})
 	switch {
 	case errors.Is(err, berrors.ErrTimeout):
@@ -166,10 +173,16 @@ func Open(path string, cfg Config) (*DB, error) {
 		_ = b.Close()
 		return nil, err
 	}
-	if _, err := db.Prune(); err != nil {
+	db.journal = newJournal(path)
+	if err := db.replayJournal(); err != nil {
+		_ = b.Close()
+		return nil, err
+	}
+	if _, err := db.prune(); err != nil {
 		_ = b.Close()
 		return nil, fmt.Errorf("storage: open %s: %w", path, err)
 	}
+	go db.runJournal()
 	return db, nil
 }
 
@@ -229,10 +242,15 @@ func (db *DB) init() error {
 	return nil
 }
 
-// Close closes the file. Calls in flight finish first.
+// Close applies the journal and closes the file. Calls in flight finish
+// first.
 func (db *DB) Close() error {
+	jerr := db.closeJournal()
 	if err := db.bolt.Close(); err != nil {
 		return fmt.Errorf("storage: close %s: %w", db.path, err)
+	}
+	if jerr != nil {
+		return fmt.Errorf("storage: close %s: %w", db.path, jerr)
 	}
 	return nil
 }
@@ -262,6 +280,9 @@ func putCount(tx *bolt.Tx, n int) error {
 
 // Count returns the number of deliveries kept.
 func (db *DB) Count() (n int, err error) {
+	if err := db.settle(); err != nil {
+		return 0, err
+	}
 	err = db.bolt.View(func(tx *bolt.Tx) error {
 		n = getCount(tx)
 		return nil
@@ -278,9 +299,17 @@ func (db *DB) Count() (n int, err error) {
 // first and the age check stops at the first one young enough: ids and
 // ReceivedAt come from the same clock.
 //
-// PutDelivery calls it every 1,000 new deliveries (more often for a small
-// MaxDeliveries), and Open once.
+// It runs every 1,000 new deliveries (more often for a small
+// MaxDeliveries), and when Open is called.
 func (db *DB) Prune() (removed int, err error) {
+	if err := db.settle(); err != nil {
+		return 0, err
+	}
+	return db.prune()
+}
+
+// prune is Prune without applying the journal first.
+func (db *DB) prune() (removed int, err error) {
 	db.pruneMu.Lock()
 	defer db.pruneMu.Unlock()
 	for {

@@ -1,0 +1,270 @@
+package storage_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/storage"
+)
+
+// killedChildEnv makes the test binary act as a process that records
+// deliveries and is then killed, for TestJournal_KilledProcessLosesNothing.
+const killedChildEnv = "DEVHOOK_STORAGE_KILLED_CHILD"
+
+const killedN = 300
+
+func TestMain(m *testing.M) {
+	if path := os.Getenv(killedChildEnv); path != "" {
+		killedChild(path)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// killedChild records killedN deliveries, each with two attempts, then
+// kills itself without closing the store: whatever the journal holds and
+// bbolt does not must survive.
+func killedChild(path string) {
+	db, err := storage.Open(path, storage.Config{NoSync: true, MaxDeliveries: -1, MaxAge: -1})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	for i := range killedN {
+		if _, err := db.PutDelivery(newDelivery(i)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(2)
+		}
+		for k := range 2 {
+			if _, err := db.AddAttempt(id(i), newAttempt(i*10+k)); err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(2)
+			}
+		}
+	}
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {}
+}
+
+// runKilledChild runs killedChild on a store at a fresh path and returns
+// the path.
+func runKilledChild(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), killedChildEnv+"="+path)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("child: %v, want killed; stderr: %s", err, stderr.Bytes())
+	}
+	return path
+}
+
+func checkKilledN(t *testing.T, db *storage.DB) {
+	t.Helper()
+	n, err := db.Count()
+	if err != nil || n != killedN {
+		t.Fatalf("Count = %d, %v; want %d", n, err, killedN)
+	}
+	for _, i := range []int{0, 1, killedN / 2, killedN - 1} {
+		d, err := db.Delivery(id(i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sameDelivery(t, &devhook.Delivery{ID: d.ID, Channel: d.Channel, ReceivedAt: d.ReceivedAt,
+			Method: d.Method, Path: d.Path, Header: d.Header, Body: d.Body, Verdict: d.Verdict, Event: d.Event,
+		}, newDelivery(i))
+		if len(d.Attempts) != 2 {
+			t.Fatalf("delivery %d has %d attempts, want 2", i, len(d.Attempts))
+		}
+		for k, a := range d.Attempts {
+			want := newAttempt(i*10 + k)
+			want.Seq = k + 1
+			sameAttempt(t, a, want)
+		}
+	}
+	list, err := db.List(devhook.Filter{Limit: 1})
+	if err != nil || len(list) != 1 || list[0].Attempts != 2 || list[0].Status != newAttempt((killedN-1)*10+1).Status {
+		t.Fatalf("List = %+v, %v; want the last delivery with its second attempt", list, err)
+	}
+}
+
+func TestJournal_KilledProcessLosesNothing(t *testing.T) {
+	path := runKilledChild(t)
+	db := MustOpenPath(t, path, storage.Config{NoSync: true, MaxDeliveries: -1, MaxAge: -1})
+	checkKilledN(t, db)
+	for _, suffix := range []string{".journal0", ".journal1"} {
+		if _, err := os.Stat(path + suffix); !os.IsNotExist(err) {
+			t.Errorf("%s: %v after Open applied it, want it removed", suffix, err)
+		}
+	}
+}
+
+// A torn record at the end (a crash in the middle of a write) and a
+// journal applied twice (a crash between a commit and the emptying of its
+// file) change nothing.
+func TestJournal_TornTailAndReplayTwice(t *testing.T) {
+	path := runKilledChild(t)
+	saved := map[string][]byte{}
+	for _, suffix := range []string{".journal0", ".journal1"} {
+		b, err := os.ReadFile(path + suffix)
+		if err != nil {
+			continue
+		}
+		saved[suffix] = b
+	}
+	if len(saved) == 0 {
+		t.Skip("the child's journal was empty when it was killed")
+	}
+	for suffix, b := range saved {
+		torn := append(append([]byte{}, b...), 0, 0, 0x10, 0, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3)
+		if err := os.WriteFile(path+suffix, torn, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db, err := storage.Open(path, storage.Config{NoSync: true, MaxDeliveries: -1, MaxAge: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkKilledN(t, db)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for suffix, b := range saved {
+		if err := os.WriteFile(path+suffix, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db = MustOpenPath(t, path, storage.Config{NoSync: true, MaxDeliveries: -1, MaxAge: -1})
+	checkKilledN(t, db)
+}
+
+// The journal keeps its own copy: a caller may reuse its buffers once
+// PutDelivery and AddAttempt return.
+func TestJournal_CallerMayReuseBuffers(t *testing.T) {
+	db := MustOpenDB(t, storage.Config{NoSync: true})
+	d := newDelivery(1)
+	want := newDelivery(1)
+	mustPut(t, db, d)
+	a := newAttempt(1)
+	if _, err := db.AddAttempt(d.ID, a); err != nil {
+		t.Fatal(err)
+	}
+	for i := range d.Body {
+		d.Body[i] = 'x'
+	}
+	for i := range a.Body {
+		a.Body[i] = 'x'
+	}
+	got, err := db.Delivery(d.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Body, want.Body) || !bytes.Equal(got.Attempts[0].Body, newAttempt(1).Body) {
+		t.Fatalf("stored bodies changed with the caller's buffers: %q, %q", got.Body, got.Attempts[0].Body)
+	}
+}
+
+// Writers and readers at once, in both sync modes: every attempt gets its
+// own Seq and readers always see a whole delivery.
+func TestJournal_ConcurrentWritersAndReaders(t *testing.T) {
+	for _, noSync := range []bool{true, false} {
+		t.Run(fmt.Sprintf("NoSync=%v", noSync), func(t *testing.T) {
+			db := MustOpenDB(t, storage.Config{NoSync: noSync, MaxDeliveries: -1, MaxAge: -1})
+			const writers, each, attempts = 6, 40, 3
+			var wg sync.WaitGroup
+			stop := make(chan struct{})
+			errs := make(chan error, writers+1)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					list, err := db.List(devhook.Filter{Limit: 20})
+					if err != nil {
+						errs <- err
+						return
+					}
+					for _, s := range list {
+						if _, err := db.Delivery(s.ID); err != nil {
+							errs <- fmt.Errorf("listed %s, then: %w", s.ID, err)
+							return
+						}
+					}
+				}
+			}()
+			var ww sync.WaitGroup
+			for w := range writers {
+				ww.Add(1)
+				go func() {
+					defer ww.Done()
+					for k := range each {
+						i := w*each + k
+						if _, err := db.PutDelivery(newDelivery(i)); err != nil {
+							errs <- err
+							return
+						}
+						for n := range attempts {
+							a, err := db.AddAttempt(id(i), newAttempt(n))
+							if err != nil {
+								errs <- err
+								return
+							}
+							if a.Seq != n+1 {
+								errs <- fmt.Errorf("delivery %d: attempt %d got Seq %d", i, n, a.Seq)
+								return
+							}
+						}
+					}
+				}()
+			}
+			ww.Wait()
+			close(stop)
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			n, err := db.Count()
+			if err != nil || n != writers*each {
+				t.Fatalf("Count = %d, %v; want %d", n, err, writers*each)
+			}
+			for i := range writers * each {
+				d, err := db.Delivery(id(i))
+				if err != nil || len(d.Attempts) != attempts {
+					t.Fatalf("delivery %d: %v, %d attempts", i, err, len(d.Attempts))
+				}
+			}
+		})
+	}
+}
+
+func TestJournal_WriteAfterClose(t *testing.T) {
+	db, err := storage.Open(filepath.Join(t.TempDir(), "devhook.db"), storage.Config{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, db, newDelivery(1))
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.PutDelivery(newDelivery(2)); err == nil {
+		t.Fatal("PutDelivery after Close succeeded")
+	}
+	if _, err := db.AddAttempt(id(1), newAttempt(1)); err == nil {
+		t.Fatal("AddAttempt after Close succeeded")
+	}
+}
