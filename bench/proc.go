@@ -110,6 +110,14 @@ func (c *child) kill() {
 		return
 	default:
 	}
+	// Interrupt first, so that the child stops as a user's would (and
+	// writes $DEVHOOK_CPUPROFILE); kill it if it does not.
+	_ = c.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-c.exited:
+		return
+	case <-time.After(5 * time.Second):
+	}
 	c.cmd.Process.Kill()
 	select {
 	case <-c.exited:

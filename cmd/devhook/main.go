@@ -10,17 +10,22 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"runtime/pprof"
 	"syscall"
 )
 
 func main() {
 	tuneGC()
+	if stop := profileCPU(); stop != nil {
+		defer stop()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := newRootCmd(os.Stdout, os.Stderr).ExecuteContext(ctx)
 	if err != nil && !errors.Is(err, context.Canceled) {
 		fmt.Fprintln(os.Stderr, "devhook:", err)
 		os.Exit(1)
+
 	}
 }
 
@@ -36,4 +41,26 @@ func tuneGC() {
 	if os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(48 << 20)
 	}
+}
+
+// profileCPU writes a CPU profile of this process to
+// $DEVHOOK_CPUPROFILE.<command>.<pid> when that variable is set: the load
+// harness runs relay and agent as separate processes, and this is how to
+// see where each spends its time.
+func profileCPU() (stop func()) {
+	prefix := os.Getenv("DEVHOOK_CPUPROFILE")
+	if prefix == "" || len(os.Args) < 2 {
+		return nil
+	}
+	f, err := os.Create(fmt.Sprintf("%s.%s.%d", prefix, os.Args[1], os.Getpid()))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "devhook: cpu profile:", err)
+		return nil
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		fmt.Fprintln(os.Stderr, "devhook: cpu profile:", err)
+		_ = f.Close()
+		return nil
+	}
+	return func() { pprof.StopCPUProfile(); _ = f.Close() }
 }
