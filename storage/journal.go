@@ -311,6 +311,7 @@ func (db *DB) flush() error {
 	if terr != nil {
 		return fmt.Errorf("storage: empty journal of %s: %w", db.path, terr)
 	}
+	db.releaseMapped()
 
 	if created > 0 {
 		after := db.puts.Add(int64(created))
