@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -105,7 +106,7 @@ func (o *listenOptions) run(ctx context.Context) error {
 	}
 	closers = append(closers, db.Close)
 
-	out := &printer{w: o.stdout, json: o.json}
+	out := &printer{w: newLineWriter(o.stdout), json: o.json}
 
 	// The relay: remote, or one inside this process.
 	relayURL, relayKey := strings.TrimRight(o.relayURL, "/"), strings.TrimRight(o.relayURL, "/")
@@ -274,17 +275,21 @@ type readyInfo struct {
 }
 
 // printer writes listen's output: human lines or one JSON object a line.
+// Each goes to w in one Write, without a lock held: w must take whole
+// lines from many goroutines (listen gives it a lineWriter).
 type printer struct {
-	mu   sync.Mutex
+	mu   sync.Mutex // for logf's writer
 	w    io.Writer
 	json bool
 	loc  *time.Location // nil: local time
 }
 
 func (p *printer) emit(v any) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	json.NewEncoder(p.w).Encode(v)
+	b, err := json.Marshal(v)
+	if err != nil {
+		b, _ = json.Marshal(map[string]string{"event": "log", "message": "devhook: cannot print an event: " + err.Error()})
+	}
+	p.w.Write(append(b, '\n'))
 }
 
 func (p *printer) ready(r readyInfo) {
@@ -295,23 +300,23 @@ func (p *printer) ready(r readyInfo) {
 		}{"ready", r})
 		return
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	fmt.Fprintf(p.w, "devhook is listening\n")
-	fmt.Fprintf(p.w, "  public URL  %s\n", r.PublicURL)
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "devhook is listening\n")
+	fmt.Fprintf(&b, "  public URL  %s\n", r.PublicURL)
 	if r.Local {
-		fmt.Fprintf(p.w, "              (built-in relay: reachable from this machine only; use --relay for a public one)\n")
+		fmt.Fprintf(&b, "              (built-in relay: reachable from this machine only; use --relay for a public one)\n")
 	}
-	fmt.Fprintf(p.w, "  forward to  %s\n", strings.Join(r.Forward, ", "))
+	fmt.Fprintf(&b, "  forward to  %s\n", strings.Join(r.Forward, ", "))
 	if r.InspectorURL != "" {
-		fmt.Fprintf(p.w, "  inspector   %s\n", r.InspectorURL)
+		fmt.Fprintf(&b, "  inspector   %s\n", r.InspectorURL)
 	}
 	secret := "no secret: signatures cannot be checked (pass --secret)"
 	if r.SecretKnown {
 		secret = "secret known, verify=" + r.Verify
 	}
-	fmt.Fprintf(p.w, "  signature   %s\n", secret)
-	fmt.Fprintf(p.w, "  recording   %s\n\n", r.Data)
+	fmt.Fprintf(&b, "  signature   %s\n", secret)
+	fmt.Fprintf(&b, "  recording   %s\n\n", r.Data)
+	p.w.Write(b.Bytes())
 }
 
 func (p *printer) result(r agent.Result) {
@@ -368,9 +373,7 @@ func (p *printer) result(r agent.Result) {
 	if e := attemptError(r.Attempt); e != "" {
 		line += "  " + e
 	}
-	p.mu.Lock()
-	fmt.Fprintln(p.w, line)
-	p.mu.Unlock()
+	p.w.Write([]byte(line + "\n"))
 }
 
 func (p *printer) logf(w io.Writer) func(string, ...any) {
