@@ -84,23 +84,6 @@ type Event struct {
 	StatusV2 string `json:"status_v2,omitempty"`
 }
 
-// ParseEvent extracts the fields devhook indexes from a run.status body.
-// Anything that is not JSON of that shape yields the zero Event.
-func ParseEvent(body []byte) Event {
-	var p struct {
-		EventType string `json:"event_type"`
-		Data      struct {
-			RunID    string `json:"run_id"`
-			Status   string `json:"status"`
-			StatusV2 string `json:"status_v2"`
-		} `json:"data"`
-	}
-	if len(body) == 0 || body[0] != '{' || json.Unmarshal(body, &p) != nil {
-		return Event{}
-	}
-	return Event{Type: p.EventType, RunID: p.Data.RunID, Status: p.Data.Status, StatusV2: p.Data.StatusV2}
-}
-
 // LastAttempt returns the most recent attempt, or nil.
 func (d *Delivery) LastAttempt() *Attempt {
 	if len(d.Attempts) == 0 {
