@@ -153,10 +153,9 @@ func Open(path string, cfg Config) (*DB, error) {
 		return nil, fmt.Errorf("storage: create data directory %s: %w", dir, err)
 	}
 	b, err := openBolt(path, &bolt.Options{
-		Timeout:        lockTimeout,
-		NoSync:         cfg.NoSync,
-		FreelistType:   bolt.FreelistMapType,
-		NoFreelistSync: true,
+		Timeout:      lockTimeout,
+		NoSync:       cfg.NoSync,
+		FreelistType: bolt.FreelistMapType,
 	})
 	switch {
 	case errors.Is(err, berrors.ErrTimeout):
