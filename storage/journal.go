@@ -114,7 +114,7 @@ func newJournal(dbPath string) *journal {
 	}
 }
 
-// run flushes the journal in the background until Close.
+// runJournal flushes the journal in the background until Close.
 func (db *DB) runJournal() {
 	j := db.journal
 	defer close(j.done)
@@ -138,8 +138,9 @@ func (db *DB) runJournal() {
 			timer.Reset(wait)
 			continue
 		}
-		// An error stays in j.failed: the next read returns it, and the
-		// next kick or write retries.
+		// On an error the records stay pending and journaled: the next
+		// read returns the error and retries, as do the writes that
+		// follow (a kick at 1 MiB pending, a flush of their own at 16).
 		_ = db.flush()
 		j.mu.Lock()
 		again := len(j.pending) > 0 && j.failed == nil
@@ -157,7 +158,7 @@ func (j *journal) poke() {
 	}
 }
 
-// append writes rec, encoded as b (header space included), to the active
+// appendLocked writes rec, encoded as b (header space included), to the active
 // file and makes it pending. j.mu is held.
 func (db *DB) appendLocked(rec jrec, b []byte) error {
 	j := db.journal
