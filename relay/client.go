@@ -23,6 +23,11 @@ import (
 // new channel.
 var ErrRejected = errors.New("relay rejected the channel credentials")
 
+// ErrReplaced is returned by Receive when the relay closed the connection
+// because another agent connected to the same channel and took it over.
+// Reconnecting would take it back and forth: the agent should stop.
+var ErrReplaced = errors.New("another agent connected to this channel and took it over")
+
 // Open asks the relay at relayURL for a new channel. openToken is sent when
 // not empty.
 func Open(ctx context.Context, client *http.Client, relayURL, openToken string) (Credentials, error) {

@@ -25,14 +25,8 @@ import (
 // answer (most of them still in the journal, not yet in bbolt), and the
 // next open of the store has them all.
 func TestListen_KilledLosesNothing(t *testing.T) {
-	if testing.Short() {
-		t.Skip("end-to-end")
-	}
+	bin := devhookBinary(t)
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "devhook")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/devhook/devhook/cmd/devhook").CombinedOutput(); err != nil {
-		t.Fatalf("building devhook: %v\n%s", err, out)
-	}
 	const secret = "whsec_kill"
 	recv := httptest.NewServer(receiver.New(receiver.Config{Secret: secret}))
 	defer recv.Close()
