@@ -52,7 +52,42 @@ const (
 	AttemptForward    = "forward"    // the first forward of a live delivery
 	AttemptRedelivery = "redelivery" // forward of a delivery that waited in the relay's queue
 	AttemptReplay     = "replay"     // a user asked for it again
+	// AttemptRetry is a later forward of a queued delivery whose earlier
+	// forward got no answer, or 408, 429 or 5xx: the agent owes it to the
+	// receiver and retries with backoff.
+	AttemptRetry = "retry"
 )
+
+// Retry states of a queued delivery whose forward failed.
+const (
+	RetryOwed   = "owed"   // the agent retries it until the receiver takes it
+	RetryFailed = "failed" // the agent gave up on it
+)
+
+// RetryState says where the agent stands with a delivery it owes the
+// receiver. A delivery the receiver took has none.
+type RetryState struct {
+	State string `json:"state"` // RetryOwed or RetryFailed
+	// Since is when the first forward failed; retries stop at Since plus
+	// the agent's retry horizon.
+	Since time.Time `json:"since"`
+	// Reason says why the agent gave up (RetryFailed): "gave up after N
+	// attempts over 1h: <last error>".
+	Reason string `json:"reason,omitempty"`
+}
+
+// Health is what the agent reports of itself: whether it can record, and
+// how many deliveries it owes the receiver. The inspector shows it.
+type Health struct {
+	// StorageError is set while recording fails (a full disk): live
+	// deliveries are then answered 503 and not forwarded, queued ones are
+	// held until recording works again.
+	StorageError string    `json:"storage_error,omitempty"`
+	Since        time.Time `json:"since,omitzero"` // when recording started failing
+	Held         int       `json:"held"`           // queued deliveries waiting to be recorded
+	Owed         int       `json:"owed"`           // deliveries being retried
+	Failed       int       `json:"failed"`         // deliveries the agent gave up on
+}
 
 // Delivery is one request that arrived at the relay's public URL.
 type Delivery struct {
@@ -156,6 +191,10 @@ type Summary struct {
 	Status   int      `json:"status"`
 	Duration Duration `json:"duration_ms"`
 	Error    string   `json:"error,omitempty"`
+	// Retry is set while the agent owes the delivery to the receiver, and
+	// when it gave up. The store does not keep it in the row: the
+	// inspector and the agent fill it.
+	Retry *RetryState `json:"retry,omitempty"`
 }
 
 // Summarize returns the list row of d.

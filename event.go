@@ -62,6 +62,13 @@ type ReplayOptions struct {
 const (
 	ChangeDelivery = "delivery" // a new delivery was recorded
 	ChangeAttempt  = "attempt"  // an attempt was added to a delivery
+	// ChangeRetry: a delivery's retry state changed (owed, delivered after
+	// retries, given up). Summary.Retry is the new state, nil once the
+	// receiver took it.
+	ChangeRetry = "retry"
+	// ChangeHealth: the agent's Health changed (recording failing or
+	// working again, deliveries owed or given up). Health is set.
+	ChangeHealth = "health"
 )
 
 // Change is what the agent publishes when the store changes, so that the
@@ -70,6 +77,7 @@ type Change struct {
 	Kind    string   `json:"kind"`
 	Summary Summary  `json:"delivery"`
 	Attempt *Attempt `json:"attempt,omitempty"`
+	Health  *Health  `json:"health,omitempty"`
 }
 
 // NewRunStatus returns a realistic run.status payload for a run in state

@@ -9,17 +9,32 @@
 // The ack comes only after the delivery is recorded, so the relay keeps a
 // delivery until it is on disk here. A delivery that arrives again (same id)
 // and already has an attempt is answered from the record, not forwarded twice.
+//
+// A delivery that cannot be recorded (a full disk) is not forwarded: a live
+// one is answered 503, so that whatever a sender saw answered 200 is on
+// disk; a queued one is held in memory and its record retried until it
+// succeeds, then handled and acknowledged, so that the relay's queue moves
+// again by itself once there is room. See health.go.
+//
+// A queued delivery whose forward got no answer, or 408, 429 or 5xx, is
+// owed to the receiver: its retry state is recorded, the relay is
+// acknowledged, and the agent retries it with backoff until the receiver
+// takes it or Config.RetryFor has passed, when it gives up loudly. See
+// retry.go.
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/devhook/devhook"
@@ -32,6 +47,14 @@ type Store interface {
 	PutDelivery(d *devhook.Delivery) (created bool, err error)
 	AddAttempt(id string, a devhook.Attempt) (devhook.Attempt, error)
 	Delivery(id string) (*devhook.Delivery, error)
+
+	// PutRetry, DeleteRetry and Retries keep the retry state of the
+	// deliveries the agent owes the receiver; AllRetries returns every
+	// one, for Run to resume.
+	PutRetry(id string, st devhook.RetryState) error
+	DeleteRetry(id string) error
+	Retries(ids []string) (map[string]devhook.RetryState, error)
+	AllRetries() (ids []string, states []devhook.RetryState, err error)
 }
 
 // Verification modes.
@@ -48,6 +71,14 @@ const (
 	DefaultMaxResponse    = 10 << 20
 	DefaultMinBackoff     = 250 * time.Millisecond
 	DefaultMaxBackoff     = 30 * time.Second
+	// DefaultRetryFor is how long a queued delivery whose forward failed
+	// is retried before the agent gives up on it.
+	DefaultRetryFor        = time.Hour
+	DefaultRetryMinBackoff = time.Second
+	DefaultRetryMaxBackoff = time.Minute
+	// RetryAfter is the Retry-After, in seconds, of the 503 a sender gets
+	// when devhook cannot record its delivery.
+	RetryAfter = 30
 	// ShutdownGrace is how long deliveries under way may take to finish
 	// once the agent is told to stop.
 	ShutdownGrace = 5 * time.Second
@@ -72,13 +103,32 @@ type Config struct {
 	ForwardTimeout time.Duration // per forward
 	MaxResponse    int64         // receiver answers larger than this are cut and flagged
 	Client         *http.Client  // nil: a client that follows no redirects and keeps connections
-	MinBackoff     time.Duration
+	MinBackoff     time.Duration // reconnecting, and retrying a record that failed
 	MaxBackoff     time.Duration
 
+	// RetryFor is how long a queued delivery whose forward got no answer,
+	// or 408, 429 or 5xx, is retried; then the agent gives up on it.
+	// 0 means DefaultRetryFor; negative means no retries: such a delivery
+	// is given up at once.
+	RetryFor time.Duration
+	// RetryMinBackoff and RetryMaxBackoff bound the wait between two
+	// retries of one delivery: it doubles from the first to the second,
+	// with jitter. Defaults: 1s and 1min. While the receiver refuses
+	// connections, its port is probed every second (at most
+	// RetryMaxBackoff), and every delivery waiting for it is retried as
+	// soon as it accepts one.
+	RetryMinBackoff time.Duration
+	RetryMaxBackoff time.Duration
+
 	Now func() time.Time
-	// OnChange is called after each record, for live views. It must not block.
+	// Rand returns a number in [0, n), for jitter; nil means math/rand/v2.
+	Rand func(n int64) int64
+	// OnChange is called after each record, for live views, and when the
+	// agent's Health changes (a devhook.ChangeHealth). It must not block.
 	OnChange func(devhook.Change)
-	// OnResult is called once per delivery handled from the relay.
+	// OnResult is called once per delivery handled from the relay, and
+	// once more for a delivery owed to the receiver when a retry delivers
+	// it (Retry > 0) or the agent gives up on it (GaveUp).
 	OnResult func(Result)
 	// OnConnect is called each time a connection to the relay is up.
 	OnConnect func(publicURL string)
@@ -93,6 +143,19 @@ type Result struct {
 	Duplicate bool              // already recorded and forwarded before
 	Rejected  bool              // not forwarded: the signature check failed (--verify enforce)
 	Error     string            // what went wrong in devhook itself, if anything
+
+	// Owed: the receiver did not take this queued delivery; the agent
+	// retries it for up to Config.RetryFor.
+	Owed bool
+	// Retry is set on the result of a retry that delivered an owed
+	// delivery: how many retries it took.
+	Retry int
+	// GaveUp: the agent stopped retrying; Error says why ("gave up after
+	// N attempts over 1h: ...").
+	GaveUp bool
+	// Since is when the first forward of an owed delivery failed (with
+	// Retry and GaveUp).
+	Since time.Time
 }
 
 // Agent forwards and records deliveries.
@@ -103,6 +166,9 @@ type Agent struct {
 
 	secretMu sync.RWMutex
 	secret   string
+
+	health health  // see health.go
+	owed   retrier // see retry.go
 }
 
 // New validates cfg and returns an agent.
@@ -140,6 +206,20 @@ func New(cfg Config) (*Agent, error) {
 	if a.cfg.MaxBackoff <= 0 {
 		a.cfg.MaxBackoff = DefaultMaxBackoff
 	}
+	if a.cfg.RetryFor == 0 {
+		a.cfg.RetryFor = DefaultRetryFor
+	}
+	if a.cfg.RetryMinBackoff <= 0 {
+		a.cfg.RetryMinBackoff = DefaultRetryMinBackoff
+	}
+	if a.cfg.RetryMaxBackoff <= 0 {
+		a.cfg.RetryMaxBackoff = DefaultRetryMaxBackoff
+	}
+	a.cfg.RetryMaxBackoff = max(a.cfg.RetryMaxBackoff, a.cfg.RetryMinBackoff)
+	if a.cfg.Rand == nil {
+		a.cfg.Rand = rand.Int64N
+	}
+	a.owed.init()
 	if a.cfg.Now == nil {
 		a.cfg.Now = time.Now
 	}
@@ -216,7 +296,12 @@ func (a *Agent) Targets() []string {
 
 // Run connects to the relay and handles deliveries until ctx ends,
 // reconnecting with capped, jittered exponential backoff. It returns an
-// error only when the relay rejects the credentials (relay.ErrRejected).
+// error only when the relay rejects the credentials (relay.ErrRejected) or
+// another agent took the channel over (relay.ErrReplaced): reconnecting
+// would not help, or would take the channel back and forth.
+//
+// Run also retries the deliveries owed to the receiver, those recorded by
+// an earlier Run included, and waits for those retries before it returns.
 func (a *Agent) Run(ctx context.Context) error {
 	if a.cfg.RelayURL == "" || a.cfg.Credentials.Channel == "" {
 		return errors.New("agent: no relay or channel to connect to")
@@ -224,6 +309,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	if len(a.targets) == 0 {
 		return errors.New("agent: no --forward target")
 	}
+	a.resume()
+	retryCtx, stopRetries := context.WithCancel(ctx)
+	retriesDone := make(chan struct{})
+	go func() {
+		defer close(retriesDone)
+		a.retryLoop(retryCtx)
+	}()
+	defer func() {
+		stopRetries()
+		<-retriesDone
+	}()
+
 	backoff := a.cfg.MinBackoff
 	for {
 		conn, err := relay.Dial(ctx, relay.DialConfig{RelayURL: a.cfg.RelayURL, Credentials: a.cfg.Credentials})
@@ -236,8 +333,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		case errors.Is(err, relay.ErrRejected):
 			return err
 		case err != nil:
-			// Full jitter: a random wait up to the current cap.
-			wait := time.Duration(rand.Int64N(int64(backoff))) + backoff/2
+			wait := a.jitter(backoff)
 			a.cfg.Logf("relay unreachable (%v); retrying in %s", err, wait.Round(time.Millisecond))
 			select {
 			case <-ctx.Done():
@@ -255,8 +351,19 @@ func (a *Agent) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if errors.Is(err, relay.ErrReplaced) {
+			return err
+		}
 		a.cfg.Logf("connection to the relay lost (%v); reconnecting", err)
 	}
+}
+
+// jitter returns a random wait between d/2 and 3d/2.
+func (a *Agent) jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(a.cfg.Rand(int64(d))) + d/2
 }
 
 // serve handles one connection until it ends. It waits for the deliveries
@@ -267,6 +374,10 @@ func (a *Agent) serve(ctx context.Context, conn *relay.Conn) error {
 	// Deliveries under way when ctx ends get a grace period to finish, so
 	// that stopping devhook does not cut a receiver off mid-request.
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	// Queued deliveries held because they could not be recorded belong to
+	// this connection: when it ends, the relay sends them again on the
+	// next one, so they are dropped here.
+	held, dropHeld := context.WithCancel(ctx)
 	stop := context.AfterFunc(ctx, func() {
 		conn.Close()
 		time.AfterFunc(ShutdownGrace, cancelWork)
@@ -274,6 +385,7 @@ func (a *Agent) serve(ctx context.Context, conn *relay.Conn) error {
 	defer func() {
 		stop()
 		conn.Close()
+		dropHeld()
 		wg.Wait()
 		cancelWork()
 	}()
@@ -289,8 +401,19 @@ func (a *Agent) serve(ctx context.Context, conn *relay.Conn) error {
 		}
 		wg.Add(1)
 		go func() {
-			defer func() { <-sem; wg.Done() }()
-			a.handle(work, conn, d)
+			defer wg.Done()
+			res := a.process(work, d)
+			if res.hold != 0 {
+				// Waiting for the disk must not take a slot from
+				// live deliveries, which are answered 503 meanwhile.
+				<-sem
+				if a.hold(work, held, d, &res) {
+					a.finish(conn, d, &res)
+				}
+				return
+			}
+			a.finish(conn, d, &res)
+			<-sem
 		}()
 	}
 }
@@ -301,15 +424,22 @@ type responder interface {
 	Ack(id string) error
 }
 
-func (a *Agent) handle(ctx context.Context, conn responder, d *devhook.Delivery) {
-	res := a.process(ctx, d)
-	st, h, body := answer(res)
+// finish answers the relay for d and reports the result.
+func (a *Agent) finish(conn responder, d *devhook.Delivery, res *processed) {
+	st, h, body := answer(*res)
 	res.Status, res.Rejected = st, res.rejected != nil
-	if res.failure != "" {
-		res.Error = res.failure
-	}
 	if err := conn.Respond(d.ID, st, h, body); err != nil {
-		a.cfg.Logf("delivery %s: %v", d.ID, err)
+		if reason := unframable(d.ID, st, h); reason != "" {
+			// The answer itself cannot be framed: say so at once rather
+			// than leave the sender waiting for the relay's timeout.
+			a.cfg.Logf("delivery %s: %s", d.ID, reason)
+			st, h, body = text(http.StatusBadGateway, "devhook: "+reason)
+			res.Status, res.Error = st, reason
+			err = conn.Respond(d.ID, st, h, body)
+		}
+		if err != nil {
+			a.cfg.Logf("delivery %s: %v", d.ID, err)
+		}
 	}
 	if res.recorded && d.Queued {
 		if err := conn.Ack(d.ID); err != nil {
@@ -321,59 +451,71 @@ func (a *Agent) handle(ctx context.Context, conn responder, d *devhook.Delivery)
 	}
 }
 
+// Hold reasons of a queued delivery: a write that failed and must succeed
+// before the relay is acknowledged.
+const (
+	holdRecord = 1 + iota // PutDelivery
+	holdOwed              // PutRetry of its owed state
+)
+
 // processed is a Result plus what handle needs to answer.
 type processed struct {
 	Result
 	recorded bool
 	answer   *devhook.Attempt // what to send back; nil with failure
-	failure  string
+	failure  string           // d is not recorded: 503
+	unframed string           // the receiver's answer cannot go back through the relay: 502
 	rejected *devhook.Verdict
+	hold     int                 // a queued delivery waits for a write: holdRecord or holdOwed
+	owe      *devhook.RetryState // with holdOwed: the state to write
 }
 
 // process verifies, records and forwards d. It does not talk to the relay.
 func (a *Agent) process(ctx context.Context, d *devhook.Delivery) processed {
 	d.Event = devhook.ParseEvent(d.Body)
 	d.Verdict = a.verify(d)
-	p := processed{Result: Result{Delivery: d}, recorded: true}
-	forward := a.cfg.Verify != VerifyEnforce || d.Verdict.OK()
+	// Record first: a delivery that cannot be recorded is not forwarded,
+	// so that no sender sees the receiver's 200 for a delivery that is
+	// not on disk. The journal makes this one write(2).
+	created, err := a.cfg.Store.PutDelivery(d)
+	if err != nil {
+		a.storeFailed(err)
+		p := processed{Result: Result{Delivery: d}}
+		if d.Queued {
+			p.hold = holdRecord
+			return p
+		}
+		p.failure = "devhook could not record the delivery: " + shortCause(err) + "; not forwarded"
+		p.Error = "could not record the delivery: " + err.Error() + "; answered 503, not forwarded"
+		return p
+	}
+	a.storeOK()
+	return a.forwardRecorded(ctx, d, created)
+}
 
-	// A live delivery is new: record it while the receiver works on it.
-	// One that waited in the relay's queue may have been handled before
-	// (its ack lost): look at the record before forwarding it.
-	var created bool
-	var putErr error
-	putDone := make(chan struct{})
-	if forward && !d.Queued {
-		go func() {
-			defer close(putDone)
-			created, putErr = a.cfg.Store.PutDelivery(d)
-		}()
-	} else {
-		created, putErr = a.cfg.Store.PutDelivery(d)
-		close(putDone)
-		if putErr != nil {
-			a.cfg.Logf("delivery %s: record: %v", d.ID, putErr)
-			p.recorded, p.failure = false, "devhook could not record the delivery: "+putErr.Error()
-			return p
-		}
-		if !created {
-			// Delivered again: answer from the record if the receiver
-			// has already answered it, rather than forward it twice.
-			if stored, err := a.cfg.Store.Delivery(d.ID); err == nil {
-				if at := answered(stored); at != nil {
-					p.Duplicate, p.Delivery = true, stored
-					p.answer, p.Attempt = at, at
-					return p
-				}
+// forwardRecorded forwards d, which is recorded (created says whether by
+// this call), and records the attempts.
+func (a *Agent) forwardRecorded(ctx context.Context, d *devhook.Delivery, created bool) processed {
+	p := processed{Result: Result{Delivery: d}, recorded: true}
+	if !created {
+		// Delivered again (its ack was lost): answer from the record if
+		// the receiver has taken it, or if the agent owes it already,
+		// rather than forward it twice.
+		if stored, err := a.cfg.Store.Delivery(d.ID); err == nil {
+			if at := answered(stored); at != nil && !retryable(at) || a.hasRetryState(d.ID) {
+				p.Duplicate, p.Delivery = true, stored
+				p.answer = cmp.Or(at, stored.LastAttempt())
+				p.Attempt = p.answer
+				return p
 			}
-		} else {
-			a.publish(devhook.Change{Kind: devhook.ChangeDelivery, Summary: d.Summarize()})
 		}
-		if !forward {
-			v := d.Verdict
-			p.rejected = &v
-			return p
-		}
+	} else {
+		a.publish(devhook.Change{Kind: devhook.ChangeDelivery, Summary: d.Summarize()})
+	}
+	if a.cfg.Verify == VerifyEnforce && !d.Verdict.OK() {
+		v := d.Verdict
+		p.rejected = &v
+		return p
 	}
 
 	kind := devhook.AttemptForward
@@ -395,19 +537,17 @@ func (a *Agent) process(ctx context.Context, d *devhook.Delivery) processed {
 		}()
 	}
 	ats[0] = a.forward(ctx, d, a.targets[0], kind, resign, nil, "")
+	if !d.Queued && ats[0].Status != 0 {
+		if reason := unframable(d.ID, ats[0].Status, ats[0].Header); reason != "" {
+			ats[0].Error = reason + "; the sender got 502"
+			p.unframed = reason
+		}
+	}
+	if ats[0].Status != 0 {
+		a.receiverAnswered()
+	}
 	wg.Wait()
 
-	<-putDone
-	if putErr != nil {
-		// The receiver has answered; pass that on, but do not ack.
-		a.cfg.Logf("delivery %s: record: %v", d.ID, putErr)
-		p.recorded, p.Error = false, "devhook could not record the delivery: "+putErr.Error()
-		p.answer, p.Attempt = &ats[0], &ats[0]
-		return p
-	}
-	if created && !d.Queued {
-		a.publish(devhook.Change{Kind: devhook.ChangeDelivery, Summary: d.Summarize()})
-	}
 	var primary *devhook.Attempt
 	for i := range ats {
 		rec := a.record(d, ats[i])
@@ -416,6 +556,17 @@ func (a *Agent) process(ctx context.Context, d *devhook.Delivery) processed {
 		}
 	}
 	p.Attempt, p.answer = primary, primary
+	if d.Queued && retryable(primary) {
+		p.Owed = true
+		st := a.owe(d, primary)
+		if err := a.cfg.Store.PutRetry(d.ID, st); err != nil {
+			a.storeFailed(err)
+			p.hold, p.owe = holdOwed, &st
+			return p
+		}
+		a.storeOK()
+		a.owedRecorded(d, primary, st)
+	}
 	return p
 }
 
@@ -451,18 +602,66 @@ func (a *Agent) publish(c devhook.Change) {
 
 // answer is what goes back to the sender for p.
 func answer(p processed) (int, http.Header, []byte) {
-	text := func(code int, msg string) (int, http.Header, []byte) {
-		return code, http.Header{"Content-Type": {"text/plain; charset=utf-8"}}, []byte(msg + "\n")
-	}
 	switch {
 	case p.rejected != nil:
 		return text(p.rejected.Status, p.rejected.Text)
 	case p.failure != "":
-		return text(http.StatusServiceUnavailable, p.failure)
+		st, h, b := text(http.StatusServiceUnavailable, p.failure)
+		h["Retry-After"] = []string{strconv.Itoa(RetryAfter)}
+		return st, h, b
+	case p.unframed != "":
+		return text(http.StatusBadGateway, "devhook: "+p.unframed)
 	case p.answer == nil:
 		return text(http.StatusBadGateway, "devhook: nothing to forward to")
 	case p.answer.Status == 0:
 		return text(http.StatusBadGateway, "devhook: the local receiver did not answer: "+p.answer.Error)
 	}
 	return p.answer.Status, p.answer.Header, p.answer.Body
+}
+
+func text(code int, msg string) (int, http.Header, []byte) {
+	return code, http.Header{"Content-Type": {"text/plain; charset=utf-8"}}, []byte(msg + "\n")
+}
+
+// unframable says why an answer with this status and header cannot be
+// sent back through the relay, or returns "" when it can. Only a header
+// near relay.MaxHeaderSize is encoded to find out.
+func unframable(id string, status int, h http.Header) string {
+	n := 64 + len(id)
+	for k, vs := range h {
+		n += len(k) + 10
+		for _, v := range vs {
+			n += len(v) + 10
+		}
+	}
+	if n < relay.MaxHeaderSize {
+		return ""
+	}
+	if _, err := relay.AppendFrame(nil, &relay.Header{Type: relay.TypeResponse, ID: id, Status: status, Header: h}, nil); err == nil {
+		return ""
+	}
+	size := 0
+	for k, vs := range h {
+		size += len(k)
+		for _, v := range vs {
+			size += len(v)
+		}
+	}
+	return fmt.Sprintf("the receiver answered %d with %d bytes of headers, over the %d devhook can pass back to the sender", status, size, relay.MaxHeaderSize)
+}
+
+// shortCause names the kind of a storage error for a sender, without the
+// local paths the full error carries.
+func shortCause(err error) string {
+	switch {
+	case errors.Is(err, syscall.ENOSPC):
+		return "disk full"
+	case errors.Is(err, syscall.EDQUOT):
+		return "disk quota exceeded"
+	case errors.Is(err, syscall.EROFS):
+		return "read-only file system"
+	case errors.Is(err, syscall.EIO):
+		return "I/O error"
+	}
+	return "storage error"
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -75,14 +76,27 @@ func (a *Agent) forward(ctx context.Context, d *devhook.Delivery, target *url.UR
 func (a *Agent) record(d *devhook.Delivery, at devhook.Attempt) *devhook.Attempt {
 	rec, err := a.cfg.Store.AddAttempt(d.ID, at)
 	if err != nil {
-		a.cfg.Logf("delivery %s: record attempt: %v", d.ID, err)
+		// The receiver has had it: say so, and carry on without the
+		// record of this attempt.
+		a.storeFailed(err)
+		a.cfg.Logf("delivery %s: the receiver got it (%s) but devhook could not record the attempt: %v", d.ID, outcome(&at), err)
 		return &at
 	}
+	a.storeOK()
 	s := d.Summarize()
 	s.Attempts = rec.Seq
 	s.Status, s.Duration, s.Error = rec.Status, rec.Duration, rec.Error
+	s.Retry = a.owed.state(d.ID)
 	a.publish(devhook.Change{Kind: devhook.ChangeAttempt, Summary: s, Attempt: &rec})
 	return &rec
+}
+
+// outcome says in a few words how attempt at ended.
+func outcome(at *devhook.Attempt) string {
+	if at.Status == 0 {
+		return "no answer: " + at.Error
+	}
+	return "answered " + strconv.Itoa(at.Status)
 }
 
 // send performs one HTTP request and fills at's outcome.

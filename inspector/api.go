@@ -144,6 +144,22 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 	if page.Items == nil {
 		page.Items = []devhook.Summary{}
 	}
+	if len(page.Items) > 0 {
+		ids := make([]string, len(page.Items))
+		for i := range page.Items {
+			ids[i] = page.Items[i].ID
+		}
+		rs, err := s.cfg.Store.Retries(ids)
+		if err != nil {
+			s.fail(w, r, fmt.Errorf("listing deliveries: %w", err))
+			return
+		}
+		for i := range page.Items {
+			if st, ok := rs[page.Items[i].ID]; ok {
+				page.Items[i].Retry = &st
+			}
+		}
+	}
 	writeJSON(w, http.StatusOK, page)
 }
 
@@ -242,7 +258,10 @@ func hexDump(b []byte) string {
 // its bodies decoded for display.
 type DeliveryView struct {
 	*devhook.Delivery
-	View DetailView `json:"view"`
+	// Retry is set while the agent owes the delivery to the receiver,
+	// and once it gave up on it.
+	Retry *devhook.RetryState `json:"retry,omitempty"`
+	View  DetailView          `json:"view"`
 }
 
 // DetailView holds the decoded bodies of a delivery and of its attempts,
@@ -277,6 +296,14 @@ func (s *Server) handleDelivery(w http.ResponseWriter, r *http.Request) {
 		Resign:          s.secretKnown(),
 		ReplayAvailable: s.cfg.Replayer != nil,
 	}}
+	rs, err := s.cfg.Store.Retries([]string{d.ID})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if st, ok := rs[d.ID]; ok {
+		v.Retry = &st
+	}
 	for i, a := range d.Attempts {
 		av := AttemptView{Response: NewBodyView(a.Body, a.Header)}
 		if a.Request != nil {
@@ -499,6 +526,14 @@ func (s *Server) handleSettings(w http.ResponseWriter, r *http.Request) {
 		v.Verify = "report"
 	}
 	writeJSON(w, http.StatusOK, v)
+}
+
+func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
+	var h devhook.Health
+	if s.cfg.Health != nil {
+		h = s.cfg.Health()
+	}
+	writeJSON(w, http.StatusOK, h)
 }
 
 // leaveOutOfCurl reports whether a header is not part of a curl command:

@@ -80,8 +80,8 @@ func (h *hub) subscribers() int {
 }
 
 // handleEvents streams changes as Server-Sent Events: a "ready" event when
-// the stream opens, then "delivery" and "attempt" events whose data is a
-// devhook.Change, and a comment line when idle so that proxies and the
+// the stream opens, then "delivery", "attempt", "retry" and "health" events
+// whose data is a devhook.Change, and a comment line when idle so that proxies and the
 // browser keep the connection.
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	sub := s.hub.subscribe()
@@ -129,7 +129,9 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 				continue
 			}
 			kind := c.Kind
-			if kind != devhook.ChangeDelivery && kind != devhook.ChangeAttempt {
+			switch kind {
+			case devhook.ChangeDelivery, devhook.ChangeAttempt, devhook.ChangeRetry, devhook.ChangeHealth:
+			default:
 				kind = "change"
 			}
 			msg = make([]byte, 0, len(data)+32)

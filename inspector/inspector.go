@@ -14,7 +14,12 @@
 //	GET  /api/runs                           recent runs: {"items":[{run_id, deliveries, last_status_v2, last_received_at}]}
 //	GET  /api/runs/{run_id}                  a run's deliveries oldest first, with a timeline analysis
 //	GET  /api/settings                       forward targets, relay and public URLs, whether a secret is known
-//	GET  /api/events                         Server-Sent Events: "event: delivery" / "event: attempt", data = devhook.Change
+//	GET  /api/status                         the agent's devhook.Health: {"storage_error","since","held","owed","failed"}
+//	GET  /api/events                         Server-Sent Events: "event: delivery" / "attempt" / "retry", data = devhook.Change;
+//	                                         "event: health", data = devhook.Change with "health" set
+//
+// A list row and a delivery carry "retry" ({"state":"owed"|"failed","since","reason"})
+// while the agent owes the delivery to the receiver, and once it gave up.
 //
 // Errors are JSON {"error":"..."} with a status from the devhook.ErrorCode
 // of the failure.
@@ -49,6 +54,8 @@ type Store interface {
 	Delivery(id string) (*devhook.Delivery, error)
 	// RunDeliveries returns the summaries of a run's deliveries, oldest first.
 	RunDeliveries(runID string) ([]devhook.Summary, error)
+	// Retries returns the retry state of those of ids that have one.
+	Retries(ids []string) (map[string]devhook.RetryState, error)
 }
 
 // Replayer sends a stored delivery again and records the attempt itself.
@@ -88,6 +95,9 @@ type Config struct {
 	StreamBuffer int
 	// Logf, when set, receives one line per failed request.
 	Logf func(format string, args ...any)
+	// Health reports the agent's state for GET /api/status; nil means
+	// all is well.
+	Health func() devhook.Health
 }
 
 // Server serves the inspector. Create it with New.
@@ -165,6 +175,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /api/runs", s.handleRuns)
 	mux.HandleFunc("GET /api/runs/{run_id}", s.handleRun)
 	mux.HandleFunc("GET /api/settings", s.handleSettings)
+	mux.HandleFunc("GET /api/status", s.handleStatus)
 	mux.HandleFunc("GET /api/events", s.handleEvents)
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, devhook.Errorf(devhook.ENOTFOUND, "no API endpoint %s %s", r.Method, r.URL.Path))

@@ -37,6 +37,7 @@ type listenOptions struct {
 	verify     string
 	skew       time.Duration
 	timeout    time.Duration
+	retryFor   time.Duration
 
 	stdout, stderr io.Writer
 }
@@ -75,6 +76,7 @@ from this machine only (useful with 'devhook send' and 'devhook emulate').`,
 	f.StringVar(&o.verify, "verify", agent.VerifyReport, "signature check: report (record the verdict), enforce (reject failures), off")
 	f.DurationVar(&o.skew, "skew", 0, "how far ahead of this clock a signature's t may be (default 60s)")
 	f.DurationVar(&o.timeout, "timeout", 0, "how long to wait for the receiver (default 30s)")
+	f.DurationVar(&o.retryFor, "retry-for", agent.DefaultRetryFor, "how long to retry a queued delivery the receiver did not take (no answer, 408, 429, 5xx) before giving up; 0: do not retry")
 	cmd.MarkFlagRequired("forward")
 	return cmd
 }
@@ -106,7 +108,7 @@ func (o *listenOptions) run(ctx context.Context) error {
 	}
 	closers = append(closers, db.Close)
 
-	out := &printer{w: newLineWriter(o.stdout), json: o.json}
+	out := &printer{w: newLineWriter(o.stdout), json: o.json, retryFor: o.retryFor}
 
 	// The relay: remote, or one inside this process.
 	relayURL, relayKey := strings.TrimRight(o.relayURL, "/"), strings.TrimRight(o.relayURL, "/")
@@ -140,9 +142,14 @@ func (o *listenOptions) run(ctx context.Context) error {
 	var insp *inspector.Server
 	var ag *agent.Agent
 	connected := make(chan string, 1)
+	retryFor := o.retryFor
+	if retryFor <= 0 {
+		retryFor = -1 // the flag's 0 is "off"; the agent's is "default"
+	}
 	ag, err = agent.New(agent.Config{
 		RelayURL: relayURL, Credentials: creds, Forward: o.forward, Store: db,
 		Secret: o.secret, Verify: o.verify, Skew: o.skew, ForwardTimeout: o.timeout,
+		RetryFor: retryFor,
 		OnChange: func(c devhook.Change) {
 			if insp != nil {
 				insp.Publish(c)
@@ -169,7 +176,7 @@ func (o *listenOptions) run(ctx context.Context) error {
 			allowed = append(allowed, host)
 		}
 		insp, err = inspector.New(inspector.Config{
-			Store: db, Replayer: ag, AllowedHosts: allowed,
+			Store: db, Replayer: ag, AllowedHosts: allowed, Health: ag.Health,
 			Settings: inspector.Settings{
 				Forward: ag.Targets(), RelayURL: relayURL, PublicURL: creds.PublicURL, Channel: creds.Channel,
 				SecretKnown: ag.SecretKnown, Verify: o.verify,
@@ -202,7 +209,7 @@ func (o *listenOptions) run(ctx context.Context) error {
 		return nil
 	case err := <-agentErr:
 		agentErr <- err
-		return err
+		return o.agentStopped(err, creds)
 	case <-connected:
 	}
 	out.ready(readyInfo{PublicURL: creds.PublicURL, InspectorURL: inspectURL, Channel: creds.Channel,
@@ -213,11 +220,19 @@ func (o *listenOptions) run(ctx context.Context) error {
 		return nil
 	case err := <-agentErr:
 		agentErr <- err
-		if errors.Is(err, relay.ErrRejected) {
-			return fmt.Errorf("%w; the channel in %s is no longer valid: start again to open a new one", err, o.dataDir)
-		}
-		return err
+		return o.agentStopped(err, creds)
 	}
+}
+
+// agentStopped says why the agent stopped on its own.
+func (o *listenOptions) agentStopped(err error, creds relay.Credentials) error {
+	switch {
+	case errors.Is(err, relay.ErrRejected):
+		return fmt.Errorf("%w; the channel in %s is no longer valid: start again to open a new one", err, o.dataDir)
+	case errors.Is(err, relay.ErrReplaced):
+		return fmt.Errorf("another devhook listen took over channel %s (the same channels.json in two --data directories?); this one stops. Give each devhook listen its own --data directory, or stop the other one", creds.Channel)
+	}
+	return err
 }
 
 // channel returns the saved channel for this relay, or opens a new one.
@@ -282,6 +297,8 @@ type printer struct {
 	w    io.Writer
 	json bool
 	loc  *time.Location // nil: local time
+	// retryFor is --retry-for, for the note on an owed delivery.
+	retryFor time.Duration
 }
 
 func (p *printer) emit(v any) {
@@ -320,6 +337,14 @@ func (p *printer) ready(r readyInfo) {
 }
 
 func (p *printer) result(r agent.Result) {
+	switch {
+	case r.GaveUp:
+		p.gaveUp(r)
+		return
+	case r.Retry > 0:
+		p.retried(r)
+		return
+	}
 	d := r.Delivery
 	var dur devhook.Duration
 	status := r.Status
@@ -339,9 +364,10 @@ func (p *printer) result(r agent.Result) {
 			Duration  float64 `json:"duration_ms"`
 			Queued    bool    `json:"queued,omitempty"`
 			Duplicate bool    `json:"duplicate,omitempty"`
+			Owed      bool    `json:"owed,omitempty"`
 			Error     string  `json:"error,omitempty"`
 		}{"delivery", d.ID, d.Method, d.Path, d.Event.RunID, d.Event.StatusV2, d.Verdict.Result, status,
-			float64(dur) / float64(time.Millisecond), d.Queued, r.Duplicate, cmp.Or(r.Error, attemptError(r.Attempt))})
+			float64(dur) / float64(time.Millisecond), d.Queued, r.Duplicate, r.Owed && p.retryFor > 0, cmp.Or(r.Error, attemptError(r.Attempt))})
 		return
 	}
 	run := "-"
@@ -373,7 +399,75 @@ func (p *printer) result(r agent.Result) {
 	if e := attemptError(r.Attempt); e != "" {
 		line += "  " + e
 	}
+	if r.Owed && p.retryFor > 0 {
+		line += "  (owed: retried for up to " + fmtDuration(p.retryFor) + ")"
+	}
 	p.w.Write([]byte(line + "\n"))
+}
+
+// retried prints a retry that delivered an owed delivery.
+func (p *printer) retried(r agent.Result) {
+	d, at := r.Delivery, r.Attempt
+	after := at.StartedAt.Sub(r.Since)
+	if p.json {
+		p.emit(struct {
+			Event    string  `json:"event"`
+			ID       string  `json:"id"`
+			Method   string  `json:"method"`
+			Path     string  `json:"path"`
+			Status   int     `json:"status"`
+			Duration float64 `json:"duration_ms"`
+			Retry    int     `json:"retry"`
+			AfterMS  int64   `json:"after_ms"`
+			Error    string  `json:"error,omitempty"`
+		}{"retry", d.ID, d.Method, d.Path, r.Status, float64(at.Duration) / float64(time.Millisecond), r.Retry, after.Milliseconds(), at.Error})
+		return
+	}
+	line := fmt.Sprintf("%s  %-6s %-20s → %d  %s  (delivered by retry %d, %s after the first try failed)",
+		at.StartedAt.In(p.location()).Format("15:04:05.000"), d.Method, clip(d.Path, 20), r.Status,
+		time.Duration(at.Duration).Round(10*time.Microsecond), r.Retry, fmtDuration(after))
+	p.w.Write([]byte(line + "\n"))
+}
+
+// gaveUp prints that the agent stopped retrying a delivery.
+func (p *printer) gaveUp(r agent.Result) {
+	d := r.Delivery
+	msg := "gave up on delivery " + d.ID + " " + strings.TrimPrefix(r.Error, "gave up ")
+	if p.json {
+		p.emit(struct {
+			Event   string `json:"event"`
+			ID      string `json:"id"`
+			Method  string `json:"method"`
+			Path    string `json:"path"`
+			Status  int    `json:"status"`
+			Error   string `json:"error"`
+			Message string `json:"message"`
+		}{"gave_up", d.ID, d.Method, d.Path, r.Status, r.Error, msg})
+		return
+	}
+	p.w.Write([]byte(time.Now().In(p.location()).Format("15:04:05.000") + "  FAILED: " + msg + "\n"))
+}
+
+func (p *printer) location() *time.Location {
+	if p.loc == nil {
+		return time.Local
+	}
+	return p.loc
+}
+
+// fmtDuration writes d without zero units: 1h, 1h30m, 45s.
+func fmtDuration(d time.Duration) string {
+	if d < time.Second {
+		return d.Round(time.Millisecond).String()
+	}
+	s := d.Round(time.Second).String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
 }
 
 func (p *printer) logf(w io.Writer) func(string, ...any) {
