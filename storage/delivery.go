@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -154,32 +155,11 @@ func (db *DB) Delivery(id string) (*devhook.Delivery, error) {
 		// simply not there.
 		return nil, notFound(id)
 	}
-	if err := db.settle(); err != nil {
-		return nil, err
-	}
-	key := []byte(id)
 	var d *devhook.Delivery
-	err := db.bolt.View(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketDeliveries).Get(key)
-		if v == nil {
-			return notFound(id)
-		}
+	err := db.view(func(v *view) error {
 		var err error
-		if d, err = decodeMeta(v); err != nil {
-			return err
-		}
-		d.ID = id
-		d.Body = append([]byte{}, tx.Bucket(bucketBodies).Get(key)...)
-		c := tx.Bucket(bucketAttempts).Cursor()
-		prefix := attemptPrefix(key)
-		for k, v := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, v = c.Next() {
-			a, err := decodeAttempt(v)
-			if err != nil {
-				return fmt.Errorf("attempt %x: %w", k[len(prefix):], err)
-			}
-			d.Attempts = append(d.Attempts, a)
-		}
-		return nil
+		d, err = v.delivery(id)
+		return err
 	})
 	if err != nil {
 		if devhook.ErrorCode(err) == devhook.ENOTFOUND {
@@ -204,28 +184,39 @@ func (db *DB) List(f devhook.Filter) ([]devhook.Summary, error) {
 	if f.Text != "" {
 		text = bytes.ToLower([]byte(f.Text))
 	}
-	if err := db.settle(); err != nil {
-		return nil, err
-	}
 	out := make([]devhook.Summary, 0, min(limit, 64))
-	err := db.bolt.View(func(tx *bolt.Tx) error {
-		summaries, bodies := tx.Bucket(bucketSummaries), tx.Bucket(bucketBodies)
-		next := newestFirst(tx, &f)
-		for id, v := next(); id != nil; id, v = next() {
-			if v == nil {
-				v = summaries.Get(id)
-				if v == nil {
-					continue // run index ahead of a pruned delivery: cannot happen, skip
+	err := db.view(func(v *view) error {
+		summaries := v.tx.Bucket(bucketSummaries)
+		next := newestFirst(v.tx, &f)
+		// Pending deliveries that bbolt lacks, merged in by id.
+		extra := v.newPuts(f.RunID, f.Before)
+		bid, bv := next()
+		for bid != nil || len(extra) > 0 {
+			var id, sv []byte
+			if n := len(extra); n > 0 && (bid == nil || bytes.Compare(extra[n-1].id, bid) > 0) {
+				id, sv = extra[n-1].id, extra[n-1].summary
+				extra = extra[:n-1]
+			} else {
+				id, sv = bid, bv
+				bid, bv = next()
+				if sv == nil {
+					if sv = summaries.Get(id); sv == nil {
+						continue // run index ahead of a pruned delivery: cannot happen, skip
+					}
 				}
 			}
-			ok, err := matchSummary(v, &f)
+			sv, err := v.summary(id, sv)
 			if err != nil {
 				return fmt.Errorf("delivery %s: %w", id, err)
 			}
-			if !ok || text != nil && !containsFold(bodies.Get(id), text) {
+			ok, err := matchSummary(sv, &f)
+			if err != nil {
+				return fmt.Errorf("delivery %s: %w", id, err)
+			}
+			if !ok || text != nil && !containsFold(v.body(id), text) {
 				continue
 			}
-			s, err := decodeSummary(v)
+			s, err := decodeSummary(sv)
 			if err != nil {
 				return fmt.Errorf("delivery %s: %w", id, err)
 			}
@@ -332,24 +323,39 @@ func (db *DB) RunDeliveries(runID string) ([]devhook.Summary, error) {
 	if runID == "" || strings.IndexByte(runID, 0) >= 0 {
 		return nil, devhook.Errorf(devhook.EINVALID, "run id is empty or contains a NUL byte")
 	}
-	if err := db.settle(); err != nil {
-		return nil, err
-	}
 	var out []devhook.Summary
-	err := db.bolt.View(func(tx *bolt.Tx) error {
-		summaries := tx.Bucket(bucketSummaries)
-		prefix := runKey(runID, nil)
-		c := tx.Bucket(bucketRuns).Cursor()
-		for k, _ := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, _ = c.Next() {
-			v := summaries.Get(k[len(prefix):])
-			if v == nil {
-				continue
+	err := db.view(func(v *view) error {
+		add := func(id, sv []byte) error {
+			sv, err := v.summary(id, sv)
+			if err != nil || sv == nil {
+				return err
 			}
-			s, err := decodeSummary(v)
+			s, err := decodeSummary(sv)
 			if err != nil {
-				return fmt.Errorf("delivery %s: %w", k[len(prefix):], err)
+				return fmt.Errorf("delivery %s: %w", id, err)
 			}
 			out = append(out, s)
+			return nil
+		}
+		summaries := v.tx.Bucket(bucketSummaries)
+		prefix := runKey(runID, nil)
+		c := v.tx.Bucket(bucketRuns).Cursor()
+		for k, _ := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, _ = c.Next() {
+			id := k[len(prefix):]
+			if sv := summaries.Get(id); sv != nil {
+				if err := add(id, sv); err != nil {
+					return err
+				}
+			}
+		}
+		extra := v.newPuts(runID, "")
+		for _, e := range extra {
+			if err := add(e.id, e.summary); err != nil {
+				return err
+			}
+		}
+		if len(extra) > 0 {
+			slices.SortFunc(out, func(a, b devhook.Summary) int { return strings.Compare(a.ID, b.ID) })
 		}
 		return nil
 	})

@@ -1,9 +1,84 @@
 package storage
 
 import (
+	"os"
+
 	"github.com/devhook/devhook"
 	bolt "go.etcd.io/bbolt"
 )
+
+// Flush applies the journal now, as the background flusher would within
+// journalDelay.
+func (db *DB) Flush() error { return db.flush() }
+
+// HoldFlushes stops every flush, the background one included, until
+// release is called: records stay in the journal.
+func (db *DB) HoldFlushes() (release func()) {
+	db.journal.flushMu.Lock()
+	return db.journal.flushMu.Unlock
+}
+
+// Pending returns the number of journaled records bbolt does not have.
+func (db *DB) Pending() int {
+	db.journal.mu.Lock()
+	defer db.journal.mu.Unlock()
+	return len(db.journal.pending)
+}
+
+// PruneApplied applies retention to what bbolt holds, without flushing.
+func (db *DB) PruneApplied() (int, error) { return db.prune() }
+
+// SetMaxSize makes bbolt refuse to grow its file beyond n bytes (0: no
+// limit), as a full disk would.
+func (db *DB) SetMaxSize(n int) {
+	release := db.HoldFlushes()
+	defer release()
+	db.bolt.MaxSize = n
+}
+
+// CorruptSummary overwrites the stored summary of delivery id with bytes
+// that do not decode.
+func (db *DB) CorruptSummary(id string) error {
+	return db.bolt.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketSummaries).Put([]byte(id), []byte{0xff, 0xff})
+	})
+}
+
+// JournalRecords returns the intact records of the journal file at path,
+// and what was wrong with it ("" if nothing, or only a torn tail).
+func JournalRecords(path string) (n int, problem string, err error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0, "", err
+	}
+	s, err := scanJournal(data)
+	if err != nil {
+		return 0, "", err
+	}
+	return len(s.recs), s.foreign + s.damaged, nil
+}
+
+// JournalHeaderLen and RecordHeaderLen are the sizes of a journal file's
+// header and of a record's.
+const (
+	JournalHeaderLen = fileHeaderLen
+	RecordHeaderLen  = recHeaderLen
+)
+
+// RecordOffsets returns where each intact record of the journal file data
+// starts.
+func RecordOffsets(data []byte) []int {
+	var offs []int
+	for off := fileHeaderLen; off < len(data); {
+		size, st := frameAt(data[off:])
+		if st != frameOK {
+			break
+		}
+		offs = append(offs, off)
+		off += size
+	}
+	return offs
+}
 
 // PutDeliveriesTx records ds in one transaction, for building large stores
 // in tests and benchmarks quickly. It does not prune.
@@ -12,7 +87,7 @@ func (db *DB) PutDeliveriesTx(ds []*devhook.Delivery) error {
 	for i, d := range ds {
 		es[i] = encodeDelivery(d)
 	}
-	if err := db.settle(); err != nil {
+	if err := db.flush(); err != nil {
 		return err
 	}
 	return db.bolt.Update(func(tx *bolt.Tx) error {
@@ -29,7 +104,7 @@ func (db *DB) PutDeliveriesTx(ds []*devhook.Delivery) error {
 // holds per-delivery or per-channel records.
 func (db *DB) BucketLens() map[string]int {
 	m := map[string]int{}
-	_ = db.settle()
+	_ = db.flush()
 	_ = db.bolt.View(func(tx *bolt.Tx) error {
 		for _, name := range allBuckets {
 			if string(name) == "meta" {

@@ -56,6 +56,9 @@ func TestReleaseMapped(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if err := db.settle(); err != nil {
+		t.Fatal(err)
+	}
 	// A body search reads every page of the file through the mapping.
 	if _, err := db.List(devhook.Filter{Text: "not there", Limit: 1}); err != nil {
 		t.Fatal(err)

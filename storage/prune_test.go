@@ -76,6 +76,9 @@ func TestPrune_ByCount(t *testing.T) {
 	db := MustOpenDB(t, storage.Config{NoSync: true, MaxDeliveries: 20, MaxAge: -1})
 	// Writes prune on their own, at least every MaxDeliveries/10 puts.
 	putWithAttempts(t, db, 0, 45)
+	if err := db.Flush(); err != nil { // as the background flusher would
+		t.Fatal(err)
+	}
 	if n, _ := db.Count(); n > 22 {
 		t.Errorf("Count() = %d after 45 puts with MaxDeliveries 20, want at most 22", n)
 	}

@@ -15,7 +15,15 @@
 //
 // PutDelivery and AddAttempt append to a journal beside the file
 // (<file>.journal0 and .journal1) and return; a goroutine applies the
-// journal to bbolt in batches, and reads apply it first (see journal.go).
+// journal to bbolt in batches, and reads see bbolt plus what is pending
+// (see journal.go and pending.go). Reads never write.
+//
+// Damage is reported, never hidden, and evidence never deleted. Open
+// refuses a file bbolt cannot safely map (empty, cut short, not bbolt)
+// with a message that says to move it away, and leaves it untouched
+// (boltcheck.go). A damaged journal has its intact records applied and is
+// renamed to <journal>.damaged-<UTC time>; a record bbolt refuses is kept
+// in <file>.rejected. Each is reported through Config.Logf.
 //
 // Delivery ids are UUIDv7 strings, so the byte order of keys is the order
 // of arrival: lists walk the summaries bucket backwards and never touch the
@@ -26,6 +34,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log"
 	"os"
 	"path/filepath"
 	"sync"
@@ -47,12 +56,18 @@ const (
 type Config struct {
 	MaxDeliveries int           // keep at most this many deliveries; 0 = DefaultMaxDeliveries, <0 = no limit
 	MaxAge        time.Duration // drop deliveries older than this; 0 = DefaultMaxAge, <0 = no limit
-	// NoSync skips fsync on commit and on journal writes. A killed
-	// process loses nothing (the pages and records are written); a power
-	// loss may lose the last ones.
-	// The relay's queue (Enqueue, Dequeue) and channels are synced anyway.
+	// NoSync skips fsync on bbolt commits. Deliveries and attempts go
+	// through the journal, which is never fsynced whatever NoSync says:
+	// a killed process loses nothing (the records are written), a power
+	// loss may lose the last ones. The relay's queue (Enqueue, Dequeue)
+	// and channels are synced anyway.
 	NoSync bool
 	Now    func() time.Time // nil = time.Now
+
+	// Logf hears what the store found wrong and did about it: a damaged
+	// journal set aside, a record the database refused, a disk that
+	// stopped taking writes and took them again. nil = log.Printf.
+	Logf func(format string, args ...any)
 
 	// LockTimeout is how long Open waits for another process to release
 	// the file; 0 = one second.
@@ -102,6 +117,7 @@ type DB struct {
 	path string
 
 	now           func() time.Time
+	logf          func(format string, args ...any)
 	noSync        bool
 	maxDeliveries int           // <= 0: no limit
 	maxAge        time.Duration // <= 0: no limit
@@ -124,6 +140,7 @@ func Open(path string, cfg Config) (*DB, error) {
 	db := &DB{
 		path:          path,
 		now:           cfg.Now,
+		logf:          cfg.Logf,
 		noSync:        cfg.NoSync,
 		maxDeliveries: cfg.MaxDeliveries,
 		maxAge:        cfg.MaxAge,
@@ -131,6 +148,9 @@ func Open(path string, cfg Config) (*DB, error) {
 	}
 	if db.now == nil {
 		db.now = time.Now
+	}
+	if db.logf == nil {
+		db.logf = log.Printf
 	}
 	if db.maxDeliveries == 0 {
 		db.maxDeliveries = DefaultMaxDeliveries
@@ -151,6 +171,9 @@ func Open(path string, cfg Config) (*DB, error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("storage: create data directory %s: %w", dir, err)
+	}
+	if err := checkBoltFile(path); err != nil {
+		return nil, corruptError(path, err)
 	}
 	b, err := openBolt(path, &bolt.Options{
 		Timeout:      lockTimeout,
@@ -279,11 +302,8 @@ func putCount(tx *bolt.Tx, n int) error {
 
 // Count returns the number of deliveries kept.
 func (db *DB) Count() (n int, err error) {
-	if err := db.settle(); err != nil {
-		return 0, err
-	}
-	err = db.bolt.View(func(tx *bolt.Tx) error {
-		n = getCount(tx)
+	err = db.view(func(v *view) error {
+		n = getCount(v.tx) + len(v.newPuts("", ""))
 		return nil
 	})
 	if err != nil {
@@ -299,13 +319,18 @@ func (db *DB) Count() (n int, err error) {
 // ReceivedAt come from the same clock.
 //
 // It runs every 1,000 new deliveries (more often for a small
-// MaxDeliveries), and when Open is called.
+// MaxDeliveries), and when Open is called. Prune applies the journal
+// first, so it is a write and fails when the disk is full.
 func (db *DB) Prune() (removed int, err error) {
 	if err := db.settle(); err != nil {
 		return 0, err
 	}
 	return db.prune()
 }
+
+// settle applies every pending record now, so that bbolt holds all
+// writes made so far. It writes: reads use view instead.
+func (db *DB) settle() error { return db.flush() }
 
 // prune is Prune without applying the journal first.
 func (db *DB) prune() (removed int, err error) {

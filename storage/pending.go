@@ -1,0 +1,162 @@
+package storage
+
+import (
+	"bytes"
+	"fmt"
+	"slices"
+
+	"github.com/devhook/devhook"
+	bolt "go.etcd.io/bbolt"
+)
+
+// Reads never write: a read is a bbolt read transaction plus the records
+// the journal holds that bbolt may not have yet. The two are taken
+// together under the journal's lock, and a flush removes records from
+// pending only after bbolt committed them, so every record is in one or
+// the other, sometimes in both (committed, not yet removed). Deliveries are
+// taken from bbolt when it has them; a pending attempt whose key bbolt has
+// is skipped. So a read sees every write that returned before it, and a
+// full disk, which stops the flush, does not stop reads.
+
+// view is one read of the store.
+type view struct {
+	tx   *bolt.Tx
+	puts map[string]*encodedDelivery // pending deliveries
+	atts map[string][]*jrec          // pending attempts, by delivery id, in journal order
+}
+
+// view runs fn on a consistent read of bbolt and the pending records.
+func (db *DB) view(fn func(v *view) error) error {
+	j := db.journal
+	j.mu.Lock()
+	pending := j.pending
+	tx, err := db.bolt.Begin(false)
+	j.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	v := &view{tx: tx}
+	if len(pending) > 0 {
+		v.puts = map[string]*encodedDelivery{}
+		v.atts = map[string][]*jrec{}
+		for i := range pending {
+			r := &pending[i]
+			switch r.kind {
+			case recPut:
+				v.puts[string(r.put.id)] = r.put
+			case recAttempt:
+				v.atts[string(r.id)] = append(v.atts[string(r.id)], r)
+			}
+		}
+	}
+	return fn(v)
+}
+
+// newPuts returns the pending deliveries that bbolt does not have, that
+// belong to run runID unless it is "", and whose ids sort before before
+// unless it is "", in id order.
+func (v *view) newPuts(runID, before string) []*encodedDelivery {
+	if len(v.puts) == 0 {
+		return nil
+	}
+	deliveries := v.tx.Bucket(bucketDeliveries)
+	var out []*encodedDelivery
+	for _, e := range v.puts {
+		if runID != "" && e.runID != runID || before != "" && string(e.id) >= before || deliveries.Get(e.id) != nil {
+			continue
+		}
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(a, b *encodedDelivery) int { return bytes.Compare(a.id, b.id) })
+	return out
+}
+
+// summary returns the encoded summary of delivery id, given what bbolt
+// holds for it (nil: nothing), with its pending attempts applied; nil if
+// the delivery is in neither.
+func (v *view) summary(id, stored []byte) ([]byte, error) {
+	if stored == nil {
+		e := v.puts[string(id)]
+		if e == nil {
+			return nil, nil
+		}
+		stored = e.summary
+	}
+	atts := v.atts[string(id)]
+	if len(atts) == 0 {
+		return stored, nil
+	}
+	s, err := decodeSummary(stored)
+	if err != nil {
+		return nil, err
+	}
+	changed := false
+	for _, r := range atts {
+		changed = withAttempt(&s, &r.att) || changed
+	}
+	if !changed {
+		return stored, nil
+	}
+	return appendSummary(make([]byte, 0, len(stored)+16), &s), nil
+}
+
+// body returns the body of delivery id, from bbolt or pending.
+func (v *view) body(id []byte) []byte {
+	if b := v.tx.Bucket(bucketBodies).Get(id); b != nil {
+		return b
+	}
+	if e := v.puts[string(id)]; e != nil {
+		return e.body
+	}
+	return nil
+}
+
+// delivery returns delivery id with its body and attempts, copied out of
+// the transaction and the journal's buffers.
+func (v *view) delivery(id string) (*devhook.Delivery, error) {
+	key := []byte(id)
+	meta := v.tx.Bucket(bucketDeliveries).Get(key)
+	inBolt := meta != nil
+	if !inBolt {
+		e := v.puts[id]
+		if e == nil {
+			return nil, notFound(id)
+		}
+		meta = e.meta
+	}
+	d, err := decodeMeta(meta)
+	if err != nil {
+		return nil, err
+	}
+	d.ID = id
+	d.Body = append([]byte{}, v.body(key)...)
+	attempts := v.tx.Bucket(bucketAttempts)
+	if inBolt {
+		c := attempts.Cursor()
+		prefix := attemptPrefix(key)
+		for k, v := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, v = c.Next() {
+			a, err := decodeAttempt(v)
+			if err != nil {
+				return nil, fmt.Errorf("attempt %x: %w", k[len(prefix):], err)
+			}
+			d.Attempts = append(d.Attempts, a)
+		}
+	}
+	extra := false
+	for _, r := range v.atts[id] {
+		if inBolt && attempts.Get(attemptKey(key, r.att.Seq)) != nil {
+			continue
+		}
+		a, err := decodeAttempt(r.enc)
+		if err != nil {
+			return nil, fmt.Errorf("attempt %d: %w", r.att.Seq, err)
+		}
+		d.Attempts = append(d.Attempts, a)
+		extra = true
+	}
+	if extra {
+		slices.SortStableFunc(d.Attempts, func(a, b devhook.Attempt) int { return a.Seq - b.Seq })
+	}
+	return d, nil
+}

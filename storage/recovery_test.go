@@ -1,0 +1,475 @@
+package storage_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"flag"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/storage"
+)
+
+// logRecorder is a Config.Logf that keeps what it hears.
+type logRecorder struct {
+	mu sync.Mutex
+	l  []string
+	ch chan string
+}
+
+func newLogRecorder() *logRecorder { return &logRecorder{ch: make(chan string, 1000)} }
+
+func (r *logRecorder) logf(format string, args ...any) {
+	line := fmt.Sprintf(format, args...)
+	r.mu.Lock()
+	r.l = append(r.l, line)
+	r.mu.Unlock()
+	if r.ch != nil {
+		select {
+		case r.ch <- line:
+		default:
+		}
+	}
+}
+
+func (r *logRecorder) lines() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.l)
+}
+
+// waitFor returns the first line, heard from now on, that contains every
+// one of want, waiting up to 10 s.
+func (r *logRecorder) waitFor(t *testing.T, want ...string) string {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case line := <-r.ch:
+			if containsAll(line, want...) {
+				return line
+			}
+		case <-timeout:
+			t.Fatalf("no log line with %q within 10 s; heard %q", want, r.lines())
+		}
+	}
+}
+
+func containsAll(s string, want ...string) bool {
+	for _, w := range want {
+		if !strings.Contains(s, w) {
+			return false
+		}
+	}
+	return true
+}
+
+var updateFixtures = flag.Bool("update-fixtures", false, "rewrite the damaged-file fixtures in testdata/")
+
+// fixtureN deliveries, each with one attempt, are in the journal fixtures:
+// record 2i is delivery i, record 2i+1 its attempt.
+const fixtureN = 12
+
+// fixtureDamaged is the delivery whose record the damaged fixtures break.
+const fixtureDamaged = 5
+
+// journalFixture returns a journal file as devhook writes it, holding the
+// records of fixtureN deliveries and their attempts.
+func journalFixture(t *testing.T) []byte {
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	db, err := storage.Open(path, storage.Config{NoSync: true, MaxDeliveries: -1, MaxAge: -1, Now: func() time.Time { return t0 }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := db.HoldFlushes()
+	for i := range fixtureN {
+		mustPut(t, db, newDelivery(i))
+		if _, err := db.AddAttempt(id(i), newAttempt(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := os.ReadFile(path + ".journal0")
+	release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// storeFixture returns a deliveries file holding 200 deliveries.
+func storeFixture(t *testing.T) []byte {
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	db, err := storage.Open(path, storage.Config{NoSync: true, MaxDeliveries: -1, MaxAge: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		mustPut(t, db, newDelivery(i))
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// fixtures builds every fixture of testdata/ from a fresh journal and
+// store. Run `go test ./storage -run TestFixtures -update-fixtures` to
+// write them again after a format change.
+func fixtures(t *testing.T) map[string][]byte {
+	j := journalFixture(t)
+	offs := storage.RecordOffsets(j)
+	if len(offs) != 2*fixtureN {
+		t.Fatalf("the fixture journal has %d records, want %d", len(offs), 2*fixtureN)
+	}
+	edit := func(f func(b []byte) []byte) []byte { return f(bytes.Clone(j)) }
+	rec := offs[2*fixtureDamaged] // the record of the damaged delivery
+	newer := edit(func(b []byte) []byte {
+		binary.BigEndian.PutUint32(b[8:], 99)
+		binary.BigEndian.PutUint32(b[12:], crc32.Checksum(b[:12], crc32.MakeTable(crc32.Castagnoli)))
+		return b
+	})
+	db := storeFixture(t)
+	return map[string][]byte{
+		"journal-intact.journal0": j,
+		// A process killed in the middle of its last write.
+		"journal-torn-tail.journal0": append(bytes.Clone(j), j[offs[0]:offs[1]-7]...),
+		// One bit flipped in the body of a record.
+		"journal-damaged-middle.journal0": edit(func(b []byte) []byte { b[rec+storage.RecordHeaderLen+20] ^= 0x10; return b }),
+		// One bit flipped in the length of a record: found again by its marker.
+		"journal-damaged-length.journal0": edit(func(b []byte) []byte { b[rec+5] ^= 0x40; return b }),
+		"journal-wrong-magic.journal0":    edit(func(b []byte) []byte { b[0] = 'X'; return b }),
+		"journal-newer-version.journal0":  newer,
+		"db-truncated.db":                 db[:16<<10],
+		"db-empty.db":                     {},
+	}
+}
+
+// TestFixtures checks that testdata/ holds what fixtures builds, so that
+// the fixtures stay what their names say.
+func TestFixtures(t *testing.T) {
+	for name, want := range fixtures(t) {
+		path := filepath.Join("testdata", name)
+		if *updateFixtures {
+			if err := os.WriteFile(path, want, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		got, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("%v (run go test ./storage -run TestFixtures -update-fixtures)", err)
+		}
+		// A store file holds free pages that differ from run to run;
+		// journals are byte for byte what devhook writes.
+		if strings.HasPrefix(name, "journal-") && !bytes.Equal(got, want) {
+			t.Errorf("%s differs from what devhook writes now (run with -update-fixtures after a format change)", path)
+		}
+	}
+}
+
+// copyFixture copies testdata/name into dir as file: evidence is never
+// changed in place.
+func copyFixture(t *testing.T, name, dir, file string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, file), b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// Every failure mode of the files beside the store, from its fixture, with
+// what Open must do.
+func TestOpen_DamagedFiles(t *testing.T) {
+	all := make([]int, fixtureN)
+	for i := range all {
+		all[i] = i
+	}
+	allBut := slices.DeleteFunc(slices.Clone(all), func(i int) bool { return i == fixtureDamaged })
+	for _, c := range []struct {
+		fixture  string
+		file     string   // its name in the data directory
+		wantErr  []string // nil: Open succeeds
+		kept     []int    // deliveries recorded, each with its attempt
+		setAside bool     // renamed to <file>.damaged-<time>
+		wantLog  [][]string
+	}{
+		{fixture: "journal-intact.journal0", file: "devhook.db.journal0", kept: all},
+		{fixture: "journal-torn-tail.journal0", file: "devhook.db.journal0", kept: all},
+		{fixture: "journal-damaged-middle.journal0", file: "devhook.db.journal0", kept: allBut, setAside: true,
+			wantLog: [][]string{{"1 attempt(s)", "not recorded"}, {"was damaged", "23 intact records", "kept as"}}},
+		{fixture: "journal-damaged-length.journal0", file: "devhook.db.journal0", kept: allBut, setAside: true,
+			wantLog: [][]string{{"1 attempt(s)", "not recorded"}, {"was damaged", "23 intact records", "kept as"}}},
+		{fixture: "journal-wrong-magic.journal0", file: "devhook.db.journal1", setAside: true,
+			wantLog: [][]string{{"not a devhook journal", "magic", "nothing was read", "kept as"}}},
+		{fixture: "journal-newer-version.journal0", file: "devhook.db.journal0",
+			wantErr: []string{"newer devhook", "upgrade devhook", "journal format 99"}},
+		{fixture: "db-truncated.db", file: "devhook.db", wantErr: []string{"cut short", "move it away"}},
+		{fixture: "db-empty.db", file: "devhook.db", wantErr: []string{"empty", "move it away"}},
+	} {
+		t.Run(c.fixture, func(t *testing.T) {
+			dir := t.TempDir()
+			fixture := copyFixture(t, c.fixture, dir, c.file)
+			path := filepath.Join(dir, "devhook.db")
+			logs := newLogRecorder()
+			db, err := storage.Open(path, storage.Config{NoSync: true, MaxDeliveries: -1, MaxAge: -1,
+				Now: func() time.Time { return t0 }, Logf: logs.logf})
+			if c.wantErr != nil {
+				if err == nil {
+					db.Close()
+					t.Fatal("Open succeeded")
+				}
+				if !containsAll(err.Error(), c.wantErr...) {
+					t.Errorf("error %q, want it to say %q", err, c.wantErr)
+				}
+				if got, _ := os.ReadFile(filepath.Join(dir, c.file)); !bytes.Equal(got, fixture) {
+					t.Errorf("Open changed %s", c.file)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			if n, err := db.Count(); err != nil || n != len(c.kept) {
+				t.Errorf("Count() = %d, %v; want %d", n, err, len(c.kept))
+			}
+			for _, i := range c.kept {
+				d, err := db.Delivery(id(i))
+				if err != nil {
+					t.Fatalf("delivery %d: %v", i, err)
+				}
+				if len(d.Attempts) != 1 || d.Attempts[0].Status != newAttempt(i).Status {
+					t.Errorf("delivery %d has attempts %+v, want its one attempt", i, d.Attempts)
+				}
+			}
+			aside := filepath.Join(dir, c.file+".damaged-"+t0.UTC().Format("20060102T150405Z"))
+			got, err := os.ReadFile(aside)
+			switch {
+			case c.setAside && err != nil:
+				t.Errorf("the damaged file was not set aside: %v", err)
+			case c.setAside && !bytes.Equal(got, fixture):
+				t.Errorf("the file set aside is not the damaged file as it was")
+			case !c.setAside && err == nil:
+				t.Errorf("%s set aside, want it applied and removed", c.file)
+			}
+			if _, err := os.Stat(filepath.Join(dir, c.file)); !os.IsNotExist(err) {
+				t.Errorf("%s still there after Open: %v", c.file, err)
+			}
+			lines := logs.lines()
+			if len(lines) != len(c.wantLog) {
+				t.Errorf("logged %q, want %d lines", lines, len(c.wantLog))
+			}
+			for _, want := range c.wantLog {
+				if !slices.ContainsFunc(lines, func(l string) bool { return containsAll(l, want...) }) {
+					t.Errorf("logged %q, want a line with %q", lines, want)
+				}
+			}
+			if c.setAside && !slices.ContainsFunc(lines, func(l string) bool { return strings.Contains(l, aside) }) {
+				t.Errorf("logged %q, want the name of the file set aside, %s", lines, aside)
+			}
+		})
+	}
+}
+
+// A deliveries file cut to any length is refused with the message that
+// says what to do, never a crash (bbolt would read past its mapping), and
+// is left as it was; unless the cut takes only space bbolt has not used
+// yet, and the store opens whole.
+func TestOpen_TruncatedStore(t *testing.T) {
+	whole := storeFixture(t)
+	var sizes []int
+	for n := 0; n <= 64<<10; n += 4 << 10 {
+		sizes = append(sizes, n)
+	}
+	sizes = append(sizes, 1, 79, 80, 4095, 4097, 8191, 12345, 40000, 65535, len(whole)-4096, len(whole)-1)
+	for _, n := range sizes {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "devhook.db")
+			if err := os.WriteFile(path, whole[:n], 0o600); err != nil {
+				t.Fatal(err)
+			}
+			db, err := storage.Open(path, storage.Config{NoSync: true, MaxDeliveries: -1, MaxAge: -1})
+			if err == nil {
+				defer db.Close()
+				if n <= 64<<10 {
+					t.Fatalf("Open of the first %d of %d bytes succeeded", n, len(whole))
+				}
+				if c, err := db.Count(); err != nil || c != 200 {
+					t.Fatalf("opened the first %d bytes: Count() = %d, %v; want the 200 deliveries", n, c, err)
+				}
+				if _, err := db.Delivery(id(199)); err != nil {
+					t.Fatalf("opened the first %d bytes: %v", n, err)
+				}
+				return
+			}
+			if !strings.Contains(err.Error(), "move it away") {
+				t.Errorf("error %q does not say to move the file away", err)
+			}
+			if got, _ := os.ReadFile(path); !bytes.Equal(got, whole[:n]) {
+				t.Errorf("Open changed the file")
+			}
+		})
+	}
+}
+
+// While bbolt cannot take writes (a full disk), writes still go to the
+// journal and reads see them; the store resumes by itself when bbolt takes
+// writes again. Past journalMaxBytes waiting, writes fail, and succeed
+// again afterwards.
+func TestJournal_DatabaseRefusesWrites(t *testing.T) {
+	logs := newLogRecorder()
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	cfg := storage.Config{NoSync: true, MaxDeliveries: -1, MaxAge: -1, Logf: logs.logf}
+	db := MustOpenPath(t, path, cfg)
+	mustPut(t, db, newDelivery(0))
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxSize(int(fi.Size()))
+	const n = 300
+	for i := 1; i < n; i++ {
+		mustPut(t, db, newDelivery(i))
+		if _, err := db.AddAttempt(id(i), newAttempt(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Flush(); err == nil {
+		t.Fatal("Flush succeeded beyond the database's size limit")
+	}
+	logs.waitFor(t, "cannot write to", path)
+
+	// Reads work, and see every write.
+	if c, err := db.Count(); err != nil || c != n {
+		t.Errorf("Count() = %d, %v; want %d", c, err, n)
+	}
+	list, err := db.List(devhook.Filter{Limit: 3})
+	if err != nil || len(list) != 3 || list[0].ID != id(n-1) || list[0].Attempts != 1 || list[0].Status != newAttempt(n-1).Status {
+		t.Errorf("List = %+v, %v; want the newest first, with its attempt", list, err)
+	}
+	if d, err := db.Delivery(id(n / 2)); err != nil || len(d.Attempts) != 1 {
+		t.Errorf("Delivery = %+v, %v; want it with its attempt", d, err)
+	}
+	if rs, err := db.RunDeliveries("run-3"); err != nil || len(rs) != (n-3+6)/7 || rs[0].ID != id(3) {
+		t.Errorf("RunDeliveries(run-3) = %d, %v; want %d, oldest first", len(rs), err, (n-3+6)/7)
+	}
+
+	// Writes fail once too much waits, and the journal keeps its records.
+	big := newDelivery(n)
+	big.Body = bytes.Repeat([]byte("b"), 1<<20)
+	var werr error
+	for i := n; i < n+40 && werr == nil; i++ {
+		big.ID = id(i)
+		_, werr = db.PutDelivery(big)
+	}
+	if werr == nil || !strings.Contains(werr.Error(), "cannot take them") {
+		t.Fatalf("PutDelivery with 40 MiB waiting: %v, want an error", werr)
+	}
+
+	// Space returns: the flusher retries by itself.
+	db.SetMaxSize(0)
+	logs.waitFor(t, "takes writes again")
+	if p := db.Pending(); p != 0 {
+		t.Errorf("%d records pending after the database took writes again", p)
+	}
+	big.ID = id(n + 100)
+	if _, err := db.PutDelivery(big); err != nil {
+		t.Errorf("PutDelivery after the database took writes again: %v", err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = MustOpenPath(t, path, cfg)
+	if d, err := db.Delivery(id(n / 2)); err != nil || len(d.Attempts) != 1 {
+		t.Errorf("after reopening: %+v, %v; want delivery %d with its attempt", d, err, n/2)
+	}
+}
+
+// A record that bbolt refuses (here: an attempt of a delivery whose
+// summary is damaged) is kept aside and reported; the rest of its batch is
+// applied, and the flush does not fail.
+func TestJournal_RecordTheDatabaseRefuses(t *testing.T) {
+	logs := newLogRecorder()
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	db := MustOpenPath(t, path, storage.Config{NoSync: true, Logf: logs.logf})
+	mustPut(t, db, newDelivery(1))
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	release := db.HoldFlushes()
+	if _, err := db.AddAttempt(id(1), newAttempt(1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.CorruptSummary(id(1)); err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, db, newDelivery(2))
+	if _, err := db.AddAttempt(id(2), newAttempt(2)); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if err := db.Flush(); err != nil {
+		t.Fatalf("Flush: %v, want the other records applied", err)
+	}
+	if p := db.Pending(); p != 0 {
+		t.Errorf("%d records still pending", p)
+	}
+	if d, err := db.Delivery(id(2)); err != nil || len(d.Attempts) != 1 {
+		t.Errorf("delivery 2: %+v, %v; want it with its attempt", d, err)
+	}
+	if !slices.ContainsFunc(logs.lines(), func(l string) bool { return containsAll(l, "could not apply", path+".rejected") }) {
+		t.Errorf("logged %q, want the rejected record reported", logs.lines())
+	}
+	if n, problem, err := storage.JournalRecords(path + ".rejected"); err != nil || n != 1 || problem != "" {
+		t.Errorf("rejected file: %d records, %q, %v; want the one attempt", n, problem, err)
+	}
+}
+
+// An attempt journaled for a delivery that retention removes before the
+// attempt is applied is reported, not dropped silently.
+func TestJournal_AttemptOfPrunedDelivery(t *testing.T) {
+	logs := newLogRecorder()
+	clk := newClock(t0)
+	db := MustOpenDB(t, storage.Config{NoSync: true, MaxAge: time.Hour, Now: clk.now, Logf: logs.logf})
+	mustPut(t, db, newDelivery(0))
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	release := db.HoldFlushes()
+	if _, err := db.AddAttempt(id(0), newAttempt(0)); err != nil {
+		t.Fatal(err)
+	}
+	clk.set(t0.Add(2 * time.Hour))
+	if n, err := db.PruneApplied(); err != nil || n != 1 {
+		t.Fatalf("prune: %d, %v; want the delivery removed", n, err)
+	}
+	release()
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(logs.lines(), func(l string) bool { return containsAll(l, "1 attempt(s)", "not recorded") }) {
+		t.Errorf("logged %q, want the dropped attempt reported", logs.lines())
+	}
+}
