@@ -3,6 +3,7 @@ package storage_test
 import (
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/storage"
+	bolt "go.etcd.io/bbolt"
 )
 
 // benchBody is a realistic run.status body of about 1.5 KB.
@@ -41,28 +43,75 @@ func benchDelivery(i int, verdict string) *devhook.Delivery {
 }
 
 func BenchmarkPutDelivery(b *testing.B) {
-	for _, noSync := range []bool{true, false} {
-		b.Run(fmt.Sprintf("NoSync=%v", noSync), func(b *testing.B) {
-			db := MustOpenDB(b, storage.Config{NoSync: noSync, MaxDeliveries: -1})
-			ds := make([]*devhook.Delivery, b.N)
-			for i := range ds {
-				ds[i] = benchDelivery(i, devhook.VerdictOK)
-			}
-			b.SetBytes(int64(len(benchBody)))
-			b.ReportAllocs()
-			lat := make([]time.Duration, b.N)
-			b.ResetTimer()
-			for i := range b.N {
-				start := time.Now()
-				if _, err := db.PutDelivery(ds[i]); err != nil {
-					b.Fatal(err)
-				}
-				lat[i] = time.Since(start)
-			}
-			b.StopTimer()
-			reportPercentiles(b, lat)
-		})
+	db := MustOpenDB(b, storage.Config{NoSync: true, MaxDeliveries: -1})
+	ds := make([]*devhook.Delivery, b.N)
+	for i := range ds {
+		ds[i] = benchDelivery(i, devhook.VerdictOK)
 	}
+	b.SetBytes(int64(len(benchBody)))
+	b.ReportAllocs()
+	lat := make([]time.Duration, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		start := time.Now()
+		if _, err := db.PutDelivery(ds[i]); err != nil {
+			b.Fatal(err)
+		}
+		lat[i] = time.Since(start)
+	}
+	b.StopTimer()
+	reportPercentiles(b, lat)
+}
+
+// The alternatives to the journal, measured for the decision in
+// journal.go: a bbolt commit per delivery, in today's layout (five
+// buckets and a counter) and in the leanest one (one bucket, one value:
+// the delivery with its body).
+func BenchmarkPutDeliveryDirect(b *testing.B) {
+	b.Run("layout=today", func(b *testing.B) {
+		db := MustOpenDB(b, storage.Config{NoSync: true, MaxDeliveries: -1})
+		b.SetBytes(int64(len(benchBody)))
+		b.ReportAllocs()
+		lat := make([]time.Duration, b.N)
+		for i := range b.N {
+			d := benchDelivery(i, devhook.VerdictOK)
+			start := time.Now()
+			if err := db.PutDeliveriesTx([]*devhook.Delivery{d}); err != nil {
+				b.Fatal(err)
+			}
+			lat[i] = time.Since(start)
+		}
+		reportPercentiles(b, lat)
+	})
+	b.Run("layout=one-bucket", func(b *testing.B) {
+		bdb, err := bolt.Open(filepath.Join(b.TempDir(), "lean.db"), 0o600, &bolt.Options{NoSync: true, FreelistType: bolt.FreelistMapType})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer bdb.Close()
+		name := []byte("deliveries")
+		rec := storage.EncodeRecords(benchDelivery(0, devhook.VerdictOK), devhook.Attempt{})
+		v := append(append(append([]byte{}, rec[0]...), rec[2]...), benchBody...)
+		b.SetBytes(int64(len(benchBody)))
+		b.ReportAllocs()
+		lat := make([]time.Duration, b.N)
+		for i := range b.N {
+			start := time.Now()
+			err := bdb.Update(func(tx *bolt.Tx) error {
+				bk, err := tx.CreateBucketIfNotExists(name)
+				if err != nil {
+					return err
+				}
+				bk.FillPercent = 0.95
+				return bk.Put([]byte(id(i)), v)
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			lat[i] = time.Since(start)
+		}
+		reportPercentiles(b, lat)
+	})
 }
 
 // reportPercentiles adds the median and 99th percentile of lat to the
@@ -74,25 +123,21 @@ func reportPercentiles(b *testing.B, lat []time.Duration) {
 }
 
 func BenchmarkPutDeliveryParallel(b *testing.B) {
-	for _, noSync := range []bool{true, false} {
-		b.Run(fmt.Sprintf("NoSync=%v", noSync), func(b *testing.B) {
-			db := MustOpenDB(b, storage.Config{NoSync: noSync, MaxDeliveries: -1})
-			var next atomic.Int64
-			b.SetBytes(int64(len(benchBody)))
-			b.ReportAllocs()
-			b.SetParallelism(16) // with GOMAXPROCS 2: 32 writers
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					d := benchDelivery(int(next.Add(1)), devhook.VerdictOK)
-					if _, err := db.PutDelivery(d); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-		})
-	}
+	db := MustOpenDB(b, storage.Config{NoSync: true, MaxDeliveries: -1})
+	var next atomic.Int64
+	b.SetBytes(int64(len(benchBody)))
+	b.ReportAllocs()
+	b.SetParallelism(16) // with GOMAXPROCS 2: 32 writers
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			d := benchDelivery(int(next.Add(1)), devhook.VerdictOK)
+			if _, err := db.PutDelivery(d); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }
 
 func BenchmarkAddAttempt(b *testing.B) {

@@ -20,7 +20,9 @@ import (
 
 // view is one read of the store.
 type view struct {
-	tx   *bolt.Tx
+	tx                           *bolt.Tx
+	deliveries, bodies, attempts *bolt.Bucket
+
 	puts map[string]*encodedDelivery // pending deliveries
 	atts map[string][]*jrec          // pending attempts, by delivery id, in journal order
 }
@@ -36,7 +38,8 @@ func (db *DB) view(fn func(v *view) error) error {
 		return err
 	}
 	defer func() { _ = tx.Rollback() }()
-	v := &view{tx: tx}
+	v := &view{tx: tx, deliveries: tx.Bucket(bucketDeliveries), bodies: tx.Bucket(bucketBodies),
+		attempts: tx.Bucket(bucketAttempts)}
 	if len(pending) > 0 {
 		v.puts = map[string]*encodedDelivery{}
 		v.atts = map[string][]*jrec{}
@@ -60,10 +63,9 @@ func (v *view) newPuts(runID, before string) []*encodedDelivery {
 	if len(v.puts) == 0 {
 		return nil
 	}
-	deliveries := v.tx.Bucket(bucketDeliveries)
 	var out []*encodedDelivery
 	for _, e := range v.puts {
-		if runID != "" && e.runID != runID || before != "" && string(e.id) >= before || deliveries.Get(e.id) != nil {
+		if runID != "" && e.runID != runID || before != "" && string(e.id) >= before || v.deliveries.Get(e.id) != nil {
 			continue
 		}
 		out = append(out, e)
@@ -103,7 +105,7 @@ func (v *view) summary(id, stored []byte) ([]byte, error) {
 
 // body returns the body of delivery id, from bbolt or pending.
 func (v *view) body(id []byte) []byte {
-	if b := v.tx.Bucket(bucketBodies).Get(id); b != nil {
+	if b := v.bodies.Get(id); b != nil {
 		return b
 	}
 	if e := v.puts[string(id)]; e != nil {
@@ -116,7 +118,7 @@ func (v *view) body(id []byte) []byte {
 // the transaction and the journal's buffers.
 func (v *view) delivery(id string) (*devhook.Delivery, error) {
 	key := []byte(id)
-	meta := v.tx.Bucket(bucketDeliveries).Get(key)
+	meta := v.deliveries.Get(key)
 	inBolt := meta != nil
 	if !inBolt {
 		e := v.puts[id]
@@ -131,9 +133,8 @@ func (v *view) delivery(id string) (*devhook.Delivery, error) {
 	}
 	d.ID = id
 	d.Body = append([]byte{}, v.body(key)...)
-	attempts := v.tx.Bucket(bucketAttempts)
 	if inBolt {
-		c := attempts.Cursor()
+		c := v.attempts.Cursor()
 		prefix := attemptPrefix(key)
 		for k, v := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, v = c.Next() {
 			a, err := decodeAttempt(v)
@@ -145,7 +146,7 @@ func (v *view) delivery(id string) (*devhook.Delivery, error) {
 	}
 	extra := false
 	for _, r := range v.atts[id] {
-		if inBolt && attempts.Get(attemptKey(key, r.att.Seq)) != nil {
+		if inBolt && v.attempts.Get(attemptKey(key, r.att.Seq)) != nil {
 			continue
 		}
 		a, err := decodeAttempt(r.enc)
