@@ -131,6 +131,20 @@
     return h('span', { class: 'badge status ' + cls, 'data-status': String(status), title: 'receiver answered ' + status }, String(status));
   }
 
+  // retryChip shows where the agent stands with a delivery it owes the
+  // receiver: retrying, or given up.
+  function retryChip(r) {
+    if (!r) return null;
+    if (r.state === 'failed') {
+      // The reason up to its colon ("gave up after 12 attempts over 1h");
+      // the whole of it shows on hover and in the detail.
+      const reason = r.reason || 'gave up';
+      const cut = reason.indexOf(': ');
+      return h('span', { class: 'chip retry-failed', 'data-retry': 'failed', title: reason }, 'failed: ' + (cut > 0 ? reason.slice(0, cut) : reason));
+    }
+    return h('span', { class: 'chip retry-owed', 'data-retry': 'owed', title: 'the receiver has not taken it; devhook retries since ' + fmtTime(r.since, true) }, 'retrying');
+  }
+
   function stepChip(s) {
     if (!s) return h('span', { class: 'muted' }, '—');
     return h('span', { class: 'chip step-' + s, 'data-status-v2': s }, s);
@@ -352,7 +366,7 @@
     h('td', null, runLink(s.event && s.event.run_id)),
     h('td', null, stepChip(s.event && s.event.status_v2)),
     h('td', null, verdictBadge(s.verdict)),
-    h('td', null, s.attempts ? statusBadge(s.status, s.error) : h('span', { class: 'muted', title: 'not forwarded yet' }, 'pending')),
+    h('td', null, s.attempts ? statusBadge(s.status, s.error) : h('span', { class: 'muted', title: 'not forwarded yet' }, 'pending'), retryChip(s.retry)),
     h('td', { class: 'num mono' }, s.attempts ? fmtMs(s.duration_ms) : ''),
     h('td', { class: 'num' }, String(s.attempts || 0)));
     return tr;
@@ -507,7 +521,12 @@
       h('h1', { class: 'req-line' }, h('span', { class: 'method m-' + String(d.method).toLowerCase() }, d.method), ' ', h('span', { class: 'mono' }, pathText(d))),
       h('div', { class: 'head-badges' }, verdictBadge(v.result), ev.status_v2 ? stepChip(ev.status_v2) : null,
         last ? [h('span', { class: 'muted' }, 'receiver'), statusBadge(last.status, last.error)] : h('span', { class: 'chip' }, 'not forwarded yet'),
-        d.queued ? h('span', { class: 'chip queued' }, 'queued while no agent was connected') : null),
+        d.queued ? h('span', { class: 'chip queued' }, 'queued while no agent was connected') : null,
+        retryChip(d.retry)),
+      d.retry ? h('p', { class: 'retry-note ' + (d.retry.state === 'failed' ? 'error-text' : 'warn-text'), id: 'retry-note' },
+        d.retry.state === 'failed'
+          ? 'failed: devhook ' + (d.retry.reason || 'gave up') + '. The sender was answered 202 long ago and will not send it again: replay it once the receiver works.'
+          : 'The receiver has not taken this delivery yet (no answer, 408, 429 or 5xx). devhook retries it with backoff since ' + fmtTime(d.retry.since, true) + '; each retry is an attempt below.') : null,
       h('dl', { class: 'facts' },
         h('dt', null, 'Received'), h('dd', null, fmtTime(d.received_at, true)),
         h('dt', null, 'Id'), h('dd', { class: 'mono', id: 'delivery-id' }, d.id),
@@ -866,6 +885,44 @@
       h('h2', null, 'In order of arrival'), h('div', { class: 'table-wrap' }, arrivals)));
   }
 
+  // ---- health ------------------------------------------------------------------
+
+  // showHealth draws the banner for the agent's devhook.Health.
+  function showHealth(hl) {
+    const el = $('#health');
+    if (!el) return;
+    clear(el);
+    const lines = [];
+    let level = '';
+    if (hl && hl.storage_error) {
+      level = 'bad';
+      lines.push(h('p', { id: 'health-storage' }, h('strong', null, 'Recording fails'), ' since ' + fmtTime(hl.since, true) + ': ' + hl.storage_error + '. ',
+        'Live deliveries are answered 503 and not forwarded; ' + (hl.held || 0) + ' queued ' + ((hl.held || 0) === 1 ? 'delivery is' : 'deliveries are') + ' held and go through by themselves once recording works again (free some disk space).'));
+    }
+    if (hl && hl.failed) {
+      level = 'bad';
+      lines.push(h('p', { id: 'health-failed' }, h('strong', null, hl.failed + (hl.failed === 1 ? ' delivery' : ' deliveries') + ' failed: '),
+        'devhook gave up retrying ' + (hl.failed === 1 ? 'it' : 'them') + '. Their rows say "failed"; replay them once the receiver works.'));
+    }
+    if (hl && hl.owed) {
+      level = level || 'warn';
+      lines.push(h('p', { id: 'health-owed' }, h('strong', null, hl.owed + (hl.owed === 1 ? ' delivery' : ' deliveries') + ' owed to the receiver: '),
+        'it did not take ' + (hl.owed === 1 ? 'it' : 'them') + ' (no answer, 408, 429 or 5xx); devhook retries.'));
+    }
+    el.hidden = lines.length === 0;
+    el.className = 'health ' + level;
+    el.dataset.level = level;
+    append(el, lines);
+  }
+
+  async function loadHealth() {
+    try {
+      showHealth(await api('/api/status'));
+    } catch (e) {
+      // An inspector without an agent has no status to show.
+    }
+  }
+
   // ---- live stream -------------------------------------------------------
 
   function connect() {
@@ -877,6 +934,7 @@
       live.className = 'live on';
       document.body.dataset.live = '1';
       loadSettings();
+      loadHealth();
       // After a reconnect, fetch what was missed.
       if (opened || state.liveSeen) render();
       opened = true;
@@ -903,6 +961,12 @@
     };
     es.addEventListener('delivery', onChange);
     es.addEventListener('attempt', onChange);
+    es.addEventListener('retry', onChange);
+    es.addEventListener('health', (e) => {
+      let c;
+      try { c = JSON.parse(e.data); } catch (err) { return; }
+      showHealth(c.health);
+    });
     es.onerror = () => {
       live.textContent = 'reconnecting…';
       live.className = 'live off';
@@ -918,6 +982,7 @@
   window.addEventListener('hashchange', render);
   document.addEventListener('DOMContentLoaded', async () => {
     await loadSettings();
+    loadHealth();
     render();
     connect();
   });
