@@ -91,7 +91,7 @@ func (r *recorder) waitFor(t *testing.T, n int) []seen {
 type tunnel struct {
 	t        testing.TB
 	dir      string
-	relayDB  *storage.DB
+	relayDB  *storage.RelayStore
 	relay    *relay.Server
 	relaySrv *httptest.Server
 	creds    relay.Credentials
@@ -142,7 +142,7 @@ func newTunnel(t testing.TB, forward string, mod func(*agent.Config)) *tunnel {
 
 func (tn *tunnel) startRelay() {
 	tn.t.Helper()
-	rdb, err := storage.Open(filepath.Join(tn.dir, "relay.db"), storage.Config{})
+	rdb, err := storage.OpenRelayStore(filepath.Join(tn.dir, "relay.db"), storage.RelayStoreConfig{})
 	if err != nil {
 		tn.t.Fatal(err)
 	}
@@ -648,7 +648,7 @@ func waitStored(t *testing.T, db *storage.DB, n int) {
 	}
 }
 
-func waitQueueEmpty(t *testing.T, db *storage.DB, channel string) {
+func waitQueueEmpty(t *testing.T, db *storage.RelayStore, channel string) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {

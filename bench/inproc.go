@@ -31,7 +31,7 @@ func runInProcess(ctx context.Context, o options, rep *report, recv *receiverSer
 	defer cancel()
 
 	// The relay, as `devhook relay` runs it.
-	rdb, err := storage.Open(filepath.Join(dir, "relay.db"), storage.Config{})
+	rdb, err := storage.OpenRelayStore(filepath.Join(dir, "relay.db"), storage.RelayStoreConfig{})
 	if err != nil {
 		return err
 	}

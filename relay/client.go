@@ -134,12 +134,16 @@ func Dial(ctx context.Context, cfg DialConfig) (*Conn, error) {
 func (c *Conn) PublicURL() string { return c.hello.PublicURL }
 
 // Receive returns the next delivery. It fails when the connection ends;
-// Close from another goroutine makes it return.
+// Close from another goroutine makes it return. When another agent took
+// the channel over, the error wraps ErrReplaced.
 func (c *Conn) Receive() (*devhook.Delivery, error) {
 	for {
 		c.ws.SetReadDeadline(time.Now().Add(c.wait))
 		_, msg, err := c.ws.ReadMessage()
 		if err != nil {
+			if websocket.IsCloseError(err, CloseReplaced) {
+				return nil, fmt.Errorf("read from relay: %w (%v)", ErrReplaced, err)
+			}
 			return nil, fmt.Errorf("read from relay: %w", err)
 		}
 		h, body, err := DecodeFrame(msg)

@@ -62,8 +62,22 @@ const (
 	TypeAck      = "ack"
 )
 
-// MaxHeaderSize bounds a frame's JSON header.
+// MaxHeaderSize bounds a frame's header (the bytes after the length
+// prefix, before the payload). The relay refuses at ingress (431) a request
+// whose deliver frame header would be longer, so that whatever it accepts
+// can be sent.
 const MaxHeaderSize = 1 << 20
+
+// ErrHeaderTooLarge is wrapped by AppendFrame's error for a header over
+// MaxHeaderSize.
+var ErrHeaderTooLarge = errors.New("frame header too large")
+
+// WebSocket close codes of the protocol (RFC 6455's private range).
+const (
+	// CloseReplaced: another agent connected to the channel and took it
+	// over. The agent's Receive returns an error wrapping ErrReplaced.
+	CloseReplaced = 4001
+)
 
 // Header is the JSON part of a frame. Fields are used by the frame types as
 // the protocol comment says.
@@ -131,6 +145,9 @@ func AppendFrame(dst []byte, h *Header, payload []byte) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("encode frame: unknown type %q", h.Type)
 	}
+	if n := frameHeaderLen(h); n > MaxHeaderSize {
+		return nil, fmt.Errorf("encode %s frame: %w: %d bytes, over %d", h.Type, ErrHeaderTooLarge, n, MaxHeaderSize)
+	}
 	start := len(dst)
 	dst = append(dst, 0, 0, 0, 0, frameVersion, code)
 	str := func(tag byte, v string) {
@@ -168,11 +185,59 @@ func AppendFrame(dst []byte, h *Header, payload []byte) ([]byte, error) {
 		}
 	}
 	n := len(dst) - start - 4
-	if n > MaxHeaderSize {
-		return nil, fmt.Errorf("encode %s frame: header of %d bytes is over %d", h.Type, n, MaxHeaderSize)
-	}
 	binary.BigEndian.PutUint32(dst[start:], uint32(n))
 	return append(dst, payload...), nil
+}
+
+// frameHeaderLen is the length of h's encoding by AppendFrame, without the
+// length prefix, computed without encoding it.
+func frameHeaderLen(h *Header) int {
+	n := 2 // version, type
+	str := func(v string) {
+		if v != "" {
+			n += 1 + uvarintLen(uint64(len(v))) + len(v)
+		}
+	}
+	str(h.ID)
+	str(h.Channel)
+	str(h.PublicURL)
+	str(h.Method)
+	str(h.Path)
+	str(h.Query)
+	str(h.RemoteAddr)
+	if !h.ReceivedAt.IsZero() {
+		n += 1 + varintLen(h.ReceivedAt.UnixNano())
+	}
+	if h.Queued {
+		n++
+	}
+	if h.Status != 0 {
+		n += 1 + varintLen(int64(h.Status))
+	}
+	for k, vs := range h.Header {
+		str(k)
+		n += uvarintLen(uint64(len(vs)))
+		for _, v := range vs {
+			n += uvarintLen(uint64(len(v))) + len(v)
+		}
+	}
+	return n
+}
+
+func uvarintLen(x uint64) int {
+	n := 1
+	for ; x >= 0x80; x >>= 7 {
+		n++
+	}
+	return n
+}
+
+func varintLen(x int64) int {
+	ux := uint64(x) << 1
+	if x < 0 {
+		ux = ^ux
+	}
+	return uvarintLen(ux)
 }
 
 // ErrMalformed is wrapped by every frame decoding error.

@@ -19,9 +19,9 @@ import (
 	"github.com/devhook/devhook/storage"
 )
 
-func newRelay(t *testing.T, cfg relay.Config) (*relay.Server, *httptest.Server, *storage.DB) {
+func newRelay(t *testing.T, cfg relay.Config) (*relay.Server, *httptest.Server, *storage.RelayStore) {
 	t.Helper()
-	db, err := storage.Open(filepath.Join(t.TempDir(), "relay.db"), storage.Config{})
+	db, err := storage.OpenRelayStore(filepath.Join(t.TempDir(), "relay.db"), storage.RelayStoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,30 +124,11 @@ func TestMalformedFrameDropsAgent(t *testing.T) {
 	}
 }
 
-// A second agent on the same channel replaces the first.
-func TestNewAgentReplacesOld(t *testing.T) {
-	_, hs, _ := newRelay(t, relay.Config{})
-	cr := open(t, hs)
-	first, err := relay.Dial(context.Background(), relay.DialConfig{RelayURL: hs.URL, Credentials: cr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer first.Close()
-	second, err := relay.Dial(context.Background(), relay.DialConfig{RelayURL: hs.URL, Credentials: cr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer second.Close()
-	if _, err := first.Receive(); err == nil {
-		t.Fatal("the replaced agent is still connected")
-	}
-}
-
 // Many agents at once, each answering its own deliveries; after Close no
 // goroutine of the relay is left.
 func TestManyAgentsNoLeak(t *testing.T) {
 	before := runtime.NumGoroutine()
-	db, err := storage.Open(filepath.Join(t.TempDir(), "relay.db"), storage.Config{})
+	db, err := storage.OpenRelayStore(filepath.Join(t.TempDir(), "relay.db"), storage.RelayStoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -113,9 +113,9 @@ func (o *listenOptions) run(ctx context.Context) error {
 	// The relay: remote, or one inside this process.
 	relayURL, relayKey := strings.TrimRight(o.relayURL, "/"), strings.TrimRight(o.relayURL, "/")
 	var local *relay.Server
-	var rdb *storage.DB
+	var rdb *storage.RelayStore
 	if relayURL == "" {
-		rdb, err = storage.Open(filepath.Join(o.dataDir, "relay.db"), storage.Config{})
+		rdb, err = storage.OpenRelayStore(filepath.Join(o.dataDir, "relay.db"), storage.RelayStoreConfig{})
 		if err != nil {
 			return err
 		}
@@ -236,7 +236,7 @@ func (o *listenOptions) agentStopped(err error, creds relay.Credentials) error {
 }
 
 // channel returns the saved channel for this relay, or opens a new one.
-func (o *listenOptions) channel(ctx context.Context, relayURL, relayKey string, local *relay.Server, rdb *storage.DB) (relay.Credentials, error) {
+func (o *listenOptions) channel(ctx context.Context, relayURL, relayKey string, local *relay.Server, rdb *storage.RelayStore) (relay.Credentials, error) {
 	saved := savedChannels{path: filepath.Join(o.dataDir, "channels.json")}
 	cr, ok, err := saved.get(relayKey)
 	if err != nil {

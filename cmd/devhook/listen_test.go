@@ -140,7 +140,7 @@ func TestListenJSONAndChannelReuse(t *testing.T) {
 }
 
 func TestListenRemoteRelay(t *testing.T) {
-	rdb, err := storage.Open(filepath.Join(t.TempDir(), "relay.db"), storage.Config{})
+	rdb, err := storage.OpenRelayStore(filepath.Join(t.TempDir(), "relay.db"), storage.RelayStoreConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,8 +23,12 @@ type relayOptions struct {
 	maxBody   int64
 	timeout   time.Duration
 	openToken string
-	stdout    io.Writer
-	stderr    io.Writer
+
+	bodyTimeout        time.Duration
+	maxInflight        int64
+	maxChannelInflight int64
+	stdout             io.Writer
+	stderr             io.Writer
 }
 
 func newRelayCmd() *cobra.Command {
@@ -48,6 +52,11 @@ pass that proxy's address as --public-url.`,
 	f.StringVar(&o.dataDir, "data", filepath.Join(defaultDataDir(), "relay"), "directory for channels and the queue")
 	f.Int64Var(&o.maxBody, "max-body", relay.DefaultMaxBody, "largest delivery body in bytes (larger: 413)")
 	f.DurationVar(&o.timeout, "timeout", relay.DefaultResponseTimeout, "how long a sender waits for the agent's answer (then 504)")
+	f.DurationVar(&o.bodyTimeout, "body-timeout", relay.DefaultBodyTimeout, "how long a sender may take to send a body, after its headers (then 408)")
+	f.Int64Var(&o.maxChannelInflight, "max-channel-inflight", 0, fmt.Sprintf(
+		"body bytes of one channel held at once, being read or waiting for the agent; beyond, 429 with Retry-After (default %d MiB, or --max-body if larger)", relay.DefaultMaxChannelInflight>>20))
+	f.Int64Var(&o.maxInflight, "max-inflight", 0, fmt.Sprintf(
+		"body bytes of all channels held at once; beyond, 503 with Retry-After (default %d MiB, or --max-channel-inflight if larger)", relay.DefaultMaxInflight>>20))
 	f.StringVar(&o.openToken, "open-token", os.Getenv("DEVHOOK_RELAY_TOKEN"), "require this bearer token to open channels (or DEVHOOK_RELAY_TOKEN)")
 	return cmd
 }
@@ -56,7 +65,7 @@ func (o *relayOptions) run(ctx context.Context) error {
 	if err := ensureDir(o.dataDir); err != nil {
 		return err
 	}
-	db, err := storage.Open(filepath.Join(o.dataDir, "relay.db"), storage.Config{})
+	db, err := storage.OpenRelayStore(filepath.Join(o.dataDir, "relay.db"), storage.RelayStoreConfig{})
 	if err != nil {
 		return err
 	}
@@ -64,6 +73,7 @@ func (o *relayOptions) run(ctx context.Context) error {
 	logger := log.New(o.stderr, "", log.LstdFlags)
 	srv, err := relay.NewServer(relay.Config{
 		Store: db, PublicURL: o.publicURL, MaxBody: o.maxBody, ResponseTimeout: o.timeout,
+		BodyTimeout: o.bodyTimeout, MaxChannelInflight: o.maxChannelInflight, MaxInflight: o.maxInflight,
 		OpenToken: o.openToken, Logf: logger.Printf,
 	})
 	if err != nil {

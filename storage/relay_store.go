@@ -1,0 +1,351 @@
+package storage
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/relay"
+	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
+)
+
+// RelayStore is the single-process relay's state in a bbolt file: its
+// channels and the queue of deliveries waiting for their agent. It
+// implements relay.Store. It has no journal: every write is committed and
+// synced before it returns, since the relay answers 202 on the strength of
+// an Enqueue.
+//
+// Layout (top-level buckets):
+//
+//	channels  channel id → relay.Channel as JSON
+//	queue     channel id → bucket of delivery id → delivery with its body (appendMeta)
+//	parked    channel id → bucket of delivery id → uvarint reason length, reason, the queue entry
+//
+// A relay.db written by earlier devhooks (one storage.DB for everything)
+// opens as it is: its channels and queue are in the same buckets.
+type RelayStore struct {
+	bolt *bolt.DB
+	path string
+}
+
+// RelayStoreConfig configures OpenRelayStore. Zero values mean defaults.
+type RelayStoreConfig struct {
+	// LockTimeout is how long OpenRelayStore waits for another process to
+	// release the file; 0 = one second.
+	LockTimeout time.Duration
+}
+
+var bucketParked = []byte("parked")
+
+// queueFill is the fill percent of a queue bucket: ids grow with time, so
+// new keys land at the end.
+const queueFill = 0.95
+
+var relayBuckets = [][]byte{bucketChannels, bucketQueue, bucketParked}
+
+var _ relay.Store = (*RelayStore)(nil)
+
+// OpenRelayStore opens or creates the relay's file at path, with its
+// directory.
+func OpenRelayStore(path string, cfg RelayStoreConfig) (*RelayStore, error) {
+	if path == "" {
+		return nil, devhook.Errorf(devhook.EINVALID, "storage: no file path given")
+	}
+	if cfg.LockTimeout < 0 {
+		return nil, devhook.Errorf(devhook.EINVALID, "storage: negative LockTimeout")
+	}
+	if cfg.LockTimeout == 0 {
+		cfg.LockTimeout = time.Second
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("storage: create data directory %s: %w", dir, err)
+	}
+	b, err := openBolt(path, &bolt.Options{Timeout: cfg.LockTimeout, FreelistType: bolt.FreelistMapType})
+	switch {
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, fmt.Errorf("storage: open %s: the file is locked by another process: another devhook relay may be using the --data directory %s; stop it or choose another --data directory: %w", path, dir, err)
+	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrVersionMismatch),
+		errors.Is(err, berrors.ErrChecksum), errors.Is(err, errPanic):
+		return nil, corruptError(path, err)
+	case err != nil:
+		return nil, fmt.Errorf("storage: open %s: %w", path, err)
+	}
+	s := &RelayStore{bolt: b, path: path}
+	err = b.Update(func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketChannels) == nil {
+			empty := true
+			_ = tx.ForEach(func([]byte, *bolt.Bucket) error { empty = false; return nil })
+			if !empty {
+				return errForeign
+			}
+		}
+		for _, name := range relayBuckets {
+			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		b.Close()
+		if errors.Is(err, errForeign) {
+			return nil, corruptError(path, err)
+		}
+		return nil, fmt.Errorf("storage: open %s: create buckets: %w", path, err)
+	}
+	return s, nil
+}
+
+// Close closes the file.
+func (s *RelayStore) Close() error {
+	if err := s.bolt.Close(); err != nil {
+		return fmt.Errorf("storage: close %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// Path returns the file's path.
+func (s *RelayStore) Path() string { return s.path }
+
+// PutChannel creates or replaces a channel.
+func (s *RelayStore) PutChannel(ch relay.Channel) error {
+	if err := validID("channel", ch.ID); err != nil {
+		return err
+	}
+	v, err := json.Marshal(ch)
+	if err != nil {
+		return fmt.Errorf("storage: put channel %s: %w", ch.ID, err)
+	}
+	err = s.bolt.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketChannels).Put([]byte(ch.ID), v)
+	})
+	if err != nil {
+		return fmt.Errorf("storage: put channel %s: %w", ch.ID, err)
+	}
+	return nil
+}
+
+// Channel returns channel id, or an error with code devhook.ENOTFOUND.
+func (s *RelayStore) Channel(id string) (relay.Channel, error) {
+	notFound := devhook.Errorf(devhook.ENOTFOUND, "channel %.200q not found", id)
+	if validID("channel", id) != nil {
+		// Channel ids come from URLs: one that could not have been
+		// stored is simply not there.
+		return relay.Channel{}, notFound
+	}
+	var ch relay.Channel
+	found := false
+	err := s.bolt.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketChannels).Get([]byte(id))
+		if v == nil {
+			return nil
+		}
+		found = true
+		return json.Unmarshal(v, &ch) // copies out of the map
+	})
+	switch {
+	case err != nil:
+		return relay.Channel{}, fmt.Errorf("storage: read channel %s: %w", id, err)
+	case !found:
+		return relay.Channel{}, notFound
+	}
+	return ch, nil
+}
+
+// Enqueue keeps d, with its body, in channel's queue until Dequeue or
+// Park. The same id twice is kept once. It returns once the delivery is
+// on disk.
+func (s *RelayStore) Enqueue(channel string, d *devhook.Delivery) error {
+	if err := validID("channel", channel); err != nil {
+		return err
+	}
+	if d == nil {
+		return devhook.Errorf(devhook.EINVALID, "storage: enqueue: no delivery")
+	}
+	if err := validID("delivery", d.ID); err != nil {
+		return err
+	}
+	id := []byte(d.ID)
+	v := appendMeta(make([]byte, 0, 256+len(d.Body)), d, true)
+	err := s.bolt.Update(func(tx *bolt.Tx) error {
+		q, err := tx.Bucket(bucketQueue).CreateBucketIfNotExists([]byte(channel))
+		if err != nil {
+			return err
+		}
+		if q.Get(id) != nil {
+			return nil
+		}
+		q.FillPercent = queueFill
+		return q.Put(id, v)
+	})
+	if err != nil {
+		return fmt.Errorf("storage: enqueue delivery %s for channel %s: %w", d.ID, channel, err)
+	}
+	return nil
+}
+
+// Queued returns up to limit deliveries of channel's queue with ids after
+// after ("" = from the start), in id order, bodies included. limit <= 0
+// means no limit. An entry that cannot be decoded ends the batch with an
+// error wrapping *relay.UnreadableError.
+func (s *RelayStore) Queued(channel string, after string, limit int) ([]*devhook.Delivery, error) {
+	if err := validID("channel", channel); err != nil {
+		return nil, err
+	}
+	var out []*devhook.Delivery
+	var bad error
+	err := s.bolt.View(func(tx *bolt.Tx) error {
+		out, bad = out[:0], nil
+		q := tx.Bucket(bucketQueue).Bucket([]byte(channel))
+		if q == nil {
+			return nil
+		}
+		c := q.Cursor()
+		k, v := c.Seek([]byte(after))
+		if k != nil && string(k) == after {
+			k, v = c.Next()
+		}
+		for ; k != nil && (limit <= 0 || len(out) < limit); k, v = c.Next() {
+			d, err := decodeMeta(v)
+			if err != nil {
+				bad = &relay.UnreadableError{ID: string(k), Err: err}
+				return nil
+			}
+			if d.Body == nil {
+				d.Body = []byte{}
+			}
+			out = append(out, d)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("storage: read queue of channel %s: %w", channel, err)
+	}
+	if bad != nil {
+		return out, fmt.Errorf("storage: read queue of channel %s: %w", channel, bad)
+	}
+	return out, nil
+}
+
+// Dequeue removes delivery id from channel's queue. An id not in the queue
+// is not an error: acknowledgements may repeat.
+func (s *RelayStore) Dequeue(channel, id string) error {
+	if err := validID("channel", channel); err != nil {
+		return err
+	}
+	if err := validID("delivery", id); err != nil {
+		return err
+	}
+	err := s.bolt.Update(func(tx *bolt.Tx) error {
+		q := tx.Bucket(bucketQueue).Bucket([]byte(channel))
+		if q == nil || q.Get([]byte(id)) == nil {
+			return nil
+		}
+		return q.Delete([]byte(id))
+	})
+	if err != nil {
+		return fmt.Errorf("storage: dequeue delivery %s of channel %s: %w", id, channel, err)
+	}
+	return nil
+}
+
+// Park moves delivery id from channel's queue to the parked bucket, with
+// the reason. An id not in the queue is not an error.
+func (s *RelayStore) Park(channel, id, reason string) error {
+	if err := validID("channel", channel); err != nil {
+		return err
+	}
+	if err := validID("delivery", id); err != nil {
+		return err
+	}
+	err := s.bolt.Update(func(tx *bolt.Tx) error {
+		q := tx.Bucket(bucketQueue).Bucket([]byte(channel))
+		if q == nil {
+			return nil
+		}
+		v := q.Get([]byte(id))
+		if v == nil {
+			return nil
+		}
+		p, err := tx.Bucket(bucketParked).CreateBucketIfNotExists([]byte(channel))
+		if err != nil {
+			return err
+		}
+		pv := binary.AppendUvarint(make([]byte, 0, 10+len(reason)+len(v)), uint64(len(reason)))
+		pv = append(append(pv, reason...), v...)
+		if err := p.Put([]byte(id), pv); err != nil {
+			return err
+		}
+		return q.Delete([]byte(id))
+	})
+	if err != nil {
+		return fmt.Errorf("storage: park delivery %s of channel %s: %w", id, channel, err)
+	}
+	return nil
+}
+
+// ParkedDelivery is a delivery the relay set aside because it could not be
+// sent.
+type ParkedDelivery struct {
+	ID     string
+	Reason string
+	// Delivery is the delivery as it was queued; nil when it cannot be
+	// decoded.
+	Delivery *devhook.Delivery
+}
+
+// Parked returns channel's parked deliveries in id order.
+func (s *RelayStore) Parked(channel string) ([]ParkedDelivery, error) {
+	if err := validID("channel", channel); err != nil {
+		return nil, err
+	}
+	var out []ParkedDelivery
+	err := s.bolt.View(func(tx *bolt.Tx) error {
+		p := tx.Bucket(bucketParked).Bucket([]byte(channel))
+		if p == nil {
+			return nil
+		}
+		return p.ForEach(func(k, v []byte) error {
+			pd := ParkedDelivery{ID: string(k)}
+			n, w := binary.Uvarint(v)
+			if w <= 0 || n > uint64(len(v)-w) {
+				out = append(out, pd)
+				return nil
+			}
+			pd.Reason = string(v[w : w+int(n)])
+			if d, err := decodeMeta(v[w+int(n):]); err == nil {
+				pd.Delivery = d
+			}
+			out = append(out, pd)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("storage: read parked deliveries of channel %s: %w", channel, err)
+	}
+	return out, nil
+}
+
+// QueueLen returns the number of deliveries in channel's queue.
+func (s *RelayStore) QueueLen(channel string) (n int, err error) {
+	if err := validID("channel", channel); err != nil {
+		return 0, err
+	}
+	err = s.bolt.View(func(tx *bolt.Tx) error {
+		if q := tx.Bucket(bucketQueue).Bucket([]byte(channel)); q != nil {
+			n = q.Stats().KeyN
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("storage: count queue of channel %s: %w", channel, err)
+	}
+	return n, nil
+}

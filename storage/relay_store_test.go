@@ -1,0 +1,241 @@
+package storage_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/storage"
+)
+
+func mustOpenRelayStore(tb testing.TB, path string) *storage.RelayStore {
+	tb.Helper()
+	s, err := storage.OpenRelayStore(path, storage.RelayStoreConfig{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.Close() })
+	return s
+}
+
+func queuedDelivery(i int) *devhook.Delivery {
+	return &devhook.Delivery{
+		ID: fmt.Sprintf("0197a3c2-0000-7000-8000-%012d", i), Channel: "ch1", Method: "POST", Path: "/hook",
+		RawQuery: "a=1&a=2", ReceivedAt: time.Unix(1_800_000_000, int64(i)).UTC(), RemoteAddr: "127.0.0.1:9",
+		Header: http.Header{"X-Repeat": {"1", "2"}}, Body: []byte{0, 0xff, '\n', byte(i)}, Queued: true,
+	}
+}
+
+func queuedIDsOf(ds []*devhook.Delivery) []string {
+	out := make([]string, len(ds))
+	for i, d := range ds {
+		out[i] = d.ID
+	}
+	return out
+}
+
+func TestRelayStoreQueue(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "relay.db")
+	s := mustOpenRelayStore(t, path)
+	if got, err := s.Queued("ch1", "", 0); err != nil || len(got) != 0 {
+		t.Fatalf("Queued on an empty channel = %v, %v", got, err)
+	}
+	for _, i := range []int{3, 1, 2, 5, 4, 1} {
+		if err := s.Enqueue("ch1", queuedDelivery(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Enqueue("ch2", queuedDelivery(9)); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{queuedDelivery(1).ID, queuedDelivery(2).ID, queuedDelivery(3).ID, queuedDelivery(4).ID, queuedDelivery(5).ID}
+	for _, c := range []struct {
+		after string
+		limit int
+		want  []string
+	}{
+		{"", 0, want},
+		{"", 2, want[:2]},
+		{want[1], 2, want[2:4]},
+		{want[4], 0, nil},
+		{"0197a3c2-0000-7000-8000-0000000000025", 0, want[2:]}, // between two ids
+	} {
+		got, err := s.Queued("ch1", c.after, c.limit)
+		if err != nil || !slices.Equal(queuedIDsOf(got), c.want) {
+			t.Errorf("Queued(after %q, limit %d) = %v, %v; want %v", c.after, c.limit, queuedIDsOf(got), err, c.want)
+		}
+	}
+	got, _ := s.Queued("ch1", "", 1)
+	if w := queuedDelivery(1); !bytes.Equal(got[0].Body, w.Body) || !slices.Equal(got[0].Header["X-Repeat"], w.Header["X-Repeat"]) ||
+		got[0].RawQuery != w.RawQuery || !got[0].ReceivedAt.Equal(w.ReceivedAt) || !got[0].Queued {
+		t.Fatalf("queued delivery changed: %+v", got[0])
+	}
+	for _, id := range []string{want[0], want[0], want[3]} { // repeats are not errors
+		if err := s.Dequeue("ch1", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Dequeue("nochannel", want[0]); err != nil {
+		t.Fatal(err)
+	}
+	// Everything survives a reopen.
+	s.Close()
+	s = mustOpenRelayStore(t, path)
+	got, err := s.Queued("ch1", "", 0)
+	if err != nil || !slices.Equal(queuedIDsOf(got), []string{want[1], want[2], want[4]}) {
+		t.Fatalf("after reopen: %v, %v", queuedIDsOf(got), err)
+	}
+	if n, err := s.QueueLen("ch2"); err != nil || n != 1 {
+		t.Fatalf("QueueLen(ch2) = %d, %v", n, err)
+	}
+	for _, bad := range []func() error{
+		func() error { return s.Enqueue("", queuedDelivery(1)) },
+		func() error { return s.Enqueue("ch1", &devhook.Delivery{}) },
+		func() error { return s.Enqueue("ch1", nil) },
+		func() error { return s.Dequeue("ch1", "") },
+		func() error { return s.Park("ch1", strings.Repeat("x", 300), "why") },
+	} {
+		if err := bad(); devhook.ErrorCode(err) != devhook.EINVALID {
+			t.Errorf("invalid input: %v, want EINVALID", err)
+		}
+	}
+}
+
+func TestRelayStoreChannels(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "relay.db")
+	s := mustOpenRelayStore(t, path)
+	ch := relay.Channel{ID: "abc", TokenHash: []byte{1, 2, 3}, CreatedAt: time.Unix(1_800_000_000, 0).UTC()}
+	if err := s.PutChannel(ch); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s = mustOpenRelayStore(t, path)
+	got, err := s.Channel("abc")
+	if err != nil || got.ID != ch.ID || !bytes.Equal(got.TokenHash, ch.TokenHash) || !got.CreatedAt.Equal(ch.CreatedAt) {
+		t.Fatalf("Channel = %+v, %v", got, err)
+	}
+	for _, id := range []string{"nope", "", strings.Repeat("x", 300), "a\x00b"} {
+		if _, err := s.Channel(id); devhook.ErrorCode(err) != devhook.ENOTFOUND {
+			t.Errorf("Channel(%q): %v, want ENOTFOUND", id, err)
+		}
+	}
+}
+
+// A queued entry that cannot be decoded is named, the ones before it are
+// returned, and Park moves it aside with its reason.
+func TestRelayStoreUnreadableAndPark(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "relay.db")
+	s := mustOpenRelayStore(t, path)
+	for _, i := range []int{1, 3} {
+		if err := s.Enqueue("ch1", queuedDelivery(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	badID := queuedDelivery(2).ID
+	b, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = b.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("queue")).Bucket([]byte("ch1")).Put([]byte(badID), []byte{0xee, 1, 2})
+	})
+	b.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = mustOpenRelayStore(t, path)
+	got, err := s.Queued("ch1", "", 0)
+	var ue *relay.UnreadableError
+	if !errors.As(err, &ue) || ue.ID != badID || !slices.Equal(queuedIDsOf(got), []string{queuedDelivery(1).ID}) {
+		t.Fatalf("Queued = %v, %v; want the first delivery and an UnreadableError for %s", queuedIDsOf(got), err, badID)
+	}
+	if err := s.Park("ch1", badID, "cannot be read"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Park("ch1", queuedDelivery(3).ID, "too large"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Park("ch1", "not-queued", "why"); err != nil {
+		t.Fatal(err)
+	}
+	got, err = s.Queued("ch1", "", 0)
+	if err != nil || !slices.Equal(queuedIDsOf(got), []string{queuedDelivery(1).ID}) {
+		t.Fatalf("after Park: %v, %v", queuedIDsOf(got), err)
+	}
+	parked, err := s.Parked("ch1")
+	if err != nil || len(parked) != 2 || parked[0].ID != badID || parked[0].Reason != "cannot be read" || parked[0].Delivery != nil ||
+		parked[1].Reason != "too large" || parked[1].Delivery == nil || !bytes.Equal(parked[1].Delivery.Body, queuedDelivery(3).Body) {
+		t.Fatalf("Parked = %+v, %v", parked, err)
+	}
+}
+
+// A relay.db that earlier devhooks wrote (one storage.DB for agent and
+// relay) keeps its channels and queue.
+func TestRelayStoreOpensCombinedFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "relay.db")
+	copyFile(t, filepath.Join("testdata", "relay-combined.db"), path)
+	s := mustOpenRelayStore(t, path)
+	ch, err := s.Channel("0123456789abcdef0123456789abcdef")
+	if err != nil || len(ch.TokenHash) != 32 {
+		t.Fatalf("channel of the old file: %+v, %v", ch, err)
+	}
+	got, err := s.Queued(ch.ID, "", 0)
+	if err != nil || len(got) != 1 || string(got[0].Body) != "queued before the upgrade" {
+		t.Fatalf("queue of the old file: %v, %v", got, err)
+	}
+}
+
+func TestRelayStoreRefusesOtherFiles(t *testing.T) {
+	dir := t.TempDir()
+	foreign := filepath.Join(dir, "foreign.db")
+	b, err := bolt.Open(foreign, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Update(func(tx *bolt.Tx) error { _, err := tx.CreateBucket([]byte("other")); return err })
+	b.Close()
+	text := filepath.Join(dir, "text.db")
+	os.WriteFile(text, bytes.Repeat([]byte("not a database\n"), 1000), 0o600)
+	for _, p := range []string{foreign, text} {
+		if _, err := storage.OpenRelayStore(p, storage.RelayStoreConfig{}); err == nil || !strings.Contains(err.Error(), "move it away") {
+			t.Errorf("open %s: %v, want the damaged-file error", filepath.Base(p), err)
+		}
+	}
+	path := filepath.Join(dir, "relay.db")
+	mustOpenRelayStore(t, path)
+	if _, err := storage.OpenRelayStore(path, storage.RelayStoreConfig{LockTimeout: 50 * time.Millisecond}); err == nil || !strings.Contains(err.Error(), "locked") {
+		t.Errorf("second open: %v, want a locked error", err)
+	}
+}
+
+func copyFile(t *testing.T, from, to string) {
+	t.Helper()
+	src, err := os.Open(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	dst, err := os.Create(to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(dst, src); err != nil {
+		t.Fatal(err)
+	}
+	if err := dst.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
