@@ -56,10 +56,11 @@ import (
 //     the next marker whose header and body verify; then renames the file
 //     to <name>.damaged-<UTC time> and reports it through Config.Logf.
 //     Evidence is never deleted.
-//   - not starting with the magic (not ours, or its first bytes are
-//     damaged): reads nothing from it, renames it the same way and reports
-//     it. Refusing to open would stop devhook until someone moves the file;
-//     setting it aside keeps the evidence and the store working.
+//   - not starting with the magic (not ours, its first bytes damaged, or
+//     a journal of a devhook from before the header): reads nothing from
+//     it, renames it the same way and reports it. Refusing to open would
+//     stop devhook until someone moves the file; setting it aside keeps the
+//     evidence and the store working.
 //   - written by a newer devhook (a verified header with a higher version):
 //     Open fails, telling the user to upgrade, and touches nothing.
 

@@ -3,14 +3,17 @@ package storage_test
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"flag"
 	"fmt"
 	"hash/crc32"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -471,5 +474,103 @@ func TestJournal_AttemptOfPrunedDelivery(t *testing.T) {
 	}
 	if !slices.ContainsFunc(logs.lines(), func(l string) bool { return containsAll(l, "1 attempt(s)", "not recorded") }) {
 		t.Errorf("logged %q, want the dropped attempt reported", logs.lines())
+	}
+}
+
+// diskFullChildEnv makes the test binary run TestJournal_DiskFull's
+// scenario in the directory it names, a small tmpfs of its own.
+const diskFullChildEnv = "DEVHOOK_STORAGE_DISKFULL_DIR"
+
+// On a full disk PutDelivery fails with ENOSPC and reads go on; once space
+// returns, writes succeed again and nothing acknowledged is lost. The
+// scenario runs in a child process with a private 4 MiB tmpfs (it needs
+// root and unshare).
+func TestJournal_DiskFull(t *testing.T) {
+	if dir := os.Getenv(diskFullChildEnv); dir != "" {
+		diskFullScenario(t, dir)
+		return
+	}
+	if os.Getuid() != 0 {
+		t.Skip("needs root to mount a tmpfs")
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("needs unshare to mount a private tmpfs")
+	}
+	dir := t.TempDir()
+	cmd := exec.Command("unshare", "-m", "sh", "-c",
+		`mount -t tmpfs -o size=4m tmpfs "$0" || exit 77; exec "$1" -test.run='^TestJournal_DiskFull$' -test.v`, dir, os.Args[0])
+	cmd.Env = append(os.Environ(), diskFullChildEnv+"="+dir)
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok && ee.ExitCode() == 77 {
+		t.Skipf("cannot mount a tmpfs here: %s", out)
+	}
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	if !bytes.Contains(out, []byte("--- PASS: TestJournal_DiskFull")) {
+		t.Fatalf("child did not run the scenario:\n%s", out)
+	}
+}
+
+func diskFullScenario(t *testing.T, dir string) {
+	path := filepath.Join(dir, "devhook.db")
+	logs := newLogRecorder()
+	cfg := storage.Config{NoSync: true, MaxDeliveries: -1, MaxAge: -1, Logf: logs.logf}
+	db := MustOpenPath(t, path, cfg)
+	acked := 0
+	for ; acked < 10; acked++ {
+		mustPut(t, db, newDelivery(acked))
+	}
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	filler, err := os.Create(filepath.Join(dir, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 16<<10)
+	for {
+		if _, err := filler.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	filler.Close()
+
+	var werr error
+	for i := acked; i < 10000; i++ {
+		d := newDelivery(i)
+		d.Body = append(d.Body, chunk...)
+		if _, werr = db.PutDelivery(d); werr != nil {
+			break
+		}
+		acked++
+	}
+	if !errors.Is(werr, syscall.ENOSPC) {
+		t.Fatalf("PutDelivery on a full disk: %v, want ENOSPC", werr)
+	}
+	if n, err := db.Count(); err != nil || n != acked {
+		t.Errorf("Count() on a full disk = %d, %v; want %d", n, err, acked)
+	}
+	if list, err := db.List(devhook.Filter{Limit: 1}); err != nil || len(list) != 1 || list[0].ID != id(acked-1) {
+		t.Errorf("List on a full disk = %+v, %v; want the last delivery acknowledged", list, err)
+	}
+
+	if err := os.Remove(filepath.Join(dir, "filler")); err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, db, newDelivery(acked))
+	acked++
+	if err := db.Flush(); err != nil {
+		t.Fatalf("Flush once space returned: %v", err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = MustOpenPath(t, path, cfg)
+	if n, err := db.Count(); err != nil || n != acked {
+		t.Errorf("after reopening: Count() = %d, %v; want every one of the %d acknowledged", n, err, acked)
 	}
 }
