@@ -305,14 +305,13 @@ func (db *DB) flush() error {
 
 	j.mu.Lock()
 	if err != nil {
-		err = fmt.Errorf("storage: apply journal to %s: %w", db.path, err)
 		first := j.failed == nil
-		j.failed = err
+		j.failed = fmt.Errorf("storage: apply journal to %s: %w", db.path, err)
 		j.mu.Unlock()
 		if first {
 			db.logf("storage: cannot write to %s (%v); deliveries stay in its journal and are applied once it takes writes again", db.path, err)
 		}
-		return err
+		return fmt.Errorf("storage: apply journal to %s: %w", db.path, err)
 	}
 	recovered := j.failed != nil
 	j.failed = nil
@@ -815,7 +814,7 @@ func (db *DB) replayJournal() error {
 		n := min(len(recs), 4*journalRecords)
 		res, err := db.apply(recs[:n])
 		if err != nil {
-			return fmt.Errorf("storage: apply journal of %s: %w", db.path, err)
+			return fmt.Errorf("storage: apply the journal of %s (it is kept, and applied when devhook next opens the file; is the disk full?): %w", db.path, err)
 		}
 		dropped += res.dropped
 		recs = recs[n:]

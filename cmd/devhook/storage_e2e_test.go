@@ -133,9 +133,12 @@ func TestDeliveries_DamagedJournal(t *testing.T) {
 			path, journal = filepath.Join(data, name), b
 		}
 	}
-	if len(journal) < 2048 {
+	// A header (16 bytes) and at least one record; under load it holds
+	// tens of them.
+	if len(journal) < 64 {
 		t.Fatalf("the journal held %d bytes at the kill, want records to damage", len(journal))
 	}
+	t.Logf("damaging %s, %d bytes", filepath.Base(path), len(journal))
 	damaged := bytes.Clone(journal)
 	damaged[16+(len(damaged)-16)/2] ^= 0x20
 	if err := os.WriteFile(path, damaged, 0o600); err != nil {
