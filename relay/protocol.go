@@ -37,10 +37,42 @@
 // sender and drops it for a queued delivery); for a queued delivery it then
 // acks, once the delivery is recorded. A live delivery needs no ack: its
 // sender is still waiting, and gets the response or, if the agent goes
-// away first, 202 with the delivery queued.
+// away first, 202 with the delivery queued. A queued delivery is sent at
+// most once per connection: it stays in flight until the relay has
+// committed its removal from the queue. One that cannot be framed (written
+// by an older relay) is parked aside, with a log line, and the queue goes on.
 //
-// Heartbeats are WebSocket pings from the relay every PingInterval; each side
-// drops a connection that stays silent for twice that long.
+// The newest agent of a channel holds it. When a second agent connects,
+// the relay closes the first with close code 4001 (CloseReplaced), reason
+// "replaced: ..."; its Receive returns an error wrapping ErrReplaced, and
+// it should stop rather than reconnect and take the channel back.
+//
+// Heartbeats are WebSocket pings from the relay every PingInterval, from a
+// timer of each connection: a connection that cannot take its ping within
+// PingInterval (say, behind a large delivery it reads slowly) is dropped,
+// and delays no other. Each side drops a connection that stays silent for
+// twice PingInterval.
+//
+// # Ingress
+//
+// A delivery's answer to its sender:
+//
+//	the agent's status   the agent answered (an agent that cannot frame the
+//	                     receiver's answer sends 502 at once)
+//	202                  no agent, or it went away before answering: the
+//	                     delivery is on disk (synced) and will be delivered
+//	404                  unknown channel
+//	408                  the body did not arrive within BodyTimeout (default 30 s)
+//	413                  body over MaxBody (default 10 MiB)
+//	429 + Retry-After    the channel holds MaxChannelInflight body bytes already
+//	                     (default 32 MiB): nothing was kept, send again later
+//	431                  method, path, query, remote address and headers would
+//	                     make a deliver frame header over MaxHeaderSize (1 MiB),
+//	                     as frameHeaderLen computes it: nothing was kept
+//	503 + Retry-After    the relay holds MaxInflight body bytes (default 128 MiB),
+//	                     or the queue could not be written: nothing was kept
+//	504                  the agent has the delivery but did not answer within
+//	                     ResponseTimeout (default 30 s)
 package relay
 
 import (

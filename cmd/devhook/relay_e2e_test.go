@@ -1,0 +1,262 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// End-to-end tests of the relay's promises (issue 10: 1, 4, 5, 10), with
+// the real devhook relay and devhook listen.
+
+// relayProc runs devhook relay with args on a free loopback port and
+// returns it with its base URL.
+func relayProc(t *testing.T, args ...string) (*proc, string) {
+	t.Helper()
+	r := startProc(t, append([]string{"relay", "--addr", "127.0.0.1:0", "--data", t.TempDir()}, args...)...)
+	const prefix = "devhook relay on "
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case line, ok := <-r.lines:
+			if !ok {
+				t.Fatalf("devhook relay ended before saying its address; stderr: %s", r.stderr)
+			}
+			if strings.HasPrefix(line, prefix) {
+				return r, strings.TrimPrefix(line, prefix)
+			}
+		case <-timeout:
+			t.Fatalf("devhook relay did not say its address within 20s; stderr: %s", r.stderr)
+		}
+	}
+}
+
+// listenProc runs devhook listen --json against relayURL with data and
+// returns it with its ready line.
+func listenProc(t *testing.T, relayURL, data, forward string) (*proc, map[string]any) {
+	t.Helper()
+	l := startProc(t, "listen", "--json", "--relay", relayURL, "--forward", forward, "--inspect", "off", "--data", data)
+	return l, l.nextJSON(t, "ready")
+}
+
+// countingReceiver counts the bodies it gets.
+type countingReceiver struct {
+	mu   sync.Mutex
+	seen map[string]int
+}
+
+func (c *countingReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	c.mu.Lock()
+	if c.seen == nil {
+		c.seen = map[string]int{}
+	}
+	c.seen[string(b)]++
+	c.mu.Unlock()
+	io.WriteString(w, "ok")
+}
+
+func (c *countingReceiver) count(body string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.seen[body]
+}
+
+func sendTo(t *testing.T, u string, header http.Header, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, u, strings.NewReader(body))
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatalf("POST %s: %v", u, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func pollUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond) // polling other processes
+	}
+}
+
+// Item 1: a request whose headers are just over what a frame carries is
+// refused with 431 instead of being queued for ever; the deliveries queued
+// after it reach the agent when it connects.
+func TestRelay_OversizedHeadRefusedQueueFlows(t *testing.T) {
+	recv := &countingReceiver{}
+	rs := httptest.NewServer(recv)
+	defer rs.Close()
+	_, relayURL := relayProc(t)
+	data := t.TempDir()
+	l, ready := listenProc(t, relayURL, data, rs.URL)
+	public := ready["public_url"].(string)
+	l.stop(t, 10*time.Second)
+
+	// 1 MiB + 1 KiB of header: net/http passes it (its limit is 1 MiB +
+	// 4 KiB), a frame header cannot carry it.
+	st, body := sendTo(t, public+"/hook", http.Header{"X-Fill": {strings.Repeat("f", 1<<20+1<<10)}}, "too big a head")
+	if st != http.StatusRequestHeaderFieldsTooLarge {
+		t.Fatalf("oversized head: %d %s, want 431", st, body)
+	}
+	if st, body := sendTo(t, public+"/hook", nil, "after it"); st != http.StatusAccepted {
+		t.Fatalf("queued delivery: %d %s, want 202", st, body)
+	}
+	listenProc(t, relayURL, data, rs.URL)
+	pollUntil(t, "the queued delivery at the receiver", func() bool { return recv.count("after it") == 1 })
+}
+
+// Item 4: queued deliveries are sent once each: the agent reports none as
+// a duplicate.
+func TestRelay_QueuedDeliveriesNotSentTwice(t *testing.T) {
+	rs := httptest.NewServer(&countingReceiver{})
+	defer rs.Close()
+	_, relayURL := relayProc(t)
+	data := t.TempDir()
+	l, ready := listenProc(t, relayURL, data, rs.URL)
+	public := ready["public_url"].(string)
+	l.stop(t, 10*time.Second)
+	const n = 150
+	for i := range n {
+		if st, body := sendTo(t, public+"/hook", nil, fmt.Sprint(i)); st != http.StatusAccepted {
+			t.Fatalf("delivery %d: %d %s", i, st, body)
+		}
+	}
+	l, _ = listenProc(t, relayURL, data, rs.URL)
+	seen := map[string]int{}
+	dups := 0
+	for len(seen) < n {
+		m := l.nextJSON(t, "delivery")
+		id := fmt.Sprint(m["id"])
+		seen[id]++
+		if seen[id] > 1 || m["duplicate"] == true {
+			dups++
+		}
+	}
+	l.stop(t, 10*time.Second)
+	for line := range l.lines { // what was under way when it stopped
+		if strings.Contains(line, `"event":"delivery"`) && strings.Contains(line, `"duplicate":true`) {
+			dups++
+		}
+	}
+	if dups > 0 {
+		t.Fatalf("%d of %d queued deliveries reached the agent twice", dups, n)
+	}
+}
+
+// Item 5: a second listen on the same channel (the same channels.json in
+// two data directories) takes it over for good: the first stops, the
+// relay logs one takeover, no delivery reaches the receiver twice.
+func TestRelay_TakeoverIsStable(t *testing.T) {
+	recv := &countingReceiver{}
+	rs := httptest.NewServer(recv)
+	defer rs.Close()
+	relay, relayURL := relayProc(t)
+	dir := t.TempDir()
+	d1, d2 := filepath.Join(dir, "one"), filepath.Join(dir, "two")
+	first, ready := listenProc(t, relayURL, d1, rs.URL)
+	public := ready["public_url"].(string)
+	saved, err := os.ReadFile(filepath.Join(d1, "channels.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.MkdirAll(d2, 0o700)
+	if err := os.WriteFile(filepath.Join(d2, "channels.json"), saved, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	second, _ := listenProc(t, relayURL, d2, rs.URL)
+	select {
+	case <-first.done:
+	case <-time.After(15 * time.Second):
+		t.Fatal("the first listen still runs after another took its channel over")
+	}
+	const n = 30
+	for i := range n {
+		if st, body := sendTo(t, public+"/hook", nil, fmt.Sprintf("live %d", i)); st != 200 {
+			t.Fatalf("delivery %d: %d %s", i, st, body)
+		}
+	}
+	for i := range n {
+		if c := recv.count(fmt.Sprintf("live %d", i)); c != 1 {
+			t.Errorf("delivery %d reached the receiver %d times", i, c)
+		}
+	}
+	select {
+	case <-second.done:
+		t.Fatalf("the second listen ended too: %v %s", second.err, second.stderr)
+	default:
+	}
+	if c := strings.Count(relay.stderr.String(), "a new agent connected"); c != 1 {
+		t.Fatalf("the relay logged %d takeovers, want 1:\n%s", c, relay.stderr)
+	}
+}
+
+// Item 10: bodies that trickle are cut after --body-timeout with 408 and
+// their connections closed, while /healthz keeps answering. Those beyond
+// the channel's in-flight bytes (32 MiB: three of these bodies) are
+// refused with 429 at once.
+func TestRelay_TricklingBodiesCut(t *testing.T) {
+	rs := httptest.NewServer(&countingReceiver{})
+	defer rs.Close()
+	_, relayURL := relayProc(t, "--body-timeout", "1s")
+	l, ready := listenProc(t, relayURL, t.TempDir(), rs.URL)
+	public, _ := url.Parse(ready["public_url"].(string))
+	l.stop(t, 10*time.Second)
+
+	const n = 50
+	conns := make([]net.Conn, n)
+	for i := range conns {
+		c, err := net.Dial("tcp", public.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprintf(c, "POST %s/hook HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n\r\nthe start", public.Path, public.Host, 10<<20-1)
+		conns[i] = c
+	}
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(relayURL + "/healthz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("healthz with %d trickling senders: %v %v", n, resp, err)
+	}
+	resp.Body.Close()
+	cut := 0
+	for i, c := range conns {
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("trickling sender %d: no answer: %v", i, err)
+		}
+		resp.Body.Close()
+		switch resp.StatusCode {
+		case http.StatusRequestTimeout:
+			cut++
+		case http.StatusTooManyRequests:
+		default:
+			t.Fatalf("trickling sender %d: %s, want 408 or 429", i, resp.Status)
+		}
+		if _, err := io.ReadAll(c); err != nil {
+			t.Fatalf("trickling sender %d: connection not closed: %v", i, err)
+		}
+	}
+	if cut == 0 {
+		t.Fatal("no trickling body was cut with 408")
+	}
+}
