@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/devhook/devhook"
@@ -32,6 +33,70 @@ import (
 type RelayStore struct {
 	bolt *bolt.DB
 	path string
+
+	// Group commit: see update.
+	gmu     sync.Mutex
+	pending []*relayWrite
+	leading bool
+}
+
+// relayWrite is one write waiting for a group commit.
+type relayWrite struct {
+	fn   func(*bolt.Tx) error
+	done chan error // its result; errRelayLead hands the lead over
+}
+
+var errRelayLead = errors.New("lead the next group commit")
+
+// update runs fn in a write transaction, committed and synced before it
+// returns, possibly with concurrent writes: one fsync for all the writes
+// that arrived while the previous commit ran. A write that finds no commit
+// in flight starts one at once (no timer, unlike bolt's Batch). The caller
+// that commits a group hands the lead to the oldest write still waiting,
+// so that no caller commits for others indefinitely. fn may run twice
+// (alone, when another write of its group fails), so it must be
+// idempotent; the writes of RelayStore are.
+func (s *RelayStore) update(fn func(*bolt.Tx) error) error {
+	w := &relayWrite{fn: fn, done: make(chan error, 1)}
+	s.gmu.Lock()
+	s.pending = append(s.pending, w)
+	lead := !s.leading
+	s.leading = true
+	s.gmu.Unlock()
+	if !lead {
+		if err := <-w.done; err != errRelayLead {
+			return err
+		}
+	}
+	s.gmu.Lock()
+	group := s.pending[:min(len(s.pending), 1000)]
+	s.pending = append([]*relayWrite(nil), s.pending[len(group):]...)
+	s.gmu.Unlock()
+
+	err := s.bolt.Update(func(tx *bolt.Tx) error {
+		for _, g := range group {
+			if err := g.fn(tx); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	for _, g := range group {
+		if err == nil {
+			g.done <- nil
+		} else {
+			g.done <- s.bolt.Update(g.fn) // find which failed: each alone
+		}
+	}
+
+	s.gmu.Lock()
+	if len(s.pending) > 0 {
+		s.pending[0].done <- errRelayLead
+	} else {
+		s.leading = false
+	}
+	s.gmu.Unlock()
+	return <-w.done
 }
 
 // RelayStoreConfig configures OpenRelayStore. Zero values mean defaults.
@@ -123,7 +188,7 @@ func (s *RelayStore) PutChannel(ch relay.Channel) error {
 	if err != nil {
 		return fmt.Errorf("storage: put channel %s: %w", ch.ID, err)
 	}
-	err = s.bolt.Update(func(tx *bolt.Tx) error {
+	err = s.update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketChannels).Put([]byte(ch.ID), v)
 	})
 	if err != nil {
@@ -174,7 +239,7 @@ func (s *RelayStore) Enqueue(channel string, d *devhook.Delivery) error {
 	}
 	id := []byte(d.ID)
 	v := appendMeta(make([]byte, 0, 256+len(d.Body)), d, true)
-	err := s.bolt.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		q, err := tx.Bucket(bucketQueue).CreateBucketIfNotExists([]byte(channel))
 		if err != nil {
 			return err
@@ -243,7 +308,7 @@ func (s *RelayStore) Dequeue(channel, id string) error {
 	if err := validID("delivery", id); err != nil {
 		return err
 	}
-	err := s.bolt.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		q := tx.Bucket(bucketQueue).Bucket([]byte(channel))
 		if q == nil || q.Get([]byte(id)) == nil {
 			return nil
@@ -265,7 +330,7 @@ func (s *RelayStore) Park(channel, id, reason string) error {
 	if err := validID("delivery", id); err != nil {
 		return err
 	}
-	err := s.bolt.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		q := tx.Bucket(bucketQueue).Bucket([]byte(channel))
 		if q == nil {
 			return nil

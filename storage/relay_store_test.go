@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -237,5 +238,32 @@ func copyFile(t *testing.T, from, to string) {
 	}
 	if err := dst.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Concurrent writes share commits and each returns once its own is done.
+func TestRelayStoreConcurrentWrites(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "relay.db")
+	s := mustOpenRelayStore(t, path)
+	const n = 200
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			if err := s.Enqueue("ch1", queuedDelivery(i)); err != nil {
+				t.Error(err)
+			}
+			if got, err := s.Queued("ch1", queuedDelivery(i-1).ID, 1); err != nil || len(got) != 1 || got[0].ID != queuedDelivery(i).ID {
+				t.Errorf("delivery %d not readable once Enqueue returned: %v %v", i, queuedIDsOf(got), err)
+			}
+		})
+		wg.Go(func() {
+			if err := s.PutChannel(relay.Channel{ID: fmt.Sprint("c", i)}); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if q, err := s.QueueLen("ch1"); err != nil || q != n {
+		t.Fatalf("QueueLen = %d, %v; want %d", q, err, n)
 	}
 }
