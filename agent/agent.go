@@ -454,8 +454,9 @@ func (a *Agent) finish(conn responder, d *devhook.Delivery, res *processed) {
 // Hold reasons of a queued delivery: a write that failed and must succeed
 // before the relay is acknowledged.
 const (
-	holdRecord = 1 + iota // PutDelivery
-	holdOwed              // PutRetry of its owed state
+	holdRecord  = 1 + iota // PutDelivery
+	holdAttempt            // AddAttempt of its forward, Result.Attempt
+	holdOwed               // PutRetry of its owed state
 )
 
 // processed is a Result plus what handle needs to answer.
@@ -466,7 +467,7 @@ type processed struct {
 	failure  string           // d is not recorded: 503
 	unframed string           // the receiver's answer cannot go back through the relay: 502
 	rejected *devhook.Verdict
-	hold     int                 // a queued delivery waits for a write: holdRecord or holdOwed
+	hold     int                 // a queued delivery waits for a write: holdRecord, holdAttempt or holdOwed
 	owe      *devhook.RetryState // with holdOwed: the state to write
 }
 
@@ -556,6 +557,18 @@ func (a *Agent) forwardRecorded(ctx context.Context, d *devhook.Delivery, create
 		}
 	}
 	p.Attempt, p.answer = primary, primary
+	if d.Queued && primary.Seq == 0 {
+		// Not recorded: the relay is acknowledged once it is.
+		p.hold = holdAttempt
+		return p
+	}
+	return a.oweIfRetryable(d, p)
+}
+
+// oweIfRetryable makes queued delivery d owed when its recorded forward
+// p.Attempt asks for a retry.
+func (a *Agent) oweIfRetryable(d *devhook.Delivery, p processed) processed {
+	primary := p.Attempt
 	if d.Queued && retryable(primary) {
 		p.Owed = true
 		st := a.owe(d, primary)

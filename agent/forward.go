@@ -79,16 +79,28 @@ func (a *Agent) record(d *devhook.Delivery, at devhook.Attempt) *devhook.Attempt
 		// The receiver has had it: say so, and carry on without the
 		// record of this attempt.
 		a.storeFailed(err)
-		a.cfg.Logf("delivery %s: the receiver got it (%s) but devhook could not record the attempt: %v", d.ID, outcome(&at), err)
+		if d.Queued {
+			a.cfg.Logf("delivery %s: the receiver got it (%s) but devhook could not record the attempt: %v; it is recorded before the relay is acknowledged", d.ID, outcome(&at), err)
+		} else {
+			a.cfg.Logf("delivery %s: the receiver got it (%s) but devhook could not record the attempt: %v", d.ID, outcome(&at), err)
+		}
 		return &at
 	}
 	a.storeOK()
+	a.published(d, &rec)
+	return &rec
+}
+
+// published tells live views that attempt rec of d is recorded.
+func (a *Agent) published(d *devhook.Delivery, rec *devhook.Attempt) {
+	if a.cfg.OnChange == nil {
+		return
+	}
 	s := d.Summarize()
 	s.Attempts = rec.Seq
 	s.Status, s.Duration, s.Error = rec.Status, rec.Duration, rec.Error
 	s.Retry = a.owed.state(d.ID)
-	a.publish(devhook.Change{Kind: devhook.ChangeAttempt, Summary: s, Attempt: &rec})
-	return &rec
+	a.publish(devhook.Change{Kind: devhook.ChangeAttempt, Summary: s, Attempt: rec})
 }
 
 // outcome says in a few words how attempt at ended.

@@ -12,9 +12,12 @@ import (
 
 // health tracks whether recording works. When a write to the store fails
 // (a full disk, typically), live deliveries are answered 503 without being
-// forwarded and queued ones are held; the first success ends that. Each
-// change is said once, in a log line and a devhook.ChangeHealth, not once
-// per delivery.
+// forwarded and queued ones are held. A success ends that once no write is
+// held: on a disk with a little room a small write may succeed while larger
+// ones still fail. Each change is said in a log line and a
+// devhook.ChangeHealth, not once per delivery; an episode that starts
+// within quietAfter of the end of the last one is not logged, so that a
+// disk at the edge does not fill the terminal.
 type health struct {
 	failing atomic.Bool  // read on every record: the only cost when all is well
 	held    atomic.Int64 // queued deliveries waiting for a write
@@ -22,7 +25,12 @@ type health struct {
 	mu    sync.Mutex
 	err   string
 	since time.Time
+	quiet bool      // this episode is not logged
+	ended time.Time // when the last episode ended
 }
+
+// quietAfter: see health.
+const quietAfter = 10 * time.Second
 
 // holdMaxBackoff caps the wait between two tries of a held write, so that
 // the relay's queue moves again soon after room returns.
@@ -36,19 +44,23 @@ func (a *Agent) storeFailed(err error) {
 	if first {
 		h.since = a.cfg.Now()
 		h.failing.Store(true)
+		h.quiet = !h.ended.IsZero() && h.since.Sub(h.ended) < quietAfter
 	}
 	h.err = err.Error()
+	quiet := h.quiet
 	h.mu.Unlock()
 	if first {
-		a.cfg.Logf("recording failed: %v; live deliveries are answered 503 and not forwarded, queued ones are held and retried until recording works again", err)
 		a.publishHealth()
+	}
+	if first && !quiet {
+		a.cfg.Logf("recording failed: %v; live deliveries are answered 503 and not forwarded, queued ones are held and retried until recording works again", err)
 	}
 }
 
 // storeOK notes that a write succeeded.
 func (a *Agent) storeOK() {
 	h := &a.health
-	if !h.failing.Load() {
+	if !h.failing.Load() || h.held.Load() > 0 {
 		return
 	}
 	h.mu.Lock()
@@ -57,10 +69,13 @@ func (a *Agent) storeOK() {
 		return
 	}
 	h.failing.Store(false)
-	since := h.since
+	since, quiet := h.since, h.quiet
 	h.err = ""
+	h.ended = a.cfg.Now()
 	h.mu.Unlock()
-	a.cfg.Logf("recording works again after %s; %d held deliveries resume", fmtDuration(a.cfg.Now().Sub(since)), h.held.Load())
+	if !quiet {
+		a.cfg.Logf("recording works again after %s", fmtDuration(h.ended.Sub(since)))
+	}
 	a.publishHealth()
 }
 
@@ -69,7 +84,14 @@ func (a *Agent) storeOK() {
 // relay sends d again on the next one) or the agent is stopping.
 func (a *Agent) hold(work, held context.Context, d *devhook.Delivery, res *processed) bool {
 	a.health.held.Add(1)
-	defer a.health.held.Add(-1)
+	holding := true
+	release := func() {
+		if holding {
+			holding = false
+			a.health.held.Add(-1)
+		}
+	}
+	defer release()
 	wait := a.cfg.MinBackoff
 	for res.hold != 0 {
 		t := time.NewTimer(a.jitter(wait))
@@ -87,13 +109,34 @@ func (a *Agent) hold(work, held context.Context, d *devhook.Delivery, res *proce
 				a.storeFailed(err)
 				continue
 			}
+			release()
 			a.storeOK()
 			*res = a.forwardRecorded(work, d, created)
+			if res.hold != 0 {
+				a.health.held.Add(1)
+				holding = true
+			}
+		case holdAttempt:
+			rec, err := a.cfg.Store.AddAttempt(d.ID, *res.Attempt)
+			if err != nil {
+				a.storeFailed(err)
+				continue
+			}
+			release()
+			a.storeOK()
+			a.published(d, &rec)
+			res.Attempt, res.answer, res.hold = &rec, &rec, 0
+			*res = a.oweIfRetryable(d, *res)
+			if res.hold != 0 {
+				a.health.held.Add(1)
+				holding = true
+			}
 		case holdOwed:
 			if err := a.cfg.Store.PutRetry(d.ID, *res.owe); err != nil {
 				a.storeFailed(err)
 				continue
 			}
+			release()
 			a.storeOK()
 			a.owedRecorded(d, res.Attempt, *res.owe)
 			res.hold = 0
