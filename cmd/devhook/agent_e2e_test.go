@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/agent"
 	"github.com/devhook/devhook/signature"
 )
 
@@ -556,5 +557,48 @@ func TestListen_StopsWhenChannelTakenOver(t *testing.T) {
 	case <-second.done:
 		t.Fatalf("the second listen ended too: %v %s", second.err, second.stderr)
 	default:
+	}
+}
+
+// The lines listen prints for the outcomes of issue 10, in both modes.
+func TestPrinterReliabilityLines(t *testing.T) {
+	at := time.Date(2026, 11, 22, 10, 4, 5, 123e6, time.UTC)
+	d := &devhook.Delivery{ID: "01a20000-0000-7000-8000-000000000001", ReceivedAt: at, Method: "POST", Path: "/hook", Queued: true,
+		Verdict: devhook.Verdict{Result: "ok"}}
+	live := &devhook.Delivery{ID: "01a20000-0000-7000-8000-000000000002", ReceivedAt: at, Method: "POST", Path: "/hook", Verdict: devhook.Verdict{Result: "ok"}}
+	refused := "connection refused: is your receiver running at http://localhost:8080/hook?"
+	results := []agent.Result{
+		// Owed: retried later.
+		{Delivery: d, Attempt: &devhook.Attempt{Error: refused, Duration: devhook.Duration(time.Millisecond)}, Status: 502, Owed: true},
+		// Delivered by a retry.
+		{Delivery: d, Attempt: &devhook.Attempt{Kind: devhook.AttemptRetry, StartedAt: at.Add(90 * time.Second), Status: 200, Duration: devhook.Duration(2 * time.Millisecond)},
+			Status: 200, Retry: 4, Since: at},
+		// Given up.
+		{Delivery: d, Attempt: &devhook.Attempt{Kind: devhook.AttemptRetry, StartedAt: at.Add(time.Hour), Error: refused}, GaveUp: true,
+			Error: "gave up after 21 attempts over 1h: " + refused, Since: at},
+		// Not recorded: 503, not forwarded.
+		{Delivery: live, Status: 503, Error: "could not record the delivery: write journal: no space left on device; answered 503, not forwarded"},
+		// An answer that cannot be passed back.
+		{Delivery: live, Attempt: &devhook.Attempt{Status: 200, Duration: devhook.Duration(time.Millisecond),
+			Error: "the receiver answered 200 with 1126491 bytes of headers, over the 1048576 devhook can pass back to the sender; the sender got 502"}, Status: 502},
+	}
+	var human, js bytes.Buffer
+	hp := &printer{w: &human, loc: time.UTC, retryFor: time.Hour}
+	jp := &printer{w: &js, json: true, retryFor: time.Hour}
+	for _, r := range results {
+		hp.result(r)
+		jp.result(r)
+	}
+	got := human.String() + js.String()
+	golden := filepath.Join("testdata", "listen-reliability.golden")
+	if *update {
+		os.WriteFile(golden, []byte(got), 0o644)
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != string(want) {
+		t.Fatalf("output differs from %s:\n%s", golden, got)
 	}
 }

@@ -52,7 +52,15 @@ to the local receiver, byte-exact, passing the receiver's answer back to the sen
 Each delivery's service-signature is checked and everything is recorded under --data.
 
 Without --relay, a relay runs inside this process on loopback: its URL is reachable
-from this machine only (useful with 'devhook send' and 'devhook emulate').`,
+from this machine only (useful with 'devhook send' and 'devhook emulate').
+
+A delivery is recorded before it is forwarded. When it cannot be (a full disk), a
+sender still waiting gets 503 and the delivery is not forwarded; deliveries that waited
+in the relay's queue are held and go through once recording works again.
+
+A delivery that waited in the relay's queue (its sender got 202) and that the receiver
+does not take (no answer, 408, 429 or 5xx) is retried with backoff for --retry-for,
+each retry recorded as an attempt; then devhook gives up on it and says so.`,
 		Example: `  devhook listen --forward localhost:8080 --secret whsec_...
   devhook listen --forward localhost:8080 --relay https://relay.example.com --json`,
 		Args: cobra.NoArgs,
@@ -445,7 +453,11 @@ func (p *printer) gaveUp(r agent.Result) {
 		}{"gave_up", d.ID, d.Method, d.Path, r.Status, r.Error, msg})
 		return
 	}
-	p.w.Write([]byte(time.Now().In(p.location()).Format("15:04:05.000") + "  FAILED: " + msg + "\n"))
+	at := time.Now()
+	if r.Attempt != nil && !r.Attempt.StartedAt.IsZero() {
+		at = r.Attempt.StartedAt
+	}
+	p.w.Write([]byte(at.In(p.location()).Format("15:04:05.000") + "  FAILED: " + msg + "\n"))
 }
 
 func (p *printer) location() *time.Location {
