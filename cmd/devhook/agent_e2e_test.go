@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -406,7 +407,7 @@ func TestListen_QueuedDeliveriesWaitForTheReceiver(t *testing.T) {
 	}
 	recvAddr := ln.Addr().String()
 	ln.Close() // the receiver is down
-	_, relayURL := startRelay(t, filepath.Join(dir, "relay"))
+	relayProc, relayURL := startRelay(t, filepath.Join(dir, "relay"))
 	data := filepath.Join(dir, "data")
 	public := openChannel(t, relayURL, data, recvAddr)
 	const n = 30
@@ -418,7 +419,9 @@ func TestListen_QueuedDeliveriesWaitForTheReceiver(t *testing.T) {
 	ev := l.collect()
 	defer func() {
 		if t.Failed() {
-			t.Logf("listen's output:\n%s\nstderr: %s", ev, l.stderr)
+			l.cmd.Process.Signal(syscall.SIGQUIT) // its goroutines, on stderr
+			<-l.done
+			t.Logf("listen's output:\n%s\nstderr: %s\nrelay's stderr: %s", ev, l.stderr, relayProc.stderr)
 		}
 	}()
 	// One line per delivery says it is owed; a delivery the relay sends
