@@ -54,6 +54,32 @@ func Open(ctx context.Context, client *http.Client, relayURL, openToken string) 
 	return cr, nil
 }
 
+// Check asks the relay whether cr is still a channel it knows, without
+// connecting to it (a connection would take the channel over from its
+// agent). It returns an error wrapping ErrRejected when the relay refuses
+// the credentials; any other error says the relay could not be asked.
+func Check(ctx context.Context, client *http.Client, relayURL string, cr Credentials) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+		strings.TrimRight(relayURL, "/")+"/v1/channels/"+url.PathEscape(cr.Channel), nil)
+	if err != nil {
+		return fmt.Errorf("check channel %s on %s: %w", cr.Channel, relayURL, err)
+	}
+	req.Header.Set("Authorization", "Bearer "+cr.Token)
+	resp, err := client.Do(req)
+	if err != nil {
+		return fmt.Errorf("check channel %s on %s: %w", cr.Channel, relayURL, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return nil
+	case http.StatusNotFound, http.StatusUnauthorized:
+		return fmt.Errorf("%w: %s", ErrRejected, bytes.TrimSpace(body))
+	}
+	return fmt.Errorf("check channel %s on %s: %s: %s", cr.Channel, relayURL, resp.Status, bytes.TrimSpace(body))
+}
+
 // Conn is an agent's connection to its channel. Receive must be called from
 // one goroutine; Respond and Ack from any.
 type Conn struct {

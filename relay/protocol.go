@@ -7,6 +7,8 @@
 //
 //	POST /v1/channels                    open a channel → 201 Credentials (JSON)
 //	                                     (Authorization: Bearer <open token> when the relay requires one)
+//	GET  /v1/channels/{id}               check saved credentials without connecting
+//	                                     → 200, or 401/404 (Authorization: Bearer <agent token>)
 //	GET  /v1/channels/{id}/connect       WebSocket upgrade for the channel's agent
 //	                                     (Authorization: Bearer <agent token>)
 //	ANY  /c/{id}/{path...}               ingress: a delivery for the channel

@@ -189,6 +189,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.serveOpen(w, r)
 	case strings.HasPrefix(p, "/v1/channels/") && strings.HasSuffix(p, "/connect"):
 		s.serveConnect(w, r, strings.TrimSuffix(strings.TrimPrefix(p, "/v1/channels/"), "/connect"))
+	case strings.HasPrefix(p, "/v1/channels/") && !strings.Contains(p[len("/v1/channels/"):], "/"):
+		if r.Method != http.MethodGet {
+			w.Header().Set("Allow", "GET")
+			httpError(w, http.StatusMethodNotAllowed, "use GET to check a channel")
+			return
+		}
+		s.serveCheck(w, r, strings.TrimPrefix(p, "/v1/channels/"))
 	case p == "/healthz":
 		io.WriteString(w, "ok\n")
 	default:
@@ -244,6 +251,17 @@ func (s *Server) serveOpen(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusCreated)
 	json.NewEncoder(w).Encode(cr)
+}
+
+// serveCheck tells an agent whether its saved credentials are still good,
+// without connecting: a connection would take the channel over.
+func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request, channel string) {
+	if code, msg := s.authorize(channel, bearer(r)); code != 0 {
+		httpError(w, code, msg)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(Credentials{Channel: channel, PublicURL: s.PublicURL(r, channel)})
 }
 
 // authorize checks the agent token of channel.
@@ -477,6 +495,7 @@ func (s *Server) enqueue(w http.ResponseWriter, d *devhook.Delivery) {
 	d.Queued = true
 	if err := s.cfg.Store.Enqueue(d.Channel, d); err != nil {
 		s.cfg.Logf("relay: queue delivery %s: %v", d.ID, err)
+		w.Header().Set("Retry-After", strconv.Itoa(int(RetryAfter/time.Second)))
 		httpError(w, http.StatusServiceUnavailable, "no agent is connected and the delivery could not be queued; try again")
 		return
 	}

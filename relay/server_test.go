@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -197,5 +198,59 @@ func TestManyAgentsNoLeak(t *testing.T) {
 			t.Fatalf("%d goroutines left (was %d):\n%s", runtime.NumGoroutine(), before, buf[:runtime.Stack(buf, true)])
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Check says whether saved credentials still work without connecting: a
+// connection would take the channel over from its agent.
+func TestCheckDoesNotTakeTheChannel(t *testing.T) {
+	var logs strings.Builder
+	var mu sync.Mutex
+	_, hs, _ := newRelay(t, relay.Config{Logf: func(f string, a ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(&logs, f+"\n", a...)
+	}})
+	cr := open(t, hs)
+	ctx := context.Background()
+	conn, err := relay.Dial(ctx, relay.DialConfig{RelayURL: hs.URL, Credentials: cr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+
+	if err := relay.Check(ctx, hs.Client(), hs.URL, cr); err != nil {
+		t.Fatalf("check of good credentials: %v", err)
+	}
+	bad := cr
+	bad.Token = "wrong"
+	if err := relay.Check(ctx, hs.Client(), hs.URL, bad); !errors.Is(err, relay.ErrRejected) {
+		t.Fatalf("check with a wrong token: %v, want ErrRejected", err)
+	}
+	gone := cr
+	gone.Channel = strings.Repeat("0", 32)
+	if err := relay.Check(ctx, hs.Client(), hs.URL, gone); !errors.Is(err, relay.ErrRejected) {
+		t.Fatalf("check of an unknown channel: %v, want ErrRejected", err)
+	}
+
+	// The connected agent still holds the channel: a delivery reaches it.
+	go func() {
+		d, err := conn.Receive()
+		if err == nil {
+			conn.Respond(d.ID, http.StatusTeapot, nil, nil)
+		}
+	}()
+	resp, err := hs.Client().Post(cr.PublicURL+"/x", "text/plain", strings.NewReader("hi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTeapot {
+		t.Fatalf("delivery after checks: %s, want the agent's 418", resp.Status)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if strings.Contains(logs.String(), "closing the previous one") {
+		t.Fatalf("a check took the channel over:\n%s", logs.String())
 	}
 }

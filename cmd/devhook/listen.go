@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -116,7 +117,8 @@ func (o *listenOptions) run(ctx context.Context) error {
 	}
 	closers = append(closers, db.Close)
 
-	out := &printer{w: newLineWriter(o.stdout), json: o.json, retryFor: o.retryFor}
+	out := &printer{w: newLineWriter(o.stdout), json: o.json, retryFor: o.retryFor, holdUntilReady: true}
+	closers = append(closers, func() error { out.flush(); return nil }) // lines of a listen never ready
 
 	// The relay: remote, or one inside this process.
 	relayURL, relayKey := strings.TrimRight(o.relayURL, "/"), strings.TrimRight(o.relayURL, "/")
@@ -273,17 +275,13 @@ func (o *listenOptions) channel(ctx context.Context, relayURL, relayKey string, 
 	return cr, saved.put(relayKey, cr)
 }
 
-// usable reports whether the relay still knows cr: a dial that the relay
-// rejects means no; any other outcome (relay down too) keeps the channel.
+// usable reports whether the relay still knows cr: a relay that rejects
+// it means no; any other outcome (relay down too) keeps the channel. It
+// does not connect: that would take the channel over from a running agent
+// and draw the queue to a connection about to close.
 func (o *listenOptions) usable(ctx context.Context, relayURL string, cr relay.Credentials) bool {
-	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	c, err := relay.Dial(dctx, relay.DialConfig{RelayURL: relayURL, Credentials: cr})
-	if err != nil {
-		return !errors.Is(err, relay.ErrRejected)
-	}
-	c.Close()
-	return true
+	err := relay.Check(ctx, &http.Client{Timeout: 5 * time.Second}, relayURL, cr)
+	return !errors.Is(err, relay.ErrRejected)
 }
 
 type readyInfo struct {
@@ -307,22 +305,71 @@ type printer struct {
 	loc  *time.Location // nil: local time
 	// retryFor is --retry-for, for the note on an owed delivery.
 	retryFor time.Duration
+
+	// The ready line comes first: deliveries and retries may be handled
+	// between the agent's connection and the ready line, and with
+	// holdUntilReady their lines wait in early until it is written.
+	holdUntilReady bool
+	isReady        atomic.Bool
+	gate           sync.Mutex
+	early          [][]byte
 }
 
-func (p *printer) emit(v any) {
+// write sends one or more whole lines to w, or keeps them until the ready
+// line is out.
+func (p *printer) write(b []byte) {
+	if p.holdUntilReady && !p.isReady.Load() {
+		p.gate.Lock()
+		if !p.isReady.Load() {
+			p.early = append(p.early, b)
+			p.gate.Unlock()
+			return
+		}
+		p.gate.Unlock()
+	}
+	p.w.Write(b)
+}
+
+// writeReady writes the ready line b, then the lines that waited for it.
+func (p *printer) writeReady(b []byte) {
+	p.gate.Lock()
+	defer p.gate.Unlock()
+	p.w.Write(b)
+	p.flushLocked()
+}
+
+// flush writes the lines that wait for a ready line that will not come.
+func (p *printer) flush() {
+	p.gate.Lock()
+	defer p.gate.Unlock()
+	p.flushLocked()
+}
+
+func (p *printer) flushLocked() {
+	for _, l := range p.early {
+		p.w.Write(l)
+	}
+	p.early = nil
+	p.isReady.Store(true)
+}
+
+func (p *printer) emit(v any) { p.write(jsonLine(v)) }
+
+// jsonLine is v as one line of JSON.
+func jsonLine(v any) []byte {
 	b, err := json.Marshal(v)
 	if err != nil {
 		b, _ = json.Marshal(map[string]string{"event": "log", "message": "devhook: cannot print an event: " + err.Error()})
 	}
-	p.w.Write(append(b, '\n'))
+	return append(b, '\n')
 }
 
 func (p *printer) ready(r readyInfo) {
 	if p.json {
-		p.emit(struct {
+		p.writeReady(jsonLine(struct {
 			Event string `json:"event"`
 			readyInfo
-		}{"ready", r})
+		}{"ready", r}))
 		return
 	}
 	var b bytes.Buffer
@@ -341,7 +388,7 @@ func (p *printer) ready(r readyInfo) {
 	}
 	fmt.Fprintf(&b, "  signature   %s\n", secret)
 	fmt.Fprintf(&b, "  recording   %s\n\n", r.Data)
-	p.w.Write(b.Bytes())
+	p.writeReady(b.Bytes())
 }
 
 func (p *printer) result(r agent.Result) {
@@ -410,7 +457,7 @@ func (p *printer) result(r agent.Result) {
 	if r.Owed && p.retryFor > 0 {
 		line += "  (owed: retried for up to " + fmtDuration(p.retryFor) + ")"
 	}
-	p.w.Write([]byte(line + "\n"))
+	p.write([]byte(line + "\n"))
 }
 
 // retried prints a retry that delivered an owed delivery.
@@ -434,7 +481,7 @@ func (p *printer) retried(r agent.Result) {
 	line := fmt.Sprintf("%s  %-6s %-20s → %d  %s  (delivered by retry %d, %s after the first try failed)",
 		at.StartedAt.In(p.location()).Format("15:04:05.000"), d.Method, clip(d.Path, 20), r.Status,
 		time.Duration(at.Duration).Round(10*time.Microsecond), r.Retry, fmtDuration(after))
-	p.w.Write([]byte(line + "\n"))
+	p.write([]byte(line + "\n"))
 }
 
 // gaveUp prints that the agent stopped retrying a delivery.
@@ -457,7 +504,7 @@ func (p *printer) gaveUp(r agent.Result) {
 	if r.Attempt != nil && !r.Attempt.StartedAt.IsZero() {
 		at = r.Attempt.StartedAt
 	}
-	p.w.Write([]byte(at.In(p.location()).Format("15:04:05.000") + "  FAILED: " + msg + "\n"))
+	p.write([]byte(at.In(p.location()).Format("15:04:05.000") + "  FAILED: " + msg + "\n"))
 }
 
 func (p *printer) location() *time.Location {

@@ -53,3 +53,22 @@ func TestPrintHeaderInNameOrder(t *testing.T) {
 		t.Fatalf("got\n%s\nwant\n%s", buf.String(), want)
 	}
 }
+
+// listen --json promises that the ready line is the first: a delivery the
+// agent handles between its connection and the ready line waits for it.
+func TestPrinterReadyLineFirst(t *testing.T) {
+	var buf bytes.Buffer
+	p := &printer{w: &buf, json: true, holdUntilReady: true}
+	d := &devhook.Delivery{ID: "d1", Method: "POST", Path: "/", Queued: true}
+	p.result(agent.Result{Delivery: d, Status: 502})
+	if buf.Len() != 0 {
+		t.Fatalf("a delivery line before the ready line: %q", buf.String())
+	}
+	p.ready(readyInfo{PublicURL: "http://127.0.0.1:1/c/x", Channel: "x"})
+	p.result(agent.Result{Delivery: &devhook.Delivery{ID: "d2", Method: "POST", Path: "/"}, Status: 200})
+	lines := bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n"))
+	if len(lines) != 3 || !bytes.Contains(lines[0], []byte(`"event":"ready"`)) ||
+		!bytes.Contains(lines[1], []byte(`"id":"d1"`)) || !bytes.Contains(lines[2], []byte(`"id":"d2"`)) {
+		t.Fatalf("want ready, d1, d2; got\n%s", buf.String())
+	}
+}
