@@ -15,7 +15,7 @@ import (
 
 func TestReplay(t *testing.T) {
 	rec, recv := newRecorder(t)
-	db, err := storage.Open(filepath.Join(t.TempDir(), "d.db"), storage.Config{NoSync: true})
+	db, err := storage.Open(filepath.Join(t.TempDir(), "d.db"), storage.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -113,7 +113,7 @@ func newTunnel(t testing.TB, forward string, mod func(*agent.Config)) *tunnel {
 		t.Fatal(err)
 	}
 	tn.creds = cr
-	db, err := storage.Open(filepath.Join(tn.dir, "deliveries.db"), storage.Config{NoSync: true})
+	db, err := storage.Open(filepath.Join(tn.dir, "deliveries.db"), storage.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

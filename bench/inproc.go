@@ -54,7 +54,7 @@ func runInProcess(ctx context.Context, o options, rep *report, recv *receiverSer
 	}
 
 	// The agent, as `devhook listen --json` runs it, with the inspector.
-	db, err := storage.Open(filepath.Join(dir, "deliveries.db"), storage.Config{NoSync: true})
+	db, err := storage.Open(filepath.Join(dir, "deliveries.db"), storage.Config{})
 	if err != nil {
 		return err
 	}

@@ -84,7 +84,7 @@ func timeList(ctx context.Context, url string, res *listResult) error {
 // fill records n signed deliveries, each with one attempt, as an agent
 // would, from several writers so that bbolt batches their commits.
 func fill(ctx context.Context, path string, n int, secret string) error {
-	db, err := storage.Open(path, storage.Config{NoSync: true})
+	db, err := storage.Open(path, storage.Config{})
 	if err != nil {
 		return err
 	}

@@ -24,7 +24,7 @@ const testSecret = "whsec-test"
 // MustOpenDB opens a real store in a temporary folder.
 func MustOpenDB(tb testing.TB) *storage.DB {
 	tb.Helper()
-	db, err := storage.Open(filepath.Join(tb.TempDir(), "devhook.db"), storage.Config{NoSync: true, MaxDeliveries: -1, MaxAge: -1})
+	db, err := storage.Open(filepath.Join(tb.TempDir(), "devhook.db"), storage.Config{MaxDeliveries: -1, MaxAge: -1})
 	if err != nil {
 		tb.Fatalf("opening the store: %v", err)
 	}

@@ -43,7 +43,7 @@ func benchDelivery(i int, verdict string) *devhook.Delivery {
 }
 
 func BenchmarkPutDelivery(b *testing.B) {
-	db := MustOpenDB(b, storage.Config{NoSync: true, MaxDeliveries: -1})
+	db := MustOpenDB(b, storage.Config{MaxDeliveries: -1})
 	ds := make([]*devhook.Delivery, b.N)
 	for i := range ds {
 		ds[i] = benchDelivery(i, devhook.VerdictOK)
@@ -69,7 +69,7 @@ func BenchmarkPutDelivery(b *testing.B) {
 // the delivery with its body).
 func BenchmarkPutDeliveryDirect(b *testing.B) {
 	b.Run("layout=today", func(b *testing.B) {
-		db := MustOpenDB(b, storage.Config{NoSync: true, MaxDeliveries: -1})
+		db := MustOpenDB(b, storage.Config{MaxDeliveries: -1})
 		b.SetBytes(int64(len(benchBody)))
 		b.ReportAllocs()
 		lat := make([]time.Duration, b.N)
@@ -123,7 +123,7 @@ func reportPercentiles(b *testing.B, lat []time.Duration) {
 }
 
 func BenchmarkPutDeliveryParallel(b *testing.B) {
-	db := MustOpenDB(b, storage.Config{NoSync: true, MaxDeliveries: -1})
+	db := MustOpenDB(b, storage.Config{MaxDeliveries: -1})
 	var next atomic.Int64
 	b.SetBytes(int64(len(benchBody)))
 	b.ReportAllocs()
@@ -141,7 +141,7 @@ func BenchmarkPutDeliveryParallel(b *testing.B) {
 }
 
 func BenchmarkAddAttempt(b *testing.B) {
-	db := MustOpenDB(b, storage.Config{NoSync: true, MaxDeliveries: -1})
+	db := MustOpenDB(b, storage.Config{MaxDeliveries: -1})
 	const n = 1000
 	ds := make([]*devhook.Delivery, n)
 	for i := range ds {
@@ -165,7 +165,7 @@ func BenchmarkAddAttempt(b *testing.B) {
 }
 
 func BenchmarkList100k(b *testing.B) {
-	db := MustOpenDB(b, storage.Config{NoSync: true, MaxDeliveries: -1, MaxAge: -1})
+	db := MustOpenDB(b, storage.Config{MaxDeliveries: -1, MaxAge: -1})
 	const n, chunk = 100_000, 10_000
 	start := time.Now()
 	for from := 0; from < n; from += chunk {

@@ -10,7 +10,8 @@ import (
 
 // Group commit. Writes that arrive while a transaction is committing wait,
 // and the next transaction commits all of them at once: one fsync (or one
-// round of page writes with NoSync) for many deliveries. A write that finds
+// round of page writes without fsync) for many writes. The relay's store
+// and the agent's owed states use it. A write that finds
 // no commit in flight starts one at once, so a single writer never waits
 // for a timer, as it would with bolt's Batch and its MaxBatchDelay.
 //
@@ -35,13 +36,12 @@ type call struct {
 
 var errLead = errors.New("lead the next group commit")
 
-// update runs fn in a write transaction, possibly shared with concurrent
-// writes. fn may run more than once (when another write of its group
-// fails, the group is retried without it), so it must set its results
-// afresh on each run. fn's error fails only its own write.
-func (db *DB) update(fn func(*bolt.Tx) error) error {
+// update runs fn in a write transaction of b, possibly shared with
+// concurrent writes. fn may run more than once (when another write of its
+// group fails, the group is retried without it), so it must set its
+// results afresh on each run. fn's error fails only its own write.
+func (g *group) update(b *bolt.DB, fn func(*bolt.Tx) error) error {
 	c := &call{fn: fn, done: make(chan error, 1)}
-	g := &db.group
 	g.mu.Lock()
 	g.pending = append(g.pending, c)
 	lead := !g.leading
@@ -59,7 +59,7 @@ func (db *DB) update(fn func(*bolt.Tx) error) error {
 	g.pending = append(g.pending[:0], g.pending[n:]...)
 	g.mu.Unlock()
 
-	db.commit(calls)
+	commit(b, calls)
 
 	g.mu.Lock()
 	if len(g.pending) > 0 {
@@ -76,11 +76,11 @@ func (db *DB) update(fn func(*bolt.Tx) error) error {
 // commit runs calls in one transaction and sends each its result. A call
 // that fails is taken out, the others retried, and the failed one then run
 // alone so that it gets its own error.
-func (db *DB) commit(calls []*call) {
+func commit(b *bolt.DB, calls []*call) {
 	var solo []*call
 	for len(calls) > 0 {
 		failed := -1
-		err := db.bolt.Update(func(tx *bolt.Tx) error {
+		err := b.Update(func(tx *bolt.Tx) error {
 			for i, c := range calls {
 				if err := safeCall(c.fn, tx); err != nil {
 					failed = i
@@ -100,7 +100,7 @@ func (db *DB) commit(calls []*call) {
 		break
 	}
 	for _, c := range solo {
-		c.done <- db.bolt.Update(func(tx *bolt.Tx) error { return safeCall(c.fn, tx) })
+		c.done <- b.Update(func(tx *bolt.Tx) error { return safeCall(c.fn, tx) })
 	}
 }
 
@@ -114,3 +114,7 @@ func safeCall(fn func(*bolt.Tx) error, tx *bolt.Tx) (err error) {
 	}()
 	return fn(tx)
 }
+
+// update runs fn in a write transaction of the store's file, possibly
+// shared with concurrent writes; see group.update.
+func (db *DB) update(fn func(*bolt.Tx) error) error { return db.group.update(db.bolt, fn) }

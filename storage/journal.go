@@ -870,6 +870,11 @@ func (db *DB) closeJournal() error {
 	j.closed = true
 	j.mu.Unlock()
 	err := db.flush()
+	if err == nil {
+		// Commits are not fsynced; a clean close leaves the file durable
+		// before the journal that also holds its last writes goes.
+		err = db.bolt.Sync()
+	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	for i, f := range j.files {

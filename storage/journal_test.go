@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 // kills itself without closing the store: whatever the journal holds and
 // bbolt does not must survive.
 func killedChild(path string) {
-	db, err := storage.Open(path, storage.Config{NoSync: true, MaxDeliveries: -1, MaxAge: -1})
+	db, err := storage.Open(path, storage.Config{MaxDeliveries: -1, MaxAge: -1})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -120,7 +120,7 @@ func checkKilledN(t *testing.T, db *storage.DB) {
 
 func TestJournal_KilledProcessLosesNothing(t *testing.T) {
 	path := runKilledChild(t)
-	db := MustOpenPath(t, path, storage.Config{NoSync: true, MaxDeliveries: -1, MaxAge: -1})
+	db := MustOpenPath(t, path, storage.Config{MaxDeliveries: -1, MaxAge: -1})
 	checkKilledN(t, db)
 	for _, suffix := range []string{".journal0", ".journal1"} {
 		if _, err := os.Stat(path + suffix); !os.IsNotExist(err) {
@@ -154,7 +154,7 @@ func TestJournal_TornTailAndReplayTwice(t *testing.T) {
 		}
 	}
 	logs := &logRecorder{}
-	db, err := storage.Open(path, storage.Config{NoSync: true, MaxDeliveries: -1, MaxAge: -1, Logf: logs.logf})
+	db, err := storage.Open(path, storage.Config{MaxDeliveries: -1, MaxAge: -1, Logf: logs.logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,14 +173,14 @@ func TestJournal_TornTailAndReplayTwice(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	db = MustOpenPath(t, path, storage.Config{NoSync: true, MaxDeliveries: -1, MaxAge: -1})
+	db = MustOpenPath(t, path, storage.Config{MaxDeliveries: -1, MaxAge: -1})
 	checkKilledN(t, db)
 }
 
 // The journal keeps its own copy: a caller may reuse its buffers once
 // PutDelivery and AddAttempt return.
 func TestJournal_CallerMayReuseBuffers(t *testing.T) {
-	db := MustOpenDB(t, storage.Config{NoSync: true})
+	db := MustOpenDB(t, storage.Config{})
 	d := newDelivery(1)
 	want := newDelivery(1)
 	mustPut(t, db, d)
@@ -203,12 +203,12 @@ func TestJournal_CallerMayReuseBuffers(t *testing.T) {
 	}
 }
 
-// Writers and readers at once, with and without NoSync: every attempt gets
-// its own Seq and readers always see a whole delivery.
+// Writers and readers at once: every attempt gets its own Seq and readers
+// always see a whole delivery.
 func TestJournal_ConcurrentWritersAndReaders(t *testing.T) {
-	for _, noSync := range []bool{true, false} {
-		t.Run(fmt.Sprintf("NoSync=%v", noSync), func(t *testing.T) {
-			db := MustOpenDB(t, storage.Config{NoSync: noSync, MaxDeliveries: -1, MaxAge: -1})
+	for range 2 {
+		t.Run("run", func(t *testing.T) {
+			db := MustOpenDB(t, storage.Config{MaxDeliveries: -1, MaxAge: -1})
 			const writers, each, attempts = 6, 40, 3
 			var wg sync.WaitGroup
 			stop := make(chan struct{})
@@ -282,7 +282,7 @@ func TestJournal_ConcurrentWritersAndReaders(t *testing.T) {
 }
 
 func TestJournal_WriteAfterClose(t *testing.T) {
-	db, err := storage.Open(filepath.Join(t.TempDir(), "devhook.db"), storage.Config{NoSync: true})
+	db, err := storage.Open(filepath.Join(t.TempDir(), "devhook.db"), storage.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ import (
 //	5..11 ok               204          run-ab queued     (run id with run-a as a prefix)
 func listFixture(t *testing.T) *storage.DB {
 	t.Helper()
-	db := MustOpenDB(t, storage.Config{NoSync: true})
+	db := MustOpenDB(t, storage.Config{})
 	type row struct {
 		verdict, run, statusV2 string
 		statuses               []int
@@ -141,7 +141,7 @@ func TestList_Summary(t *testing.T) {
 }
 
 func TestList_LimitsAndPaging(t *testing.T) {
-	db := MustOpenDB(t, storage.Config{NoSync: true})
+	db := MustOpenDB(t, storage.Config{})
 	const n = 1100
 	ds := make([]*devhook.Delivery, n)
 	for i := range ds {

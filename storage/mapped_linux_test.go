@@ -40,7 +40,7 @@ func mappedKiB(t *testing.T, path string) int {
 
 func TestReleaseMapped(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "devhook.db")
-	db, err := Open(path, Config{NoSync: true, MaxDeliveries: -1, MaxAge: -1})
+	db, err := Open(path, Config{MaxDeliveries: -1, MaxAge: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestReleaseMapped(t *testing.T) {
 // with the whole file in its RSS.
 func TestOpen_ReadsLittle(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "devhook.db")
-	db, err := Open(path, Config{NoSync: true})
+	db, err := Open(path, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestOpen_ReadsLittle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err = Open(path, Config{NoSync: true})
+	db, err = Open(path, Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,8 @@ import (
 // The bucket is created by the first write, so a file without it is valid.
 // It lives in bbolt, not in the journal: it is written once when a
 // delivery becomes owed and once when that ends, never on the hot path.
-// Its writes are as durable as the deliveries' (Config.NoSync applies).
+// Its writes are as durable as the deliveries': not fsynced, they survive
+// a killed process.
 var bucketOwed = []byte("owed")
 
 // PutRetry records st as the retry state of delivery id, replacing any.

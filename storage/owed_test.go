@@ -13,7 +13,7 @@ import (
 // Retry states are kept across a reopen, replaced, deleted, and read by id.
 func TestRetryStates(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "d.db")
-	db, err := storage.Open(path, storage.Config{NoSync: true})
+	db, err := storage.Open(path, storage.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func TestRetryStates(t *testing.T) {
 	}
 	db.Close()
 
-	db, err = storage.Open(path, storage.Config{NoSync: true})
+	db, err = storage.Open(path, storage.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

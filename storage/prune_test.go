@@ -73,7 +73,7 @@ func checkKept(t *testing.T, db *storage.DB, from, to int) {
 }
 
 func TestPrune_ByCount(t *testing.T) {
-	db := MustOpenDB(t, storage.Config{NoSync: true, MaxDeliveries: 20, MaxAge: -1})
+	db := MustOpenDB(t, storage.Config{MaxDeliveries: 20, MaxAge: -1})
 	// Writes prune on their own, at least every MaxDeliveries/10 puts.
 	putWithAttempts(t, db, 0, 45)
 	if err := db.Flush(); err != nil { // as the background flusher would
@@ -93,7 +93,7 @@ func TestPrune_ByCount(t *testing.T) {
 
 func TestPrune_ByCountInChunks(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "devhook.db")
-	db := MustOpenPath(t, path, storage.Config{NoSync: true, MaxDeliveries: -1, MaxAge: -1})
+	db := MustOpenPath(t, path, storage.Config{MaxDeliveries: -1, MaxAge: -1})
 	const n = 12_000 // more than one pruning transaction removes
 	ds := make([]*devhook.Delivery, n)
 	for i := range ds {
@@ -106,7 +106,7 @@ func TestPrune_ByCountInChunks(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Open prunes.
-	db = MustOpenPath(t, path, storage.Config{NoSync: true, MaxDeliveries: 100, MaxAge: -1})
+	db = MustOpenPath(t, path, storage.Config{MaxDeliveries: 100, MaxAge: -1})
 	if got, err := db.Count(); err != nil || got != 100 {
 		t.Fatalf("Count() after Open = %d, %v; want 100", got, err)
 	}
@@ -123,7 +123,7 @@ func TestPrune_ByCountInChunks(t *testing.T) {
 func TestPrune_ByAge(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "devhook.db")
 	clk := newClock(t0)
-	cfg := storage.Config{NoSync: true, MaxAge: 30 * time.Second, Now: clk.now}
+	cfg := storage.Config{MaxAge: 30 * time.Second, Now: clk.now}
 	db := MustOpenPath(t, path, cfg)
 	putWithAttempts(t, db, 0, 50) // received at t0+0s … t0+49s
 
@@ -158,7 +158,7 @@ func TestPrune_ByAge(t *testing.T) {
 }
 
 func TestPrune_Unlimited(t *testing.T) {
-	db := MustOpenDB(t, storage.Config{NoSync: true, MaxDeliveries: -1, MaxAge: -1,
+	db := MustOpenDB(t, storage.Config{MaxDeliveries: -1, MaxAge: -1,
 		Now: func() time.Time { return t0.Add(100 * 365 * 24 * time.Hour) }})
 	putWithAttempts(t, db, 0, 30)
 	if removed, err := db.Prune(); err != nil || removed != 0 {
@@ -170,7 +170,7 @@ func TestPrune_Unlimited(t *testing.T) {
 func TestPrune_Defaults(t *testing.T) {
 	// Zero Config: 30 days. A delivery from 31 days before Now goes.
 	clk := newClock(t0.Add(31 * 24 * time.Hour))
-	db := MustOpenDB(t, storage.Config{NoSync: true, Now: clk.now})
+	db := MustOpenDB(t, storage.Config{Now: clk.now})
 	putWithAttempts(t, db, 0, 3)
 	if removed, err := db.Prune(); err != nil || removed != 3 {
 		t.Errorf("Prune() = %d, %v; want 3 deliveries older than the default 30 days", removed, err)

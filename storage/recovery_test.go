@@ -88,7 +88,7 @@ const fixtureDamaged = 5
 // records of fixtureN deliveries and their attempts.
 func journalFixture(t *testing.T) []byte {
 	path := filepath.Join(t.TempDir(), "devhook.db")
-	db, err := storage.Open(path, storage.Config{NoSync: true, MaxDeliveries: -1, MaxAge: -1, Now: func() time.Time { return t0 }})
+	db, err := storage.Open(path, storage.Config{MaxDeliveries: -1, MaxAge: -1, Now: func() time.Time { return t0 }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +113,7 @@ func journalFixture(t *testing.T) []byte {
 // storeFixture returns a deliveries file holding 200 deliveries.
 func storeFixture(t *testing.T) []byte {
 	path := filepath.Join(t.TempDir(), "devhook.db")
-	db, err := storage.Open(path, storage.Config{NoSync: true, MaxDeliveries: -1, MaxAge: -1})
+	db, err := storage.Open(path, storage.Config{MaxDeliveries: -1, MaxAge: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +233,7 @@ func TestOpen_DamagedFiles(t *testing.T) {
 			fixture := copyFixture(t, c.fixture, dir, c.file)
 			path := filepath.Join(dir, "devhook.db")
 			logs := newLogRecorder()
-			db, err := storage.Open(path, storage.Config{NoSync: true, MaxDeliveries: -1, MaxAge: -1,
+			db, err := storage.Open(path, storage.Config{MaxDeliveries: -1, MaxAge: -1,
 				Now: func() time.Time { return t0 }, Logf: logs.logf})
 			if c.wantErr != nil {
 				if err == nil {
@@ -310,7 +310,7 @@ func TestOpen_TruncatedStore(t *testing.T) {
 			if err := os.WriteFile(path, whole[:n], 0o600); err != nil {
 				t.Fatal(err)
 			}
-			db, err := storage.Open(path, storage.Config{NoSync: true, MaxDeliveries: -1, MaxAge: -1})
+			db, err := storage.Open(path, storage.Config{MaxDeliveries: -1, MaxAge: -1})
 			if err == nil {
 				defer db.Close()
 				if n <= 64<<10 {
@@ -341,7 +341,7 @@ func TestOpen_TruncatedStore(t *testing.T) {
 func TestJournal_DatabaseRefusesWrites(t *testing.T) {
 	logs := newLogRecorder()
 	path := filepath.Join(t.TempDir(), "devhook.db")
-	cfg := storage.Config{NoSync: true, MaxDeliveries: -1, MaxAge: -1, Logf: logs.logf}
+	cfg := storage.Config{MaxDeliveries: -1, MaxAge: -1, Logf: logs.logf}
 	db := MustOpenPath(t, path, cfg)
 	mustPut(t, db, newDelivery(0))
 	if err := db.Flush(); err != nil {
@@ -416,7 +416,7 @@ func TestJournal_DatabaseRefusesWrites(t *testing.T) {
 func TestJournal_RecordTheDatabaseRefuses(t *testing.T) {
 	logs := newLogRecorder()
 	path := filepath.Join(t.TempDir(), "devhook.db")
-	db := MustOpenPath(t, path, storage.Config{NoSync: true, Logf: logs.logf})
+	db := MustOpenPath(t, path, storage.Config{Logf: logs.logf})
 	mustPut(t, db, newDelivery(1))
 	if err := db.Flush(); err != nil {
 		t.Fatal(err)
@@ -455,7 +455,7 @@ func TestJournal_RecordTheDatabaseRefuses(t *testing.T) {
 func TestJournal_AttemptOfPrunedDelivery(t *testing.T) {
 	logs := newLogRecorder()
 	clk := newClock(t0)
-	db := MustOpenDB(t, storage.Config{NoSync: true, MaxAge: time.Hour, Now: clk.now, Logf: logs.logf})
+	db := MustOpenDB(t, storage.Config{MaxAge: time.Hour, Now: clk.now, Logf: logs.logf})
 	mustPut(t, db, newDelivery(0))
 	if err := db.Flush(); err != nil {
 		t.Fatal(err)
@@ -515,7 +515,7 @@ func TestJournal_DiskFull(t *testing.T) {
 func diskFullScenario(t *testing.T, dir string) {
 	path := filepath.Join(dir, "devhook.db")
 	logs := newLogRecorder()
-	cfg := storage.Config{NoSync: true, MaxDeliveries: -1, MaxAge: -1, Logf: logs.logf}
+	cfg := storage.Config{MaxDeliveries: -1, MaxAge: -1, Logf: logs.logf}
 	db := MustOpenPath(t, path, cfg)
 	acked := 0
 	for ; acked < 10; acked++ {

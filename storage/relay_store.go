@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/devhook/devhook"
@@ -31,72 +30,16 @@ import (
 // A relay.db written by earlier devhooks (one storage.DB for everything)
 // opens as it is: its channels and queue are in the same buckets.
 type RelayStore struct {
-	bolt *bolt.DB
-	path string
-
-	// Group commit: see update.
-	gmu     sync.Mutex
-	pending []*relayWrite
-	leading bool
+	bolt  *bolt.DB
+	path  string
+	group group // every write is one of a group commit, fsynced
 }
-
-// relayWrite is one write waiting for a group commit.
-type relayWrite struct {
-	fn   func(*bolt.Tx) error
-	done chan error // its result; errRelayLead hands the lead over
-}
-
-var errRelayLead = errors.New("lead the next group commit")
 
 // update runs fn in a write transaction, committed and synced before it
 // returns, possibly with concurrent writes: one fsync for all the writes
-// that arrived while the previous commit ran. A write that finds no commit
-// in flight starts one at once (no timer, unlike bolt's Batch). The caller
-// that commits a group hands the lead to the oldest write still waiting,
-// so that no caller commits for others indefinitely. fn may run twice
-// (alone, when another write of its group fails), so it must be
-// idempotent; the writes of RelayStore are.
+// that arrived while the previous commit ran (see group.go).
 func (s *RelayStore) update(fn func(*bolt.Tx) error) error {
-	w := &relayWrite{fn: fn, done: make(chan error, 1)}
-	s.gmu.Lock()
-	s.pending = append(s.pending, w)
-	lead := !s.leading
-	s.leading = true
-	s.gmu.Unlock()
-	if !lead {
-		if err := <-w.done; err != errRelayLead {
-			return err
-		}
-	}
-	s.gmu.Lock()
-	group := s.pending[:min(len(s.pending), 1000)]
-	s.pending = append([]*relayWrite(nil), s.pending[len(group):]...)
-	s.gmu.Unlock()
-
-	err := s.bolt.Update(func(tx *bolt.Tx) error {
-		for _, g := range group {
-			if err := g.fn(tx); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	for _, g := range group {
-		if err == nil {
-			g.done <- nil
-		} else {
-			g.done <- s.bolt.Update(g.fn) // find which failed: each alone
-		}
-	}
-
-	s.gmu.Lock()
-	if len(s.pending) > 0 {
-		s.pending[0].done <- errRelayLead
-	} else {
-		s.leading = false
-	}
-	s.gmu.Unlock()
-	return <-w.done
+	return s.group.update(s.bolt, fn)
 }
 
 // RelayStoreConfig configures OpenRelayStore. Zero values mean defaults.
@@ -106,7 +49,11 @@ type RelayStoreConfig struct {
 	LockTimeout time.Duration
 }
 
-var bucketParked = []byte("parked")
+var (
+	bucketChannels = []byte("channels")
+	bucketQueue    = []byte("queue")
+	bucketParked   = []byte("parked")
+)
 
 // queueFill is the fill percent of a queue bucket: ids grow with time, so
 // new keys land at the end.

@@ -54,15 +54,9 @@ const (
 
 // Config configures a DB. Zero values mean defaults.
 type Config struct {
-	MaxDeliveries int           // keep at most this many deliveries; 0 = DefaultMaxDeliveries, <0 = no limit
-	MaxAge        time.Duration // drop deliveries older than this; 0 = DefaultMaxAge, <0 = no limit
-	// NoSync skips fsync on bbolt commits. Deliveries and attempts go
-	// through the journal, which is never fsynced whatever NoSync says:
-	// a killed process loses nothing (the records are written), a power
-	// loss may lose the last ones. The relay's queue (Enqueue, Dequeue)
-	// and channels are synced anyway.
-	NoSync bool
-	Now    func() time.Time // nil = time.Now
+	MaxDeliveries int              // keep at most this many deliveries; 0 = DefaultMaxDeliveries, <0 = no limit
+	MaxAge        time.Duration    // drop deliveries older than this; 0 = DefaultMaxAge, <0 = no limit
+	Now           func() time.Time // nil = time.Now
 
 	// Logf hears what the store found wrong and did about it: a damaged
 	// journal set aside, a record the database refused, a disk that
@@ -72,14 +66,6 @@ type Config struct {
 	// LockTimeout is how long Open waits for another process to release
 	// the file; 0 = one second.
 	LockTimeout time.Duration
-}
-
-// Channel is a relay channel: a public URL path and the hash of the token
-// its agent connects with.
-type Channel struct {
-	ID        string    `json:"id"`
-	TokenHash []byte    `json:"token_hash"`
-	CreatedAt time.Time `json:"created_at"`
 }
 
 const (
@@ -101,11 +87,9 @@ var (
 	bucketSummaries  = []byte("summaries")
 	bucketAttempts   = []byte("attempts")
 	bucketRuns       = []byte("runs")
-	bucketChannels   = []byte("channels")
-	bucketQueue      = []byte("queue")
 
 	allBuckets = [][]byte{bucketMeta, bucketDeliveries, bucketBodies, bucketSummaries,
-		bucketAttempts, bucketRuns, bucketChannels, bucketQueue}
+		bucketAttempts, bucketRuns}
 
 	keyVersion = []byte("version")
 	keyCount   = []byte("count")
@@ -118,7 +102,6 @@ type DB struct {
 
 	now           func() time.Time
 	logf          func(format string, args ...any)
-	noSync        bool
 	maxDeliveries int           // <= 0: no limit
 	maxAge        time.Duration // <= 0: no limit
 	pruneEvery    int64
@@ -141,7 +124,6 @@ func Open(path string, cfg Config) (*DB, error) {
 		path:          path,
 		now:           cfg.Now,
 		logf:          cfg.Logf,
-		noSync:        cfg.NoSync,
 		maxDeliveries: cfg.MaxDeliveries,
 		maxAge:        cfg.MaxAge,
 		pruneEvery:    pruneInterval,
@@ -176,8 +158,11 @@ func Open(path string, cfg Config) (*DB, error) {
 		return nil, corruptError(path, err)
 	}
 	b, err := openBolt(path, &bolt.Options{
-		Timeout:      lockTimeout,
-		NoSync:       cfg.NoSync,
+		Timeout: lockTimeout,
+		// Commits are not fsynced: what they hold is in the journal
+		// first, which is not fsynced either. A killed process loses
+		// nothing; a power loss may lose the last writes. Close syncs.
+		NoSync:       true,
 		FreelistType: bolt.FreelistMapType,
 	})
 	switch {
@@ -279,14 +264,6 @@ func (db *DB) Close() error {
 
 // Path returns the file's path.
 func (db *DB) Path() string { return db.path }
-
-// sync makes the last commits durable when NoSync skipped it.
-func (db *DB) sync() error {
-	if !db.noSync {
-		return nil
-	}
-	return db.bolt.Sync()
-}
 
 func getCount(tx *bolt.Tx) int {
 	v := tx.Bucket(bucketMeta).Get(keyCount)

@@ -53,7 +53,7 @@ func (h *historyOptions) open(ctx context.Context) (history, func(), error) {
 	} else if !errors.Is(err, syscall.ECONNREFUSED) {
 		return nil, nil, fmt.Errorf("%w (is another program on --inspect %s?)", err, h.inspect)
 	}
-	db, err := storage.Open(filepath.Join(h.dataDir, "deliveries.db"), storage.Config{NoSync: true})
+	db, err := storage.Open(filepath.Join(h.dataDir, "deliveries.db"), storage.Config{})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -105,7 +105,7 @@ func TestListen_KilledLosesNothing(t *testing.T) {
 		return
 	}
 
-	db, err := storage.Open(filepath.Join(data, "deliveries.db"), storage.Config{NoSync: true})
+	db, err := storage.Open(filepath.Join(data, "deliveries.db"), storage.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -111,7 +111,7 @@ func (o *listenOptions) run(ctx context.Context) error {
 		}
 	}()
 
-	db, err := storage.Open(filepath.Join(o.dataDir, "deliveries.db"), storage.Config{NoSync: true})
+	db, err := storage.Open(filepath.Join(o.dataDir, "deliveries.db"), storage.Config{})
 	if err != nil {
 		return err
 	}
