@@ -1,8 +1,11 @@
-// Package storage keeps devhook's state in a bbolt file: the agent's
-// deliveries, their attempts and an index by run id; and the relay's
-// channels and its queue of deliveries waiting for an agent.
+// Package storage keeps devhook's state in bbolt files, two stores with
+// the durability each promise needs: DB, the agent's deliveries, their
+// attempts, an index by run id and the retry states of owed deliveries
+// (journaled, not fsynced: a killed process loses nothing); and RelayStore
+// (relay_store.go), the relay's channels and its queue of deliveries
+// waiting for an agent (every write fsynced before the sender's 202).
 //
-// Layout of the file (every key below is a top-level bucket):
+// Layout of DB's file (every key below is a top-level bucket):
 //
 //	meta        "version" → schema version; "count" → number of deliveries (uint64, big endian)
 //	deliveries  id → the delivery without body and attempts (binary, see codec.go)
@@ -10,8 +13,7 @@
 //	summaries   id → the list row; rewritten when an attempt is added
 //	attempts    id 0x00 seq(uint32, big endian) → attempt, its body raw
 //	runs        run id 0x00 id → empty
-//	channels    channel id → Channel as JSON
-//	queue       channel id → bucket of id → delivery with its body
+//	owed        id → retry state as JSON (owed.go; created by its first write)
 //
 // PutDelivery and AddAttempt append to a journal beside the file
 // (<file>.journal0 and .journal1) and return; a goroutine applies the
