@@ -111,14 +111,16 @@ func (o *listenOptions) run(ctx context.Context) error {
 		}
 	}()
 
-	db, err := storage.Open(filepath.Join(o.dataDir, "deliveries.db"), storage.Config{})
+	out := &printer{w: newLineWriter(o.stdout), json: o.json, retryFor: o.retryFor, holdUntilReady: true}
+	closers = append(closers, func() error { out.flush(); return nil }) // lines of a listen never ready
+
+	// What the store finds wrong (a damaged journal set aside, a full
+	// disk) is printed like the agent's own messages.
+	db, err := storage.Open(filepath.Join(o.dataDir, "deliveries.db"), storage.Config{Logf: out.logf(o.stderr)})
 	if err != nil {
 		return err
 	}
 	closers = append(closers, db.Close)
-
-	out := &printer{w: newLineWriter(o.stdout), json: o.json, retryFor: o.retryFor, holdUntilReady: true}
-	closers = append(closers, func() error { out.flush(); return nil }) // lines of a listen never ready
 
 	// The relay: remote, or one inside this process.
 	relayURL, relayKey := strings.TrimRight(o.relayURL, "/"), strings.TrimRight(o.relayURL, "/")
