@@ -74,7 +74,7 @@ func (a *Agent) storeOK() {
 	h.ended = a.cfg.Now()
 	h.mu.Unlock()
 	if !quiet {
-		a.cfg.Logf("recording works again after %s", fmtDuration(h.ended.Sub(since)))
+		a.cfg.Logf("recording works again after %s", FormatDuration(h.ended.Sub(since)))
 	}
 	a.publishHealth()
 }
@@ -166,9 +166,10 @@ func (a *Agent) publishHealth() {
 	a.cfg.OnChange(devhook.Change{Kind: devhook.ChangeHealth, Health: &h})
 }
 
-// fmtDuration writes d rounded to the second, without zero units:
-// "1h", "1h30m", "45s".
-func fmtDuration(d time.Duration) string {
+// FormatDuration writes d rounded to the second, without zero units:
+// "1h", "1h30m", "45s" (under a second: to the millisecond). The agent's
+// messages use it, and so does listen's output.
+func FormatDuration(d time.Duration) string {
 	if d < time.Second {
 		return d.Round(time.Millisecond).String()
 	}

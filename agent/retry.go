@@ -408,7 +408,7 @@ func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
 	}
 	if over := now.Sub(e.since); over >= a.cfg.RetryFor {
 		st := devhook.RetryState{State: devhook.RetryFailed, Since: e.since,
-			Reason: fmt.Sprintf("gave up after %d attempts over %s: %s", tries, fmtDuration(over), failure(rec))}
+			Reason: fmt.Sprintf("gave up after %d attempts over %s: %s", tries, FormatDuration(over), failure(rec))}
 		if !a.settle(ctx, e.id, &st) {
 			a.owed.reschedule(e, now, refused(rec))
 			return

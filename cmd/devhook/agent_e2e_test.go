@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
@@ -28,36 +27,6 @@ import (
 // be passed back, and a channel taken over by another listen.
 
 const e2eSecret = "whsec_agent_e2e"
-
-// startCmd is startProc for any command, such as devhook under unshare.
-func startCmd(t *testing.T, name string, args ...string) *proc {
-	t.Helper()
-	p := &proc{cmd: exec.Command(name, args...), lines: make(chan string, 4096),
-		stderr: &syncBuffer{}, done: make(chan struct{})}
-	stdout, err := p.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.cmd.Stderr = p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(nil, 1<<20)
-		for sc.Scan() {
-			select {
-			case p.lines <- sc.Text():
-			default:
-			}
-		}
-		p.err = p.cmd.Wait()
-		close(p.lines)
-		close(p.done)
-	}()
-	t.Cleanup(func() { p.kill() })
-	return p
-}
 
 // nextLine returns the next stdout line that starts with prefix.
 func (p *proc) nextLine(t *testing.T, prefix string) string {
@@ -118,51 +87,6 @@ func (e *events) String() string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return strings.Join(e.raw, "\n")
-}
-
-// waitUntil polls cond for up to 30 s.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting: %s", what)
-		}
-		time.Sleep(20 * time.Millisecond) // polling processes, not synchronising
-	}
-}
-
-// bodies is a receiver that counts the bodies it got.
-type bodies struct {
-	mu   sync.Mutex
-	seen map[string]int
-}
-
-func (b *bodies) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	b.mu.Lock()
-	if b.seen == nil {
-		b.seen = map[string]int{}
-	}
-	b.seen[string(body)]++
-	b.mu.Unlock()
-	w.Write([]byte("ok"))
-}
-
-func (b *bodies) count(body string) int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.seen[body]
-}
-
-func (b *bodies) total() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	n := 0
-	for _, c := range b.seen {
-		n += c
-	}
-	return n
 }
 
 // post sends a signed body to url and returns the status, the

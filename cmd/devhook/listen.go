@@ -457,7 +457,7 @@ func (p *printer) result(r agent.Result) {
 		line += "  " + e
 	}
 	if r.Owed && p.retryFor > 0 {
-		line += "  (owed: retried for up to " + fmtDuration(p.retryFor) + ")"
+		line += "  (owed: retried for up to " + agent.FormatDuration(p.retryFor) + ")"
 	}
 	p.write([]byte(line + "\n"))
 }
@@ -482,7 +482,7 @@ func (p *printer) retried(r agent.Result) {
 	}
 	line := fmt.Sprintf("%s  %-6s %-20s → %d  %s  (delivered by retry %d, %s after the first try failed)",
 		at.StartedAt.In(p.location()).Format("15:04:05.000"), d.Method, clip(d.Path, 20), r.Status,
-		time.Duration(at.Duration).Round(10*time.Microsecond), r.Retry, fmtDuration(after))
+		time.Duration(at.Duration).Round(10*time.Microsecond), r.Retry, agent.FormatDuration(after))
 	p.write([]byte(line + "\n"))
 }
 
@@ -514,21 +514,6 @@ func (p *printer) location() *time.Location {
 		return time.Local
 	}
 	return p.loc
-}
-
-// fmtDuration writes d without zero units: 1h, 1h30m, 45s.
-func fmtDuration(d time.Duration) string {
-	if d < time.Second {
-		return d.Round(time.Millisecond).String()
-	}
-	s := d.Round(time.Second).String()
-	if strings.HasSuffix(s, "m0s") {
-		s = s[:len(s)-2]
-	}
-	if strings.HasSuffix(s, "h0m") {
-		s = s[:len(s)-2]
-	}
-	return s
 }
 
 func (p *printer) logf(w io.Writer) func(string, ...any) {

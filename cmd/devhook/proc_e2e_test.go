@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -85,7 +87,13 @@ func (s *syncBuffer) String() string {
 // end of the test if it is still running.
 func startProc(t *testing.T, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(devhookBinary(t), args...), lines: make(chan string, 4096),
+	return startCmd(t, devhookBinary(t), args...)
+}
+
+// startCmd runs any command, such as devhook under unshare, as a proc.
+func startCmd(t *testing.T, name string, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(name, args...), lines: make(chan string, 4096),
 		stderr: &syncBuffer{}, done: make(chan struct{})}
 	stdout, err := p.cmd.StdoutPipe()
 	if err != nil {
@@ -101,7 +109,7 @@ func startProc(t *testing.T, args ...string) *proc {
 		for sc.Scan() {
 			select {
 			case p.lines <- sc.Text():
-			default: // nobody reads: drop rather than block the process
+			default:
 			}
 		}
 		p.err = p.cmd.Wait()
@@ -155,4 +163,49 @@ func (p *proc) nextJSON(t *testing.T, event string) map[string]any {
 			t.Fatalf("no %q line from devhook within 20s; stderr: %s", event, p.stderr)
 		}
 	}
+}
+
+// waitUntil polls cond for up to 30 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting: %s", what)
+		}
+		time.Sleep(20 * time.Millisecond) // polling processes, not synchronising
+	}
+}
+
+// bodies is a receiver that counts the bodies it got.
+type bodies struct {
+	mu   sync.Mutex
+	seen map[string]int
+}
+
+func (b *bodies) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	b.mu.Lock()
+	if b.seen == nil {
+		b.seen = map[string]int{}
+	}
+	b.seen[string(body)]++
+	b.mu.Unlock()
+	w.Write([]byte("ok"))
+}
+
+func (b *bodies) count(body string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.seen[body]
+}
+
+func (b *bodies) total() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, c := range b.seen {
+		n += c
+	}
+	return n
 }

@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -49,29 +48,6 @@ func listenProc(t *testing.T, relayURL, data, forward string) (*proc, map[string
 	return l, l.nextJSON(t, "ready")
 }
 
-// countingReceiver counts the bodies it gets.
-type countingReceiver struct {
-	mu   sync.Mutex
-	seen map[string]int
-}
-
-func (c *countingReceiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	b, _ := io.ReadAll(r.Body)
-	c.mu.Lock()
-	if c.seen == nil {
-		c.seen = map[string]int{}
-	}
-	c.seen[string(b)]++
-	c.mu.Unlock()
-	io.WriteString(w, "ok")
-}
-
-func (c *countingReceiver) count(body string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.seen[body]
-}
-
 func sendTo(t *testing.T, u string, header http.Header, body string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, u, strings.NewReader(body))
@@ -102,7 +78,7 @@ func pollUntil(t *testing.T, what string, cond func() bool) {
 // refused with 431 instead of being queued for ever; the deliveries queued
 // after it reach the agent when it connects.
 func TestRelay_OversizedHeadRefusedQueueFlows(t *testing.T) {
-	recv := &countingReceiver{}
+	recv := &bodies{}
 	rs := httptest.NewServer(recv)
 	defer rs.Close()
 	_, relayURL := relayProc(t)
@@ -127,7 +103,7 @@ func TestRelay_OversizedHeadRefusedQueueFlows(t *testing.T) {
 // Item 4: queued deliveries are sent once each: the agent reports none as
 // a duplicate.
 func TestRelay_QueuedDeliveriesNotSentTwice(t *testing.T) {
-	rs := httptest.NewServer(&countingReceiver{})
+	rs := httptest.NewServer(&bodies{})
 	defer rs.Close()
 	_, relayURL := relayProc(t)
 	data := t.TempDir()
@@ -166,7 +142,7 @@ func TestRelay_QueuedDeliveriesNotSentTwice(t *testing.T) {
 // two data directories) takes it over for good: the first stops, the
 // relay logs one takeover, no delivery reaches the receiver twice.
 func TestRelay_TakeoverIsStable(t *testing.T) {
-	recv := &countingReceiver{}
+	recv := &bodies{}
 	rs := httptest.NewServer(recv)
 	defer rs.Close()
 	relay, relayURL := relayProc(t)
@@ -214,7 +190,7 @@ func TestRelay_TakeoverIsStable(t *testing.T) {
 // the channel's in-flight bytes (32 MiB: three of these bodies) are
 // refused with 429 at once.
 func TestRelay_TricklingBodiesCut(t *testing.T) {
-	rs := httptest.NewServer(&countingReceiver{})
+	rs := httptest.NewServer(&bodies{})
 	defer rs.Close()
 	_, relayURL := relayProc(t, "--body-timeout", "1s")
 	l, ready := listenProc(t, relayURL, t.TempDir(), rs.URL)
