@@ -1,0 +1,232 @@
+package cloud
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// ApplicationInput creates an application.
+type ApplicationInput struct {
+	ID          string `json:"id"`
+	Name        string `json:"name"`
+	Description string `json:"description"`
+}
+
+// Application is an application record.
+type Application struct {
+	ID              string          `json:"id"`
+	Name            string          `json:"name"`
+	Description     string          `json:"description"`
+	Type            string          `json:"type"`
+	DefaultInstance string          `json:"default_instance"`
+	CreatedAt       string          `json:"created_at"`
+	Raw             json.RawMessage `json:"-"`
+}
+
+// CreateApplication creates an application (and its instance latest).
+func (c *Client) CreateApplication(ctx context.Context, in ApplicationInput) (Application, error) {
+	var a Application
+	raw, err := c.call(ctx, http.MethodPost, "/v1/applications", nil, in, &a)
+	a.Raw = raw
+	return a, err
+}
+
+// GetApplication reads an application.
+func (c *Client) GetApplication(ctx context.Context, id string) (Application, error) {
+	var a Application
+	raw, err := c.call(ctx, http.MethodGet, path("v1", "applications", id), nil, nil, &a)
+	a.Raw = raw
+	return a, err
+}
+
+// RunInput starts a run.
+type RunInput struct {
+	Input       json.RawMessage   `json:"input"`
+	Options     map[string]string `json:"options,omitempty"`
+	Name        string            `json:"name,omitempty"`
+	Description string            `json:"description,omitempty"`
+}
+
+// Run is a run record, or the answer to starting one. ID is run_id when
+// the answer has one, else id.
+type Run struct {
+	ID       string          `json:"-"`
+	RunID    string          `json:"run_id"`
+	RecordID string          `json:"id"`
+	Name     string          `json:"name"`
+	Metadata RunMetadata     `json:"metadata"`
+	Output   json.RawMessage `json:"output"`
+	Raw      json.RawMessage `json:"-"`
+}
+
+// RunMetadata is the part of a run's metadata devhook reads.
+type RunMetadata struct {
+	ApplicationID         string `json:"application_id"`
+	ApplicationInstanceID string `json:"application_instance_id"`
+	CreatedAt             string `json:"created_at"`
+	Duration              any    `json:"duration"`
+	Error                 any    `json:"error"`
+	Status                string `json:"status"`
+	StatusV2              string `json:"status_v2"`
+}
+
+// Status is status_v2, or the legacy status when there is no status_v2.
+func (r Run) Status() string {
+	if r.Metadata.StatusV2 != "" {
+		return r.Metadata.StatusV2
+	}
+	return r.Metadata.Status
+}
+
+// Final reports whether the run's status will not change any more.
+func (r Run) Final() bool { return IsFinalStatus(r.Status()) }
+
+// Succeeded reports whether the run succeeded.
+func (r Run) Succeeded() bool { return r.Status() == "succeeded" }
+
+// ErrorText is the run's error, or "".
+func (r Run) ErrorText() string {
+	switch v := r.Metadata.Error.(type) {
+	case nil:
+		return ""
+	case string:
+		return v
+	default:
+		b, _ := json.Marshal(v)
+		return string(b)
+	}
+}
+
+// IsFinalStatus reports whether a run status is one a run does not leave.
+func IsFinalStatus(s string) bool {
+	switch strings.ToLower(s) {
+	case "succeeded", "failed", "error", "canceled", "cancelled":
+		return true
+	}
+	return false
+}
+
+func (r *Run) fill(raw json.RawMessage) {
+	r.Raw = raw
+	r.ID = r.RunID
+	if r.ID == "" {
+		r.ID = r.RecordID
+	}
+}
+
+// StartRun starts a run of the application's instance ("" means latest).
+func (c *Client) StartRun(ctx context.Context, app, instance string, in RunInput) (Run, error) {
+	if instance == "" {
+		instance = "latest"
+	}
+	if len(in.Input) == 0 {
+		return Run{}, fmt.Errorf("start a run of %s: no input", app)
+	}
+	var r Run
+	raw, err := c.call(ctx, http.MethodPost, path("v1", "applications", app, "runs"), url.Values{"instance_id": {instance}}, in, &r)
+	if err != nil {
+		return r, err
+	}
+	r.fill(raw)
+	if r.ID == "" {
+		return r, fmt.Errorf("start a run of %s: the answer has no run_id or id: %s", app, raw)
+	}
+	return r, nil
+}
+
+// GetRun reads a run record.
+func (c *Client) GetRun(ctx context.Context, app, id string) (Run, error) {
+	var r Run
+	raw, err := c.call(ctx, http.MethodGet, path("v1", "applications", app, "runs", id), nil, nil, &r)
+	if err != nil {
+		return r, err
+	}
+	r.fill(raw)
+	if r.ID == "" {
+		r.ID = id
+	}
+	return r, nil
+}
+
+// WaitRun reads the run every interval (0 means 500 ms) until its status
+// is final or ctx ends. onStatus, when not nil, is called with the run
+// each time its status changes.
+func (c *Client) WaitRun(ctx context.Context, app, id string, interval time.Duration, onStatus func(Run)) (Run, error) {
+	if interval <= 0 {
+		interval = 500 * time.Millisecond
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	last := ""
+	for {
+		r, err := c.GetRun(ctx, app, id)
+		if err != nil {
+			return r, fmt.Errorf("wait for run %s: %w", id, err)
+		}
+		if s := r.Status(); s != last {
+			last = s
+			if onStatus != nil {
+				onStatus(r)
+			}
+		}
+		if r.Final() {
+			return r, nil
+		}
+		select {
+		case <-ctx.Done():
+			return r, fmt.Errorf("wait for run %s (last status %q): %w", id, last, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// Team is an organization record.
+type Team struct {
+	ID            string `json:"id"`
+	Name          string `json:"name"`
+	Role          string `json:"role"`
+	PendingInvite bool   `json:"pending_invite"`
+}
+
+// Organizations lists the caller's teams.
+func (c *Client) Organizations(ctx context.Context) ([]Team, json.RawMessage, error) {
+	var ts []Team
+	raw, err := c.call(ctx, http.MethodGet, "/v1/internal/me/organization", nil, nil, &ts)
+	return ts, raw, err
+}
+
+// ResolveTeam returns the id of the team given by id or name. A UUID is
+// taken as an id without a call; anything else is looked up among the
+// caller's teams, by id and then by name (case-insensitively).
+func (c *Client) ResolveTeam(ctx context.Context, idOrName string) (string, error) {
+	if _, err := uuid.Parse(idOrName); err == nil {
+		return idOrName, nil
+	}
+	ts, _, err := c.WithTeam("").Organizations(ctx)
+	if err != nil {
+		return "", fmt.Errorf("look up team %q: %w", idOrName, err)
+	}
+	var names []string
+	for _, t := range ts {
+		if t.ID == idOrName {
+			return t.ID, nil
+		}
+	}
+	for _, t := range ts {
+		if strings.EqualFold(t.Name, idOrName) {
+			return t.ID, nil
+		}
+		names = append(names, fmt.Sprintf("%s (%s)", t.Name, t.ID))
+	}
+	if len(names) == 0 {
+		return "", fmt.Errorf("no team %q: you belong to no team", idOrName)
+	}
+	return "", fmt.Errorf("no team %q among yours: %s", idOrName, strings.Join(names, ", "))
+}
