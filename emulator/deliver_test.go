@@ -96,7 +96,7 @@ func TestRunDeliveries(t *testing.T) {
 	var started runRecord
 	raw := v.do("POST", "/v1/applications/app-1/runs?instance_id=latest",
 		map[string]any{"input": input, "options": map[string]string{"solve.duration": "1s", "alpha": "x"}}, 201, &started)
-	checkRunRecord(t, raw)
+	checkRunRecord(t, raw, shapeCreated)
 	if started.Metadata.StatusV2 != "queued" {
 		t.Errorf("started run status_v2 %q, want queued", started.Metadata.StatusV2)
 	}
@@ -128,7 +128,7 @@ func TestRunDeliveries(t *testing.T) {
 	// The run record has finished.
 	var done runRecord
 	raw = v.do("GET", "/v1/applications/app-1/runs/"+started.ID, nil, 200, &done)
-	checkRunRecord(t, raw)
+	checkRunRecord(t, raw, shapeFull)
 	if done.Metadata.StatusV2 != "succeeded" || !equalJSON(done.Output.Solution, input) {
 		t.Errorf("finished run: status_v2 %q solution %v", done.Metadata.StatusV2, done.Output.Solution)
 	}

@@ -39,6 +39,11 @@ const (
 	DefaultQueueTime      = 200 * time.Millisecond
 	DefaultRunTime        = 500 * time.Millisecond
 	DefaultMaxBodyBytes   = 1 << 20
+	// DefaultMaxInputBytes bounds POST …/runs: the official clients send
+	// inputs of up to 5 MiB inline, and larger ones through an upload.
+	DefaultMaxInputBytes  = 8 << 20
+	DefaultMaxUploadBytes = 64 << 20
+	DefaultUploadTTL      = time.Hour
 	DefaultTokenTTL       = time.Hour
 	DefaultRefreshTTL     = 30 * 24 * time.Hour
 	DefaultCodeTTL        = 5 * time.Minute
@@ -95,6 +100,15 @@ type Config struct {
 	// redirects. AttemptTimeout applies either way.
 	Client       *http.Client
 	MaxBodyBytes int64 // request body limit; 0 = DefaultMaxBodyBytes
+	// MaxInputBytes is the body limit of POST …/runs, whose input comes
+	// inline; 0 = DefaultMaxInputBytes.
+	MaxInputBytes int64
+	// MaxUploadBytes is the largest input PUT to an upload URL; 0 =
+	// DefaultMaxUploadBytes.
+	MaxUploadBytes int64
+	// UploadTTL is how long an upload URL and its input wait for their
+	// run; 0 = DefaultUploadTTL.
+	UploadTTL time.Duration
 
 	// DataDir keeps the state in a bbolt file (emulator.db) in this
 	// directory, across restarts. Empty means in memory.
@@ -127,9 +141,10 @@ type Emulator struct {
 
 	mu       sync.Mutex // guards st, codes, sessions, closed and every write to db
 	st       *state
-	codes    map[string]*authCode // authorization code → what it was issued for
-	sessions map[string]identity  // identity provider browser session → who
-	db       *boltStore           // nil in memory
+	codes    map[string]*authCode     // authorization code → what it was issued for
+	sessions map[string]identity      // identity provider browser session → who
+	wake     map[string]chan struct{} // run key → its schedule, woken by a cancel
+	db       *boltStore               // nil in memory
 	closed   bool
 }
 
@@ -159,6 +174,13 @@ func New(cfg Config) (*Emulator, error) {
 	if cfg.MaxBodyBytes <= 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if cfg.MaxInputBytes <= 0 {
+		cfg.MaxInputBytes = DefaultMaxInputBytes
+	}
+	if cfg.MaxUploadBytes <= 0 {
+		cfg.MaxUploadBytes = DefaultMaxUploadBytes
+	}
+	setDefault(&cfg.UploadTTL, DefaultUploadTTL)
 	var transport *http.Transport
 	if cfg.Client == nil {
 		transport = http.DefaultTransport.(*http.Transport).Clone()
@@ -192,7 +214,7 @@ func New(cfg Config) (*Emulator, error) {
 		cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
 	}
 	e := &Emulator{cfg: cfg, transport: transport, keys: map[string]string{}, teams: map[string]bool{}, st: newState(),
-		codes: map[string]*authCode{}, sessions: map[string]identity{}}
+		codes: map[string]*authCode{}, sessions: map[string]identity{}, wake: map[string]chan struct{}{}}
 	for _, k := range e.cfg.APIKeys {
 		if k == "" || strings.ContainsAny(k, " \t\r\n") {
 			return nil, fmt.Errorf("emulator: API key %q must be non-empty and contain no white space", k)
@@ -373,11 +395,16 @@ func writeError(w http.ResponseWriter, err error) {
 // decodeBody reads a JSON body of at most MaxBodyBytes into v: 413 when
 // larger, 400 when it is not one JSON value of v's shape.
 func (e *Emulator) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, e.cfg.MaxBodyBytes))
+	return e.decodeBodyN(w, r, v, e.cfg.MaxBodyBytes)
+}
+
+// decodeBodyN is decodeBody with a body limit of its own.
+func (e *Emulator) decodeBodyN(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return errorf(http.StatusRequestEntityTooLarge, "request body is larger than %d bytes", e.cfg.MaxBodyBytes)
+			return errorf(http.StatusRequestEntityTooLarge, "request body is larger than %d bytes", limit)
 		}
 		return errorf(http.StatusBadRequest, "reading request body: %v", err)
 	}

@@ -45,7 +45,13 @@ func (e *Emulator) routes() http.Handler {
 		{segs: split("/v1/applications"), methods: map[string]handlerFunc{"POST": e.createApplication}},
 		{segs: split("/v1/applications/{application_id}"), methods: map[string]handlerFunc{"GET": e.getApplication}},
 		{segs: split("/v1/applications/{application_id}/runs"), methods: map[string]handlerFunc{"POST": e.startRun}},
+		// uploadurl before {run_id}, which would take it for a run id.
+		{segs: split("/v1/applications/{application_id}/runs/uploadurl"), methods: map[string]handlerFunc{"POST": e.createUploadURL}},
 		{segs: split("/v1/applications/{application_id}/runs/{run_id}"), methods: map[string]handlerFunc{"GET": e.getRun}},
+		{segs: split("/v1/applications/{application_id}/runs/{run_id}/metadata"), methods: map[string]handlerFunc{"GET": e.getRunMetadata}},
+		{segs: split("/v1/applications/{application_id}/runs/{run_id}/logs"), methods: map[string]handlerFunc{"GET": e.getRunLogs}},
+		{segs: split("/v1/applications/{application_id}/runs/{run_id}/cancel"), methods: map[string]handlerFunc{"PATCH": e.cancelRun}},
+		{segs: split(pathUploads + "/{token}"), public: true, methods: map[string]handlerFunc{"PUT": e.putUpload}},
 		{segs: split("/v1/internal/me/organization"), methods: map[string]handlerFunc{"GET": e.organizations}},
 		{segs: split("/v1/enterprise/sso/domain"), public: true, methods: map[string]handlerFunc{"GET": e.ssoDomain}},
 		{segs: split(pathDiscovery), public: true, methods: map[string]handlerFunc{"GET": e.discovery}},

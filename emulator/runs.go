@@ -3,24 +3,51 @@ package emulator
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"sort"
+	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/devhook/devhook"
 )
 
-// The only instance an application has: pushing creates it.
+// Every application has the instances latest (its default, which pushing
+// creates) and devint, as the service creates them; a run may name either.
 const defaultInstance = "latest"
 
-// Run states, in order.
+var instances = []string{defaultInstance, "devint"}
+
+// Run states (status_v2). A run goes queued → running → succeeded; PATCH
+// …/cancel moves a run that is queued or running to canceled.
 const (
 	statusQueued    = "queued"
 	statusRunning   = "running"
 	statusSucceeded = "succeeded"
+	statusCanceled  = "canceled"
 )
+
+// final says a run has reached a state it never leaves.
+func final(status string) bool { return status == statusSucceeded || status == statusCanceled }
+
+// legacyStatus is the legacy status field paired with a status_v2 value.
+// The interface pairs queued with running and shows running and succeeded
+// as themselves (devhook.LegacyStatus). It does not show canceled; the
+// official clients know only failed, running and succeeded as legacy
+// values (status_v2 adds queued, canceled and none), so a canceled run
+// says failed there, the value such a client reads as "did not succeed",
+// and its error says it was canceled.
+func legacyStatus(statusV2 string) string {
+	if statusV2 == statusCanceled {
+		return "failed"
+	}
+	return devhook.LegacyStatus(statusV2)
+}
+
+// canceledError is the error of a canceled run, in its record and events.
+const canceledError = "run was canceled"
 
 type applicationView struct {
 	ID                        string `json:"id"`
@@ -97,6 +124,25 @@ func (e *Emulator) getApplication(w http.ResponseWriter, r *http.Request, c *cal
 	return nil
 }
 
+// instance returns the instance a run request names: instance_id, or the
+// default one when absent. 404 for an instance the application lacks.
+func instanceOf(r *http.Request, c *call) (string, error) {
+	instance := r.URL.Query().Get("instance_id")
+	if instance == "" {
+		return defaultInstance, nil
+	}
+	for _, i := range instances {
+		if i == instance {
+			return instance, nil
+		}
+	}
+	return "", errorf(http.StatusNotFound, "application %q has no instance %q; its instances are %s",
+		c.args["application_id"], instance, strings.Join(instances, " and "))
+}
+
+// startRun answers 201 with the run record plus run_id, the field the
+// official clients read. The input comes inline ("input") or from an
+// upload ("upload_id", see uploads.go), not both.
 func (e *Emulator) startRun(w http.ResponseWriter, r *http.Request, c *call) error {
 	e.mu.Lock()
 	_, err := e.lookupApplication(c)
@@ -104,24 +150,26 @@ func (e *Emulator) startRun(w http.ResponseWriter, r *http.Request, c *call) err
 	if err != nil {
 		return err
 	}
-	instance := r.URL.Query().Get("instance_id")
-	if instance == "" {
-		instance = defaultInstance
-	}
-	if instance != defaultInstance {
-		return errorf(http.StatusNotFound, "application %q has no instance %q; its only instance is %q", c.args["application_id"], instance, defaultInstance)
+	instance, err := instanceOf(r, c)
+	if err != nil {
+		return err
 	}
 	var in struct {
 		Input       json.RawMessage   `json:"input"`
+		UploadID    *string           `json:"upload_id"`
 		Options     map[string]string `json:"options"`
 		Name        string            `json:"name"`
 		Description string            `json:"description"`
 	}
-	if err := e.decodeBody(w, r, &in); err != nil {
+	if err := e.decodeBodyN(w, r, &in, e.cfg.MaxInputBytes); err != nil {
 		return err
 	}
-	if len(in.Input) == 0 {
-		return errorf(http.StatusBadRequest, `missing field: input; send {"input": <any JSON>, "options": {...}}`)
+	switch {
+	case len(in.Input) > 0 && in.UploadID != nil:
+		return errorf(http.StatusBadRequest, "send either input or upload_id, not both")
+	case len(in.Input) == 0 && in.UploadID == nil:
+		return errorf(http.StatusBadRequest, `missing field: input; send {"input": <any JSON>, "options": {...}}, `+
+			`or {"upload_id": <id>} after a PUT of the input to the upload_url of POST …/runs/uploadurl`)
 	}
 	if in.Options == nil {
 		in.Options = map[string]string{}
@@ -131,36 +179,137 @@ func (e *Emulator) startRun(w http.ResponseWriter, r *http.Request, c *call) err
 		return err
 	}
 	now := e.now()
-	rn := &run{Account: c.account, ID: id, AppID: c.args["application_id"], InstanceID: instance,
+	appID := c.args["application_id"]
+	rn := &run{Account: c.account, ID: id, AppID: appID, InstanceID: instance,
 		Name: in.Name, Description: in.Description, UserEmail: c.email,
-		ConsoleURL: e.baseURL(r) + "/console/applications/" + url.PathEscape(c.args["application_id"]) + "/runs/" + id,
+		ConsoleURL: e.baseURL(r) + "/console/applications/" + url.PathEscape(appID) + "/runs/" + id,
 		Input:      in.Input, Options: in.Options, Status: statusQueued, CreatedAt: now}
 	k := acctKey(c.account, id)
+	ops := []op{{bucketRuns, k, rn}}
 	e.mu.Lock()
-	if err := e.persist(op{bucketRuns, k, rn}); err != nil {
+	var upKey string
+	if in.UploadID != nil {
+		u, uk, err := e.upload(c.account, appID, *in.UploadID)
+		if err != nil {
+			e.mu.Unlock()
+			return err
+		}
+		rn.Input, rn.Text, rn.InputBytes = u.Input, u.Text, u.Size
+		upKey = uk
+		ops = append(ops, op{bucketUploads, uk, nil}) // single use
+	}
+	if err := e.persist(ops...); err != nil {
 		e.mu.Unlock()
 		return err
 	}
+	if upKey != "" {
+		e.dropUpload(upKey)
+	}
 	e.st.runs[k] = rn
-	view := rn.view()
+	answer := rn.record(true)
+	answer["run_id"] = id
+	queued := rn.event()
 	e.mu.Unlock()
-	e.schedule(k, true)
-	writeJSON(w, http.StatusCreated, view)
+	e.schedule(k, &queued)
+	writeJSON(w, http.StatusCreated, answer)
 	return nil
 }
 
+// lookupRun returns the run of the path's application and run_id. The
+// caller holds e.mu.
+func (e *Emulator) lookupRun(c *call) (string, *run, error) {
+	if _, err := e.lookupApplication(c); err != nil {
+		return "", nil, err
+	}
+	id := c.args["run_id"]
+	k := acctKey(c.account, id)
+	rn := e.st.runs[k]
+	if rn == nil || rn.AppID != c.args["application_id"] {
+		return "", nil, errorf(http.StatusNotFound, "application %q has no run with id %q", c.args["application_id"], id)
+	}
+	return k, rn, nil
+}
+
+// getRun answers the run record, output included.
 func (e *Emulator) getRun(w http.ResponseWriter, r *http.Request, c *call) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if _, err := e.lookupApplication(c); err != nil {
+	_, rn, err := e.lookupRun(c)
+	if err != nil {
 		return err
 	}
-	id := c.args["run_id"]
-	rn := e.st.runs[acctKey(c.account, id)]
-	if rn == nil || rn.AppID != c.args["application_id"] {
-		return errorf(http.StatusNotFound, "application %q has no run with id %q", c.args["application_id"], id)
+	writeJSON(w, http.StatusOK, rn.record(true))
+	return nil
+}
+
+// getRunMetadata answers the run record without output: what the official
+// clients poll until status_v2 is final.
+func (e *Emulator) getRunMetadata(w http.ResponseWriter, r *http.Request, c *call) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, rn, err := e.lookupRun(c)
+	if err != nil {
+		return err
 	}
-	writeJSON(w, http.StatusOK, rn.view())
+	writeJSON(w, http.StatusOK, rn.record(false))
+	return nil
+}
+
+// getRunLogs answers {"log": text}. The emulated execution prints nothing
+// of its own, so its log is one line for each state the run has reached.
+func (e *Emulator) getRunLogs(w http.ResponseWriter, r *http.Request, c *call) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, rn, err := e.lookupRun(c)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"log": rn.log()})
+	return nil
+}
+
+func (rn *run) log() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s queued on instance %s, input %d bytes\n", rn.CreatedAt.Format(timeMillis), rn.InstanceID, rn.inputSize())
+	if !rn.InitiatedAt.IsZero() {
+		fmt.Fprintf(&b, "%s running\n", rn.InitiatedAt.Format(timeMillis))
+	}
+	switch rn.Status {
+	case statusSucceeded:
+		_, _, out := rn.durations()
+		fmt.Fprintf(&b, "%s succeeded, output %d bytes\n", rn.FinishedAt.Format(timeMillis), out)
+	case statusCanceled:
+		fmt.Fprintf(&b, "%s canceled\n", rn.FinishedAt.Format(timeMillis))
+	}
+	return b.String()
+}
+
+// cancelRun moves a queued or running run to canceled and answers 200 with
+// the run record without output; its schedule sends the canceled
+// run.status event, after the events before it. A final run is 409.
+func (e *Emulator) cancelRun(w http.ResponseWriter, r *http.Request, c *call) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	k, old, err := e.lookupRun(c)
+	if err != nil {
+		return err
+	}
+	if final(old.Status) {
+		return errorf(http.StatusConflict, "run %q is already %s; only a queued or running run can be canceled", old.ID, old.Status)
+	}
+	rn := *old
+	rn.Status, rn.FinishedAt = statusCanceled, e.now()
+	if err := e.persist(op{bucketRuns, k, &rn}); err != nil {
+		return err
+	}
+	e.st.runs[k] = &rn
+	if wake := e.wake[k]; wake != nil {
+		select {
+		case wake <- struct{}{}:
+		default: // already woken
+		}
+	}
+	writeJSON(w, http.StatusOK, rn.record(false))
 	return nil
 }
 
@@ -171,27 +320,38 @@ func (e *Emulator) resumeRuns() {
 	e.mu.Lock()
 	var keys []string
 	for k, rn := range e.st.runs {
-		if rn.Status != statusSucceeded {
+		if !final(rn.Status) {
 			keys = append(keys, k)
 		}
 	}
 	e.mu.Unlock()
 	sort.Strings(keys)
 	for _, k := range keys {
-		e.schedule(k, false)
+		e.schedule(k, nil)
 	}
 }
 
 // schedule moves the run at key to succeeded, one step after each of
-// QueueTime and RunTime, and sends a run.status event for every state
-// (the queued one too when sendQueued). One goroutine keeps the time, a
-// second sends the events in order, each after the previous one's first
-// attempts, so that a slow receiver does not hold up the run.
-func (e *Emulator) schedule(key string, sendQueued bool) {
+// QueueTime and RunTime, and sends a run.status event for every state it
+// moves to (first, the queued one, before them when not nil). A cancel
+// wakes it: it then sends the canceled event and stops. One goroutine
+// keeps the time, a second sends the events in order, each after the
+// previous one's first attempts, so that a slow receiver does not hold up
+// the run.
+func (e *Emulator) schedule(key string, first *devhook.RunStatus) {
+	wake := make(chan struct{}, 1)
 	e.mu.Lock()
 	account := e.st.runs[key].Account
+	e.wake[key] = wake
 	e.mu.Unlock()
-	events := make(chan devhook.RunStatus, 3)
+	forget := func() {
+		e.mu.Lock()
+		if e.wake[key] == wake {
+			delete(e.wake, key)
+		}
+		e.mu.Unlock()
+	}
+	events := make(chan devhook.RunStatus, 3) // queued, running, and succeeded or canceled
 	started := e.goroutine(func(ctx context.Context) {
 		for ev := range events {
 			e.mu.Lock()
@@ -201,63 +361,82 @@ func (e *Emulator) schedule(key string, sendQueued bool) {
 		}
 	})
 	if !started {
+		forget()
 		return
 	}
 	started = e.goroutine(func(ctx context.Context) {
 		defer close(events)
-		e.mu.Lock()
-		status := e.st.runs[key].Status
-		if sendQueued {
-			events <- e.st.runs[key].event()
+		defer forget()
+		if first != nil {
+			events <- *first
 		}
-		e.mu.Unlock()
-		steps := []struct {
-			from, to string
-			wait     time.Duration
-		}{{statusQueued, statusRunning, e.cfg.QueueTime}, {statusRunning, statusSucceeded, e.cfg.RunTime}}
-		for _, s := range steps {
-			if status != s.from {
-				continue
+		for {
+			e.mu.Lock()
+			rn := e.st.runs[key]
+			status, ev := rn.Status, rn.event()
+			e.mu.Unlock()
+			var next string
+			var wait time.Duration
+			switch status {
+			case statusQueued:
+				next, wait = statusRunning, e.cfg.QueueTime
+			case statusRunning:
+				next, wait = statusSucceeded, e.cfg.RunTime
+			case statusCanceled:
+				events <- ev
+				return
+			default:
+				return
 			}
-			t := time.NewTimer(s.wait)
+			t := time.NewTimer(wait)
 			select {
 			case <-ctx.Done():
 				t.Stop()
 				return
+			case <-wake:
+				t.Stop()
+				continue // canceled: the next turn sends it
 			case <-t.C:
 			}
-			ev, ok := e.transition(key, s.to)
-			if !ok {
+			ev, moved, err := e.transition(key, status, next)
+			if err != nil {
 				return
 			}
-			events <- ev
-			status = s.to
+			if moved {
+				events <- ev
+			}
 		}
 	})
 	if !started {
+		forget()
 		close(events)
 	}
 }
 
-// transition moves the run to status and returns the event to send.
-func (e *Emulator) transition(key, status string) (devhook.RunStatus, bool) {
+// transition moves the run from status from to status to and returns the
+// event to send. moved is false when the run is no longer in from (a
+// cancel came first).
+func (e *Emulator) transition(key, from, to string) (ev devhook.RunStatus, moved bool, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	old := e.st.runs[key]
+	if old.Status != from {
+		return devhook.RunStatus{}, false, nil
+	}
 	rn := *old
 	now := e.now()
-	rn.Status = status
-	switch status {
+	rn.Status = to
+	switch to {
 	case statusRunning:
 		rn.InitiatedAt = now
 	case statusSucceeded:
 		rn.FinishedAt = now
 	}
 	if err := e.persist(op{bucketRuns, key, &rn}); err != nil {
-		return devhook.RunStatus{}, false
+		return devhook.RunStatus{}, false, err
 	}
 	e.st.runs[key] = &rn
-	return rn.event(), true
+	return rn.event(), true, nil
 }
 
 // solution is the emulated execution's output: the input, copied.
@@ -268,19 +447,48 @@ func (rn *run) solution() json.RawMessage {
 	return rn.Input
 }
 
+// inputSize is the input's size in bytes: the JSON as sent, or the text
+// as uploaded.
+func (rn *run) inputSize() int64 {
+	if rn.InputBytes > 0 {
+		return rn.InputBytes
+	}
+	return int64(len(rn.Input))
+}
+
+// durations are zero until the run is final; a canceled run has no output.
 func (rn *run) durations() (total, execution, outputSize int64) {
-	if rn.Status != statusSucceeded {
+	if !final(rn.Status) {
 		return 0, 0, 0
 	}
-	return rn.FinishedAt.Sub(rn.CreatedAt).Milliseconds(), rn.FinishedAt.Sub(rn.InitiatedAt).Milliseconds(), int64(len(rn.solution()))
+	total = rn.FinishedAt.Sub(rn.CreatedAt).Milliseconds()
+	if !rn.InitiatedAt.IsZero() {
+		execution = rn.FinishedAt.Sub(rn.InitiatedAt).Milliseconds()
+	}
+	if rn.Status == statusSucceeded {
+		outputSize = int64(len(rn.solution()))
+	}
+	return total, execution, outputSize
+}
+
+// errorText is the run's error: "" when none.
+func (rn *run) errorText() string {
+	if rn.Status == statusCanceled {
+		return canceledError
+	}
+	return ""
 }
 
 func (rn *run) event() devhook.RunStatus {
 	total, _, out := rn.durations()
+	var errp *string // null when there is no error
+	if msg := rn.errorText(); msg != "" {
+		errp = &msg
+	}
 	return devhook.RunStatus{EventType: devhook.EventRunStatus, APIVersion: devhook.APIVersion, Data: devhook.RunStatusData{
-		RunID: rn.ID, Status: devhook.LegacyStatus(rn.Status), StatusV2: rn.Status,
-		CreatedAt: rn.CreatedAt.Format(timeSeconds), Duration: total, InputSize: int64(len(rn.Input)), OutputSize: out,
-		ApplicationID: rn.AppID, ApplicationInstanceID: rn.InstanceID, ApplicationVersionID: "",
+		RunID: rn.ID, Status: legacyStatus(rn.Status), StatusV2: rn.Status,
+		CreatedAt: rn.CreatedAt.Format(timeSeconds), Duration: total, InputSize: rn.inputSize(), OutputSize: out,
+		Error: errp, ApplicationID: rn.AppID, ApplicationInstanceID: rn.InstanceID, ApplicationVersionID: "",
 	}}
 }
 
@@ -290,8 +498,9 @@ type optionSummary struct {
 	Value  string `json:"value"`
 }
 
-// view is the run record.
-func (rn *run) view() map[string]any {
+// record is the run record; without output when withOutput is false (the
+// metadata endpoint and the cancel answer).
+func (rn *run) record(withOutput bool) map[string]any {
 	total, execution, out := rn.durations()
 	summary := []optionSummary{}
 	names := make([]string, 0, len(rn.Options))
@@ -306,21 +515,27 @@ func (rn *run) view() map[string]any {
 	if initiated.IsZero() {
 		initiated = rn.CreatedAt
 	}
-	jsonFormat := map[string]string{"type": "json"}
-	return map[string]any{
+	inputFormat := map[string]string{"type": "json"}
+	if rn.Text {
+		inputFormat = map[string]string{"type": "text"}
+	}
+	rec := map[string]any{
 		"id": rn.ID, "name": rn.Name, "description": rn.Description, "user_email": rn.UserEmail, "console_url": rn.ConsoleURL,
-		"output": map[string]any{"options": rn.Options, "solution": rn.solution(), "metrics": map[string]any{}},
 		"metadata": map[string]any{
 			"application_id": rn.AppID, "application_instance_id": rn.InstanceID, "application_version_id": "",
 			"created_at": rn.CreatedAt.Format(timeMicros), "initiated_at": initiated.Format(timeMicros),
-			"duration": total, "execution_duration": execution, "input_size": len(rn.Input), "output_size": out,
-			"error": "", "execution_class": "default",
-			"format":           map[string]any{"input": jsonFormat, "output": jsonFormat},
+			"duration": total, "execution_duration": execution, "input_size": rn.inputSize(), "output_size": out,
+			"error": rn.errorText(), "execution_class": "default",
+			"format":           map[string]any{"input": inputFormat, "output": map[string]string{"type": "json"}},
 			"metrics":          map[string]any{},
 			"options":          map[string]any{"active_options": rn.Options, "options_summary": summary},
 			"queuing_disabled": false, "queuing_priority": 0,
 			"run_type": map[string]string{"type": "standard", "definition_id": "", "reference_id": ""},
-			"runtime":  "default", "status_v2": rn.Status,
+			"runtime":  "default", "status": legacyStatus(rn.Status), "status_v2": rn.Status,
 		},
 	}
+	if withOutput {
+		rec["output"] = map[string]any{"options": rn.Options, "solution": rn.solution(), "metrics": map[string]any{}}
+	}
+	return rec
 }

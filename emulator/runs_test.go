@@ -11,6 +11,7 @@ import (
 )
 
 type runRecord struct {
+	RunID       string `json:"run_id"` // the create answer only
 	ID          string `json:"id"`
 	Name        string `json:"name"`
 	Description string `json:"description"`
@@ -49,26 +50,57 @@ type runRecord struct {
 			ReferenceID  string `json:"reference_id"`
 		} `json:"run_type"`
 		Runtime  string `json:"runtime"`
+		Status   string `json:"status"`
 		StatusV2 string `json:"status_v2"`
 	} `json:"metadata"`
 }
 
 var fractionalUTC = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d+Z$`)
 
+// The shapes of a run record: the create answer adds run_id, the metadata
+// endpoint and the cancel answer leave out output.
+type runShape int
+
+const (
+	shapeCreated runShape = iota
+	shapeFull
+	shapeMetadata
+)
+
+// legacyOf pairs status_v2 with the legacy status: queued goes with
+// running as in the interface's first delivery; the official clients'
+// legacy values are failed, running and succeeded, so canceled is failed.
+var legacyOf = map[string]string{"queued": "running", "running": "running", "succeeded": "succeeded", "canceled": "failed"}
+
 // checkRunRecord checks the run record has every field of the interface,
-// each of its type.
-func checkRunRecord(t *testing.T, raw []byte) {
+// each of its type, in the given shape.
+func checkRunRecord(t *testing.T, raw []byte, shape runShape) {
 	t.Helper()
-	sameKeys(t, "run", raw, "id", "name", "description", "user_email", "console_url", "output", "metadata")
-	var top map[string]json.RawMessage
-	json.Unmarshal(raw, &top)
-	sameKeys(t, "run output", top["output"], "options", "solution", "metrics")
-	sameKeys(t, "run metadata", top["metadata"], "application_id", "application_instance_id", "application_version_id",
+	top := []string{"id", "name", "description", "user_email", "console_url", "metadata"}
+	switch shape {
+	case shapeCreated:
+		top = append(top, "output", "run_id")
+	case shapeFull:
+		top = append(top, "output")
+	}
+	sameKeys(t, "run", raw, top...)
+	var fields map[string]json.RawMessage
+	json.Unmarshal(raw, &fields)
+	if shape != shapeMetadata {
+		sameKeys(t, "run output", fields["output"], "options", "solution", "metrics")
+	}
+	sameKeys(t, "run metadata", fields["metadata"], "application_id", "application_instance_id", "application_version_id",
 		"created_at", "initiated_at", "duration", "execution_duration", "input_size", "output_size", "error",
 		"execution_class", "format", "metrics", "options", "queuing_disabled", "queuing_priority", "run_type",
-		"runtime", "status_v2")
+		"runtime", "status", "status_v2")
 	var md map[string]json.RawMessage
-	json.Unmarshal(top["metadata"], &md)
+	json.Unmarshal(fields["metadata"], &md)
+	for _, k := range []string{"error", "status", "status_v2", "application_version_id"} {
+		var s string
+		if err := json.Unmarshal(md[k], &s); err != nil {
+			t.Errorf("run metadata.%s is %s, want a string", k, md[k])
+		}
+	}
 	sameKeys(t, "run metadata.options", md["options"], "active_options", "options_summary")
 	sameKeys(t, "run metadata.run_type", md["run_type"], "type", "definition_id", "reference_id")
 	sameKeys(t, "run metadata.format", md["format"], "input", "output")
@@ -78,6 +110,15 @@ func checkRunRecord(t *testing.T, raw []byte) {
 		t.Fatalf("run record %s: %v", raw, err)
 	}
 	m := r.Metadata
+	if shape == shapeCreated && r.RunID != r.ID {
+		t.Errorf("run_id %q, id %q: want the same", r.RunID, r.ID)
+	}
+	if want, ok := legacyOf[m.StatusV2]; !ok || m.Status != want {
+		t.Errorf("status %q with status_v2 %q, want %q", m.Status, m.StatusV2, want)
+	}
+	if (m.StatusV2 == "canceled") != (m.Error != "") {
+		t.Errorf("status_v2 %q with error %q: only a canceled run has an error here", m.StatusV2, m.Error)
+	}
 	if r.ID == "" || r.UserEmail == "" || !strings.HasPrefix(r.ConsoleURL, "http") {
 		t.Errorf("run id %q user_email %q console_url %q", r.ID, r.UserEmail, r.ConsoleURL)
 	}
@@ -87,7 +128,7 @@ func checkRunRecord(t *testing.T, raw []byte) {
 	if m.Format.Input.Type != "json" || m.Format.Output.Type != "json" || m.RunType.Type != "standard" {
 		t.Errorf("format %+v run_type %+v", m.Format, m.RunType)
 	}
-	if m.ApplicationInstanceID != "latest" || m.ApplicationVersionID != "" || m.InputSize <= 0 {
+	if (m.ApplicationInstanceID != "latest" && m.ApplicationInstanceID != "devint") || m.ApplicationVersionID != "" || m.InputSize <= 0 {
 		t.Errorf("instance %q version %q input_size %v", m.ApplicationInstanceID, m.ApplicationVersionID, m.InputSize)
 	}
 	if len(m.Options.OptionsSummary) != len(m.Options.ActiveOptions) {
@@ -127,7 +168,7 @@ func TestApplicationsAndRuns(t *testing.T) {
 	var r runRecord
 	raw = v.do("POST", "/v1/applications/app-1/runs?instance_id=latest", map[string]any{
 		"input": []any{"not", "an", "object"}, "options": map[string]string{"b": "2", "a": "1"}}, 201, &r)
-	checkRunRecord(t, raw)
+	checkRunRecord(t, raw, shapeCreated)
 	if r.Metadata.StatusV2 != "queued" || r.Metadata.Duration != 0 || r.Metadata.OutputSize != 0 ||
 		r.Metadata.InputSize != float64(len(`["not","an","object"]`)) || r.UserEmail != emulator.DefaultUserEmail ||
 		r.ConsoleURL != "http://emulator.test:4010/console/applications/app-1/runs/"+r.ID ||

@@ -21,12 +21,17 @@ type state struct {
 	apps     map[string]*application  // acctKey(account, id)
 	runs     map[string]*run          // acctKey(account, id)
 	tokens   map[string]*token        // tokenKey(token)
+	uploads  map[string]*upload       // acctKey(account, id)
+	// uploadTokens maps the hash of an upload URL's token to its key in
+	// uploads; it is not stored, New rebuilds it.
+	uploadTokens map[string]string
 }
 
 func newState() *state {
 	return &state{
 		webhooks: map[string]*webhook{}, convs: map[string]*conversation{},
 		apps: map[string]*application{}, runs: map[string]*run{}, tokens: map[string]*token{},
+		uploads: map[string]*upload{}, uploadTokens: map[string]string{},
 	}
 }
 
@@ -84,6 +89,8 @@ type run struct {
 	UserEmail   string            `json:"user_email"`
 	ConsoleURL  string            `json:"console_url"`
 	Input       json.RawMessage   `json:"input"`
+	Text        bool              `json:"text,omitempty"`        // an uploaded text input, as a JSON string
+	InputBytes  int64             `json:"input_bytes,omitempty"` // the input's size when not len(Input)
 	Options     map[string]string `json:"options"`
 	Status      string            `json:"status_v2"`
 	CreatedAt   time.Time         `json:"created_at"`
@@ -110,10 +117,11 @@ const (
 	bucketApps     = "applications"
 	bucketRuns     = "runs"
 	bucketTokens   = "tokens"
+	bucketUploads  = "uploads"
 	bucketMeta     = "meta"
 )
 
-var buckets = []string{bucketWebhooks, bucketConvs, bucketApps, bucketRuns, bucketTokens, bucketMeta}
+var buckets = []string{bucketWebhooks, bucketConvs, bucketApps, bucketRuns, bucketTokens, bucketUploads, bucketMeta}
 
 type boltStore struct{ db *bolt.DB }
 
@@ -186,10 +194,14 @@ func (s *boltStore) load(st *state) error {
 			each(bucketApps, func(k string, v []byte) error { return loadInto(st.apps, k, v) }),
 			each(bucketRuns, func(k string, v []byte) error { return loadInto(st.runs, k, v) }),
 			each(bucketTokens, func(k string, v []byte) error { return loadInto(st.tokens, k, v) }),
+			each(bucketUploads, func(k string, v []byte) error { return loadInto(st.uploads, k, v) }),
 		)
 	})
 	if err != nil {
 		return fmt.Errorf("emulator: loading state: %w", err)
+	}
+	for k, u := range st.uploads {
+		st.uploadTokens[u.TokenHash] = k
 	}
 	return nil
 }
