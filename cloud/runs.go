@@ -68,13 +68,13 @@ type Run struct {
 
 // RunMetadata is the part of a run's metadata devhook reads.
 type RunMetadata struct {
-	ApplicationID         string `json:"application_id"`
-	ApplicationInstanceID string `json:"application_instance_id"`
-	CreatedAt             string `json:"created_at"`
-	Duration              any    `json:"duration"`
-	Error                 any    `json:"error"`
-	Status                string `json:"status"`
-	StatusV2              string `json:"status_v2"`
+	ApplicationID         string      `json:"application_id"`
+	ApplicationInstanceID string      `json:"application_instance_id"`
+	CreatedAt             string      `json:"created_at"`
+	Duration              json.Number `json:"duration"`
+	Error                 any         `json:"error"`
+	Status                string      `json:"status"`
+	StatusV2              string      `json:"status_v2"`
 }
 
 // Status is status_v2, or the legacy status when there is no status_v2.

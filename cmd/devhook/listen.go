@@ -21,6 +21,7 @@ import (
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/agent"
+	"github.com/devhook/devhook/cloud"
 	"github.com/devhook/devhook/inspector"
 	"github.com/devhook/devhook/relay"
 	"github.com/devhook/devhook/storage"
@@ -39,6 +40,14 @@ type listenOptions struct {
 	skew       time.Duration
 	timeout    time.Duration
 	retryFor   time.Duration
+
+	// The service: --register creates a webhook for this listen, --webhook
+	// uses an existing one.
+	register  bool
+	webhook   string
+	updateURL bool
+	keep      bool
+	cloud     cloudFlags
 
 	stdout, stderr io.Writer
 }
@@ -61,8 +70,15 @@ in the relay's queue are held and go through once recording works again.
 
 A delivery that waited in the relay's queue (its sender got 202) and that the receiver
 does not take (no answer, 408, 429 or 5xx) is retried with backoff for --retry-for,
-each retry recorded as an attempt; then devhook gives up on it and says so.`,
+each retry recorded as an attempt; then devhook gives up on it and says so.
+
+--register creates a webhook at the service (--endpoint, --api-key, as for
+'devhook webhooks') pointing at the public URL, verifies every delivery with its
+secret, and deletes it on exit unless --keep. A webhook a killed listen left is
+taken over by the next start with the same --data. --webhook ID uses an existing
+webhook's secret instead, and with --update-url points it here until exit.`,
 		Example: `  devhook listen --forward localhost:8080 --secret whsec_...
+  devhook listen --forward localhost:8080 --register --endpoint http://127.0.0.1:4010 --api-key devkey
   devhook listen --forward localhost:8080 --relay https://relay.example.com --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -86,12 +102,57 @@ each retry recorded as an attempt; then devhook gives up on it and says so.`,
 	f.DurationVar(&o.skew, "skew", 0, "how far ahead of this clock a signature's t may be (default 60s)")
 	f.DurationVar(&o.timeout, "timeout", 0, "how long to wait for the receiver (default 30s)")
 	f.DurationVar(&o.retryFor, "retry-for", agent.DefaultRetryFor, "how long to retry a queued delivery the receiver did not take (no answer, 408, 429, 5xx) before giving up; 0: do not retry")
+	f.BoolVar(&o.register, "register", false, "create a webhook at the service for this listen, verify with its secret, delete it on exit")
+	f.StringVar(&o.webhook, "webhook", "", "use this existing webhook's secret")
+	f.BoolVar(&o.updateURL, "update-url", false, "with --webhook: point it at this listen's public URL, and back on exit")
+	f.BoolVar(&o.keep, "keep", false, "with --register: keep the webhook on exit (the next start reuses it)")
+	o.cloud.register(f, false)
 	cmd.MarkFlagRequired("forward")
 	return cmd
 }
 
+// checkService validates the service flags and returns the client, or nil
+// when listen does not talk to the service.
+func (o *listenOptions) checkService(ctx context.Context) (*cloud.Client, error) {
+	switch {
+	case o.register && o.webhook != "":
+		return nil, errors.New("--register creates a webhook and --webhook uses an existing one: give one of them")
+	case (o.register || o.webhook != "") && o.secret != "":
+		return nil, errors.New("--secret is not needed with --register or --webhook: the webhook's secret is fetched from the service")
+	case o.updateURL && o.webhook == "":
+		return nil, errors.New("--update-url needs --webhook ID")
+	case o.keep && !o.register:
+		return nil, errors.New("--keep needs --register")
+	case !o.register && o.webhook == "":
+		return nil, nil
+	}
+	return o.cloud.client(ctx)
+}
+
+// connectService registers or takes the webhook once the channel is open,
+// and gives its secret to the agent. It returns nil when there is nothing
+// to do.
+func (o *listenOptions) connectService(ctx context.Context, c *cloud.Client, publicURL string, ag *agent.Agent) (*registration, error) {
+	var reg *registration
+	var err error
+	if o.register {
+		reg, err = registerWebhook(ctx, c, o.dataDir, publicURL, o.keep, time.Now())
+	} else {
+		reg, err = useWebhook(ctx, c, o.webhook, publicURL, o.updateURL)
+	}
+	if err != nil {
+		return nil, err
+	}
+	ag.SetSecret(reg.secret)
+	return reg, nil
+}
+
 func (o *listenOptions) run(ctx context.Context) error {
 	if err := ensureDir(o.dataDir); err != nil {
+		return err
+	}
+	service, err := o.checkService(ctx)
+	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithCancel(ctx)
@@ -149,6 +210,11 @@ func (o *listenOptions) run(ctx context.Context) error {
 	creds, err := o.channel(ctx, relayURL, relayKey, local, rdb)
 	if err != nil {
 		return err
+	}
+	if service != nil && (o.register || o.updateURL) {
+		if err := refuseLocalOnly(service, creds.PublicURL, local != nil); err != nil {
+			return err
+		}
 	}
 
 	var insp *inspector.Server
@@ -224,8 +290,35 @@ func (o *listenOptions) run(ctx context.Context) error {
 		return o.agentStopped(err, creds)
 	case <-connected:
 	}
+	var webhook, webhookNote string
+	if service != nil {
+		reg, err := o.connectService(ctx, service, creds.PublicURL, ag)
+		if err != nil {
+			return err
+		}
+		webhook = reg.id
+		switch {
+		case reg.reused:
+			webhookNote = "registered webhook " + reg.id + " → " + creds.PublicURL + " (taken over from an earlier devhook listen of " + o.dataDir + ")"
+		case reg.created:
+			webhookNote = "registered webhook " + reg.id + " → " + creds.PublicURL
+		case reg.restoreURL != "":
+			webhookNote = "using webhook " + reg.id + " → " + creds.PublicURL + " (was " + reg.restoreURL + "; put back on exit)"
+		default:
+			webhookNote = "using the secret of webhook " + reg.id
+		}
+		// Undone before the agent stops, while ctx is cancelled.
+		defer func() {
+			if err := reg.undo(context.WithoutCancel(ctx)); err != nil {
+				out.logf(o.stderr)("%v", err)
+			} else if msg := reg.undone(); msg != "" {
+				out.note(msg)
+			}
+		}()
+	}
 	out.ready(readyInfo{PublicURL: creds.PublicURL, InspectorURL: inspectURL, Channel: creds.Channel,
-		Forward: ag.Targets(), Local: local != nil, SecretKnown: ag.SecretKnown(), Verify: o.verify, Data: o.dataDir})
+		Forward: ag.Targets(), Local: local != nil, SecretKnown: ag.SecretKnown(), Verify: o.verify, Data: o.dataDir,
+		Webhook: webhook, webhookNote: webhookNote})
 
 	select {
 	case <-ctx.Done():
@@ -295,6 +388,8 @@ type readyInfo struct {
 	SecretKnown  bool     `json:"secret_known"`
 	Verify       string   `json:"verify"`
 	Data         string   `json:"data"`
+	Webhook      string   `json:"webhook,omitempty"`
+	webhookNote  string   // the human line about the webhook
 }
 
 // printer writes listen's output: human lines or one JSON object a line.
@@ -375,6 +470,9 @@ func (p *printer) ready(r readyInfo) {
 		return
 	}
 	var b bytes.Buffer
+	if r.webhookNote != "" {
+		fmt.Fprintf(&b, "%s\n", r.webhookNote)
+	}
 	fmt.Fprintf(&b, "devhook is listening\n")
 	fmt.Fprintf(&b, "  public URL  %s\n", r.PublicURL)
 	if r.Local {
@@ -384,7 +482,7 @@ func (p *printer) ready(r readyInfo) {
 	if r.InspectorURL != "" {
 		fmt.Fprintf(&b, "  inspector   %s\n", r.InspectorURL)
 	}
-	secret := "no secret: signatures cannot be checked (pass --secret)"
+	secret := "no secret: signatures cannot be checked (pass --secret, or --register)"
 	if r.SecretKnown {
 		secret = "secret known, verify=" + r.Verify
 	}
@@ -507,6 +605,16 @@ func (p *printer) gaveUp(r agent.Result) {
 		at = r.Attempt.StartedAt
 	}
 	p.write([]byte(at.In(p.location()).Format("15:04:05.000") + "  FAILED: " + msg + "\n"))
+}
+
+// note prints a line about what listen did, such as deleting its webhook:
+// {"event":"webhook","message":…} with --json.
+func (p *printer) note(msg string) {
+	if p.json {
+		p.emit(map[string]string{"event": "webhook", "message": msg})
+		return
+	}
+	p.write([]byte(msg + "\n"))
 }
 
 func (p *printer) location() *time.Location {

@@ -26,6 +26,11 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newReplayCmd(),
 		newDeliveriesCmd(),
 		newEmulateCmd(),
+		newWebhooksCmd(),
+		newConversationsCmd(),
+		newTriggerCmd(),
+		newAppsCmd(),
+		newRunsCmd(),
 	)
 	return root
 }

@@ -1,0 +1,320 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/devhook/devhook/cloud"
+)
+
+// cloudCmd is a command of the service's API: its flags, its output and
+// its client.
+type cloudCmd struct {
+	cloudFlags
+	stdout, stderr io.Writer
+}
+
+// bind returns a RunE that sets the writers, makes the client and calls run.
+func (o *cloudCmd) bind(run func(ctx context.Context, c *cloud.Client, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		o.stdout, o.stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
+		c, err := o.client(cmd.Context())
+		if err != nil {
+			return err
+		}
+		return run(cmd.Context(), c, args)
+	}
+}
+
+const cloudHelp = `Each call goes to the service's API at --endpoint with the API key of --api-key. Both
+come from the flag, else the environment (SERVICE_ENDPOINT, SERVICE_API_KEY), else the
+profile of ~/.service/config.yaml (SERVICE_PROFILE or --profile picks one).`
+
+func newWebhooksCmd() *cobra.Command {
+	o := &cloudCmd{}
+	cmd := &cobra.Command{
+		Use:   "webhooks",
+		Short: "Create, list, change and delete the service's webhooks, and read their secrets",
+		Long:  "Webhooks tell the service where to send run.status deliveries.\n\n" + cloudHelp,
+		Example: `  devhook webhooks create my-hook --url https://hooks.example.com/c/abc/
+  devhook webhooks list
+  devhook webhooks secret my-hook`,
+	}
+	o.register(cmd.PersistentFlags(), true)
+	cmd.AddCommand(newWebhooksCreateCmd(o), newWebhooksListCmd(o), newWebhooksGetCmd(o),
+		newWebhooksUpdateCmd(o), newWebhooksDeleteCmd(o), newWebhooksSecretCmd(o))
+	return cmd
+}
+
+type webhookFields struct {
+	url         string
+	description string
+	eventTypes  []string
+}
+
+func (w *webhookFields) register(cmd *cobra.Command, defaults bool) {
+	f := cmd.Flags()
+	f.StringVar(&w.url, "url", "", "endpoint_url: where the service sends deliveries")
+	f.StringVar(&w.description, "description", "", "free text")
+	def := []string(nil)
+	if defaults {
+		def = []string{cloud.EventRunStatus}
+	}
+	f.StringSliceVar(&w.eventTypes, "event-type", def, "event types to subscribe to (the only one is run.status)")
+}
+
+func newWebhooksCreateCmd(o *cloudCmd) *cobra.Command {
+	w := &webhookFields{}
+	cmd := &cobra.Command{
+		Use:   "create [ID] --url URL",
+		Short: "Create a webhook (ID default: devhook-<random>)",
+		Args:  cobra.MaximumNArgs(1),
+	}
+	w.register(cmd, true)
+	cmd.MarkFlagRequired("url")
+	cmd.RunE = o.bind(func(ctx context.Context, c *cloud.Client, args []string) error {
+		id := ""
+		if len(args) == 1 {
+			id = args[0]
+		} else {
+			id = newWebhookID()
+		}
+		h, err := c.CreateWebhook(ctx, cloud.WebhookInput{ID: id, EventTypes: w.eventTypes, EndpointURL: w.url, Description: w.description})
+		if err != nil {
+			return fmt.Errorf("create webhook %s: %w", id, err)
+		}
+		if o.json {
+			return printRaw(o.stdout, h.Raw)
+		}
+		fmt.Fprintf(o.stdout, "created webhook %s → %s\n", h.ID, h.EndpointURL)
+		fmt.Fprintf(o.stdout, "its signing secret: devhook webhooks secret %s\n", shellQuote(h.ID))
+		return nil
+	})
+	return cmd
+}
+
+func newWebhooksListCmd(o *cloudCmd) *cobra.Command {
+	cmd := &cobra.Command{Use: "list", Short: "List the webhooks", Args: cobra.NoArgs}
+	cmd.RunE = o.bind(func(ctx context.Context, c *cloud.Client, _ []string) error {
+		ws, err := c.ListWebhooks(ctx)
+		if err != nil {
+			return fmt.Errorf("list webhooks: %w", err)
+		}
+		if o.json {
+			return printRaw(o.stdout, ws.Raw)
+		}
+		if len(ws.Items) == 0 {
+			fmt.Fprintln(o.stdout, "no webhooks; create one with: devhook webhooks create --url URL (or devhook listen --register)")
+			return nil
+		}
+		var rows [][]string
+		for _, h := range ws.Items {
+			rows = append(rows, []string{h.ID, h.EndpointURL, strings.Join(h.EventTypes, ","), h.CreatedAt, h.Description})
+		}
+		return table(o.stdout, []string{"ID", "ENDPOINT URL", "EVENTS", "CREATED", "DESCRIPTION"}, rows)
+	})
+	return cmd
+}
+
+func printWebhook(w io.Writer, h cloud.Webhook) error {
+	return fields(w, "id", h.ID, "endpoint_url", h.EndpointURL, "event_types", strings.Join(h.EventTypes, ","),
+		"description", h.Description, "created_at", h.CreatedAt, "updated_at", h.UpdatedAt)
+}
+
+func newWebhooksGetCmd(o *cloudCmd) *cobra.Command {
+	cmd := &cobra.Command{Use: "get ID", Short: "Show a webhook", Args: cobra.ExactArgs(1)}
+	cmd.RunE = o.bind(func(ctx context.Context, c *cloud.Client, args []string) error {
+		h, err := c.GetWebhook(ctx, args[0])
+		if err != nil {
+			return fmt.Errorf("get webhook %s: %w", args[0], err)
+		}
+		if o.json {
+			return printRaw(o.stdout, h.Raw)
+		}
+		return printWebhook(o.stdout, h)
+	})
+	return cmd
+}
+
+func newWebhooksUpdateCmd(o *cloudCmd) *cobra.Command {
+	w := &webhookFields{}
+	cmd := &cobra.Command{
+		Use:   "update ID [--url URL] [--description D] [--event-type T]",
+		Short: "Change a webhook; fields not given keep their value",
+		Args:  cobra.ExactArgs(1),
+	}
+	w.register(cmd, false)
+	cmd.RunE = o.bind(func(ctx context.Context, c *cloud.Client, args []string) error {
+		f := cmd.Flags()
+		if !f.Changed("url") && !f.Changed("description") && !f.Changed("event-type") {
+			return fmt.Errorf("nothing to change: give --url, --description or --event-type")
+		}
+		h, err := c.GetWebhook(ctx, args[0])
+		if err != nil {
+			return fmt.Errorf("update webhook %s: %w", args[0], err)
+		}
+		in := h.Input()
+		if f.Changed("url") {
+			in.EndpointURL = w.url
+		}
+		if f.Changed("description") {
+			in.Description = w.description
+		}
+		if f.Changed("event-type") {
+			in.EventTypes = w.eventTypes
+		}
+		h, err = c.UpdateWebhook(ctx, in)
+		if err != nil {
+			return fmt.Errorf("update webhook %s: %w", args[0], err)
+		}
+		if o.json {
+			return printRaw(o.stdout, h.Raw)
+		}
+		return printWebhook(o.stdout, h)
+	})
+	return cmd
+}
+
+func newWebhooksDeleteCmd(o *cloudCmd) *cobra.Command {
+	cmd := &cobra.Command{Use: "delete ID...", Short: "Delete webhooks and their conversations", Args: cobra.MinimumNArgs(1)}
+	cmd.RunE = o.bind(func(ctx context.Context, c *cloud.Client, args []string) error {
+		for _, id := range args {
+			if err := c.DeleteWebhook(ctx, id); err != nil {
+				return fmt.Errorf("delete webhook %s: %w", id, err)
+			}
+			if !o.json {
+				fmt.Fprintf(o.stdout, "deleted webhook %s\n", id)
+			}
+		}
+		return nil
+	})
+	return cmd
+}
+
+func newWebhooksSecretCmd(o *cloudCmd) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "secret ID",
+		Short:   "Print a webhook's signing secret",
+		Example: `  devhook listen --forward localhost:8080 --secret "$(devhook webhooks secret my-hook)"`,
+		Args:    cobra.ExactArgs(1),
+	}
+	cmd.RunE = o.bind(func(ctx context.Context, c *cloud.Client, args []string) error {
+		s, err := c.WebhookSecret(ctx, args[0])
+		if err != nil {
+			return fmt.Errorf("get the secret of webhook %s: %w", args[0], err)
+		}
+		if o.json {
+			return printRaw(o.stdout, s.Raw)
+		}
+		fmt.Fprintln(o.stdout, s.Secret)
+		return nil
+	})
+	return cmd
+}
+
+func newConversationsCmd() *cobra.Command {
+	o := &cloudCmd{}
+	cmd := &cobra.Command{
+		Use:   "conversations",
+		Short: "What the service sent to a webhook and what it got back",
+		Long:  "Each delivery attempt is a conversation: the request sent and the answer received.\n\n" + cloudHelp,
+	}
+	o.register(cmd.PersistentFlags(), true)
+	list := &cobra.Command{Use: "list WEBHOOK", Short: "List a webhook's conversations, newest first", Args: cobra.ExactArgs(1)}
+	list.RunE = o.bind(func(ctx context.Context, c *cloud.Client, args []string) error {
+		cs, err := c.ListConversations(ctx, args[0])
+		if err != nil {
+			return fmt.Errorf("list the conversations of webhook %s: %w", args[0], err)
+		}
+		if o.json {
+			return printRaw(o.stdout, cs.Raw)
+		}
+		if len(cs.Items) == 0 {
+			fmt.Fprintf(o.stdout, "webhook %s has no conversations yet\n", args[0])
+			return nil
+		}
+		var rows [][]string
+		for _, cv := range cs.Items {
+			rows = append(rows, []string{cv.ID, cv.CreatedAt, cv.Status, strconv.Itoa(cv.HTTPStatus), errorText(cv.Error)})
+		}
+		return table(o.stdout, []string{"ID", "CREATED", "STATUS", "HTTP", "ERROR"}, rows)
+	})
+	get := &cobra.Command{Use: "get WEBHOOK ID", Short: "Show one conversation: the request and the answer", Args: cobra.ExactArgs(2)}
+	get.RunE = o.bind(func(ctx context.Context, c *cloud.Client, args []string) error {
+		cv, err := c.GetConversation(ctx, args[0], args[1])
+		if err != nil {
+			return fmt.Errorf("get conversation %s of webhook %s: %w", args[1], args[0], err)
+		}
+		if o.json {
+			return printRaw(o.stdout, cv.Raw)
+		}
+		dur := ""
+		if cv.ResponseDuration != nil {
+			dur = strconv.FormatInt(*cv.ResponseDuration, 10) + " ms"
+		}
+		fields(o.stdout, "id", cv.ID, "webhook", cv.WebhookID, "created_at", cv.CreatedAt, "endpoint_url", cv.EndpointURL,
+			"status", cv.Status, "http_status", strconv.Itoa(cv.HTTPStatus), "duration", dur, "error", errorText(cv.Error))
+		fmt.Fprintln(o.stdout, "\nrequest body:")
+		printRaw(o.stdout, cv.RequestBody)
+		fmt.Fprintln(o.stdout, "\nresponse body:")
+		fmt.Fprintln(o.stdout, cv.ResponseBody)
+		return nil
+	})
+	cmd.AddCommand(list, get)
+	return cmd
+}
+
+func newTriggerCmd() *cobra.Command {
+	o := &cloudCmd{}
+	cmd := &cobra.Command{
+		Use:   "trigger [EVENT_TYPE]",
+		Short: "Have the service send one sample event (default run.status) to every webhook that subscribes to it",
+		Long:  cloudHelp,
+		Args:  cobra.MaximumNArgs(1),
+	}
+	o.register(cmd.Flags(), true)
+	cmd.RunE = o.bind(func(ctx context.Context, c *cloud.Client, args []string) error {
+		ev := cloud.EventRunStatus
+		if len(args) == 1 {
+			ev = args[0]
+		}
+		t, err := c.Trigger(ctx, ev)
+		if err != nil {
+			return fmt.Errorf("trigger %s: %w", ev, err)
+		}
+		if o.json {
+			return printRaw(o.stdout, t.Raw)
+		}
+		if t.Webhooks != nil {
+			fmt.Fprintf(o.stdout, "triggered %s: sent to %d webhook(s)\n", ev, *t.Webhooks)
+		} else {
+			fmt.Fprintf(o.stdout, "triggered %s\n", ev)
+		}
+		return nil
+	})
+	return cmd
+}
+
+func errorText(v any) string {
+	switch e := v.(type) {
+	case nil:
+		return ""
+	case string:
+		return e
+	default:
+		return fmt.Sprint(e)
+	}
+}
+
+// shellQuote quotes s for a shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:/@") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
