@@ -125,7 +125,7 @@ func checkRunRecord(t *testing.T, raw []byte, shape runShape) {
 	if !fractionalUTC.MatchString(m.CreatedAt) || !fractionalUTC.MatchString(m.InitiatedAt) {
 		t.Errorf("timestamps %q %q", m.CreatedAt, m.InitiatedAt)
 	}
-	if m.Format.Input.Type != "json" || m.Format.Output.Type != "json" || m.RunType.Type != "standard" {
+	if (m.Format.Input.Type != "json" && m.Format.Input.Type != "text") || m.Format.Output.Type != "json" || m.RunType.Type != "standard" {
 		t.Errorf("format %+v run_type %+v", m.Format, m.RunType)
 	}
 	if (m.ApplicationInstanceID != "latest" && m.ApplicationInstanceID != "devint") || m.ApplicationVersionID != "" || m.InputSize <= 0 {
