@@ -124,8 +124,7 @@ func getJSON(t *testing.T, url string, v any) {
 // startRelay runs devhook relay and returns it with its URL.
 func startRelay(t *testing.T, data string) (*proc, string) {
 	t.Helper()
-	r := startProc(t, "relay", "--addr", "127.0.0.1:0", "--data", data)
-	return r, strings.TrimPrefix(r.nextLine(t, "devhook relay on "), "devhook relay on ")
+	return relayProc(t, "--data", data)
 }
 
 // openChannel runs listen once to open a channel on relayURL saved under

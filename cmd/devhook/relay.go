@@ -27,6 +27,7 @@ type relayOptions struct {
 	bodyTimeout        time.Duration
 	maxInflight        int64
 	maxChannelInflight int64
+	maxConns           int
 	stdout             io.Writer
 	stderr             io.Writer
 }
@@ -57,6 +58,7 @@ pass that proxy's address as --public-url.`,
 		"body bytes of one channel held at once, being read or waiting for the agent; beyond, 429 with Retry-After (default %d MiB, or --max-body if larger)", relay.DefaultMaxChannelInflight>>20))
 	f.Int64Var(&o.maxInflight, "max-inflight", 0, fmt.Sprintf(
 		"body bytes of all channels held at once; beyond, 503 with Retry-After (default %d MiB, or --max-channel-inflight if larger)", relay.DefaultMaxInflight>>20))
+	f.IntVar(&o.maxConns, "max-conns", defaultMaxConns(), "connections (senders and agents) open at once; more wait to be accepted, so that descriptors never run out")
 	f.StringVar(&o.openToken, "open-token", os.Getenv("DEVHOOK_RELAY_TOKEN"), "require this bearer token to open channels (or DEVHOOK_RELAY_TOKEN)")
 	return cmd
 }
@@ -80,10 +82,14 @@ func (o *relayOptions) run(ctx context.Context) error {
 		return err
 	}
 	defer srv.Close()
+	if o.maxConns < 1 {
+		return fmt.Errorf("--max-conns must be at least 1, not %d", o.maxConns)
+	}
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w (choose another with --addr)", o.addr, err)
 	}
+	ln = relay.LimitListener(ln, o.maxConns)
 	fmt.Fprintf(o.stdout, "devhook relay on http://%s\n", ln.Addr())
 	if o.publicURL != "" {
 		fmt.Fprintf(o.stdout, "  public URL  %s\n", o.publicURL)

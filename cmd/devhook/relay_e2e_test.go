@@ -24,20 +24,7 @@ func relayProc(t *testing.T, args ...string) (*proc, string) {
 	t.Helper()
 	r := startProc(t, append([]string{"relay", "--addr", "127.0.0.1:0", "--data", t.TempDir()}, args...)...)
 	const prefix = "devhook relay on "
-	timeout := time.After(20 * time.Second)
-	for {
-		select {
-		case line, ok := <-r.lines:
-			if !ok {
-				t.Fatalf("devhook relay ended before saying its address; stderr: %s", r.stderr)
-			}
-			if strings.HasPrefix(line, prefix) {
-				return r, strings.TrimPrefix(line, prefix)
-			}
-		case <-timeout:
-			t.Fatalf("devhook relay did not say its address within 20s; stderr: %s", r.stderr)
-		}
-	}
+	return r, strings.TrimPrefix(r.nextLine(t, prefix), prefix)
 }
 
 // listenProc runs devhook listen --json against relayURL with data and
@@ -234,5 +221,38 @@ func TestRelay_TricklingBodiesCut(t *testing.T) {
 	}
 	if cut == 0 {
 		t.Fatal("no trickling body was cut with 408")
+	}
+}
+
+// The relay keeps at most --max-conns connections open: more wait to be
+// accepted rather than take a file descriptor, and go through once a
+// connection closes, so a flood of slow senders cannot exhaust the
+// descriptors the relay needs for its agents and files.
+func TestRelay_MaxConns(t *testing.T) {
+	_, relayURL := relayProc(t, "--max-conns", "2")
+	host := strings.TrimPrefix(relayURL, "http://")
+	var idle []net.Conn
+	for range 2 {
+		c, err := net.Dial("tcp", host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.Write([]byte("POST /c/x/ HTTP/1.1\r\nHost: x\r\n")) // headers never finished
+		idle = append(idle, c)
+	}
+	quick := &http.Client{Timeout: 500 * time.Millisecond}
+	if resp, err := quick.Get(relayURL + "/healthz"); err == nil {
+		resp.Body.Close()
+		t.Fatalf("a third connection was served while two were open: %s", resp.Status)
+	}
+	idle[0].Close()
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(relayURL + "/healthz")
+	if err != nil {
+		t.Fatalf("after one connection closed, /healthz: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/healthz: %s", resp.Status)
 	}
 }

@@ -1,0 +1,6 @@
+//go:build !unix
+
+package main
+
+// defaultMaxConns: see fdlimit_unix.go.
+func defaultMaxConns() int { return 10000 }
