@@ -282,3 +282,54 @@ func TestResolveTeam(t *testing.T) {
 		t.Errorf("the key's own account sees the team's webhook")
 	}
 }
+
+// A canceled run is final: WaitRun ends with it, and it did not succeed.
+// The record's status_v2 wins over the legacy status.
+func TestWaitRunEndsOnCancel(t *testing.T) {
+	e, err := emulator.New(emulator.Config{APIKeys: []string{key}, QueueTime: time.Hour, RetryDelays: []time.Duration{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(e)
+	defer e.Close()
+	defer srv.Close()
+	c, _ := cloud.New(cloud.Config{Endpoint: srv.URL, Credentials: cloud.APIKey(key)})
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if _, err := c.CreateApplication(ctx, cloud.ApplicationInput{ID: "app", Name: "App"}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.StartRun(ctx, "app", "latest", cloud.RunInput{Input: json.RawMessage(`1`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.RunID == "" || r.ID != r.RunID {
+		t.Errorf("the start answer's run_id %q is not the run's id %q", r.RunID, r.ID)
+	}
+	req, _ := http.NewRequest(http.MethodPatch, srv.URL+"/v1/applications/app/runs/"+r.ID+"/cancel", nil)
+	req.Header.Set("Authorization", "Bearer "+key)
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("cancel: %s", resp.Status)
+	}
+	done, err := c.WaitRun(ctx, "app", r.ID, 10*time.Millisecond, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if done.Status() != "canceled" || !done.Final() || done.Succeeded() || done.ErrorText() == "" {
+		t.Errorf("canceled run: status %q (legacy %q) error %q", done.Status(), done.Metadata.Status, done.ErrorText())
+	}
+}
+
+func TestIsFinalStatus(t *testing.T) {
+	for s, want := range map[string]bool{"queued": false, "running": false, "succeeded": true, "failed": true,
+		"canceled": true, "cancelled": true, "error": true, "": false} {
+		if got := cloud.IsFinalStatus(s); got != want {
+			t.Errorf("IsFinalStatus(%q) = %v", s, got)
+		}
+	}
+}
