@@ -123,6 +123,11 @@ type Config struct {
 	TokenTTL   time.Duration // access and id tokens; 0 = DefaultTokenTTL
 	RefreshTTL time.Duration // refresh tokens; 0 = DefaultRefreshTTL
 	CodeTTL    time.Duration // authorization codes; 0 = DefaultCodeTTL
+	// NoRotateRefresh keeps a refresh token good for every refresh until it
+	// expires, and a refresh answer then carries no refresh_token: the
+	// client keeps the one it has. The zero value rotates: each refresh
+	// token is good once and each refresh answer brings a new one.
+	NoRotateRefresh bool
 }
 
 // Emulator is the service. It implements http.Handler.

@@ -235,7 +235,7 @@ func (e *Emulator) exchangeCode(w http.ResponseWriter, f url.Values, issuer stri
 		invalidGrant(w)
 		return nil
 	}
-	return e.issueTokens(w, issuer, ac.id, ac.clientID)
+	return e.issueTokens(w, issuer, ac.id, ac.clientID, false)
 }
 
 // verifyPKCE checks BASE64URL(SHA256(verifier)) against the S256 challenge.
@@ -263,25 +263,31 @@ func (e *Emulator) refresh(w http.ResponseWriter, f url.Values, issuer string) e
 		invalidGrant(w)
 		return nil
 	}
-	used := *t
-	used.Used = true // refresh tokens rotate: each is good once
-	if err := e.persist(op{bucketTokens, k, &used}); err != nil {
-		e.mu.Unlock()
-		return err
+	if !e.cfg.NoRotateRefresh {
+		used := *t
+		used.Used = true // refresh tokens rotate: each is good once
+		if err := e.persist(op{bucketTokens, k, &used}); err != nil {
+			e.mu.Unlock()
+			return err
+		}
+		e.st.tokens[k] = &used
 	}
-	e.st.tokens[k] = &used
 	e.mu.Unlock()
-	return e.issueTokens(w, issuer, identity{email: t.Email, provider: t.Provider}, t.ClientID)
+	return e.issueTokens(w, issuer, identity{email: t.Email, provider: t.Provider}, t.ClientID, e.cfg.NoRotateRefresh)
 }
 
-func (e *Emulator) issueTokens(w http.ResponseWriter, issuer string, id identity, clientID string) error {
+// issueTokens answers a token request with new access and id tokens and,
+// unless keepRefresh (a refresh that does not rotate), a new refresh token.
+func (e *Emulator) issueTokens(w http.ResponseWriter, issuer string, id identity, clientID string, keepRefresh bool) error {
 	access, err := e.random("at_", 32)
 	if err != nil {
 		return err
 	}
-	refresh, err := e.random("rt_", 32)
-	if err != nil {
-		return err
+	var refresh string
+	if !keepRefresh {
+		if refresh, err = e.random("rt_", 32); err != nil {
+			return err
+		}
 	}
 	jti, err := e.random("", 16)
 	if err != nil {
@@ -304,7 +310,9 @@ func (e *Emulator) issueTokens(w http.ResponseWriter, issuer string, id identity
 	ops := []op{
 		{bucketTokens, tokenKey(access), rec("access", e.cfg.TokenTTL)},
 		{bucketTokens, tokenKey(idToken), rec("id", e.cfg.TokenTTL)},
-		{bucketTokens, tokenKey(refresh), rec("refresh", e.cfg.RefreshTTL)},
+	}
+	if refresh != "" {
+		ops = append(ops, op{bucketTokens, tokenKey(refresh), rec("refresh", e.cfg.RefreshTTL)})
 	}
 	e.mu.Lock()
 	if err := e.persist(ops...); err != nil {
@@ -315,10 +323,14 @@ func (e *Emulator) issueTokens(w http.ResponseWriter, issuer string, id identity
 		e.st.tokens[o.key] = o.value.(*token)
 	}
 	e.mu.Unlock()
-	writeJSON(w, http.StatusOK, map[string]any{
-		"access_token": access, "id_token": idToken, "refresh_token": refresh,
+	answer := map[string]any{
+		"access_token": access, "id_token": idToken,
 		"token_type": "Bearer", "expires_in": int64(e.cfg.TokenTTL / time.Second),
-	})
+	}
+	if refresh != "" {
+		answer["refresh_token"] = refresh
+	}
+	writeJSON(w, http.StatusOK, answer)
 	return nil
 }
 

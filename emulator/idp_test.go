@@ -449,3 +449,54 @@ func TestSignatureVectors(t *testing.T) {
 		}
 	}
 }
+
+// TestRefreshRotation: by default each refresh token is good once and each
+// refresh answer brings a new one; with NoRotateRefresh the answer has no
+// refresh_token and the old one keeps working until it expires.
+func TestRefreshRotation(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		noRotate bool
+	}{
+		{"rotate", false},
+		{"no rotate", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			clock := newClock(time.Now())
+			cfg := testConfig()
+			cfg.Now = clock.Now
+			cfg.NoRotateRefresh = tc.noRotate
+			v := newEnv(t, cfg)
+			p := newPKCE("rot")
+			status, tok, raw := v.token(codeForm(v.authorize(authParams(p)).Get("code"), p))
+			if status != 200 || tok["refresh_token"] == nil {
+				t.Fatalf("code exchange: %d %s (the first answer always has a refresh token)", status, raw)
+			}
+			rt := tok["refresh_token"].(string)
+			form := url.Values{"grant_type": {"refresh_token"}, "refresh_token": {rt}, "client_id": {"devhook-cli"}}
+			status, tok2, raw := v.token(form)
+			if status != 200 || tok2["access_token"] == nil {
+				t.Fatalf("refresh: %d %s", status, raw)
+			}
+			_, hasRT := tok2["refresh_token"]
+			if hasRT == tc.noRotate {
+				t.Errorf("refresh answer has refresh_token: %v, want %v (%s)", hasRT, !tc.noRotate, raw)
+			}
+			status, tok3, raw := v.token(form)
+			if tc.noRotate {
+				if status != 200 || tok3["access_token"] == tok2["access_token"] {
+					t.Fatalf("second refresh with the same token: %d %s, want 200 with a new access token", status, raw)
+				}
+				status, _, b := v.request(tok3["access_token"].(string), "GET", "/v1/webhooks", nil)
+				if status != 200 {
+					t.Errorf("API call with the refreshed access token: %d %s", status, b)
+				}
+				clock.Advance(31 * 24 * time.Hour)
+				status, _, raw = v.token(form)
+				wantInvalidGrant(t, "expired refresh token without rotation", status, raw)
+			} else {
+				wantInvalidGrant(t, "used refresh token", status, raw)
+			}
+		})
+	}
+}
