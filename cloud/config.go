@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/devhook/devhook/auth"
 )
 
 // Environment variables, as DECISIONS.md names them.
@@ -18,7 +20,7 @@ const (
 	EnvProfile     = "SERVICE_PROFILE"
 	EnvAPIKey      = "SERVICE_API_KEY"
 	EnvEndpoint    = "SERVICE_ENDPOINT"
-	EnvSystemCerts = "SERVICE_SYSTEM_CERTS"
+	EnvSystemCerts = auth.EnvSystemCerts
 )
 
 // Profile is one profile of the configuration file: the top-level keys
@@ -163,12 +165,7 @@ func Resolve(s Settings) (Resolved, error) {
 	r.APIKey, r.APIKeyFrom = pick(s.APIKey, "--api-key", getenv(EnvAPIKey), EnvAPIKey, p.APIKey)
 	r.Team, r.TeamFrom = pick(s.Team, "--team", "", "", p.Team)
 	// The environment says yes, or else the profile decides.
-	switch strings.ToLower(strings.TrimSpace(getenv(EnvSystemCerts))) {
-	case "1", "true", "yes":
-		r.SystemCerts = true
-	default:
-		r.SystemCerts = p.SystemCerts
-	}
+	r.SystemCerts = auth.UseSystemCerts(getenv(EnvSystemCerts), p.SystemCerts)
 	return r, nil
 }
 
@@ -207,7 +204,7 @@ func (r Resolved) Config(session Credentials) (Config, error) {
 	case session != nil:
 		cfg.Credentials = session
 	default:
-		return Config{}, fmt.Errorf("%w for %s: give it with --api-key KEY, %s=KEY, or apikey: %s; API keys come from the account settings in the web console (devhook emulate prints its own)", ErrNoCredentials, r.Endpoint, EnvAPIKey, where)
+		return Config{}, fmt.Errorf("%w for %s: give it with --api-key KEY, %s=KEY, or apikey: %s; API keys come from the account settings in the web console (devhook emulate prints its own); or sign in with devhook login", ErrNoCredentials, r.Endpoint, EnvAPIKey, where)
 	}
 	return cfg, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/devhook/devhook/auth"
 	"github.com/devhook/devhook/cloud"
 )
 
@@ -27,15 +28,12 @@ type cloudFlags struct {
 	json     bool
 	// configPath is the configuration file; "" means ~/.service/config.yaml.
 	configPath string
-	// session gives a signed-in session's credentials when there is no API
-	// key; nil until sign-in exists.
-	session func(cloud.Resolved) cloud.Credentials
 }
 
 // register adds the flags to fs; withJSON adds --json too (listen has its own).
 func (f *cloudFlags) register(fs *pflag.FlagSet, withJSON bool) {
 	fs.StringVar(&f.endpoint, "endpoint", "", "the service's API base URL (or "+cloud.EnvEndpoint+", or endpoint: in ~/.service/config.yaml)")
-	fs.StringVar(&f.apiKey, "api-key", "", "API key (or "+cloud.EnvAPIKey+", or apikey: in ~/.service/config.yaml)")
+	fs.StringVar(&f.apiKey, "api-key", "", "API key (or "+cloud.EnvAPIKey+", or apikey: in ~/.service/config.yaml; without one, the session of devhook login)")
 	fs.StringVar(&f.profile, "profile", "", "profile of ~/.service/config.yaml (or "+cloud.EnvProfile+"; default: the top-level keys)")
 	fs.StringVar(&f.team, "team", "", "act for a team: its id or name (sent as service-account)")
 	fs.DurationVar(&f.timeout, "api-timeout", cloud.DefaultTimeout, "how long each call to the service may take")
@@ -55,15 +53,23 @@ func (f *cloudFlags) client(ctx context.Context) (*cloud.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Without an API key, the profile's signed-in session, if any.
 	var session cloud.Credentials
-	if f.session != nil {
-		session = f.session(r)
+	if r.APIKey == "" {
+		if session, err = storedSession(r, f.timeout); err != nil {
+			return nil, err
+		}
 	}
 	cfg, err := r.Config(session)
 	if err != nil {
 		return nil, err
 	}
 	cfg.Timeout = f.timeout
+	// SERVICE_SYSTEM_CERTS or the profile's system_certs: the system's
+	// store, else the built-in roots.
+	if cfg.HTTPClient, err = auth.NewHTTPClient(r.SystemCerts, f.timeout); err != nil {
+		return nil, err
+	}
 	c, err := cloud.New(cfg)
 	if err != nil {
 		return nil, err

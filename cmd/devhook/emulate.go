@@ -28,6 +28,7 @@ type emulateOptions struct {
 	teams     []string // id=name
 	sso       []string // domain=identifier
 	userEmail string
+	noRotate  bool
 	stdout    io.Writer
 }
 
@@ -53,6 +54,7 @@ func newEmulateCmd() *cobra.Command {
 	f.StringArrayVar(&o.teams, "team", nil, "a team of the signed-in user, as ID=NAME (repeatable; default one team, printed)")
 	f.StringArrayVar(&o.sso, "sso-domain", nil, "an e-mail domain with single sign-on, as DOMAIN=IDENTIFIER (repeatable; default sso.devhook.test=devhook-sso)")
 	f.StringVar(&o.userEmail, "user-email", emulator.DefaultUserEmail, "e-mail of the user who signs in")
+	f.BoolVar(&o.noRotate, "no-rotate-refresh", false, "keep refresh tokens good until they expire and answer refreshes without a new one (default: each refresh token is good once)")
 	return cmd
 }
 
@@ -106,7 +108,7 @@ func (o *emulateOptions) run(ctx context.Context) error {
 	e, err := emulator.New(emulator.Config{
 		APIKeys: o.apiKeys, DataDir: o.dataDir, BaseURL: base,
 		QueueTime: o.queueTime, RunTime: o.runTime, RetryDelays: o.retries,
-		Teams: teams, SSODomains: sso, UserEmail: o.userEmail,
+		Teams: teams, SSODomains: sso, UserEmail: o.userEmail, NoRotateRefresh: o.noRotate,
 	})
 	if err != nil {
 		ln.Close()

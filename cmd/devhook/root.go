@@ -31,6 +31,11 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newTriggerCmd(),
 		newAppsCmd(),
 		newRunsCmd(),
+		newLoginCmd(),
+		newLogoutCmd(),
+		newTokenCmd(),
+		newOrgsCmd(),
+		newSSOCmd(),
 	)
 	return root
 }
