@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/http/httptest"
@@ -225,6 +226,14 @@ func TestLogin(t *testing.T) {
 		t.Errorf("organizations with the access token: %d", resp.StatusCode)
 	}
 
+	// The callback server is gone once Login has returned.
+	if ru, err := url.Parse(q.Get("redirect_uri")); err == nil {
+		if conn, err := net.DialTimeout("tcp", ru.Host, time.Second); err == nil {
+			conn.Close()
+			t.Errorf("the callback server on %s still accepts connections after Login", ru.Host)
+		}
+	}
+
 	// A second sign-in has a fresh verifier and state.
 	if _, err := c.Login(ctx(t), auth.LoginOptions{}); err != nil {
 		t.Fatal(err)
@@ -377,6 +386,31 @@ func TestLoginCallback(t *testing.T) {
 	}
 	if favicon != http.StatusNotFound {
 		t.Errorf("GET /favicon.ico on the callback server: %d, want 404", favicon)
+	}
+}
+
+// TestLoginCanceled: a canceled context ends the wait with its error, not
+// a timeout, and stops the callback server.
+func TestLoginCanceled(t *testing.T) {
+	v := newIdP(t, emulator.Config{})
+	c, cancel := context.WithCancel(context.Background())
+	var callback string
+	cl := newClient(t, v, nil, func(cfg *auth.Config) {
+		cfg.OpenBrowser = func(_ context.Context, u string) error {
+			pu, _ := url.Parse(u)
+			cb, _ := url.Parse(pu.Query().Get("redirect_uri"))
+			callback = cb.Host
+			cancel()
+			return nil
+		}
+	})
+	_, err := cl.Login(c, auth.LoginOptions{})
+	if !errors.Is(err, context.Canceled) || errors.Is(err, auth.ErrTimeout) {
+		t.Errorf("Login with a canceled context = %v, want context.Canceled", err)
+	}
+	if conn, err := net.DialTimeout("tcp", callback, time.Second); err == nil {
+		conn.Close()
+		t.Errorf("the callback server on %s still accepts connections", callback)
 	}
 }
 
