@@ -24,8 +24,13 @@ func main() {
 	err := newRootCmd(os.Stdout, os.Stderr).ExecuteContext(ctx)
 	if err != nil && !errors.Is(err, context.Canceled) {
 		fmt.Fprintln(os.Stderr, "devhook:", err)
+		// A command that means a particular status says so (check: 1 a
+		// handler that differs, 2 one that cannot be reached).
+		var coded interface{ ExitCode() int }
+		if errors.As(err, &coded) {
+			os.Exit(coded.ExitCode())
+		}
 		os.Exit(1)
-
 	}
 }
 

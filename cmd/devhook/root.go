@@ -23,6 +23,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newRelayCmd(),
 		newReceiveCmd(),
 		newSendCmd(),
+		newCheckCmd(),
 		newReplayCmd(),
 		newDeliveriesCmd(),
 		newEmulateCmd(),
