@@ -79,7 +79,8 @@ type Result struct {
 	Required  bool   `json:"required"`
 	Reference Answer `json:"reference"`
 	Handler   Answer `json:"handler"`
-	Outcome   string `json:"result"` // Pass, Fail, Info or Skipped
+	Outcome   string `json:"result"`            // Pass, Fail, Info or Skipped
+	Skip      string `json:"skipped,omitempty"` // why a skipped case was not sent
 	// Header is the service-signature header as sent; Absent when none was.
 	Header   string `json:"header,omitempty"`
 	Absent   bool   `json:"header_absent,omitempty"`
@@ -240,7 +241,7 @@ func cases(cfg Config) []caseDef {
 		{"reordered", "the body's keys sorted, the original signature", true, func(s *suite, now int64) (request, bool, string) {
 			return request{header: s.sign(now, s.base), body: sortKeys(s.base)}, true, ""
 		}},
-		{"key-hex", "keyed with the secret hex-decoded", true, decodedKey("hexadecimal", hex.DecodeString)},
+		{"key-hex", "keyed with the secret hex-decoded", true, decodedKey("hex", hex.DecodeString)},
 		{"key-base64", "keyed with the secret base64-decoded", true, decodedKey("base64", decodeBase64)},
 		{"replay", "valid's request sent again", false, func(s *suite, _ int64) (request, bool, string) {
 			r, ok := s.last["valid"]
@@ -266,7 +267,7 @@ func decodedKey(what string, decode func(string) ([]byte, error)) func(*suite, i
 			}
 			return request{header: "t=" + strconv.FormatInt(now, 10) + ",v1=" + hmacHex(key, strconv.FormatInt(now, 10), s.base), body: s.base}, true, ""
 		}
-		return request{}, false, "the secret is not " + what
+		return request{}, false, "secret is not " + what
 	}
 }
 
@@ -313,7 +314,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		nowMS := cfg.Now().UnixMilli()
 		req, ok, why := c.build(s, nowMS)
 		if !ok {
-			res.Outcome, res.Sent = Skipped, c.sent+" (not sent: "+why+")"
+			res.Outcome, res.Skip = Skipped, why
 			rep.Results = append(rep.Results, res)
 			continue
 		}

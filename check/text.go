@@ -16,7 +16,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CASE\tSENT\tREFERENCE\tHANDLER\tRESULT")
 	for _, c := range r.Results {
-		ref, got := "-", "-"
+		ref, got := "-", "not sent: "+c.Skip
 		if c.Outcome != Skipped {
 			ref, got = short(c.Reference), short(c.Handler)
 		}

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/check"
 )
 
 const (
@@ -281,6 +282,9 @@ type DetailView struct {
 type AttemptView struct {
 	Response BodyView  `json:"response"`
 	Request  *BodyView `json:"request,omitempty"`
+	// Hint is set when the receiver refused a delivery whose signature is
+	// valid: what to run, and the likely cause (check.Hint).
+	Hint string `json:"hint,omitempty"`
 }
 
 func (s *Server) handleDelivery(w http.ResponseWriter, r *http.Request) {
@@ -305,7 +309,7 @@ func (s *Server) handleDelivery(w http.ResponseWriter, r *http.Request) {
 		v.Retry = &st
 	}
 	for i, a := range d.Attempts {
-		av := AttemptView{Response: NewBodyView(a.Body, a.Header)}
+		av := AttemptView{Response: NewBodyView(a.Body, a.Header), Hint: check.Hint(d, &d.Attempts[i])}
 		if a.Request != nil {
 			rv := NewBodyView(a.Request.Body, a.Request.Header)
 			av.Request = &rv

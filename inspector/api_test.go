@@ -281,6 +281,21 @@ func TestDeliveryDetail(t *testing.T) {
 		t.Errorf("view = %+v", v.View)
 	}
 
+	if v.View.Attempts[0].Hint != "" {
+		t.Errorf("a hint on an accepted delivery: %q", v.View.Attempts[0].Hint)
+	}
+
+	// A valid delivery the receiver refused carries the hint.
+	refused := newDelivery(now.Add(2*time.Millisecond), 3, runStatusBody(t, "run-2", "queued", now), true)
+	put(t, f.DB, refused, 401)
+	var rv struct {
+		View inspector.DetailView `json:"view"`
+	}
+	f.get(t, "/api/deliveries/"+refused.ID, &rv)
+	if len(rv.View.Attempts) != 1 || !strings.Contains(rv.View.Attempts[0].Hint, "run `devhook check http://127.0.0.1:3000/hooks/service") {
+		t.Errorf("refused valid delivery: view %+v", rv.View.Attempts)
+	}
+
 	// Binary body: hex, and a byte-exact download.
 	bin := newDelivery(now.Add(time.Millisecond), 2, []byte{0x00, 0xff, 'a', 0x80, '<'}, false)
 	bin.Header.Set("Content-Type", "application/octet-stream")

@@ -246,6 +246,23 @@ func TestInBrowser(t *testing.T) {
 		}
 	})
 
+	t.Run("a valid delivery the receiver refused carries the hint", func(t *testing.T) {
+		at := time.Now()
+		d := newDelivery(at, 4000, runStatusBody(t, "run-refused", "queued", at), true)
+		put(t, f.DB, d, 0)
+		if _, err := f.DB.AddAttempt(d.ID, devhook.Attempt{Kind: devhook.AttemptForward, Target: f.Receiver.URL + d.Path, StartedAt: at,
+			Status: 401, Body: []byte("Unauthorized: Invalid Time Value")}); err != nil {
+			t.Fatal(err)
+		}
+		tab.Run(t,
+			chromedp.Navigate(f.HTTP.URL+"/#/d/"+d.ID),
+			inspectortest.WaitText("#refusal-hint", "your receiver refused a delivery whose signature is valid"),
+			inspectortest.WaitText("#refusal-hint code", "devhook check "+f.Receiver.URL+d.Path),
+			inspectortest.WaitText("#attempts .refusal-hint", "t as seconds"),
+		)
+		tab.Screenshot(t, "inspector-refusal-hint")
+	})
+
 	t.Run("settings", func(t *testing.T) {
 		tab.Run(t,
 			chromedp.Navigate(f.HTTP.URL+"/#/settings"),

@@ -527,6 +527,8 @@
         d.retry.state === 'failed'
           ? 'failed: devhook ' + (d.retry.reason || 'gave up') + '. The sender was answered 202 long ago and will not send it again: replay it once the receiver works.'
           : 'The receiver has not taken this delivery yet (no answer, 408, 429 or 5xx). devhook retries it with backoff since ' + fmtTime(d.retry.since, true) + '; each retry is an attempt below.') : null,
+      last && d.view.attempts[attempts.length - 1] && d.view.attempts[attempts.length - 1].hint
+        ? h('p', { class: 'refusal-hint warn-text', id: 'refusal-hint' }, hintText(d.view.attempts[attempts.length - 1].hint)) : null,
       h('dl', { class: 'facts' },
         h('dt', null, 'Received'), h('dd', null, fmtTime(d.received_at, true)),
         h('dt', null, 'Id'), h('dd', { class: 'mono', id: 'delivery-id' }, d.id),
@@ -560,6 +562,11 @@
     drawCompare(D);
   }
 
+  // hintText is a refusal hint with its `commands` as code.
+  function hintText(s) {
+    return String(s).split('`').map((part, i) => (i % 2 ? h('code', null, part) : part));
+  }
+
   // signedAge says how long before arrival a delivery was signed.
   function signedAge(ms) {
     if (ms < 0) return fmtMs(-ms) + ' after it arrived: the sender\'s clock is ahead';
@@ -588,6 +595,7 @@
       h('div', { class: 'attempt-body' },
         h('p', { class: 'mono small target' }, '→ ' + a.target),
         a.error ? h('p', { class: 'error-text' }, a.error) : null,
+        av.hint ? h('p', { class: 'refusal-hint warn-text' }, hintText(av.hint)) : null,
         h('h3', null, 'Response headers'), headerTable(a.header),
         h('h3', null, 'Response body'),
         bodyViewer(av.response, a.body, '/api/deliveries/' + enc(d.id) + '/attempts/' + a.seq + '/body', 'attempt-' + a.seq),

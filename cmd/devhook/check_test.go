@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
@@ -15,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/agent"
 	"github.com/devhook/devhook/check"
 )
 
@@ -169,5 +172,56 @@ func TestCheckExitStatus(t *testing.T) {
 				t.Fatalf("exit status %d, stderr %q; want %d and %q", code, stderr.String(), tt.code, tt.stderr)
 			}
 		})
+	}
+}
+
+// A receiver that refuses deliveries whose signature devhook verified:
+// listen's line, deliveries show and the inspector's page carry the hint.
+func TestListenHintsWhenTheReceiverRefusesAValidDelivery(t *testing.T) {
+	recv := httptest.NewServer(http.HandlerFunc(secondsHandler))
+	defer recv.Close()
+	data := t.TempDir()
+	lr := startListen(t, "--forward", recv.URL, "--secret", checkSecret, "--data", data)
+	pub, _ := lr.next(t, "ready")["public_url"].(string)
+
+	out, _, err := runCmd(t, "", "send", pub+"/hook", "--secret", checkSecret)
+	if err == nil || !strings.Contains(out, "401 Unauthorized") {
+		t.Fatalf("send: %v\n%s", err, out)
+	}
+	d := lr.next(t, "delivery")
+	hint, _ := d["hint"].(string)
+	if d["verdict"] != "ok" || d["status"] != float64(401) ||
+		!strings.Contains(hint, "`devhook check "+recv.URL+"/hook --secret …`") || !strings.Contains(hint, "Invalid Time Value") {
+		t.Fatalf("delivery line %v", d)
+	}
+	lr.stop(t)
+
+	id, _ := d["id"].(string)
+	out, _, err = runCmd(t, "", "deliveries", "show", id, "--data", data, "--inspect", closedAddr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "  hint: your receiver refused a delivery whose signature is valid; run `devhook check "+recv.URL+"/hook") {
+		t.Fatalf("deliveries show:\n%s", out)
+	}
+}
+
+func TestPrinterHintLine(t *testing.T) {
+	at := time.Date(2026, 11, 22, 10, 4, 5, 123e6, time.UTC)
+	r := agent.Result{
+		Delivery: &devhook.Delivery{ID: "d1", ReceivedAt: at, Method: "POST", Path: "/hook", Verdict: devhook.Verdict{Result: devhook.VerdictOK, T: at.UnixMilli()}},
+		Attempt:  &devhook.Attempt{Status: 401, Target: "http://localhost:8080/hook", StartedAt: at, Body: []byte("Unauthorized: Invalid signature")},
+		Status:   401,
+	}
+	var human, js bytes.Buffer
+	(&printer{w: &human, loc: time.UTC}).result(r)
+	(&printer{w: &js, json: true}).result(r)
+	lines := strings.Split(strings.TrimSuffix(human.String(), "\n"), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[1], "              hint: your receiver refused") || !strings.Contains(lines[1], "another secret") {
+		t.Fatalf("human lines:\n%s", human.String())
+	}
+	var m map[string]any
+	if err := json.Unmarshal(js.Bytes(), &m); err != nil || !strings.Contains(m["hint"].(string), "devhook check http://localhost:8080/hook") {
+		t.Fatalf("json line %s (%v)", js.String(), err)
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/agent"
+	"github.com/devhook/devhook/check"
 	"github.com/devhook/devhook/inspector"
 	"github.com/devhook/devhook/storage"
 )
@@ -213,6 +214,9 @@ func printDelivery(w io.Writer, d *devhook.Delivery) {
 			fmt.Fprintf(w, "  status %d\n", a.Status)
 			printHeader(w, a.Header)
 			printBody(w, a.Body)
+		}
+		if h := check.Hint(d, &a); h != "" {
+			fmt.Fprintf(w, "  hint: %s\n", h)
 		}
 	}
 }

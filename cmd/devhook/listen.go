@@ -21,6 +21,7 @@ import (
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/agent"
+	"github.com/devhook/devhook/check"
 	"github.com/devhook/devhook/cloud"
 	"github.com/devhook/devhook/inspector"
 	"github.com/devhook/devhook/relay"
@@ -521,8 +522,10 @@ func (p *printer) result(r agent.Result) {
 			Duplicate bool    `json:"duplicate,omitempty"`
 			Owed      bool    `json:"owed,omitempty"`
 			Error     string  `json:"error,omitempty"`
+			Hint      string  `json:"hint,omitempty"`
 		}{"delivery", d.ID, d.Method, d.Path, d.Event.RunID, d.Event.StatusV2, d.Verdict.Result, status,
-			float64(dur) / float64(time.Millisecond), d.Queued, r.Duplicate, r.Owed && p.retryFor > 0, cmp.Or(r.Error, attemptError(r.Attempt))})
+			float64(dur) / float64(time.Millisecond), d.Queued, r.Duplicate, r.Owed && p.retryFor > 0, cmp.Or(r.Error, attemptError(r.Attempt)),
+			check.Hint(d, r.Attempt)})
 		return
 	}
 	run := "-"
@@ -556,6 +559,9 @@ func (p *printer) result(r agent.Result) {
 	}
 	if r.Owed && p.retryFor > 0 {
 		line += "  (owed: retried for up to " + agent.FormatDuration(p.retryFor) + ")"
+	}
+	if h := check.Hint(d, r.Attempt); h != "" {
+		line += "\n              hint: " + h
 	}
 	p.write([]byte(line + "\n"))
 }
