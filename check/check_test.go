@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -439,5 +440,26 @@ func TestHint(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The README documents every case of the suite by name.
+func TestREADMENamesEveryCase(t *testing.T) {
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := strings.Index(string(b), "## Is my handler right?")
+	if i < 0 {
+		t.Fatal(`README has no section "Is my handler right?"`)
+	}
+	section := string(b[i:])
+	if j := strings.Index(section[3:], "\n## "); j >= 0 {
+		section = section[:j+3]
+	}
+	for _, c := range check.Cases() {
+		if !strings.Contains(section, "`"+c+"`") {
+			t.Errorf("README's section does not name case %s", c)
+		}
 	}
 }
