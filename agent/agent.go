@@ -128,7 +128,8 @@ type Config struct {
 	OnChange func(devhook.Change)
 	// OnResult is called once per delivery handled from the relay, and
 	// once more for a delivery owed to the receiver when a retry delivers
-	// it (Retry > 0) or the agent gives up on it (GaveUp).
+	// it (Retry > 0) or the agent gives up on it (GaveUp), and once per
+	// replay (Replay).
 	OnResult func(Result)
 	// OnConnect is called each time a connection to the relay is up.
 	OnConnect func(publicURL string)
@@ -143,6 +144,14 @@ type Result struct {
 	Duplicate bool              // already recorded and forwarded before
 	Rejected  bool              // not forwarded: the signature check failed (--verify enforce)
 	Error     string            // what went wrong in devhook itself, if anything
+	// Copies are the recorded attempts of the other --forward targets
+	// (those after the first), when there are any.
+	Copies []*devhook.Attempt
+	// Cut: the connection to the relay closed (devhook stopping, or the
+	// relay gone) before the answer or the ack reached it. The relay
+	// keeps the delivery and sends it again on the next connection; its
+	// sender got 202 (queued) rather than Status.
+	Cut bool
 
 	// Owed: the receiver did not take this queued delivery; the agent
 	// retries it for up to Config.RetryFor.
@@ -156,6 +165,9 @@ type Result struct {
 	// Since is when the first forward of an owed delivery failed (with
 	// Retry and GaveUp).
 	Since time.Time
+	// Replay: Attempt is a replay (Agent.Replay), asked for from the
+	// inspector or devhook replay.
+	Replay bool
 }
 
 // Agent forwards and records deliveries.
@@ -437,13 +449,15 @@ func (a *Agent) finish(conn responder, d *devhook.Delivery, res *processed) {
 			res.Status, res.Error = st, reason
 			err = conn.Respond(d.ID, st, h, body)
 		}
-		if err != nil {
-			a.cfg.Logf("delivery %s: %v", d.ID, err)
+		if err != nil && !d.Queued {
+			// The relay queues it (its sender gets 202) and sends it
+			// again: the printed line says so.
+			res.Cut = true
 		}
 	}
 	if res.recorded && d.Queued {
 		if err := conn.Ack(d.ID); err != nil {
-			a.cfg.Logf("delivery %s: ack: %v", d.ID, err)
+			res.Cut = true // not acknowledged: the relay keeps it
 		}
 	}
 	if a.cfg.OnResult != nil {
@@ -554,6 +568,8 @@ func (a *Agent) forwardRecorded(ctx context.Context, d *devhook.Delivery, create
 		rec := a.record(d, ats[i])
 		if i == 0 {
 			primary = rec
+		} else {
+			p.Copies = append(p.Copies, rec)
 		}
 	}
 	p.Attempt, p.answer = primary, primary

@@ -47,5 +47,9 @@ func (a *Agent) Replay(ctx context.Context, id string, opt devhook.ReplayOptions
 		}
 	}
 	at := a.attempt(ctx, d, target, devhook.AttemptReplay, resign, req, to)
+	if a.cfg.OnResult != nil {
+		d.Attempts = nil
+		a.cfg.OnResult(Result{Delivery: d, Attempt: at, Status: at.Status, Replay: true})
+	}
 	return *at, nil
 }

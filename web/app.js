@@ -125,7 +125,7 @@
 
   function statusBadge(status, error) {
     if (!status) {
-      return h('span', { class: 'badge status s-none', 'data-status': '0', title: error || 'no answer' }, error ? 'no answer' : '—');
+      return h('span', { class: 'badge status s-none', 'data-status': '0', title: error ? 'the receiver gave no status: ' + error : 'not forwarded' }, error ? 'none' : '—');
     }
     const cls = status < 300 ? 's-2xx' : status < 400 ? 's-3xx' : status < 500 ? 's-4xx' : 's-5xx';
     return h('span', { class: 'badge status ' + cls, 'data-status': String(status), title: 'receiver answered ' + status }, String(status));
@@ -778,7 +778,7 @@
       buttons.forEach((b) => { b.disabled = false; });
       return;
     }
-    toast('Replay #' + a.seq + ': ' + (a.status ? a.status : 'no answer' + (a.error ? ' (' + a.error + ')' : '')) + ' in ' + fmtMs(a.duration_ms), a.status && a.status < 400 ? 'ok' : 'bad');
+    toast('Replay #' + a.seq + ': ' + (a.status ? a.status : 'none' + (a.error ? ' (' + a.error + ')' : '')) + ' in ' + fmtMs(a.duration_ms), a.status && a.status < 400 ? 'ok' : 'bad');
     D.editorOpen = false;
     if (state.detail === D) await loadDetail(D);
   }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -173,7 +174,8 @@ func (o *listenOptions) run(ctx context.Context) error {
 		}
 	}()
 
-	out := &printer{w: newLineWriter(o.stdout), json: o.json, retryFor: o.retryFor, holdUntilReady: true}
+	out := &printer{w: newLineWriter(o.stdout), json: o.json, retryFor: o.retryFor, holdUntilReady: true,
+		color: useColor(o.stdout, o.json, os.Getenv, isTerminal)}
 	closers = append(closers, func() error { out.flush(); return nil }) // lines of a listen never ready
 
 	// What the store finds wrong (a damaged journal set aside, a full
@@ -258,7 +260,7 @@ func (o *listenOptions) run(ctx context.Context) error {
 			Store: db, Replayer: ag, AllowedHosts: allowed, Health: ag.Health,
 			Settings: inspector.Settings{
 				Forward: ag.Targets(), RelayURL: relayURL, PublicURL: creds.PublicURL, Channel: creds.Channel,
-				SecretKnown: ag.SecretKnown, Verify: o.verify,
+				SecretKnown: ag.SecretKnown, Verify: o.verify, DataDir: absDir(o.dataDir),
 			},
 		})
 		if err != nil {
@@ -400,7 +402,9 @@ type printer struct {
 	mu   sync.Mutex // for logf's writer
 	w    io.Writer
 	json bool
-	loc  *time.Location // nil: local time
+	// color: verdicts and statuses in colour (useColor decides).
+	color bool
+	loc   *time.Location // nil: local time
 	// retryFor is --retry-for, for the note on an owed delivery.
 	retryFor time.Duration
 
@@ -494,6 +498,9 @@ func (p *printer) ready(r readyInfo) {
 
 func (p *printer) result(r agent.Result) {
 	switch {
+	case r.Replay:
+		p.replayed(r)
+		return
 	case r.GaveUp:
 		p.gaveUp(r)
 		return
@@ -517,53 +524,136 @@ func (p *printer) result(r agent.Result) {
 			StatusV2  string  `json:"status_v2,omitempty"`
 			Verdict   string  `json:"verdict"`
 			Status    int     `json:"status"`
+			Receiver  *int    `json:"receiver_status"`
 			Duration  float64 `json:"duration_ms"`
 			Queued    bool    `json:"queued,omitempty"`
+			Cut       bool    `json:"cut,omitempty"`
 			Duplicate bool    `json:"duplicate,omitempty"`
 			Owed      bool    `json:"owed,omitempty"`
 			Error     string  `json:"error,omitempty"`
 			Hint      string  `json:"hint,omitempty"`
-		}{"delivery", d.ID, d.Method, d.Path, d.Event.RunID, d.Event.StatusV2, d.Verdict.Result, status,
-			float64(dur) / float64(time.Millisecond), d.Queued, r.Duplicate, r.Owed && p.retryFor > 0, cmp.Or(r.Error, attemptError(r.Attempt)),
+		}{"delivery", d.ID, d.Method, d.Path, d.Event.RunID, d.Event.StatusV2, d.Verdict.Result, status, receiverStatus(r.Attempt),
+			float64(dur) / float64(time.Millisecond), d.Queued, r.Cut, r.Duplicate, r.Owed && p.retryFor > 0, cmp.Or(r.Error, attemptError(r.Attempt)),
 			check.Hint(d, r.Attempt)})
 		return
 	}
-	run := "-"
-	if d.Event.RunID != "" {
-		run = d.Event.RunID + " " + d.Event.StatusV2
+	p.write(p.humanLine(r))
+}
+
+// The columns of a delivery line.
+const (
+	pathWidth = 24
+	runWidth  = 28
+)
+
+// humanLine is the terminal line of a delivery handled from the relay,
+// with a line more for each copy target that did not take it.
+//
+// The arrow shows what the receiver answered, as the record keeps it and
+// the filters find it: its status, or "none" when it gave no status (no
+// answer, or not forwarded). When the sender got something else, the line
+// says so in brackets: "→ none (sender got 502)".
+func (p *printer) humanLine(r agent.Result) []byte {
+	d := r.Delivery
+	var b bytes.Buffer
+	b.WriteString(d.ReceivedAt.In(p.location()).Format("15:04:05.000"))
+	fmt.Fprintf(&b, "  %-6s %-*s %-*s ", d.Method, pathWidth, clip(pathQuery(d.Path, d.RawQuery), pathWidth), runWidth, runColumn(d.Event, runWidth))
+	b.WriteString(p.paint(verdictColor(d.Verdict.Result), fmt.Sprintf("%-18s", d.Verdict.Result)))
+	received := 0
+	if r.Attempt != nil {
+		received = r.Attempt.Status
 	}
-	loc := p.loc
-	if loc == nil {
-		loc = time.Local
+	b.WriteString(" → ")
+	b.WriteString(p.paint(statusColor(received), statusWord(received)))
+	switch {
+	case r.Cut && !d.Queued:
+		b.WriteString(" (sender got 202: queued by the relay)")
+	case !d.Queued && r.Status != received && r.Status != 0:
+		fmt.Fprintf(&b, " (sender got %d)", r.Status)
 	}
 	took := "-"
 	if r.Attempt != nil {
-		took = time.Duration(dur).Round(10 * time.Microsecond).String()
+		took = formatDuration(time.Duration(r.Attempt.Duration))
 	}
-	line := fmt.Sprintf("%s  %-6s %-20s %-28s %-18s → %d  %s",
-		d.ReceivedAt.In(loc).Format("15:04:05.000"), d.Method, clip(d.Path, 20), clip(run, 28), d.Verdict.Result, status, took)
+	b.WriteString("  " + took)
 	switch {
 	case r.Rejected:
-		line += "  (not forwarded: the signature check failed)"
+		b.WriteString("  (not forwarded: the signature check failed)")
 	case r.Error != "":
-		line += "  " + r.Error
+		b.WriteString("  " + r.Error)
 	}
 	if d.Queued {
-		line += "  (was queued)"
+		b.WriteString("  (was queued)")
 	}
 	if r.Duplicate {
-		line += "  (already delivered)"
+		b.WriteString("  (already delivered)")
 	}
 	if e := attemptError(r.Attempt); e != "" {
-		line += "  " + e
+		b.WriteString("  " + e)
 	}
-	if r.Owed && p.retryFor > 0 {
-		line += "  (owed: retried for up to " + agent.FormatDuration(p.retryFor) + ")"
+	switch {
+	case r.Cut:
+		b.WriteString("  (devhook stopped before the relay had the answer: the relay keeps the delivery and sends it again on the next start)")
+	case r.Owed && p.retryFor > 0:
+		b.WriteString("  (owed: retried for up to " + agent.FormatDuration(p.retryFor) + ")")
 	}
 	if h := check.Hint(d, r.Attempt); h != "" {
-		line += "\n              hint: " + h
+		b.WriteString("\n              hint: " + h)
 	}
-	p.write([]byte(line + "\n"))
+	b.WriteByte('\n')
+	for _, c := range r.Copies {
+		if c.Status >= 200 && c.Status < 400 {
+			continue
+		}
+		fmt.Fprintf(&b, "              copy to %s → %s  %s", c.Target, p.paint(statusColor(c.Status), statusWord(c.Status)), formatDuration(time.Duration(c.Duration)))
+		if c.Error != "" {
+			b.WriteString("  " + c.Error)
+		}
+		b.WriteByte('\n')
+	}
+	return b.Bytes()
+}
+
+// statusWord is a receiver's status as the terminal, the filters and the
+// inspector name it: the number, or "none" when it gave none.
+func statusWord(status int) string {
+	if status == 0 {
+		return "none"
+	}
+	return strconv.Itoa(status)
+}
+
+// runColumn is the run id and its status_v2, clipped to n by cutting the
+// run id: status_v2 always shows.
+func runColumn(ev devhook.Event, n int) string {
+	if ev.RunID == "" {
+		return "-"
+	}
+	if ev.StatusV2 == "" {
+		return clip(ev.RunID, n)
+	}
+	keep := n - 1 - len(ev.StatusV2)
+	if keep < 4 {
+		return clip(ev.RunID+" "+ev.StatusV2, n)
+	}
+	return clip(ev.RunID, keep) + " " + ev.StatusV2
+}
+
+// pathQuery is a path with its query string, as the sender posted it.
+func pathQuery(path, rawQuery string) string {
+	if rawQuery == "" {
+		return path
+	}
+	return path + "?" + rawQuery
+}
+
+// formatDuration is the one format of durations in the terminal:
+// milliseconds with one decimal under a second, seconds with two above.
+func formatDuration(d time.Duration) string {
+	if d < time.Second {
+		return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) + "ms"
+	}
+	return strconv.FormatFloat(d.Seconds(), 'f', 2, 64) + "s"
 }
 
 // retried prints a retry that delivered an owed delivery.
@@ -584,10 +674,41 @@ func (p *printer) retried(r agent.Result) {
 		}{"retry", d.ID, d.Method, d.Path, r.Status, float64(at.Duration) / float64(time.Millisecond), r.Retry, after.Milliseconds(), at.Error})
 		return
 	}
-	line := fmt.Sprintf("%s  %-6s %-20s → %d  %s  (delivered by retry %d, %s after the first try failed)",
-		at.StartedAt.In(p.location()).Format("15:04:05.000"), d.Method, clip(d.Path, 20), r.Status,
-		time.Duration(at.Duration).Round(10*time.Microsecond), r.Retry, agent.FormatDuration(after))
+	line := fmt.Sprintf("%s  %-6s %-*s → %s  %s  (delivered by retry %d, %s after the first try failed)",
+		at.StartedAt.In(p.location()).Format("15:04:05.000"), d.Method, pathWidth, clip(pathQuery(d.Path, d.RawQuery), pathWidth),
+		p.paint(statusColor(r.Status), statusWord(r.Status)), formatDuration(time.Duration(at.Duration)), r.Retry, agent.FormatDuration(after))
 	p.write([]byte(line + "\n"))
+}
+
+// replayed prints a replay asked for from the inspector or devhook replay.
+func (p *printer) replayed(r agent.Result) {
+	d, at := r.Delivery, r.Attempt
+	resigned := at.Request != nil && at.Request.Resigned
+	if p.json {
+		p.emit(struct {
+			Event    string  `json:"event"`
+			ID       string  `json:"id"`
+			Seq      int     `json:"seq"`
+			Target   string  `json:"target"`
+			Status   int     `json:"status"`
+			Duration float64 `json:"duration_ms"`
+			Resigned bool    `json:"resigned,omitempty"`
+			Error    string  `json:"error,omitempty"`
+		}{"replay", d.ID, at.Seq, at.Target, at.Status, float64(at.Duration) / float64(time.Millisecond), resigned, at.Error})
+		return
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "%s  %-6s %-*s replay of %s → %s  %s", at.StartedAt.In(p.location()).Format("15:04:05.000"), d.Method,
+		pathWidth, clip(pathQuery(d.Path, d.RawQuery), pathWidth), d.ID, p.paint(statusColor(at.Status), statusWord(at.Status)),
+		formatDuration(time.Duration(at.Duration)))
+	if resigned {
+		b.WriteString("  (re-signed)")
+	}
+	if at.Error != "" {
+		b.WriteString("  " + at.Error)
+	}
+	b.WriteByte('\n')
+	p.write(b.Bytes())
 }
 
 // gaveUp prints that the agent stopped retrying a delivery.
@@ -654,4 +775,13 @@ func clip(s string, n int) string {
 		return s[:n-1] + "…"
 	}
 	return s
+}
+
+// receiverStatus is the receiver's status for --json: nil (null) when it
+// gave none.
+func receiverStatus(a *devhook.Attempt) *int {
+	if a == nil || a.Status == 0 {
+		return nil
+	}
+	return &a.Status
 }

@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"flag"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,9 +28,24 @@ func TestPrinterHumanGolden(t *testing.T) {
 		{Delivery: &devhook.Delivery{ReceivedAt: at, Method: "PUT", Path: "/a/very/long/path/that/is/cut", Queued: true, Verdict: devhook.Verdict{Result: "unchecked"}},
 			Attempt: &devhook.Attempt{Error: "connection refused: is your receiver running at http://localhost:8080/?", Duration: devhook.Duration(time.Millisecond)}, Status: 502},
 		{Delivery: &devhook.Delivery{ReceivedAt: at, Method: "POST", Path: "/", Verdict: devhook.Verdict{Result: "missing_signature"}}, Status: 401, Rejected: true},
+		// A live delivery the receiver did not answer: the record says none, the sender got 502.
+		{Delivery: &devhook.Delivery{ReceivedAt: at, Method: "POST", Path: "/hook", RawQuery: "a=1", Verdict: devhook.Verdict{Result: "ok"}},
+			Attempt: &devhook.Attempt{Error: "connection refused: is your receiver running at http://localhost:8080/hook?a=1?", Duration: devhook.Duration(700 * time.Microsecond)}, Status: 502},
+		// UUID run ids: status_v2 stays visible, the run id is cut.
+		{Delivery: &devhook.Delivery{ReceivedAt: at, Method: "POST", Path: "/hook", Event: devhook.Event{RunID: "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", StatusV2: "succeeded"}, Verdict: devhook.Verdict{Result: "ok"}},
+			Attempt: &devhook.Attempt{Status: 200, Duration: devhook.Duration(5004380 * time.Microsecond)}, Status: 200},
+		// A second --forward target that failed.
+		{Delivery: &devhook.Delivery{ReceivedAt: at, Method: "POST", Path: "/hook", Verdict: devhook.Verdict{Result: "ok"}},
+			Attempt: &devhook.Attempt{Status: 200, Duration: devhook.Duration(2 * time.Millisecond)}, Status: 200,
+			Copies: []*devhook.Attempt{{Target: "http://localhost:9090/hook", Error: "connection refused: is your receiver running at http://localhost:9090/hook?", Duration: devhook.Duration(300 * time.Microsecond)}}},
+		// Cut by shutdown: a queued delivery, and a live one the relay queues.
+		{Delivery: &devhook.Delivery{ReceivedAt: at, Method: "POST", Path: "/hook", Queued: true, Verdict: devhook.Verdict{Result: "ok"}},
+			Attempt: &devhook.Attempt{Error: "canceled: devhook is stopping", Duration: devhook.Duration(3 * time.Millisecond)}, Status: 502, Owed: true, Cut: true},
+		{Delivery: &devhook.Delivery{ReceivedAt: at, Method: "POST", Path: "/hook", Verdict: devhook.Verdict{Result: "ok"}},
+			Attempt: &devhook.Attempt{Status: 200, Duration: devhook.Duration(4 * time.Second)}, Status: 200, Cut: true},
 	}
 	var buf bytes.Buffer
-	p := &printer{w: &buf, loc: time.UTC}
+	p := &printer{w: &buf, loc: time.UTC, retryFor: time.Hour}
 	for _, r := range results {
 		p.result(r)
 	}
@@ -70,5 +87,71 @@ func TestPrinterReadyLineFirst(t *testing.T) {
 	if len(lines) != 3 || !bytes.Contains(lines[0], []byte(`"event":"ready"`)) ||
 		!bytes.Contains(lines[1], []byte(`"id":"d1"`)) || !bytes.Contains(lines[2], []byte(`"id":"d2"`)) {
 		t.Fatalf("want ready, d1, d2; got\n%s", buf.String())
+	}
+}
+
+// With a UUID run id, queued, running and succeeded must still differ.
+func TestRunColumnKeepsStatusV2(t *testing.T) {
+	id := "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b"
+	seen := map[string]bool{}
+	for _, st := range []string{"queued", "running", "succeeded"} {
+		got := runColumn(devhook.Event{RunID: id, StatusV2: st}, runWidth)
+		if len([]rune(got)) > runWidth || !strings.HasSuffix(got, " "+st) || seen[got] {
+			t.Errorf("runColumn(%s) = %q: want at most %d characters ending in the status_v2, distinct", st, got, runWidth)
+		}
+		seen[got] = true
+	}
+}
+
+func TestFormatDuration(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		380 * time.Microsecond: "0.4ms", 3300 * time.Microsecond: "3.3ms", 999 * time.Millisecond: "999.0ms",
+		5004380 * time.Microsecond: "5.00s", 90 * time.Second: "90.00s",
+	} {
+		if got := formatDuration(d); got != want {
+			t.Errorf("formatDuration(%v) = %q, want %q", d, got, want)
+		}
+	}
+}
+
+func TestUseColor(t *testing.T) {
+	env := func(kv ...string) func(string) string {
+		return func(k string) string {
+			for i := 0; i+1 < len(kv); i += 2 {
+				if kv[i] == k {
+					return kv[i+1]
+				}
+			}
+			return ""
+		}
+	}
+	tty := func(io.Writer) bool { return true }
+	notTTY := func(io.Writer) bool { return false }
+	for _, tt := range []struct {
+		name   string
+		json   bool
+		getenv func(string) string
+		isTTY  func(io.Writer) bool
+		want   bool
+	}{
+		{"terminal", false, env(), tty, true},
+		{"not a terminal", false, env(), notTTY, false},
+		{"NO_COLOR", false, env("NO_COLOR", "1"), tty, false},
+		{"--json", true, env(), tty, false},
+		{"dumb terminal", false, env("TERM", "dumb"), tty, false},
+	} {
+		if got := useColor(io.Discard, tt.json, tt.getenv, tt.isTTY); got != tt.want {
+			t.Errorf("%s: useColor = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	if isTerminal(&bytes.Buffer{}) {
+		t.Error("a buffer is not a terminal")
+	}
+	var buf bytes.Buffer
+	p := &printer{w: &buf, loc: time.UTC, color: true}
+	p.result(agent.Result{Delivery: &devhook.Delivery{Method: "POST", Path: "/", Verdict: devhook.Verdict{Result: "ok"}},
+		Attempt: &devhook.Attempt{Status: 500}, Status: 500})
+	if !strings.Contains(buf.String(), colorGreen+"ok") || !strings.Contains(buf.String(), colorRed+"500"+colorReset) {
+		t.Errorf("coloured line %q: want a green verdict and a red 500", buf.String())
 	}
 }
