@@ -522,10 +522,11 @@ func TestSettings(t *testing.T) {
 	known := false
 	f := newFixture(t, fixtureOptions{config: func(c *inspector.Config) {
 		c.Settings.SecretKnown = func() bool { return known }
+		c.Settings.DataDir = "/home/dev/.devhook"
 	}})
 	var s inspector.SettingsView
 	f.get(t, "/api/settings", &s)
-	if s.SecretKnown || s.PublicURL != "https://relay.example.test/c/ch-test" || len(s.Forward) != 1 || s.Verify != "report" || !s.ReplayAvailable {
+	if s.SecretKnown || s.PublicURL != "https://relay.example.test/c/ch-test" || len(s.Forward) != 1 || s.Verify != "report" || !s.ReplayAvailable || s.Data != "/home/dev/.devhook" {
 		t.Errorf("settings = %+v", s)
 	}
 	known = true // the secret arrived after start-up

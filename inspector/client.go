@@ -57,6 +57,14 @@ func (c *Client) Delivery(ctx context.Context, id string) (*devhook.Delivery, er
 	return &d, nil
 }
 
+// Settings returns the running listen's settings, its data directory
+// among them.
+func (c *Client) Settings(ctx context.Context) (SettingsView, error) {
+	var v SettingsView
+	err := c.do(ctx, http.MethodGet, "/api/settings", nil, &v)
+	return v, err
+}
+
 // Replay asks the running agent to send delivery id again.
 func (c *Client) Replay(ctx context.Context, id string, opt devhook.ReplayOptions) (devhook.Attempt, error) {
 	body := map[string]any{}

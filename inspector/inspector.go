@@ -13,7 +13,7 @@
 //	POST /api/deliveries/{id}/replay         {"resign":bool?,"to":"","header":{...}?,"body_text":"..."?,"body_base64":"..."?} → Attempt
 //	GET  /api/runs                           recent runs: {"items":[{run_id, deliveries, last_status_v2, last_received_at}]}
 //	GET  /api/runs/{run_id}                  a run's deliveries oldest first, with a timeline analysis
-//	GET  /api/settings                       forward targets, relay and public URLs, whether a secret is known
+//	GET  /api/settings                       forward targets, relay and public URLs, whether a secret is known, the data directory
 //	GET  /api/status                         the agent's devhook.Health: {"storage_error","since","held","owed","failed"}
 //	GET  /api/events                         Server-Sent Events: "event: delivery" / "attempt" / "retry", data = devhook.Change;
 //	                                         "event: health", data = devhook.Change with "health" set
@@ -73,6 +73,10 @@ type Settings struct {
 	// arrive after start-up. Nil means no.
 	SecretKnown func() bool
 	Verify      string // report, enforce or off
+	// DataDir is the absolute path of the data directory whose store
+	// this inspector serves, so that a command given --data can tell
+	// whether this is the listen recording there.
+	DataDir string
 }
 
 // Config configures a Server. Zero values mean defaults, except Store,

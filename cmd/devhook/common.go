@@ -23,6 +23,22 @@ func defaultDataDir() string {
 	return ".devhook"
 }
 
+// absDir is dir as an absolute, clean path with symbolic links resolved
+// where they can be, so that two spellings of one directory compare equal.
+func absDir(dir string) string {
+	if dir == "" {
+		return ""
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return filepath.Clean(dir)
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		return real
+	}
+	return abs
+}
+
 func ensureDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create data directory: %w (choose another with --data)", err)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -22,19 +23,22 @@ import (
 	"github.com/devhook/devhook/agent"
 	"github.com/devhook/devhook/check"
 	"github.com/devhook/devhook/inspector"
+	"github.com/devhook/devhook/signature"
 	"github.com/devhook/devhook/storage"
 )
 
 // historyOptions find the recorded deliveries: through the inspector of a
-// running listen, or in the store when none runs.
+// running listen, or in the store when none runs. An explicit --data means
+// that directory: a running listen is used only when it records there.
 type historyOptions struct {
 	dataDir string
+	dataSet bool // --data was given
 	inspect string
 	secret  string
 }
 
 func (h *historyOptions) flags(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&h.dataDir, "data", defaultDataDir(), "data directory of devhook listen")
+	cmd.Flags().StringVar(&h.dataDir, "data", defaultDataDir(), "data directory of devhook listen (a running listen is asked only when it records there)")
 	cmd.Flags().StringVar(&h.inspect, "inspect", "127.0.0.1:4040", "inspector of a running devhook listen")
 }
 
@@ -45,25 +49,38 @@ type history interface {
 	Replay(ctx context.Context, id string, opt devhook.ReplayOptions) (devhook.Attempt, error)
 }
 
-// open returns the running inspector's client if one answers, else the
-// store, opened directly. close releases it.
-func (h *historyOptions) open(ctx context.Context) (history, func(), error) {
+// open returns the running inspector's client if one answers (and, with
+// --data, records in that directory), else the store, opened directly.
+// It creates nothing: a directory without a store is an error. close
+// releases it. live says whether a running listen answers.
+func (h *historyOptions) open(cmd *cobra.Command) (hist history, close func(), live bool, err error) {
+	ctx := cmd.Context()
+	h.dataSet = cmd.Flags().Changed("data")
 	c := &inspector.Client{BaseURL: "http://" + h.inspect, HTTP: &http.Client{Timeout: 60 * time.Second}}
-	if _, err := c.List(ctx, devhook.Filter{Limit: 1}); err == nil {
-		return c, func() {}, nil
+	if s, err := c.Settings(ctx); err == nil {
+		if !h.dataSet || (s.Data != "" && s.Data == absDir(h.dataDir)) {
+			return c, func() {}, true, nil
+		}
+		// Another listen's: read the directory asked for.
 	} else if !errors.Is(err, syscall.ECONNREFUSED) {
-		return nil, nil, fmt.Errorf("%w (is another program on --inspect %s?)", err, h.inspect)
+		return nil, nil, false, fmt.Errorf("%w (is another program on --inspect %s?)", err, h.inspect)
 	}
-	db, err := storage.Open(filepath.Join(h.dataDir, "deliveries.db"), storage.Config{})
+	path := filepath.Join(h.dataDir, "deliveries.db")
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		return nil, nil, false, fmt.Errorf("no devhook data in %s: devhook listen --data %s records there", h.dataDir, h.dataDir)
+	} else if err != nil {
+		return nil, nil, false, fmt.Errorf("read the data directory: %w", err)
+	}
+	db, err := storage.Open(path, storage.Config{})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	ag, err := agent.New(agent.Config{Store: db, Secret: h.secret})
 	if err != nil {
 		db.Close()
-		return nil, nil, err
+		return nil, nil, false, err
 	}
-	return offline{db: db, ag: ag}, func() { db.Close() }, nil
+	return offline{db: db, ag: ag}, func() { db.Close() }, false, nil
 }
 
 type offline struct {
@@ -90,13 +107,24 @@ func newDeliveriesCmd() *cobra.Command {
 func newDeliveriesListCmd() *cobra.Command {
 	var h historyOptions
 	var f devhook.Filter
+	var status string
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List recorded deliveries, newest first",
-		Args:  cobra.NoArgs,
+		Long: `List shows recorded deliveries, newest first. STATUS is the receiver's status of the
+last attempt: a number when it answered, none when it gave no status (no answer, such as a
+refused connection or a timeout, or not forwarded). --status 502 finds deliveries the
+receiver itself answered 502; one it did not answer (the sender got 502 from devhook) is
+--status none, as the terminal line "→ none (sender got 502)" says.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			hist, done, err := h.open(cmd.Context())
+			n, err := parseStatusFlag(status)
+			if err != nil {
+				return err
+			}
+			f.Status = n
+			hist, done, _, err := h.open(cmd)
 			if err != nil {
 				return err
 			}
@@ -104,6 +132,14 @@ func newDeliveriesListCmd() *cobra.Command {
 			items, err := hist.List(cmd.Context(), f)
 			if err != nil {
 				return err
+			}
+			if len(items) == 0 && !asJSON {
+				if used := filterFlags(cmd); used != "" {
+					fmt.Fprintf(cmd.OutOrStdout(), "no delivery matches %s\n", used)
+				} else {
+					fmt.Fprintln(cmd.OutOrStdout(), "no deliveries recorded yet")
+				}
+				return nil
 			}
 			return printSummaries(cmd.OutOrStdout(), items, asJSON)
 		},
@@ -113,7 +149,7 @@ func newDeliveriesListCmd() *cobra.Command {
 	fl.IntVar(&f.Limit, "limit", 20, "how many")
 	fl.StringVar(&f.Before, "before", "", "only deliveries older than this id")
 	fl.StringVar(&f.Verdict, "verdict", "", "only this signature verdict (ok, invalid_signature, ...)")
-	fl.IntVar(&f.Status, "status", 0, "only this receiver status (-1: no answer)")
+	fl.StringVar(&status, "status", "", "only this receiver status: a number, or none (it gave no status: no answer, or not forwarded)")
 	fl.StringVar(&f.RunID, "run-id", "", "only this run")
 	fl.StringVar(&f.StatusV2, "status-v2", "", "only this status_v2")
 	fl.StringVar(&f.Text, "q", "", "only bodies containing this text")
@@ -127,22 +163,42 @@ func printSummaries(w io.Writer, items []devhook.Summary, asJSON bool) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(items)
 	}
-	if len(items) == 0 {
-		fmt.Fprintln(w, "no deliveries recorded")
-		return nil
-	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tRECEIVED\tMETHOD\tPATH\tRUN\tSTATUS_V2\tVERDICT\tSTATUS\tDURATION")
 	for _, s := range items {
-		status := "-"
-		if s.Status != 0 {
-			status = fmt.Sprint(s.Status)
-		}
+		status := statusWord(s.Status)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, s.ReceivedAt.Local().Format("01-02 15:04:05"),
 			s.Method, clip(s.Path, 30), dash(s.Event.RunID), dash(s.Event.StatusV2), s.Verdict, status,
-			time.Duration(s.Duration).Round(10*time.Microsecond))
+			formatDuration(time.Duration(s.Duration)))
 	}
 	return tw.Flush()
+}
+
+// parseStatusFlag reads --status: "" (any), none, or an HTTP status. It
+// returns the devhook.Filter status: 0 any, -1 none.
+func parseStatusFlag(v string) (int, error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "", "any":
+		return 0, nil
+	case "none", "-1":
+		return -1, nil
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(v))
+	if err != nil || n < 100 || n > 999 {
+		return 0, fmt.Errorf("--status %q is not an HTTP status code or none", v)
+	}
+	return n, nil
+}
+
+// filterFlags names the filters given, as typed: "--status 502 --run-id r".
+func filterFlags(cmd *cobra.Command) string {
+	var parts []string
+	for _, name := range []string{"verdict", "status", "run-id", "status-v2", "q", "before"} {
+		if fl := cmd.Flags().Lookup(name); fl != nil && fl.Changed {
+			parts = append(parts, "--"+name+" "+fl.Value.String())
+		}
+	}
+	return strings.Join(parts, " ")
 }
 
 func dash(s string) string {
@@ -160,7 +216,7 @@ func newDeliveriesShowCmd() *cobra.Command {
 		Short: "Show one delivery: request, signature verdict and every attempt",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			hist, done, err := h.open(cmd.Context())
+			hist, done, _, err := h.open(cmd)
 			if err != nil {
 				return err
 			}
@@ -202,8 +258,8 @@ func printDelivery(w io.Writer, d *devhook.Delivery) {
 	fmt.Fprintf(w, "\nbody (%d bytes)\n", len(d.Body))
 	printBody(w, d.Body)
 	for _, a := range d.Attempts {
-		fmt.Fprintf(w, "\nattempt %d (%s) → %s at %s, %s\n", a.Seq, a.Kind, a.Target, a.StartedAt.Local().Format("15:04:05.000"),
-			time.Duration(a.Duration).Round(10*time.Microsecond))
+		fmt.Fprintf(w, "\nattempt %d (%s) → %s at %s, %s, status %s\n", a.Seq, a.Kind, a.Target, a.StartedAt.Local().Format("15:04:05.000"),
+			formatDuration(time.Duration(a.Duration)), statusWord(a.Status))
 		if a.Request != nil && a.Request.Resigned {
 			fmt.Fprintln(w, "  re-signed with a fresh t")
 		}
@@ -261,18 +317,18 @@ func newReplayCmd() *cobra.Command {
 		Use:   "replay ID",
 		Short: "Send a recorded delivery to the receiver again and record the attempt",
 		Long: `Replay sends a recorded delivery again: through the running devhook listen when its
-inspector answers, else directly from the data directory. By default it is re-signed with
-a fresh t when the secret is known, so the receiver's 5-minute window accepts it.`,
+inspector answers (and, with --data, records in that directory), else directly from the
+data directory. By default it is re-signed with a fresh t when the secret is known, so
+the receiver's 5-minute window accepts it; without a known secret the original signature
+is sent as is. --to URL sends it elsewhere: the delivery's path and query are appended to
+URL, as to a --forward target.
+
+Exit status: 0 when the receiver answered 2xx, 1 otherwise (another status, no answer).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if h.secret == "" {
 				h.secret = os.Getenv("DEVHOOK_SECRET")
 			}
-			hist, done, err := h.open(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer done()
 			opt := devhook.ReplayOptions{To: to}
 			switch {
 			case resign && noResign:
@@ -283,21 +339,39 @@ a fresh t when the secret is known, so the receiver's 5-minute window accepts it
 				f := false
 				opt.Resign = &f
 			}
+			hist, done, live, err := h.open(cmd)
+			if err != nil {
+				return err
+			}
+			defer done()
+			if !live && h.secret == "" && !noResign {
+				fmt.Fprintln(cmd.ErrOrStderr(), "devhook: no running devhook listen and no secret (--secret or DEVHOOK_SECRET): sending the original signature as is")
+			}
 			a, err := hist.Replay(cmd.Context(), args[0], opt)
 			if err != nil {
 				return err
 			}
+			resigned := a.Request != nil && a.Request.Resigned
 			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "attempt %d → %s  ", a.Seq, a.Target)
-			if a.Status != 0 {
-				fmt.Fprintf(w, "%d", a.Status)
-			}
-			if a.Request != nil && a.Request.Resigned {
+			fmt.Fprintf(w, "attempt %d → %s  %s", a.Seq, a.Target, statusWord(a.Status))
+			if resigned {
 				fmt.Fprint(w, "  (re-signed)")
 			}
-			fmt.Fprintf(w, "  %s\n", time.Duration(a.Duration).Round(10*time.Microsecond))
-			if a.Error != "" {
-				return fmt.Errorf("replay failed: %s", a.Error)
+			fmt.Fprintf(w, "  %s\n", formatDuration(time.Duration(a.Duration)))
+			switch {
+			case a.Status == 0:
+				return fmt.Errorf("replay failed: the receiver gave no status: %s", a.Error)
+			case a.Status < 200 || a.Status >= 300:
+				msg := fmt.Sprintf("the receiver answered %d", a.Status)
+				if !resigned && a.Status >= 400 && a.Status < 500 {
+					if d, err := hist.Delivery(cmd.Context(), args[0]); err == nil {
+						if old := signatureAge(d, time.Now()); old > signature.Window {
+							msg += fmt.Sprintf("; the original signature's t is %s old, past the receiver's %s window: replay with --resign (needs the secret: --secret, or a running devhook listen that knows it)",
+								agent.FormatDuration(old.Round(time.Second)), agent.FormatDuration(signature.Window))
+						}
+					}
+				}
+				return errors.New(msg)
 			}
 			return nil
 		},
@@ -305,7 +379,17 @@ a fresh t when the secret is known, so the receiver's 5-minute window accepts it
 	h.flags(cmd)
 	cmd.Flags().BoolVar(&resign, "resign", false, "sign with a fresh t (needs the secret)")
 	cmd.Flags().BoolVar(&noResign, "no-resign", false, "send the original signature as is")
-	cmd.Flags().StringVar(&to, "to", "", "send to this receiver instead")
+	cmd.Flags().StringVar(&to, "to", "", "send to this receiver instead; the delivery's path and query are appended to it")
 	cmd.Flags().StringVar(&h.secret, "secret", "", "signing secret, for re-signing without a running listen (or DEVHOOK_SECRET)")
 	return cmd
+}
+
+// signatureAge is how old the t of d's original signature is at now, or 0
+// when it has none that parses.
+func signatureAge(d *devhook.Delivery, now time.Time) time.Duration {
+	p, err := signature.Parse(d.Header.Get(devhook.SignatureHeader))
+	if err != nil {
+		return 0
+	}
+	return now.Sub(time.UnixMilli(p.T))
 }

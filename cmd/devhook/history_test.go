@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bytes"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/receiver"
+	"github.com/devhook/devhook/signature"
+	"github.com/devhook/devhook/storage"
+)
+
+// devhookCmd runs one devhook command in this process.
+func devhookCmd(t *testing.T, args ...string) (stdout, stderr string, err error) {
+	t.Helper()
+	var o, e bytes.Buffer
+	cmd := newRootCmd(&o, &e)
+	cmd.SetArgs(args)
+	err = cmd.Execute()
+	return o.String(), e.String(), err
+}
+
+// seedStore writes, in a new data directory, one delivery signed with
+// secret at signedAt and an attempt with status (0: no answer). It returns
+// the directory and the delivery.
+func seedStore(t *testing.T, secret string, signedAt time.Time, status int) (string, *devhook.Delivery) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "data")
+	db, err := storage.Open(filepath.Join(dir, "deliveries.db"), storage.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"event_type":"run.status","data":{"run_id":"run-seed","status_v2":"succeeded"}}`)
+	d := &devhook.Delivery{ID: uuid.Must(uuid.NewV7()).String(), ReceivedAt: signedAt, Method: http.MethodPost, Path: "/hook",
+		Header: http.Header{"Content-Type": {"application/json"}},
+		Body:   body, Event: devhook.ParseEvent(body), Verdict: devhook.Verdict{Result: devhook.VerdictOK}}
+	d.Header.Set(devhook.SignatureHeader, signature.Sign(secret, signedAt, body))
+	if _, err := db.PutDelivery(d); err != nil {
+		t.Fatal(err)
+	}
+	a := devhook.Attempt{Kind: devhook.AttemptForward, Target: "http://127.0.0.1:9/hook", StartedAt: signedAt, Status: status}
+	if status == 0 {
+		a.Error = "connection refused: is your receiver running at http://127.0.0.1:9/hook?"
+	}
+	if _, err := db.AddAttempt(d.ID, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir, d
+}
+
+// An explicit --data means that directory, even while another listen owns
+// the inspector address; reading commands create nothing, and an empty
+// answer says whether the directory is empty or the filter matched nothing.
+func TestDeliveries_ExplicitData(t *testing.T) {
+	const secret = "whsec_history"
+	recv := httptest.NewServer(receiver.New(receiver.Config{Secret: secret}))
+	defer recv.Close()
+	inspect := closedAddr(t)
+	running := t.TempDir()
+	lr := startListen(t, "--forward", recv.URL, "--secret", secret, "--data", running, "--inspect", inspect)
+	pub := lr.next(t, "ready")["public_url"].(string)
+	if _, out, err := devhookCmd(t, "send", pub+"/hook", "--secret", secret); err != nil {
+		t.Fatalf("send: %v %s", err, out)
+	}
+	liveID := lr.next(t, "delivery")["id"].(string)
+
+	other, seeded := seedStore(t, secret, time.Now(), 0)
+
+	out, stderr, err := devhookCmd(t, "deliveries", "list", "--data", other, "--inspect", inspect)
+	if err != nil || !strings.Contains(out, seeded.ID) || strings.Contains(out, liveID) {
+		t.Fatalf("deliveries list --data %s with another listen running: %v %s\n%s", other, err, stderr, out)
+	}
+	if !strings.Contains(out, " none ") {
+		t.Errorf("a delivery without an answer is not listed with status none:\n%s", out)
+	}
+	out, _, err = devhookCmd(t, "deliveries", "show", seeded.ID, "--data", other, "--inspect", inspect)
+	if err != nil || !strings.Contains(out, seeded.ID) {
+		t.Fatalf("deliveries show --data %s: %v\n%s", other, err, out)
+	}
+	// The directory the running listen records in goes through it (its
+	// store is locked: opening it would fail).
+	out, stderr, err = devhookCmd(t, "deliveries", "list", "--data", running, "--inspect", inspect)
+	if err != nil || !strings.Contains(out, liveID) {
+		t.Fatalf("deliveries list --data %s of the running listen: %v %s\n%s", running, err, stderr, out)
+	}
+
+	// What the terminal says is what the filter finds: none, not 502.
+	out, _, err = devhookCmd(t, "deliveries", "list", "--data", other, "--inspect", inspect, "--status", "none")
+	if err != nil || !strings.Contains(out, seeded.ID) {
+		t.Errorf("--status none: %v\n%s", err, out)
+	}
+	out, _, err = devhookCmd(t, "deliveries", "list", "--data", other, "--inspect", inspect, "--status", "502")
+	if err != nil || strings.TrimSpace(out) != "no delivery matches --status 502" {
+		t.Errorf("--status 502: %v %q", err, out)
+	}
+	if _, _, err := devhookCmd(t, "deliveries", "list", "--data", other, "--status", "nope"); err == nil || !strings.Contains(err.Error(), "none") {
+		t.Errorf("--status nope: %v", err)
+	}
+
+	missing := filepath.Join(t.TempDir(), "no", "such", "dir")
+	for _, args := range [][]string{{"deliveries", "list"}, {"deliveries", "show", seeded.ID}, {"replay", seeded.ID}} {
+		_, _, err := devhookCmd(t, append(args, "--data", missing, "--inspect", inspect)...)
+		if err == nil || !strings.Contains(err.Error(), "no devhook data in "+missing) {
+			t.Errorf("%s --data %s: %v, want no devhook data", strings.Join(args, " "), missing, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Dir(missing)); !os.IsNotExist(err) {
+		t.Errorf("a reading command created %s (%v)", filepath.Dir(missing), err)
+	}
+	empty := t.TempDir()
+	if db, err := storage.Open(filepath.Join(empty, "deliveries.db"), storage.Config{}); err != nil {
+		t.Fatal(err)
+	} else {
+		db.Close()
+	}
+	if out, _, err := devhookCmd(t, "deliveries", "list", "--data", empty, "--inspect", inspect); err != nil || strings.TrimSpace(out) != "no deliveries recorded yet" {
+		t.Errorf("an empty store: %v %q", err, out)
+	}
+
+	// A replay through the running listen shows in its output.
+	out, stderr, err = devhookCmd(t, "replay", liveID, "--inspect", inspect)
+	if err != nil || !strings.Contains(out, "200") {
+		t.Fatalf("replay through the running listen: %v %s\n%s", err, stderr, out)
+	}
+	if r := lr.next(t, "replay"); r["id"] != liveID || r["status"] != float64(200) || r["resigned"] != true {
+		t.Errorf("listen's replay line: %v", r)
+	}
+}
+
+func TestReplay_ExitStatusAndHints(t *testing.T) {
+	const secret = "whsec_replay"
+	recv := httptest.NewServer(receiver.New(receiver.Config{Secret: secret}))
+	defer recv.Close()
+	dir, d := seedStore(t, secret, time.Now().Add(-10*time.Minute), 200)
+	inspect := closedAddr(t)
+
+	// As is, the 10-minute-old signature is refused: exit 1, and the
+	// error says to re-sign.
+	out, stderr, err := devhookCmd(t, "replay", d.ID, "--data", dir, "--inspect", inspect, "--to", recv.URL)
+	if err == nil || !strings.Contains(err.Error(), "answered 401") || !strings.Contains(err.Error(), "--resign") {
+		t.Errorf("as-is replay of an old delivery: err %v, want answered 401 and --resign\n%s", err, out)
+	}
+	if !strings.Contains(stderr, "sending the original signature as is") {
+		t.Errorf("offline replay without a secret does not say it sends the original signature: %q", stderr)
+	}
+	if !strings.Contains(out, recv.URL+"/hook") {
+		t.Errorf("--to does not append the delivery's path: %s", out)
+	}
+	out, _, err = devhookCmd(t, "replay", d.ID, "--data", dir, "--inspect", inspect, "--to", recv.URL, "--secret", secret)
+	if err != nil || !strings.Contains(out, "200  (re-signed)") {
+		t.Errorf("re-signed replay: %v\n%s", err, out)
+	}
+	recv.Close()
+	if _, _, err := devhookCmd(t, "replay", d.ID, "--data", dir, "--inspect", inspect, "--to", recv.URL, "--secret", secret); err == nil || !strings.Contains(err.Error(), "no status") {
+		t.Errorf("replay to a receiver that is down: %v, want an error", err)
+	}
+}
