@@ -3,10 +3,12 @@ package relay
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -100,6 +102,11 @@ type DialConfig struct {
 	// nothing (not even a ping) for this long. Default 2×DefaultPingInterval.
 	PingTimeout time.Duration
 	MaxBody     int64 // default DefaultMaxBody
+	// TLSClientConfig, when set, is used for an https relay (for
+	// example, to trust a private CA).
+	TLSClientConfig *tls.Config
+	// NetDialContext, when set, makes the TCP connection to the relay.
+	NetDialContext func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Dial connects to the channel and reads the relay's hello.
@@ -116,7 +123,8 @@ func Dial(ctx context.Context, cfg DialConfig) (*Conn, error) {
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = DefaultMaxBody
 	}
-	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second, ReadBufferSize: 64 << 10, WriteBufferSize: 64 << 10}
+	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second, ReadBufferSize: 64 << 10, WriteBufferSize: 64 << 10,
+		TLSClientConfig: cfg.TLSClientConfig, NetDialContext: cfg.NetDialContext}
 	ws, resp, err := d.DialContext(ctx, u.String(), http.Header{"Authorization": {"Bearer " + cfg.Credentials.Token}})
 	if err != nil {
 		if resp != nil {

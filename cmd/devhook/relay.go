@@ -2,15 +2,19 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"log"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/crypto/acme/autocert"
 
 	"github.com/devhook/devhook/relay"
 	"github.com/devhook/devhook/storage"
@@ -28,8 +32,19 @@ type relayOptions struct {
 	maxInflight        int64
 	maxChannelInflight int64
 	maxConns           int
-	stdout             io.Writer
-	stderr             io.Writer
+
+	// Public HTTPS: certificates from ACME for domain, or from files.
+	domain        string
+	acmeEmail     string
+	acmeDirectory string
+	tlsCert       string
+	tlsKey        string
+	httpsAddr     string
+	httpAddr      string
+	acmeClient    *http.Client // nil: one with a timeout; tests trust their CA here
+
+	stdout io.Writer
+	stderr io.Writer
 }
 
 func newRelayCmd() *cobra.Command {
@@ -39,8 +54,14 @@ func newRelayCmd() *cobra.Command {
 		Short: "Run a relay: public URLs for agents, deliveries streamed over WebSocket",
 		Long: `Relay accepts deliveries at /c/<channel>/<any path> and streams each to the channel's
 agent. With no agent connected, deliveries are kept in a queue on disk (the sender gets
-202) and delivered when the agent comes back. Put it behind a TLS-terminating proxy and
-pass that proxy's address as --public-url.`,
+202) and delivered when the agent comes back.
+
+Public HTTPS in one command: --domain hooks.example.com obtains and renews a certificate
+from Let's Encrypt (or --acme-directory) by itself, serves HTTPS on --https-addr (:443) and
+answers ACME challenges and redirects to HTTPS on --http-addr (:80); the public URL
+follows from the domain. --tls-cert/--tls-key serve certificates managed elsewhere
+(reloaded when the files change). Or put it behind a TLS-terminating proxy and pass that
+proxy's address as --public-url. See docs/DEPLOY.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.stdout, o.stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
@@ -60,19 +81,49 @@ pass that proxy's address as --public-url.`,
 		"body bytes of all channels held at once; beyond, 503 with Retry-After (default %d MiB, or --max-channel-inflight if larger)", relay.DefaultMaxInflight>>20))
 	f.IntVar(&o.maxConns, "max-conns", defaultMaxConns(), "connections (senders and agents) open at once; more wait to be accepted, so that descriptors never run out")
 	f.StringVar(&o.openToken, "open-token", os.Getenv("DEVHOOK_RELAY_TOKEN"), "require this bearer token to open channels (or DEVHOOK_RELAY_TOKEN)")
+	f.StringVar(&o.domain, "domain", "", "serve HTTPS for this DNS name with a certificate obtained and renewed by ACME (Let's Encrypt); the public URL is https://<domain>")
+	f.StringVar(&o.acmeEmail, "acme-email", "", "contact address for the ACME account (expiry notices), with --domain")
+	f.StringVar(&o.acmeDirectory, "acme-directory", autocert.DefaultACMEDirectory, "ACME directory URL, with --domain (for example Let's Encrypt's staging directory)")
+	f.StringVar(&o.tlsCert, "tls-cert", "", "serve HTTPS with this certificate file (PEM, chain included), managed elsewhere; needs --tls-key")
+	f.StringVar(&o.tlsKey, "tls-key", "", "the private key file (PEM) of --tls-cert")
+	f.StringVar(&o.httpsAddr, "https-addr", ":443", "address for HTTPS, with --domain or --tls-cert (replaces --addr)")
+	f.StringVar(&o.httpAddr, "http-addr", ":80", `address for plain HTTP with --domain or --tls-cert: ACME HTTP-01 challenges, and a redirect to HTTPS for everything else ("" = none; --domain then uses TLS-ALPN-01 only)`)
 	return cmd
 }
 
 func (o *relayOptions) run(ctx context.Context) error {
+	tlsMode := o.domain != "" || o.tlsCert != "" || o.tlsKey != ""
+	switch {
+	case o.domain != "" && (o.tlsCert != "" || o.tlsKey != ""):
+		return errors.New("--domain obtains certificates itself and --tls-cert/--tls-key use yours: choose one")
+	case (o.tlsCert == "") != (o.tlsKey == ""):
+		return errors.New("--tls-cert and --tls-key go together: give both files")
+	case o.maxConns < 1:
+		return fmt.Errorf("--max-conns must be at least 1, not %d", o.maxConns)
+	}
+	if o.domain != "" {
+		if err := validDomain(o.domain); err != nil {
+			return err
+		}
+	}
 	if err := ensureDir(o.dataDir); err != nil {
 		return err
 	}
+	logger := log.New(o.stderr, "", log.LstdFlags)
+	ls, err := o.listen(logger)
+	if err != nil {
+		return err
+	}
+	defer ls.close()
+	if o.domain != "" && o.publicURL == "" {
+		o.publicURL = publicURLFor(o.domain, ls.main.Addr().String())
+	}
+
 	db, err := storage.OpenRelayStore(filepath.Join(o.dataDir, "relay.db"), storage.RelayStoreConfig{})
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	logger := log.New(o.stderr, "", log.LstdFlags)
 	srv, err := relay.NewServer(relay.Config{
 		Store: db, PublicURL: o.publicURL, MaxBody: o.maxBody, ResponseTimeout: o.timeout,
 		BodyTimeout: o.bodyTimeout, MaxChannelInflight: o.maxChannelInflight, MaxInflight: o.maxInflight,
@@ -82,19 +133,89 @@ func (o *relayOptions) run(ctx context.Context) error {
 		return err
 	}
 	defer srv.Close()
-	if o.maxConns < 1 {
-		return fmt.Errorf("--max-conns must be at least 1, not %d", o.maxConns)
+
+	scheme := "http"
+	if tlsMode {
+		scheme = "https"
 	}
-	ln, err := net.Listen("tcp", o.addr)
+	fmt.Fprintf(o.stdout, "devhook relay on %s://%s\n", scheme, ls.main.Addr())
+	if ls.plain != nil {
+		fmt.Fprintf(o.stdout, "  http        http://%s (ACME challenges; everything else redirects to HTTPS)\n", ls.plain.Addr())
+	}
+	if o.domain != "" {
+		fmt.Fprintf(o.stdout, "  certificate %s from %s (obtained at the first connection, renewed by itself)\n", o.domain, o.acmeDirectory)
+	}
+	o.printSettings()
+	hs := newHTTPServer(srv)
+	hs.ErrorLog = logger // failed handshakes, certificates that could not be obtained
+	main := ls.main
+	if ls.tls != nil {
+		main = tls.NewListener(main, ls.tls.config)
+	}
+	waitMain := serve(ctx, hs, main)
+	if ls.plain == nil {
+		return waitMain()
+	}
+	waitPlain := serve(ctx, newHTTPServer(ls.tls.httpHandler), ls.plain)
+	return errors.Join(waitMain(), waitPlain())
+}
+
+// relayListeners are the relay's sockets: main for the relay itself (TLS
+// is added over it when tls is set), plain for ACME challenges and
+// redirects to HTTPS.
+type relayListeners struct {
+	main, plain net.Listener
+	tls         *relayTLS
+}
+
+func (ls *relayListeners) close() {
+	ls.main.Close()
+	if ls.plain != nil {
+		ls.plain.Close()
+	}
+}
+
+func (o *relayOptions) listen(logger *log.Logger) (*relayListeners, error) {
+	if o.domain == "" && o.tlsCert == "" {
+		ln, err := net.Listen("tcp", o.addr)
+		if err != nil {
+			return nil, fmt.Errorf("listen on %s: %w (choose another with --addr)", o.addr, err)
+		}
+		return &relayListeners{main: relay.LimitListener(ln, o.maxConns)}, nil
+	}
+	// The plain HTTP port gets an eighth of --max-conns: it only answers
+	// challenges and redirects.
+	httpConns := 0
+	if o.httpAddr != "" {
+		httpConns = max(1, o.maxConns/8)
+	}
+	ln, err := net.Listen("tcp", o.httpsAddr)
 	if err != nil {
-		return fmt.Errorf("listen on %s: %w (choose another with --addr)", o.addr, err)
+		return nil, fmt.Errorf("listen on %s: %w (choose another with --https-addr; ports below 1024 need root or CAP_NET_BIND_SERVICE)", o.httpsAddr, err)
 	}
-	ln = relay.LimitListener(ln, o.maxConns)
-	fmt.Fprintf(o.stdout, "devhook relay on http://%s\n", ln.Addr())
+	ls := &relayListeners{main: relay.LimitListener(ln, max(1, o.maxConns-httpConns))}
+	if o.httpAddr != "" {
+		pln, err := net.Listen("tcp", o.httpAddr)
+		if err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("listen on %s: %w (choose another with --http-addr, or none with --http-addr \"\")", o.httpAddr, err)
+		}
+		ls.plain = relay.LimitListener(pln, httpConns)
+	}
+	client := o.acmeClient
+	if client == nil {
+		client = acmeHTTPClient()
+	}
+	if ls.tls, err = o.newRelayTLS(logger, client, ln.Addr().String()); err != nil {
+		ls.close()
+		return nil, err
+	}
+	return ls, nil
+}
+
+func (o *relayOptions) printSettings() {
 	if o.publicURL != "" {
 		fmt.Fprintf(o.stdout, "  public URL  %s\n", o.publicURL)
 	}
 	fmt.Fprintf(o.stdout, "  data        %s\n", o.dataDir)
-	wait := serve(ctx, newHTTPServer(srv), ln)
-	return wait()
 }
