@@ -101,7 +101,7 @@ func (o offline) Replay(ctx context.Context, id string, opt devhook.ReplayOption
 func newDeliveriesCmd() *cobra.Command {
 	cmd := &cobra.Command{Use: "deliveries", Short: "List and show recorded deliveries"}
 	cmd.AddCommand(newDeliveriesListCmd(), newDeliveriesShowCmd())
-	return cmd
+	return groupCmd(cmd)
 }
 
 func newDeliveriesListCmd() *cobra.Command {

@@ -21,6 +21,7 @@ type receiveOptions struct {
 	secret string
 	skew   time.Duration
 	stdout io.Writer
+	stderr io.Writer
 }
 
 func newReceiveCmd() *cobra.Command {
@@ -30,7 +31,7 @@ func newReceiveCmd() *cobra.Command {
 		Short: "Run the reference receiver: checks service-signature and answers as the service's receivers do",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.stdout = cmd.OutOrStdout()
+			o.stdout, o.stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
 			if o.secret == "" {
 				o.secret = os.Getenv("DEVHOOK_SECRET")
 			}
@@ -57,5 +58,8 @@ func (o *receiveOptions) run(ctx context.Context) error {
 		return fmt.Errorf("listen on %s: %w (choose another with --addr)", o.addr, err)
 	}
 	fmt.Fprintf(o.stdout, "reference receiver on http://%s\n", ln.Addr())
+	if o.secret == "" {
+		fmt.Fprintln(o.stderr, "devhook: no --secret (nor DEVHOOK_SECRET): this receiver answers 500 to every request, as the service's receivers do without a secret; pass --secret S")
+	}
 	return serve(ctx, newHTTPServer(h), ln)()
 }

@@ -55,7 +55,7 @@ func newAppsCmd() *cobra.Command {
 			"default_instance", a.DefaultInstance, "created_at", a.CreatedAt)
 	})
 	cmd.AddCommand(create, get)
-	return cmd
+	return groupCmd(cmd)
 }
 
 type runsStartOptions struct {
@@ -113,7 +113,7 @@ func newRunsCmd() *cobra.Command {
 		return printRun(o.stdout, r)
 	})
 	cmd.AddCommand(start, get)
-	return cmd
+	return groupCmd(cmd)
 }
 
 func (s *runsStartOptions) run(ctx context.Context, c *cloud.Client, app string) error {

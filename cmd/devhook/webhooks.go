@@ -48,7 +48,7 @@ func newWebhooksCmd() *cobra.Command {
 	o.register(cmd.PersistentFlags(), true)
 	cmd.AddCommand(newWebhooksCreateCmd(o), newWebhooksListCmd(o), newWebhooksGetCmd(o),
 		newWebhooksUpdateCmd(o), newWebhooksDeleteCmd(o), newWebhooksSecretCmd(o))
-	return cmd
+	return groupCmd(cmd)
 }
 
 type webhookFields struct {
@@ -266,7 +266,7 @@ func newConversationsCmd() *cobra.Command {
 		return nil
 	})
 	cmd.AddCommand(list, get)
-	return cmd
+	return groupCmd(cmd)
 }
 
 func newTriggerCmd() *cobra.Command {
