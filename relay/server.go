@@ -73,8 +73,11 @@ type Config struct {
 	Window int
 	// OpenToken, when set, is required (as a bearer token) to open a channel.
 	OpenToken string
-	Now       func() time.Time
-	Logf      func(format string, args ...any)
+	// PrivateMetrics: /metrics is not served by the Server's handler, only
+	// by Metrics (on an address of its own).
+	PrivateMetrics bool
+	Now            func() time.Time
+	Logf           func(format string, args ...any)
 }
 
 // Server is a relay. It is an http.Handler; Close disconnects agents.
@@ -83,6 +86,7 @@ type Server struct {
 	router   Router
 	upgrader websocket.Upgrader
 	budget   budget
+	metrics  *metrics
 	known    sync.Map // ids of channels known to exist; channels are never removed
 
 	wg sync.WaitGroup // every connection's goroutines
@@ -154,6 +158,7 @@ func NewServer(cfg Config) (*Server, error) {
 			CheckOrigin: func(*http.Request) bool { return true },
 		},
 	}
+	s.metrics = newMetrics(s)
 	return s, nil
 }
 
@@ -179,7 +184,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p := r.URL.EscapedPath()
 	switch {
 	case strings.HasPrefix(p, "/c/"):
-		s.serveIngress(w, r)
+		s.observeIngress(w, r)
 	case p == "/v1/channels":
 		if r.Method != http.MethodPost {
 			w.Header().Set("Allow", "POST")
@@ -197,7 +202,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.serveCheck(w, r, strings.TrimPrefix(p, "/v1/channels/"))
 	case p == "/healthz":
-		io.WriteString(w, "ok\n")
+		s.serveHealth(w)
+	case p == "/metrics" && !s.cfg.PrivateMetrics:
+		s.metrics.handler.ServeHTTP(w, r)
 	default:
 		httpError(w, http.StatusNotFound, "no such endpoint; deliveries go to /c/<channel>/...")
 	}
@@ -383,6 +390,7 @@ func (s *Server) serveIngress(w http.ResponseWriter, r *http.Request) {
 	ans, err := s.router.Deliver(r.Context(), d)
 	switch {
 	case err == nil:
+		answeredByAgent(w)
 		h := w.Header()
 		for k, v := range EndToEnd(ans.Header) {
 			h[k] = v
@@ -765,6 +773,7 @@ func (c *agentConn) readLoop() {
 				if err := c.s.cfg.Store.Dequeue(c.channel, h.ID); err != nil {
 					c.s.cfg.Logf("relay: channel %s: dequeue %s: %v", c.channel, h.ID, err)
 				}
+				c.s.metrics.acked.Inc()
 				c.mu.Lock()
 				delete(c.inflight, h.ID)
 				c.acked[h.ID] = true

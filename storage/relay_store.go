@@ -61,7 +61,10 @@ const queueFill = 0.95
 
 var relayBuckets = [][]byte{bucketChannels, bucketQueue, bucketParked}
 
-var _ relay.Store = (*RelayStore)(nil)
+var (
+	_ relay.Store   = (*RelayStore)(nil)
+	_ relay.Counter = (*RelayStore)(nil)
+)
 
 // OpenRelayStore opens or creates the relay's file at path, with its
 // directory.
@@ -358,6 +361,24 @@ func (s *RelayStore) QueueLen(channel string) (n int, err error) {
 	})
 	if err != nil {
 		return 0, fmt.Errorf("storage: count queue of channel %s: %w", channel, err)
+	}
+	return n, nil
+}
+
+// Counts implements relay.Counter: the channels, and the deliveries queued
+// over all channels, for /metrics.
+func (s *RelayStore) Counts() (relay.Counts, error) {
+	var n relay.Counts
+	err := s.bolt.View(func(tx *bolt.Tx) error {
+		n.Channels = tx.Bucket(bucketChannels).Stats().KeyN
+		q := tx.Bucket(bucketQueue)
+		return q.ForEachBucket(func(k []byte) error {
+			n.Queued += q.Bucket(k).Stats().KeyN
+			return nil
+		})
+	})
+	if err != nil {
+		return relay.Counts{}, fmt.Errorf("storage: count channels and queue: %w", err)
 	}
 	return n, nil
 }

@@ -43,6 +43,8 @@ type relayOptions struct {
 	httpAddr      string
 	acmeClient    *http.Client // nil: one with a timeout; tests trust their CA here
 
+	metricsAddr string
+
 	stdout io.Writer
 	stderr io.Writer
 }
@@ -88,6 +90,7 @@ proxy's address as --public-url. See docs/DEPLOY.md.`,
 	f.StringVar(&o.tlsKey, "tls-key", "", "the private key file (PEM) of --tls-cert")
 	f.StringVar(&o.httpsAddr, "https-addr", ":443", "address for HTTPS, with --domain or --tls-cert (replaces --addr)")
 	f.StringVar(&o.httpAddr, "http-addr", ":80", `address for plain HTTP with --domain or --tls-cert: ACME HTTP-01 challenges, and a redirect to HTTPS for everything else ("" = none; --domain then uses TLS-ALPN-01 only)`)
+	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics (and /healthz) on this address only, such as 127.0.0.1:9091 (default: /metrics on the relay's own address)")
 	return cmd
 }
 
@@ -127,7 +130,7 @@ func (o *relayOptions) run(ctx context.Context) error {
 	srv, err := relay.NewServer(relay.Config{
 		Store: db, PublicURL: o.publicURL, MaxBody: o.maxBody, ResponseTimeout: o.timeout,
 		BodyTimeout: o.bodyTimeout, MaxChannelInflight: o.maxChannelInflight, MaxInflight: o.maxInflight,
-		OpenToken: o.openToken, Logf: logger.Printf,
+		OpenToken: o.openToken, Logf: logger.Printf, PrivateMetrics: o.metricsAddr != "",
 	})
 	if err != nil {
 		return err
@@ -145,6 +148,18 @@ func (o *relayOptions) run(ctx context.Context) error {
 	if o.domain != "" {
 		fmt.Fprintf(o.stdout, "  certificate %s from %s (obtained at the first connection, renewed by itself)\n", o.domain, o.acmeDirectory)
 	}
+	var waits []func() error
+	if o.metricsAddr != "" {
+		mln, err := net.Listen("tcp", o.metricsAddr)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w (choose another with --metrics-addr)", o.metricsAddr, err)
+		}
+		fmt.Fprintf(o.stdout, "  metrics     http://%s/metrics\n", mln.Addr())
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", srv.Metrics())
+		mux.Handle("/healthz", srv)
+		waits = append(waits, serve(ctx, newHTTPServer(mux), mln))
+	}
 	o.printSettings()
 	hs := newHTTPServer(srv)
 	hs.ErrorLog = logger // failed handshakes, certificates that could not be obtained
@@ -152,12 +167,15 @@ func (o *relayOptions) run(ctx context.Context) error {
 	if ls.tls != nil {
 		main = tls.NewListener(main, ls.tls.config)
 	}
-	waitMain := serve(ctx, hs, main)
-	if ls.plain == nil {
-		return waitMain()
+	waits = append(waits, serve(ctx, hs, main))
+	if ls.plain != nil {
+		waits = append(waits, serve(ctx, newHTTPServer(ls.tls.httpHandler), ls.plain))
 	}
-	waitPlain := serve(ctx, newHTTPServer(ls.tls.httpHandler), ls.plain)
-	return errors.Join(waitMain(), waitPlain())
+	var errs []error
+	for _, wait := range waits {
+		errs = append(errs, wait())
+	}
+	return errors.Join(errs...)
 }
 
 // relayListeners are the relay's sockets: main for the relay itself (TLS

@@ -378,3 +378,31 @@ func TestRelay_TLSFlagsChecked(t *testing.T) {
 		}
 	}
 }
+
+// --metrics-addr serves /metrics and /healthz on an address of its own,
+// and the relay's public address no longer serves /metrics.
+func TestRelay_MetricsAddr(t *testing.T) {
+	lines := inProcessRelay(t, &relayOptions{addr: "127.0.0.1:0", metricsAddr: "127.0.0.1:0", dataDir: t.TempDir(), maxConns: 64})
+	public := "http://" + lineAddr(t, lines, "devhook relay on http://")
+	metrics := "http://" + strings.TrimSuffix(lineAddr(t, lines, "  metrics     http://"), "/metrics")
+	client := &http.Client{Timeout: 10 * time.Second}
+	for _, tc := range []struct {
+		url  string
+		code int
+		body string
+	}{
+		{public + "/metrics", http.StatusNotFound, ""},
+		{metrics + "/metrics", http.StatusOK, "devhook_relay_channels 0"},
+		{metrics + "/healthz", http.StatusOK, "ok"},
+	} {
+		resp, err := client.Get(tc.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.code || !strings.Contains(string(b), tc.body) {
+			t.Errorf("GET %s: %s %.100q", tc.url, resp.Status, b)
+		}
+	}
+}

@@ -1,0 +1,209 @@
+package relay
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Counts is what a Store tells /metrics about what it keeps.
+type Counts struct {
+	Channels int // channels opened
+	Queued   int // deliveries waiting in queues, over all channels
+}
+
+// Counter is implemented by a Store that can count what it keeps. The
+// relay asks at each scrape of /metrics.
+type Counter interface {
+	Counts() (Counts, error)
+}
+
+// HealthChecker is implemented by a Store or Router that depends on
+// something outside the process (a NATS connection): /healthz answers 503
+// with the error while Health returns one, and shows status otherwise.
+type HealthChecker interface {
+	Health() (status string, err error)
+}
+
+// Outcomes of a delivery, the label "outcome" of the delivery metrics.
+const (
+	OutcomeAnswered = "answered"    // the agent answered; status is the receiver's
+	OutcomeQueued   = "queued"      // 202: kept for the agent
+	OutcomeTimeout  = "timeout"     // 504: the agent did not answer in time
+	OutcomeRefused  = "refused"     // the relay refused it (404, 408, 413, 429, 431, 503)
+	OutcomeGone     = "sender_gone" // the sender went away before the answer
+)
+
+// metrics is a Server's Prometheus registry: its own, never the global
+// default, so that two Servers in one process count apart.
+type metrics struct {
+	reg        *prometheus.Registry
+	deliveries *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+	acked      prometheus.Counter
+	handler    http.Handler
+}
+
+func newMetrics(s *Server) *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "devhook_relay_deliveries_total",
+			Help: "Deliveries received at /c/, by the status the sender was answered and the outcome.",
+		}, []string{"status", "outcome"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "devhook_relay_delivery_duration_seconds",
+			Help:    "Time from a delivery's headers to its answer, by outcome.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}, []string{"outcome"}),
+		acked: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "devhook_relay_queue_acked_total",
+			Help: "Queued deliveries acknowledged by their agent and removed from the queue.",
+		}),
+	}
+	m.reg.MustRegister(m.deliveries, m.duration, m.acked,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "devhook_relay_agents_connected",
+			Help: "Agents connected to this relay process.",
+		}, func() float64 {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return float64(len(s.conns))
+		}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "devhook_relay_inflight_bytes",
+			Help: "Body bytes this relay process holds: being read, or waiting for the agent.",
+		}, func() float64 {
+			s.budget.mu.Lock()
+			defer s.budget.mu.Unlock()
+			return float64(s.budget.total)
+		}),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	if c, ok := s.cfg.Store.(Counter); ok {
+		m.reg.MustRegister(&storeCollector{c: c, logf: s.cfg.Logf})
+	}
+	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorLog: logAdapter(s.cfg.Logf)})
+	return m
+}
+
+// storeCollector reads the store's counts once per scrape.
+type storeCollector struct {
+	c    Counter
+	logf func(string, ...any)
+}
+
+var (
+	descChannels = prometheus.NewDesc("devhook_relay_channels", "Channels opened (in the cluster, when clustered).", nil, nil)
+	descQueued   = prometheus.NewDesc("devhook_relay_queue_depth", "Deliveries waiting in queues for their agent, over all channels (in the cluster, when clustered).", nil, nil)
+)
+
+func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descChannels
+	ch <- descQueued
+}
+
+func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
+	n, err := c.c.Counts()
+	if err != nil {
+		c.logf("relay: metrics: count channels and queue: %v", err)
+		ch <- prometheus.NewInvalidMetric(descQueued, err)
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(descChannels, prometheus.GaugeValue, float64(n.Channels))
+	ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(n.Queued))
+}
+
+type logAdapter func(string, ...any)
+
+func (l logAdapter) Println(v ...any) { l("relay: metrics: %v", v) }
+
+// Metrics serves the relay's Prometheus metrics. The Server's own handler
+// serves them at /metrics too, unless Config.PrivateMetrics.
+func (s *Server) Metrics() http.Handler { return s.metrics.handler }
+
+// observeIngress serves a delivery and counts it.
+func (s *Server) observeIngress(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	sw := &statusWriter{ResponseWriter: w}
+	s.serveIngress(sw, r)
+	outcome := OutcomeRefused
+	switch {
+	case sw.byAgent:
+		outcome = OutcomeAnswered
+	case sw.status == http.StatusAccepted:
+		outcome = OutcomeQueued
+	case sw.status == http.StatusGatewayTimeout:
+		outcome = OutcomeTimeout
+	case sw.status == 0:
+		outcome = OutcomeGone
+	}
+	status := "none"
+	if sw.status != 0 {
+		status = strconv.Itoa(sw.status)
+	}
+	s.metrics.deliveries.WithLabelValues(status, outcome).Inc()
+	s.metrics.duration.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
+}
+
+// answeredByAgent marks w's answer as the agent's.
+func answeredByAgent(w http.ResponseWriter) {
+	if sw, ok := w.(*statusWriter); ok {
+		sw.byAgent = true
+	}
+}
+
+// statusWriter remembers the status written. Unwrap keeps
+// http.ResponseController working through it.
+type statusWriter struct {
+	http.ResponseWriter
+	status  int
+	byAgent bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// serveHealth answers /healthz: 200 "ok", or 503 with what is wrong.
+func (s *Server) serveHealth(w http.ResponseWriter) {
+	var lines []string
+	seen := map[HealthChecker]bool{}
+	for _, c := range []any{s.cfg.Store, s.router} {
+		hc, ok := c.(HealthChecker)
+		if !ok || seen[hc] {
+			continue
+		}
+		seen[hc] = true
+		status, err := hc.Health()
+		if err != nil {
+			httpError(w, http.StatusServiceUnavailable, "unhealthy: "+err.Error())
+			return
+		}
+		if status != "" {
+			lines = append(lines, status)
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Write([]byte("ok\n"))
+	for _, l := range lines {
+		w.Write([]byte(l + "\n"))
+	}
+}

@@ -1,0 +1,183 @@
+package relay_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/storage"
+)
+
+func get(t *testing.T, u string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// metricValue returns the value of the sample line name (labels included,
+// as the exposition format writes them), or "" when there is none.
+func metricValue(text, name string) string {
+	for _, l := range strings.Split(text, "\n") {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func post(t *testing.T, u, body string) (int, string) {
+	t.Helper()
+	resp, err := http.Post(u, "text/plain", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// /metrics counts deliveries by the status answered and the outcome, the
+// latency of each outcome, connected agents, channels, queue depth and
+// acknowledgements; each Server has its own registry.
+func TestMetrics(t *testing.T) {
+	_, hs, _ := newRelay(t, relay.Config{ResponseTimeout: 10 * time.Second})
+	_, other, _ := newRelay(t, relay.Config{})
+	cr := open(t, hs)
+
+	for _, body := range []string{"q1", "q2"} {
+		if st, _ := post(t, cr.PublicURL+"/hook", body); st != http.StatusAccepted {
+			t.Fatalf("queued delivery: %d", st)
+		}
+	}
+	if st, _ := post(t, hs.URL+"/c/0123456789abcdef0123456789abcdef/x", "nobody"); st != http.StatusNotFound {
+		t.Fatalf("unknown channel: %d", st)
+	}
+	_, m := get(t, hs.URL+"/metrics")
+	for name, want := range map[string]string{
+		"devhook_relay_channels":                                                   "1",
+		"devhook_relay_queue_depth":                                                "2",
+		"devhook_relay_agents_connected":                                           "0",
+		`devhook_relay_deliveries_total{outcome="queued",status="202"}`:            "2",
+		`devhook_relay_deliveries_total{outcome="refused",status="404"}`:           "1",
+		`devhook_relay_delivery_duration_seconds_count{outcome="queued"}`:          "2",
+		"devhook_relay_queue_acked_total":                                          "0",
+		`devhook_relay_delivery_duration_seconds_bucket{outcome="queued",le="60"}`: "2",
+	} {
+		if got := metricValue(m, name); got != want {
+			t.Errorf("%s = %q, want %s", name, got, want)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := relay.Dial(ctx, relay.DialConfig{RelayURL: hs.URL, Credentials: cr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	acked := make(chan struct{}, 2)
+	agentDone := make(chan error, 1)
+	go func() {
+		for {
+			d, err := conn.Receive()
+			if err != nil {
+				agentDone <- err
+				return
+			}
+			conn.Respond(d.ID, http.StatusTeapot, nil, []byte("brewed"))
+			if d.Queued {
+				conn.Ack(d.ID)
+				acked <- struct{}{}
+			}
+		}
+	}()
+	if st, body := post(t, cr.PublicURL+"/hook", "live"); st != http.StatusTeapot || body != "brewed" {
+		t.Fatalf("live delivery: %d %q", st, body)
+	}
+	<-acked
+	<-acked
+	// The relay reads an agent's frames in order: once this answer is
+	// in, the acknowledgements written before it are committed.
+	if st, _ := post(t, cr.PublicURL+"/hook", "live 2"); st != http.StatusTeapot {
+		t.Fatalf("second live delivery: %d", st)
+	}
+	_, m = get(t, hs.URL+"/metrics")
+	conn.Close()
+	<-agentDone
+	for name, want := range map[string]string{
+		"devhook_relay_queue_depth":                                         "0",
+		"devhook_relay_queue_acked_total":                                   "2",
+		"devhook_relay_agents_connected":                                    "1",
+		`devhook_relay_deliveries_total{outcome="answered",status="418"}`:   "2",
+		`devhook_relay_delivery_duration_seconds_count{outcome="answered"}`: "2",
+	} {
+		if got := metricValue(m, name); got != want {
+			t.Errorf("%s = %q, want %s", name, got, want)
+		}
+	}
+	if !strings.Contains(m, "go_goroutines ") || !strings.Contains(m, "process_") {
+		t.Error("no Go runtime or process metrics")
+	}
+
+	// Another Server in the same process counts apart.
+	_, om := get(t, other.URL+"/metrics")
+	if got := metricValue(om, `devhook_relay_deliveries_total{outcome="queued",status="202"}`); got != "" {
+		t.Errorf("another relay's metrics count this one's deliveries: %q", got)
+	}
+	if st, body := get(t, hs.URL+"/healthz"); st != http.StatusOK || body != "ok\n" {
+		t.Errorf("healthz: %d %q", st, body)
+	}
+}
+
+type sickStore struct {
+	*storage.RelayStore
+	err error
+}
+
+func (s sickStore) Health() (string, error) { return "backend: fine", s.err }
+
+// /healthz reports the health of the store (the cluster's NATS
+// connection): 503 with the reason while it is down. PrivateMetrics keeps
+// /metrics off the public handler.
+func TestHealthzAndPrivateMetrics(t *testing.T) {
+	db, err := storage.OpenRelayStore(filepath.Join(t.TempDir(), "relay.db"), storage.RelayStoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	store := &sickStore{RelayStore: db}
+	srv, err := relay.NewServer(relay.Config{Store: store, PrivateMetrics: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	if st, body := get(t, hs.URL+"/healthz"); st != http.StatusOK || body != "ok\nbackend: fine\n" {
+		t.Errorf("healthy: %d %q", st, body)
+	}
+	store.err = errors.New("nats: disconnected")
+	if st, body := get(t, hs.URL+"/healthz"); st != http.StatusServiceUnavailable || !strings.Contains(body, "nats: disconnected") {
+		t.Errorf("unhealthy: %d %q", st, body)
+	}
+	if st, _ := get(t, hs.URL+"/metrics"); st != http.StatusNotFound {
+		t.Errorf("/metrics with PrivateMetrics: %d", st)
+	}
+	rec := httptest.NewRecorder()
+	srv.Metrics().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "devhook_relay_channels 0") {
+		t.Errorf("Metrics(): %d %.200q", rec.Code, rec.Body.String())
+	}
+}
