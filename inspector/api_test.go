@@ -10,12 +10,14 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/inspector"
+	"github.com/devhook/devhook/signature"
 )
 
 func TestHostCheck(t *testing.T) {
@@ -358,22 +360,63 @@ func TestReplay(t *testing.T) {
 		return res.StatusCode, b
 	}
 
-	// Default: re-signed, to the first forward target.
+	// Default: re-signed (the secret is known), to the first forward
+	// target: a header that verifies with the secret, with a fresh t.
+	before := time.Now()
 	code, b := post("/api/deliveries/"+d.ID+"/replay", `{}`)
 	var a devhook.Attempt
 	if err := json.Unmarshal(b, &a); code != http.StatusOK || err != nil {
 		t.Fatalf("replay: %d %s", code, b)
 	}
-	if a.Seq != 2 || a.Kind != devhook.AttemptReplay || a.Status != 200 {
+	if a.Seq != 2 || a.Kind != devhook.AttemptReplay || a.Status != 200 || a.Request == nil || !a.Request.Resigned ||
+		a.Target != f.Receiver.URL+d.Path {
 		t.Errorf("attempt = %+v", a)
 	}
 	if c := f.Replayer.lastCall(); c.ID != d.ID || c.Opt.Resign != nil || c.Opt.HasBody || c.Opt.Header != nil || c.Opt.To != "" {
 		t.Errorf("replayer got %+v", c)
 	}
 	got := f.Receiver.requests()
-	if len(got) != 1 || string(got[0].Body) != string(d.Body) || got[0].Header.Get(devhook.SignatureHeader) == d.Header.Get(devhook.SignatureHeader) {
-		t.Errorf("receiver saw %+v; want the body re-signed", got)
+	if len(got) != 1 || string(got[0].Body) != string(d.Body) {
+		t.Fatalf("receiver saw %+v; want the stored body", got)
 	}
+	sent := got[0].Header.Get(devhook.SignatureHeader)
+	assertFreshSignature(t, sent, got[0].Body, before)
+	if sent == d.Header.Get(devhook.SignatureHeader) {
+		t.Errorf("a re-signed replay sent the original signature %q", sent)
+	}
+
+	// As is: the original header, byte for byte, though it is 10
+	// minutes old.
+	code, b = post("/api/deliveries/"+d.ID+"/replay", `{"resign":false}`)
+	if code != http.StatusOK {
+		t.Fatalf("as-is replay: %d %s", code, b)
+	}
+	got = f.Receiver.requests()
+	last := got[len(got)-1]
+	if want := d.Header.Values(devhook.SignatureHeader); !slices.Equal(last.Header.Values(devhook.SignatureHeader), want) {
+		t.Errorf("as-is replay sent signature %q, want the original %q", last.Header.Values(devhook.SignatureHeader), want)
+	}
+	for _, k := range []string{"Content-Type", "User-Agent"} {
+		if !slices.Equal(last.Header.Values(k), d.Header.Values(k)) {
+			t.Errorf("as-is replay sent %s %q, want %q", k, last.Header.Values(k), d.Header.Values(k))
+		}
+	}
+	if string(last.Body) != string(d.Body) {
+		t.Errorf("as-is replay changed the body")
+	}
+
+	// An edited body, re-signed: the signature covers the edited bytes.
+	before = time.Now()
+	code, b = post("/api/deliveries/"+d.ID+"/replay", `{"body_text":"{\"edited\":1}"}`)
+	if code != http.StatusOK {
+		t.Fatalf("edited re-signed replay: %d %s", code, b)
+	}
+	got = f.Receiver.requests()
+	last = got[len(got)-1]
+	if string(last.Body) != `{"edited":1}` {
+		t.Errorf("edited replay sent %q", last.Body)
+	}
+	assertFreshSignature(t, last.Header.Get(devhook.SignatureHeader), last.Body, before)
 
 	// Edited: body, headers, target, as-is.
 	code, b = post("/api/deliveries/"+d.ID+"/replay",
@@ -387,7 +430,8 @@ func TestReplay(t *testing.T) {
 		t.Errorf("replayer got %+v", c.Opt)
 	}
 	got = f.Receiver.requests()
-	if last := got[len(got)-1]; string(last.Body) != `{"edited":true}` || last.Header.Get("X-One") != "1" {
+	if last := got[len(got)-1]; string(last.Body) != `{"edited":true}` || last.Header.Get("X-One") != "1" ||
+		!slices.Equal(last.Header.Values("X-Many"), []string{"a", "b"}) || last.Path != d.Path {
 		t.Errorf("receiver saw %+v", last)
 	}
 
@@ -395,11 +439,14 @@ func TestReplay(t *testing.T) {
 	if code != http.StatusOK || string(f.Replayer.lastCall().Opt.Body) != "\x00\xff" {
 		t.Errorf("base64 body replay: %d %s", code, b)
 	}
+	if got := f.Receiver.requests(); string(got[len(got)-1].Body) != "\x00\xff" {
+		t.Errorf("base64 body replay sent %q", got[len(got)-1].Body)
+	}
 
 	var stored devhook.Delivery
 	f.get(t, "/api/deliveries/"+d.ID, &stored)
-	if len(stored.Attempts) != 4 {
-		t.Errorf("stored attempts = %d, want 4 (forward and three replays)", len(stored.Attempts))
+	if len(stored.Attempts) != 6 {
+		t.Errorf("stored attempts = %d, want 6 (forward and five replays)", len(stored.Attempts))
 	}
 
 	for _, tt := range []struct {
@@ -436,6 +483,22 @@ func TestReplay(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), `"error"`) {
 		t.Errorf("replay without a replayer: %d %s", res.StatusCode, b)
+	}
+}
+
+// assertFreshSignature checks that header verifies over body with the
+// secret, with a t no older than since.
+func assertFreshSignature(t *testing.T, header string, body []byte, since time.Time) {
+	t.Helper()
+	if v := signature.Verify(testSecret, header, body, time.Now()); !v.OK() {
+		t.Errorf("signature %q does not verify over %q: %s", header, body, v.Reason)
+	}
+	p, err := signature.Parse(header)
+	if err != nil {
+		t.Fatalf("signature %q: %v", header, err)
+	}
+	if at := time.UnixMilli(p.T); at.Before(since.Truncate(time.Millisecond)) || at.After(time.Now()) {
+		t.Errorf("signature t %v is not fresh (replay started at %v)", at, since)
 	}
 }
 

@@ -88,6 +88,7 @@ func TestFullStackInBrowser(t *testing.T) {
 	t.Logf("devhook listen: public %s, inspector %s", ready.PublicURL, ready.InspectorURL)
 
 	client := &http.Client{Timeout: 10 * time.Second}
+	signed := map[string]string{} // delivery id → the signature header it was sent with
 	send := func(body []byte) string {
 		t.Helper()
 		req, err := http.NewRequest(http.MethodPost, strings.TrimSuffix(ready.PublicURL, "/")+"/hooks/service", bytes.NewReader(body))
@@ -95,7 +96,8 @@ func TestFullStackInBrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set(devhook.SignatureHeader, signature.Sign(testSecret, time.Now(), body))
+		sig := signature.Sign(testSecret, time.Now().Add(-2*time.Second), body) // older than any replay's t
+		req.Header.Set(devhook.SignatureHeader, sig)
 		res, err := client.Do(req)
 		if err != nil {
 			t.Fatalf("sending to the public URL: %v", err)
@@ -105,7 +107,9 @@ func TestFullStackInBrowser(t *testing.T) {
 		if res.StatusCode != http.StatusOK {
 			t.Fatalf("the public URL answered %d, want the receiver's 200", res.StatusCode)
 		}
-		return res.Header.Get("Devhook-Delivery")
+		id := res.Header.Get("Devhook-Delivery")
+		signed[id] = sig
+		return id
 	}
 
 	tab := b.NewTab(t)
@@ -142,8 +146,27 @@ func TestFullStackInBrowser(t *testing.T) {
 		inspectortest.WaitCount("#attempts .attempt", 2),
 		inspectortest.WaitText(`#attempts .attempt[data-seq="2"]`, "replay"),
 	)
-	if got := rcv.requests(); len(got) != before+1 || got[len(got)-1].Header.Get(devhook.SignatureHeader) == "" {
-		t.Errorf("the receiver saw %d requests after the replay, want %d, signed", len(got), before+1)
+	// The page's replay is the agent's: re-signed with the secret and a
+	// fresh t, over the same bytes.
+	got := rcv.requests()
+	if len(got) != before+1 {
+		t.Fatalf("the receiver saw %d requests after the replay, want %d", len(got), before+1)
+	}
+	replayed := got[len(got)-1]
+	assertFreshSignature(t, replayed.Header.Get(devhook.SignatureHeader), replayed.Body, start)
+	if replayed.Header.Get(devhook.SignatureHeader) == signed[ids[0]] || string(replayed.Body) != string(got[0].Body) {
+		t.Errorf("the replay sent signature %q over %q; want a new one over the original body", replayed.Header.Get(devhook.SignatureHeader), replayed.Body)
+	}
+	// As is, through the same API: the original header, byte for byte.
+	res, err := client.Post(ready.InspectorURL+"/api/deliveries/"+ids[0]+"/replay", "application/json", strings.NewReader(`{"resign":false}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	got = rcv.requests()
+	if res.StatusCode != http.StatusOK || len(got) != before+2 || got[len(got)-1].Header.Get(devhook.SignatureHeader) != signed[ids[0]] {
+		t.Errorf("as-is replay: %d, receiver saw %d requests, last signed %q; want the original %q", res.StatusCode, len(got), got[len(got)-1].Header.Get(devhook.SignatureHeader), signed[ids[0]])
 	}
 	tab.Screenshot(t, "fullstack-detail")
 

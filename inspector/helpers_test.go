@@ -1,7 +1,6 @@
 package inspector_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/agent"
 	"github.com/devhook/devhook/inspector"
 	"github.com/devhook/devhook/signature"
 	"github.com/devhook/devhook/storage"
@@ -130,13 +130,11 @@ func (r *receiver) requests() []receivedRequest {
 	return append([]receivedRequest(nil), r.got...)
 }
 
-// replayer does what the agent does: send the stored delivery to the
-// receiver, record the attempt, publish the change.
+// replayer is the real agent's Replay (agent.New over the fixture's store,
+// forwarding to its receiver, knowing testSecret), with the calls it got
+// kept so that tests can tell which requests reached it.
 type replayer struct {
-	db      *storage.DB
-	target  string
-	publish func(devhook.Change)
-	client  *http.Client
+	agent *agent.Agent
 
 	mu    sync.Mutex
 	calls []replayCall
@@ -151,52 +149,7 @@ func (r *replayer) Replay(ctx context.Context, id string, opt devhook.ReplayOpti
 	r.mu.Lock()
 	r.calls = append(r.calls, replayCall{id, opt})
 	r.mu.Unlock()
-	d, err := r.db.Delivery(id)
-	if err != nil {
-		return devhook.Attempt{}, err
-	}
-	header, body := d.Header.Clone(), d.Body
-	if opt.Header != nil {
-		header = opt.Header.Clone()
-	}
-	if opt.HasBody {
-		body = opt.Body
-	}
-	resign := opt.Resign == nil || *opt.Resign
-	start := time.Now()
-	if resign {
-		header.Set(devhook.SignatureHeader, signature.Sign(testSecret, start, body))
-	}
-	base := r.target
-	if opt.To != "" {
-		base = opt.To
-	}
-	a := devhook.Attempt{Kind: devhook.AttemptReplay, Target: base + d.Path, StartedAt: start}
-	if resign || opt.Header != nil || opt.HasBody {
-		a.Request = &devhook.Request{Method: d.Method, Path: d.Path, Header: header, Body: body, Resigned: resign}
-	}
-	req, err := http.NewRequestWithContext(ctx, d.Method, a.Target, bytes.NewReader(body))
-	if err != nil {
-		return devhook.Attempt{}, devhook.Errorf(devhook.EINVALID, "replay target: %v", err)
-	}
-	req.Header = header
-	res, err := r.client.Do(req)
-	if err != nil {
-		a.Error = err.Error()
-	} else {
-		a.Status, a.Header = res.StatusCode, res.Header
-		a.Body, _ = io.ReadAll(res.Body)
-		res.Body.Close()
-	}
-	a.Duration = devhook.Duration(time.Since(start))
-	a, err = r.db.AddAttempt(id, a)
-	if err != nil {
-		return devhook.Attempt{}, err
-	}
-	if d, err := r.db.Delivery(id); err == nil && r.publish != nil {
-		r.publish(devhook.Change{Kind: devhook.ChangeAttempt, Summary: d.Summarize(), Attempt: &a})
-	}
-	return a, nil
+	return r.agent.Replay(ctx, id, opt)
 }
 
 func (r *replayer) callCount() int {
@@ -240,8 +193,20 @@ func newFixture(tb testing.TB, o fixtureOptions) *fixture {
 		},
 		Logf: tb.Logf,
 	}
+	var publish func(devhook.Change)
 	if !o.noReplayer {
-		f.Replayer = &replayer{db: f.DB, target: f.Receiver.URL, client: &http.Client{Timeout: 10 * time.Second}}
+		ag, err := agent.New(agent.Config{
+			Store: f.DB, Forward: []string{f.Receiver.URL}, Secret: testSecret, ForwardTimeout: 10 * time.Second,
+			OnChange: func(c devhook.Change) {
+				if publish != nil {
+					publish(c)
+				}
+			},
+		})
+		if err != nil {
+			tb.Fatalf("agent.New: %v", err)
+		}
+		f.Replayer = &replayer{agent: ag}
 		cfg.Replayer = f.Replayer
 	}
 	if o.config != nil {
@@ -252,9 +217,7 @@ func newFixture(tb testing.TB, o fixtureOptions) *fixture {
 		tb.Fatalf("inspector.New: %v", err)
 	}
 	f.Server = s
-	if f.Replayer != nil {
-		f.Replayer.publish = s.Publish
-	}
+	publish = s.Publish
 	f.HTTP = httptest.NewServer(s)
 	tb.Cleanup(func() {
 		s.Close()
