@@ -26,6 +26,7 @@ package agent
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -98,6 +99,15 @@ type Config struct {
 	Secret string // signing secret; SetSecret changes it later
 	Verify string // report (default), enforce or off
 	Skew   time.Duration
+
+	// Header is added to every forward and replay, replacing a header of
+	// the same name (listen --header); each attempt then records the
+	// request as sent.
+	Header http.Header
+	// TLS configures connections to https receivers (listen --forward-ca,
+	// --forward-insecure); nil means the system's roots. Used only when
+	// Client is nil.
+	TLS *tls.Config
 
 	Concurrency    int           // deliveries forwarded at once
 	ForwardTimeout time.Duration // per forward
@@ -240,15 +250,19 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.client = cfg.Client
 	if a.client == nil {
-		a.client = NewClient(a.cfg.Concurrency)
+		a.client = NewClient(a.cfg.Concurrency, a.cfg.TLS)
 	}
 	return a, nil
 }
 
 // NewClient returns the HTTP client the agent forwards with: no redirects
 // followed, no transparent decompression, connections kept for reuse.
-func NewClient(conns int) *http.Client {
+// tlsConfig, when not nil, configures https receivers.
+func NewClient(conns int, tlsConfig *tls.Config) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if tlsConfig != nil {
+		tr.TLSClientConfig = tlsConfig.Clone()
+	}
 	tr.DisableCompression = true
 	tr.MaxIdleConns = conns * 2
 	tr.MaxIdleConnsPerHost = conns

@@ -3,6 +3,8 @@ package agent
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -62,6 +64,21 @@ func (a *Agent) forward(ctx context.Context, d *devhook.Delivery, target *url.UR
 			req = &devhook.Request{Method: method, Path: path, RawQuery: query, Body: body}
 		}
 		req.Header, req.Resigned = header, true
+	}
+	if len(a.cfg.Header) > 0 {
+		if !resign {
+			header = header.Clone()
+			if header == nil {
+				header = http.Header{}
+			}
+		}
+		for k, vs := range a.cfg.Header {
+			header[k] = vs
+		}
+		if req == nil {
+			req = &devhook.Request{Method: method, Path: path, RawQuery: query, Body: body}
+		}
+		req.Header = header
 	}
 	if to == "" {
 		to = TargetURL(target, path, query)
@@ -161,6 +178,33 @@ func describe(err error, target string) string {
 		return "timeout: the receiver did not answer in time"
 	case errors.Is(err, context.Canceled):
 		return "canceled: devhook is stopping"
+	case isTLSVerifyError(err):
+		return "TLS: " + tlsCause(err) + " (trust the receiver's CA with --forward-ca FILE, or skip the check with --forward-insecure)"
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err.Error()
+	}
+	return err.Error()
+}
+
+// isTLSVerifyError reports whether err is a receiver's certificate that
+// did not verify.
+func isTLSVerifyError(err error) bool {
+	var (
+		unknown  x509.UnknownAuthorityError
+		invalid  x509.CertificateInvalidError
+		hostname x509.HostnameError
+		verify   *tls.CertificateVerificationError
+	)
+	return errors.As(err, &unknown) || errors.As(err, &invalid) || errors.As(err, &hostname) || errors.As(err, &verify)
+}
+
+// tlsCause is the innermost message of a TLS error.
+func tlsCause(err error) string {
+	var verify *tls.CertificateVerificationError
+	if errors.As(err, &verify) && verify.Err != nil {
+		return verify.Err.Error()
 	}
 	var ue *url.Error
 	if errors.As(err, &ue) {

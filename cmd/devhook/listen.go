@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -42,6 +44,9 @@ type listenOptions struct {
 	skew       time.Duration
 	timeout    time.Duration
 	retryFor   time.Duration
+	headers    []string // --header "Name: value"
+	forwardCA  string
+	insecure   bool
 
 	// The service: --register creates a webhook for this listen, --webhook
 	// uses an existing one.
@@ -104,6 +109,9 @@ webhook's secret instead, and with --update-url points it here until exit.`,
 	f.DurationVar(&o.skew, "skew", 0, "how far ahead of this clock a signature's t may be (default 60s)")
 	f.DurationVar(&o.timeout, "timeout", 0, "how long to wait for the receiver (default 30s)")
 	f.DurationVar(&o.retryFor, "retry-for", agent.DefaultRetryFor, "how long to retry a queued delivery the receiver did not take (no answer, 408, 429, 5xx) before giving up; 0: do not retry")
+	f.StringArrayVarP(&o.headers, "header", "H", nil, "add this header to every forward, replacing one of the same name: 'Name: value'; repeat for more")
+	f.StringVar(&o.forwardCA, "forward-ca", "", "PEM file of the CA that signed an https receiver's certificate (trusted besides the system's)")
+	f.BoolVar(&o.insecure, "forward-insecure", false, "do not check https receivers' certificates (a warning says so)")
 	f.BoolVar(&o.register, "register", false, "create a webhook at the service for this listen, verify with its secret, delete it on exit")
 	f.StringVar(&o.webhook, "webhook", "", "use this existing webhook's secret")
 	f.BoolVar(&o.updateURL, "update-url", false, "with --webhook: point it at this listen's public URL, and back on exit")
@@ -227,7 +235,19 @@ func (o *listenOptions) run(ctx context.Context) error {
 	if retryFor <= 0 {
 		retryFor = -1 // the flag's 0 is "off"; the agent's is "default"
 	}
+	extra, err := parseHeaders(o.headers)
+	if err != nil {
+		return err
+	}
+	tlsConfig, err := forwardTLS(o.forwardCA, o.insecure)
+	if err != nil {
+		return err
+	}
+	if o.insecure {
+		out.logf(o.stderr)("--forward-insecure: the certificates of https receivers are not checked")
+	}
 	ag, err = agent.New(agent.Config{
+		Header: extra, TLS: tlsConfig,
 		RelayURL: relayURL, Credentials: creds, Forward: o.forward, Store: db,
 		Secret: o.secret, Verify: o.verify, Skew: o.skew, ForwardTimeout: o.timeout,
 		RetryFor: retryFor,
@@ -784,4 +804,45 @@ func receiverStatus(a *devhook.Attempt) *int {
 		return nil
 	}
 	return &a.Status
+}
+
+// parseHeaders reads --header values "Name: value" into a header.
+func parseHeaders(values []string) (http.Header, error) {
+	if len(values) == 0 {
+		return nil, nil
+	}
+	h := http.Header{}
+	for _, v := range values {
+		name, value, ok := strings.Cut(v, ":")
+		name = strings.TrimSpace(name)
+		if !ok || name == "" || strings.ContainsAny(name, " \t\r\n") || strings.ContainsAny(value, "\r\n") {
+			return nil, fmt.Errorf("--header %q is not 'Name: value'", v)
+		}
+		h.Add(name, strings.TrimSpace(value))
+	}
+	return h, nil
+}
+
+// forwardTLS is the TLS configuration for https receivers: nil (the
+// system's roots) unless --forward-ca or --forward-insecure says otherwise.
+func forwardTLS(caFile string, insecure bool) (*tls.Config, error) {
+	if caFile == "" && !insecure {
+		return nil, nil
+	}
+	c := &tls.Config{InsecureSkipVerify: insecure}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("read --forward-ca: %w", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--forward-ca %s holds no PEM certificate", caFile)
+		}
+		c.RootCAs = pool
+	}
+	return c, nil
 }
