@@ -35,6 +35,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -191,6 +192,19 @@ type Agent struct {
 
 	health health  // see health.go
 	owed   retrier // see retry.go
+
+	// slots is the current connection's semaphore of deliveries under
+	// way: its length is InFlight. Set once per connection.
+	slots atomic.Pointer[chan struct{}]
+}
+
+// InFlight is how many deliveries from the relay are being handled now:
+// what stopping waits for, up to ShutdownGrace.
+func (a *Agent) InFlight() int {
+	if p := a.slots.Load(); p != nil {
+		return len(*p)
+	}
+	return 0
 }
 
 // New validates cfg and returns an agent.
@@ -397,6 +411,7 @@ func (a *Agent) jitter(d time.Duration) time.Duration {
 func (a *Agent) serve(ctx context.Context, conn *relay.Conn) error {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, a.cfg.Concurrency)
+	a.slots.Store(&sem)
 	// Deliveries under way when ctx ends get a grace period to finish, so
 	// that stopping devhook does not cut a receiver off mid-request.
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))

@@ -345,11 +345,36 @@ func (o *listenOptions) run(ctx context.Context) error {
 
 	select {
 	case <-ctx.Done():
+		out.stopping(ag.InFlight(), o.stderr)
 		return nil
 	case err := <-agentErr:
 		agentErr <- err
 		return o.agentStopped(err, creds)
 	}
+}
+
+// stopping says that listen stops and what it waits for: the deliveries
+// under way get agent.ShutdownGrace to finish; a second Ctrl-C quits at
+// once (main's signalContext).
+func (p *printer) stopping(inFlight int, stderr io.Writer) {
+	if p.json {
+		p.emit(struct {
+			Event    string `json:"event"`
+			InFlight int    `json:"in_flight"`
+		}{"stopping", inFlight})
+		return
+	}
+	msg := "stopping"
+	if inFlight > 0 {
+		what := "deliveries"
+		if inFlight == 1 {
+			what = "delivery"
+		}
+		msg = fmt.Sprintf("stopping, waiting up to %d s for %d %s in flight (Ctrl-C again to quit now)", int(agent.ShutdownGrace/time.Second), inFlight, what)
+	}
+	p.mu.Lock()
+	fmt.Fprintln(stderr, msg)
+	p.mu.Unlock()
 }
 
 // agentStopped says why the agent stopped on its own.

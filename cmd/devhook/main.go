@@ -19,7 +19,12 @@ func main() {
 	if stop := profileCPU(); stop != nil {
 		defer stop()
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	ctx, stop := signalContext(context.Background(), sigs, func() {
+		fmt.Fprintln(os.Stderr, "devhook: quitting now")
+		os.Exit(130)
+	})
 	defer stop()
 	err := newRootCmd(os.Stdout, os.Stderr).ExecuteContext(ctx)
 	if err != nil && !errors.Is(err, context.Canceled) {
