@@ -143,8 +143,19 @@ type Config struct {
 	// replay (Replay).
 	OnResult func(Result)
 	// OnConnect is called each time a connection to the relay is up.
-	OnConnect func(publicURL string)
+	OnConnect func(Connection)
 	Logf      func(format string, args ...any)
+}
+
+// Connection is a connection to the relay that just opened, for output.
+type Connection struct {
+	PublicURL string
+	// Queued is how many deliveries waited in the relay's queue; they
+	// follow now. 0 from a relay that does not say.
+	Queued int
+	// Reconnect: an earlier connection of this Run was lost, Down ago.
+	Reconnect bool
+	Down      time.Duration
 }
 
 // Result is what happened to one delivery, for output.
@@ -362,6 +373,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}()
 
 	backoff := a.cfg.MinBackoff
+	var lost time.Time // when the last connection ended; zero before the first
 	for {
 		conn, err := relay.Dial(ctx, relay.DialConfig{RelayURL: a.cfg.RelayURL, Credentials: a.cfg.Credentials})
 		switch {
@@ -385,7 +397,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		backoff = a.cfg.MinBackoff
 		if a.cfg.OnConnect != nil {
-			a.cfg.OnConnect(conn.PublicURL())
+			c := Connection{PublicURL: conn.PublicURL(), Queued: conn.Queued()}
+			if !lost.IsZero() {
+				c.Reconnect, c.Down = true, a.cfg.Now().Sub(lost)
+			}
+			a.cfg.OnConnect(c)
 		}
 		err = a.serve(ctx, conn)
 		if ctx.Err() != nil {
@@ -394,6 +410,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		if errors.Is(err, relay.ErrReplaced) {
 			return err
 		}
+		lost = a.cfg.Now()
 		a.cfg.Logf("connection to the relay lost (%v); reconnecting", err)
 	}
 }

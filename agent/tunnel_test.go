@@ -126,7 +126,7 @@ func newTunnel(t testing.TB, forward string, mod func(*agent.Config)) *tunnel {
 			tn.results = append(tn.results, r)
 			tn.mu.Unlock()
 		},
-		OnConnect: func(u string) { tn.connect <- u },
+		OnConnect: func(c agent.Connection) { tn.connect <- c.PublicURL },
 		Logf:      t.Logf,
 	}
 	if mod != nil {

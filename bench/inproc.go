@@ -74,7 +74,7 @@ func runInProcess(ctx context.Context, o options, rep *report, recv *receiverSer
 			// What listen --json prints, written nowhere.
 			out.Encode(map[string]any{"event": "delivery", "id": r.Delivery.ID, "verdict": r.Delivery.Verdict.Result, "status": r.Status})
 		},
-		OnConnect: func(string) {
+		OnConnect: func(agent.Connection) {
 			select {
 			case connected <- struct{}{}:
 			default:

@@ -25,6 +25,11 @@ import (
 // new channel.
 var ErrRejected = errors.New("relay rejected the channel credentials")
 
+// ErrOpenRefused is wrapped by Open's error when the relay refuses to
+// open a channel with the open token given (401 or 403): none, or a
+// wrong one.
+var ErrOpenRefused = errors.New("the relay refused the open token")
+
 // ErrReplaced is returned by Receive when the relay closed the connection
 // because another agent connected to the same channel and took it over.
 // Reconnecting would take it back and forth: the agent should stop.
@@ -46,6 +51,9 @@ func Open(ctx context.Context, client *http.Client, relayURL, openToken string) 
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+		return Credentials{}, fmt.Errorf("open a channel on %s: %w: %s: %s", relayURL, ErrOpenRefused, resp.Status, bytes.TrimSpace(body))
+	}
 	if resp.StatusCode != http.StatusCreated {
 		return Credentials{}, fmt.Errorf("open a channel on %s: %s: %s", relayURL, resp.Status, bytes.TrimSpace(body))
 	}
@@ -166,6 +174,11 @@ func Dial(ctx context.Context, cfg DialConfig) (*Conn, error) {
 
 // PublicURL is the URL senders post to, as the relay announced it.
 func (c *Conn) PublicURL() string { return c.hello.PublicURL }
+
+// Queued is how many deliveries waited in the relay's queue for this
+// channel when the connection opened, as the hello said (0 from a relay
+// that does not say).
+func (c *Conn) Queued() int { return max(c.hello.Status, 0) }
 
 // Receive returns the next delivery. It fails when the connection ends;
 // Close from another goroutine makes it return. When another agent took

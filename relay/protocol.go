@@ -28,11 +28,18 @@
 // count of values, each a string, so repeated headers keep every value in
 // order. Unknown tags and anything that runs past the header are errors.
 //
-//	relay → agent  hello     {channel, public_url}            sent once, first
+//	relay → agent  hello     {channel, public_url, status}    sent once, first
 //	relay → agent  deliver   {id, method, path, query, header,
 //	                          received_at, remote_addr, queued} + request body
 //	agent → relay  response  {id, status, header}             + response body
 //	agent → relay  ack       {id}                             a queued delivery is recorded
+//
+// The hello's status field (tag 12, which every decoder knows) carries the
+// number of deliveries queued for the channel when the agent connected,
+// when the relay's Store can count them (QueueCounter); it is left out
+// when 0. A new tag would have been an error for older agents; an older
+// agent decodes this one and ignores it, and a newer agent reads 0 from an
+// older relay.
 //
 // A delivery stays in the relay's queue until its ack arrives. The agent
 // answers every deliver with a response (the relay passes it to a waiting

@@ -334,7 +334,13 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, channel st
 	s.mu.Unlock()
 	// The agent holds the channel once it has its hello, and the hello is
 	// the first frame: deliveries routed to it meanwhile wait for the lock.
-	hello, _ := AppendFrame(nil, &Header{Type: TypeHello, Channel: channel, PublicURL: s.PublicURL(r, channel)}, nil)
+	hh := &Header{Type: TypeHello, Channel: channel, PublicURL: s.PublicURL(r, channel)}
+	if qc, ok := s.cfg.Store.(QueueCounter); ok {
+		if n, err := qc.QueueLen(channel); err == nil {
+			hh.Status = n
+		}
+	}
+	hello, _ := AppendFrame(nil, hh, nil)
 	c.wmu.Lock()
 	s.router.Attach(channel, c)
 	c.writeLocked(hello, nil)

@@ -40,6 +40,13 @@ type Store interface {
 	Park(channel, id, reason string) error
 }
 
+// QueueCounter is a Store that can count a channel's queue cheaply. The
+// relay then tells a connecting agent how many queued deliveries follow
+// (the hello's status field). Optional: a Store without it says nothing.
+type QueueCounter interface {
+	QueueLen(channel string) (int, error)
+}
+
 // UnreadableError names a queued entry that cannot be decoded.
 type UnreadableError struct {
 	ID  string

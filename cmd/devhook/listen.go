@@ -230,7 +230,7 @@ func (o *listenOptions) run(ctx context.Context) error {
 
 	var insp *inspector.Server
 	var ag *agent.Agent
-	connected := make(chan string, 1)
+	connected := make(chan agent.Connection, 1)
 	retryFor := o.retryFor
 	if retryFor <= 0 {
 		retryFor = -1 // the flag's 0 is "off"; the agent's is "default"
@@ -257,9 +257,13 @@ func (o *listenOptions) run(ctx context.Context) error {
 			}
 		},
 		OnResult: out.result,
-		OnConnect: func(u string) {
+		OnConnect: func(c agent.Connection) {
+			if c.Reconnect {
+				out.connection(c, o.stderr)
+				return
+			}
 			select {
-			case connected <- u:
+			case connected <- c:
 			default:
 			}
 		},
@@ -311,7 +315,8 @@ func (o *listenOptions) run(ctx context.Context) error {
 	case err := <-agentErr:
 		agentErr <- err
 		return o.agentStopped(err, creds)
-	case <-connected:
+	case c := <-connected:
+		out.connection(c, o.stderr)
 	}
 	var webhook, webhookNote string
 	if service != nil {
@@ -351,6 +356,36 @@ func (o *listenOptions) run(ctx context.Context) error {
 		agentErr <- err
 		return o.agentStopped(err, creds)
 	}
+}
+
+// connection says that the agent is connected: "connected" after
+// "connecting to …", and after an outage "reconnected after 12s, 3 queued
+// deliveries follow" ({"event":"reconnected",…} with --json; the first
+// connection's line in --json is the ready line).
+func (p *printer) connection(c agent.Connection, stderr io.Writer) {
+	if p.json {
+		if c.Reconnect {
+			p.emit(struct {
+				Event  string `json:"event"`
+				DownMS int64  `json:"down_ms"`
+				Queued int    `json:"queued"`
+			}{"reconnected", c.Down.Milliseconds(), c.Queued})
+		}
+		return
+	}
+	msg := "connected"
+	if c.Reconnect {
+		msg = "reconnected after " + agent.FormatDuration(c.Down.Round(time.Second))
+	}
+	switch {
+	case c.Queued == 1:
+		msg += ", 1 queued delivery follows"
+	case c.Queued > 1:
+		msg += fmt.Sprintf(", %d queued deliveries follow", c.Queued)
+	}
+	p.mu.Lock()
+	fmt.Fprintln(stderr, msg)
+	p.mu.Unlock()
 }
 
 // stopping says that listen stops and what it waits for: the deliveries
@@ -409,7 +444,12 @@ func (o *listenOptions) channel(ctx context.Context, relayURL, relayKey string, 
 		client := &http.Client{Timeout: 15 * time.Second}
 		cr, err = relay.Open(ctx, client, relayURL, o.relayToken)
 	}
-	if err != nil {
+	switch {
+	case errors.Is(err, relay.ErrOpenRefused) && o.relayToken == "":
+		return cr, fmt.Errorf("%w; this relay needs its open token: pass it with --relay-token (or DEVHOOK_RELAY_TOKEN)", err)
+	case errors.Is(err, relay.ErrOpenRefused):
+		return cr, fmt.Errorf("%w; check the token given with --relay-token (or DEVHOOK_RELAY_TOKEN)", err)
+	case err != nil:
 		return cr, err
 	}
 	if ok {

@@ -160,8 +160,13 @@ func TestListenRemoteRelay(t *testing.T) {
 	var errOut bytes.Buffer
 	cmd := newRootCmd(io.Discard, &errOut)
 	cmd.SetArgs([]string{"listen", "--forward", recv.URL, "--relay", hs.URL, "--data", data, "--inspect", "off"})
-	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "requires a token") {
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "requires a token") || !strings.Contains(err.Error(), "pass it with --relay-token") {
 		t.Fatalf("listen without the open token: %v", err)
+	}
+	cmd = newRootCmd(io.Discard, &errOut)
+	cmd.SetArgs([]string{"listen", "--forward", recv.URL, "--relay", hs.URL, "--relay-token", "wrong", "--data", data, "--inspect", "off"})
+	if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), "check the token given with --relay-token") {
+		t.Fatalf("listen with a wrong open token: %v", err)
 	}
 
 	lr := startListen(t, "--forward", recv.URL, "--relay", hs.URL, "--relay-token", "open-sesame", "--data", data)
