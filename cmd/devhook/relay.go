@@ -13,9 +13,11 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 	"golang.org/x/crypto/acme/autocert"
 
+	"github.com/devhook/devhook/natsrelay"
 	"github.com/devhook/devhook/relay"
 	"github.com/devhook/devhook/storage"
 )
@@ -44,6 +46,14 @@ type relayOptions struct {
 	acmeClient    *http.Client // nil: one with a timeout; tests trust their CA here
 
 	metricsAddr string
+
+	// Cluster: channels, tokens and queues shared through NATS.
+	natsURLs      string
+	natsCreds     string
+	natsPrefix    string
+	natsReplicas  int
+	queueMaxAge   time.Duration
+	queueMaxBytes int64
 
 	stdout io.Writer
 	stderr io.Writer
@@ -91,6 +101,12 @@ proxy's address as --public-url. See docs/DEPLOY.md.`,
 	f.StringVar(&o.httpsAddr, "https-addr", ":443", "address for HTTPS, with --domain or --tls-cert (replaces --addr)")
 	f.StringVar(&o.httpAddr, "http-addr", ":80", `address for plain HTTP with --domain or --tls-cert: ACME HTTP-01 challenges, and a redirect to HTTPS for everything else ("" = none; --domain then uses TLS-ALPN-01 only)`)
 	f.StringVar(&o.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics (and /healthz) on this address only, such as 127.0.0.1:9091 (default: /metrics on the relay's own address)")
+	f.StringVar(&o.natsURLs, "nats", "", "run as one instance of a cluster: NATS server URLs (comma-separated, JetStream enabled) where the instances share channels, tokens and queues; without it, the single-process relay with its queue in --data")
+	f.StringVar(&o.natsCreds, "nats-creds", "", "NATS credentials file (JWT and NKey), with --nats")
+	f.StringVar(&o.natsPrefix, "nats-prefix", natsrelay.DefaultPrefix, "prefix of the NATS subjects, streams and buckets, so that several relay clusters can share NATS servers")
+	f.IntVar(&o.natsReplicas, "nats-replicas", 1, "JetStream replicas of the queue and channels (3 on a NATS cluster of three servers or more)")
+	f.DurationVar(&o.queueMaxAge, "queue-max-age", natsrelay.DefaultQueueMaxAge, "with --nats: a queued delivery older than this is dropped by JetStream")
+	f.Int64Var(&o.queueMaxBytes, "queue-max-bytes", natsrelay.DefaultQueueMaxBytes, "with --nats: bytes the queue of all channels may hold; beyond, senders get 503 and resend")
 	return cmd
 }
 
@@ -122,13 +138,28 @@ func (o *relayOptions) run(ctx context.Context) error {
 		o.publicURL = publicURLFor(o.domain, ls.main.Addr().String())
 	}
 
-	db, err := storage.OpenRelayStore(filepath.Join(o.dataDir, "relay.db"), storage.RelayStoreConfig{})
-	if err != nil {
-		return err
+	var store relay.Store
+	var router relay.Router
+	var clusterLine string
+	if o.natsURLs != "" {
+		c, err := o.openCluster(ctx, logger)
+		if err != nil {
+			return err
+		}
+		defer c.close()
+		store, router = c.store, c.router
+		clusterLine = fmt.Sprintf("  cluster     NATS %s as instance %s; queue in JetStream (at most %s old, %d MiB)",
+			c.nc.ConnectedUrlRedacted(), c.router.ID(), o.queueMaxAge, o.queueMaxBytes>>20)
+	} else {
+		db, err := storage.OpenRelayStore(filepath.Join(o.dataDir, "relay.db"), storage.RelayStoreConfig{})
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		store = db
 	}
-	defer db.Close()
 	srv, err := relay.NewServer(relay.Config{
-		Store: db, PublicURL: o.publicURL, MaxBody: o.maxBody, ResponseTimeout: o.timeout,
+		Store: store, Router: router, PublicURL: o.publicURL, MaxBody: o.maxBody, ResponseTimeout: o.timeout,
 		BodyTimeout: o.bodyTimeout, MaxChannelInflight: o.maxChannelInflight, MaxInflight: o.maxInflight,
 		OpenToken: o.openToken, Logf: logger.Printf, PrivateMetrics: o.metricsAddr != "",
 	})
@@ -144,6 +175,9 @@ func (o *relayOptions) run(ctx context.Context) error {
 	fmt.Fprintf(o.stdout, "devhook relay on %s://%s\n", scheme, ls.main.Addr())
 	if ls.plain != nil {
 		fmt.Fprintf(o.stdout, "  http        http://%s (ACME challenges; everything else redirects to HTTPS)\n", ls.plain.Addr())
+	}
+	if clusterLine != "" {
+		fmt.Fprintln(o.stdout, clusterLine)
 	}
 	if o.domain != "" {
 		fmt.Fprintf(o.stdout, "  certificate %s from %s (obtained at the first connection, renewed by itself)\n", o.domain, o.acmeDirectory)
@@ -236,4 +270,54 @@ func (o *relayOptions) printSettings() {
 		fmt.Fprintf(o.stdout, "  public URL  %s\n", o.publicURL)
 	}
 	fmt.Fprintf(o.stdout, "  data        %s\n", o.dataDir)
+}
+
+// relayCluster is the NATS side of a clustered relay.
+type relayCluster struct {
+	nc     *nats.Conn
+	store  *natsrelay.Store
+	router *natsrelay.Router
+}
+
+func (c *relayCluster) close() {
+	if c.router != nil {
+		c.router.Close()
+	}
+	if err := c.nc.Drain(); err != nil {
+		c.nc.Close()
+	}
+}
+
+// openCluster connects to NATS and opens the cluster's store and router.
+// The relay Server must be closed before it.
+func (o *relayOptions) openCluster(ctx context.Context, logger *log.Logger) (*relayCluster, error) {
+	opts := []nats.Option{
+		nats.Name("devhook relay"), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			logger.Printf("relay: NATS connection lost (%v); reconnecting. Meanwhile deliveries can be neither queued nor passed to other relays", err)
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) { logger.Printf("relay: NATS connection back: %s", nc.ConnectedUrlRedacted()) }),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { logger.Printf("relay: NATS: %v", err) }),
+	}
+	if o.natsCreds != "" {
+		opts = append(opts, nats.UserCredentials(o.natsCreds))
+	}
+	nc, err := nats.Connect(o.natsURLs, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("connect to NATS at %s: %w (check --nats, and that nats-server runs with JetStream: nats-server -js)", o.natsURLs, err)
+	}
+	c := &relayCluster{nc: nc}
+	cfg := natsrelay.Config{
+		Conn: nc, Prefix: o.natsPrefix, Replicas: o.natsReplicas, QueueMaxAge: o.queueMaxAge, QueueMaxBytes: o.queueMaxBytes,
+		MaxBody: o.maxBody, ResponseTimeout: o.timeout, Logf: logger.Printf,
+	}
+	if c.store, err = natsrelay.OpenStore(ctx, cfg); err != nil {
+		c.close()
+		return nil, err
+	}
+	if c.router, err = natsrelay.OpenRouter(ctx, cfg); err != nil {
+		c.close()
+		return nil, err
+	}
+	return c, nil
 }

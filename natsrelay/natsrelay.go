@@ -1,0 +1,439 @@
+// Package natsrelay is the relay's cluster implementation over NATS: a
+// relay.Store whose channels and queue live in JetStream, and a
+// relay.Router that reaches the agent holding a channel on whichever relay
+// instance it is connected to. Relay instances given the same NATS
+// servers share channels, tokens and queues; the relay.Server code is the
+// same as for the single-process relay (storage.RelayStore, relay.Hub).
+//
+// # Layout in NATS (prefix "devhook", settable)
+//
+//	KV devhook_channels           channel id → relay.Channel as JSON (token hash, created)
+//	KV devhook_agents             channel id → "<instance>/<attach>" of the newest agent
+//	stream DEVHOOK_QUEUE          devhook.queue.<channel>.<delivery id>: a queued
+//	                              delivery as a deliver frame (relay.EncodeDelivery);
+//	                              file storage, bounded by QueueMaxAge and
+//	                              QueueMaxBytes (discard new: a full queue refuses,
+//	                              the sender gets 503), one message per subject,
+//	                              deduplicated by delivery id
+//	stream DEVHOOK_PARKED         devhook.parked.<channel>.<delivery id>: deliveries
+//	                              that can never be sent, with a Devhook-Reason header
+//	devhook.agent.<channel>.deliver  request/reply: a live delivery for the agent
+//	                              of channel, answered by the instance holding it
+//	                              (queue group: one instance answers)
+//	devhook.agent.<channel>.kick  the channel's queue has new deliveries
+//
+// A live delivery arriving at instance B for an agent on instance A is a
+// NATS request from B to A; A hands it to the agent and replies with the
+// agent's answer, which B passes to the sender. No responders means no
+// agent anywhere: B queues the delivery (202). The newest agent wins across
+// instances: Attach writes the agents KV entry, and every instance watches
+// the bucket; an instance whose local agent holds an older revision than a
+// newer entry of another agent replaces it (close code 4001).
+//
+// A queued delivery is removed from the stream (purged by subject) when the
+// agent holding the channel acknowledges it, exactly as with the bbolt
+// store; the instance the agent is connected to reads and sends the queue.
+package natsrelay
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/relay"
+)
+
+// Defaults of Config.
+const (
+	DefaultPrefix        = "devhook"
+	DefaultQueueMaxAge   = 7 * 24 * time.Hour
+	DefaultQueueMaxBytes = 1 << 30
+	DefaultTimeout       = 10 * time.Second
+)
+
+// Config configures OpenStore and OpenRouter. Zero values mean defaults.
+type Config struct {
+	// Conn is the connection to NATS, with JetStream enabled on the
+	// servers. Required; the caller closes it after the Store and Router.
+	Conn *nats.Conn
+	// Prefix names the subjects, streams and buckets, so that several
+	// relay clusters can share NATS servers.
+	Prefix string
+	// Replicas of the streams and buckets (1, or 3 on a NATS cluster of
+	// three servers or more).
+	Replicas int
+	// QueueMaxAge bounds how long a queued delivery waits for its agent:
+	// older ones are dropped by JetStream. QueueMaxBytes bounds the queue
+	// of all channels: beyond, Enqueue fails and senders get 503.
+	QueueMaxAge   time.Duration
+	QueueMaxBytes int64
+	// MaxBody is the relay's largest body: the NATS servers' max_payload
+	// must carry a delivery of that size with its head.
+	MaxBody int64
+	// ResponseTimeout is the relay's wait for an agent's answer; a request
+	// to another instance waits that long and a little more.
+	ResponseTimeout time.Duration
+	// Timeout bounds each call to JetStream.
+	Timeout time.Duration
+	Logf    func(format string, args ...any)
+}
+
+func (c *Config) setDefaults() error {
+	if c.Conn == nil {
+		return errors.New("natsrelay: Config.Conn is required")
+	}
+	if c.Prefix == "" {
+		c.Prefix = DefaultPrefix
+	}
+	if !validToken(c.Prefix) {
+		return fmt.Errorf("natsrelay: prefix %q must be one subject token (letters, digits, - and _)", c.Prefix)
+	}
+	if c.Replicas <= 0 {
+		c.Replicas = 1
+	}
+	if c.QueueMaxAge <= 0 {
+		c.QueueMaxAge = DefaultQueueMaxAge
+	}
+	if c.QueueMaxBytes <= 0 {
+		c.QueueMaxBytes = DefaultQueueMaxBytes
+	}
+	if c.MaxBody <= 0 {
+		c.MaxBody = relay.DefaultMaxBody
+	}
+	if c.ResponseTimeout <= 0 {
+		c.ResponseTimeout = relay.DefaultResponseTimeout
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.Logf == nil {
+		c.Logf = func(string, ...any) {}
+	}
+	// A delivery, or an answer, is one NATS message.
+	need := c.MaxBody + relay.MaxHeaderSize + 4<<10
+	if mp := c.Conn.MaxPayload(); mp < need {
+		return fmt.Errorf("natsrelay: the NATS server's max_payload is %d bytes, and a delivery of --max-body %d bytes needs %d: set max_payload: %dMB in the NATS server's configuration, or lower --max-body",
+			mp, c.MaxBody, need, (need+(1<<20)-1)>>20)
+	}
+	return nil
+}
+
+func (c *Config) upper() string { return strings.ToUpper(strings.ReplaceAll(c.Prefix, "-", "_")) }
+
+// validToken reports whether s can be one token of a NATS subject and a
+// KV key: channel ids (hex) and delivery ids (UUIDs) are.
+func validToken(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// Store is the cluster's relay.Store: channels in a JetStream KV bucket,
+// the queue in a JetStream stream.
+type Store struct {
+	cfg      Config
+	js       jetstream.JetStream
+	channels jetstream.KeyValue
+	queue    jetstream.Stream
+	parked   jetstream.Stream
+
+	mu   sync.Mutex
+	seqs map[string]uint64 // channel/id → stream sequence, of deliveries Queued returned
+}
+
+var (
+	_ relay.Store         = (*Store)(nil)
+	_ relay.Counter       = (*Store)(nil)
+	_ relay.HealthChecker = (*Store)(nil)
+	_ relay.QueueCounter  = (*Store)(nil)
+)
+
+// OpenStore creates or updates the streams and bucket, and returns the
+// Store.
+func OpenStore(ctx context.Context, cfg Config) (*Store, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(cfg.Conn)
+	if err != nil {
+		return nil, fmt.Errorf("natsrelay: %w", err)
+	}
+	s := &Store{cfg: cfg, js: js, seqs: make(map[string]uint64)}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	s.channels, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: cfg.Prefix + "_channels", Description: "devhook relay channels", History: 1,
+		Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
+	})
+	if err != nil {
+		return nil, jsError("create the channels bucket", err)
+	}
+	maxMsg := int32(min(cfg.MaxBody+relay.MaxHeaderSize+4<<10, 1<<31-1))
+	s.queue, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: cfg.upper() + "_QUEUE", Description: "devhook relay: deliveries waiting for their agent",
+		Subjects: []string{cfg.Prefix + ".queue.>"}, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
+		Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardNew,
+		MaxAge: cfg.QueueMaxAge, MaxBytes: cfg.QueueMaxBytes, MaxMsgSize: maxMsg,
+		MaxMsgsPerSubject: 1, Duplicates: 2 * time.Minute,
+	})
+	if err != nil {
+		return nil, jsError("create the queue stream", err)
+	}
+	s.parked, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: cfg.upper() + "_PARKED", Description: "devhook relay: deliveries that can never be sent to their agent",
+		Subjects: []string{cfg.Prefix + ".parked.>"}, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
+		Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardOld,
+		MaxAge: cfg.QueueMaxAge, MaxBytes: max(cfg.QueueMaxBytes/8, 64<<20), MaxMsgSize: maxMsg,
+	})
+	if err != nil {
+		return nil, jsError("create the parked stream", err)
+	}
+	return s, nil
+}
+
+func jsError(what string, err error) error {
+	if errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+		return fmt.Errorf("natsrelay: %s: %w: start nats-server with -js (JetStream)", what, err)
+	}
+	return fmt.Errorf("natsrelay: %s: %w", what, err)
+}
+
+func (s *Store) ctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), s.cfg.Timeout)
+}
+
+func (s *Store) queueSubject(channel, id string) string {
+	return s.cfg.Prefix + ".queue." + channel + "." + id
+}
+
+// PutChannel implements relay.Store.
+func (s *Store) PutChannel(ch relay.Channel) error {
+	if !validToken(ch.ID) {
+		return devhook.Errorf(devhook.EINVALID, "natsrelay: invalid channel id %q", ch.ID)
+	}
+	v, err := json.Marshal(ch)
+	if err != nil {
+		return fmt.Errorf("natsrelay: put channel %s: %w", ch.ID, err)
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	if _, err := s.channels.Put(ctx, ch.ID, v); err != nil {
+		return fmt.Errorf("natsrelay: put channel %s: %w", ch.ID, err)
+	}
+	return nil
+}
+
+// Channel implements relay.Store.
+func (s *Store) Channel(id string) (relay.Channel, error) {
+	notFound := devhook.Errorf(devhook.ENOTFOUND, "channel %.200q not found", id)
+	if !validToken(id) {
+		return relay.Channel{}, notFound
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	e, err := s.channels.Get(ctx, id)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+		return relay.Channel{}, notFound
+	case err != nil:
+		return relay.Channel{}, fmt.Errorf("natsrelay: read channel %s: %w", id, err)
+	}
+	var ch relay.Channel
+	if err := json.Unmarshal(e.Value(), &ch); err != nil {
+		return relay.Channel{}, fmt.Errorf("natsrelay: read channel %s: %w", id, err)
+	}
+	return ch, nil
+}
+
+// Enqueue implements relay.Store: it returns once JetStream has stored the
+// delivery (on a quorum of its replicas).
+func (s *Store) Enqueue(channel string, d *devhook.Delivery) error {
+	if !validToken(channel) || d == nil || !validToken(d.ID) {
+		return devhook.Errorf(devhook.EINVALID, "natsrelay: enqueue: invalid channel or delivery")
+	}
+	data, err := relay.EncodeDelivery(d)
+	if err != nil {
+		return fmt.Errorf("natsrelay: enqueue delivery %s: %w", d.ID, err)
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	_, err = s.js.PublishMsg(ctx, &nats.Msg{Subject: s.queueSubject(channel, d.ID), Data: data},
+		jetstream.WithMsgID(d.ID), jetstream.WithExpectStream(s.cfg.upper()+"_QUEUE"))
+	if err != nil {
+		return fmt.Errorf("natsrelay: enqueue delivery %s for channel %s: %w", d.ID, channel, err)
+	}
+	return nil
+}
+
+// Queued implements relay.Store. Deliveries come in the order they were
+// queued (the stream's), which is id order up to the clocks of the relay
+// instances; after must be an id Queued returned, or "".
+func (s *Store) Queued(channel string, after string, limit int) ([]*devhook.Delivery, error) {
+	if !validToken(channel) {
+		return nil, devhook.Errorf(devhook.EINVALID, "natsrelay: invalid channel id %q", channel)
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	start := uint64(1)
+	if after != "" {
+		start = s.seqAfter(ctx, channel, after)
+	}
+	filter := s.cfg.Prefix + ".queue." + channel + ".*"
+	var out []*devhook.Delivery
+	for limit <= 0 || len(out) < limit {
+		m, err := s.queue.GetMsg(ctx, start, jetstream.WithGetMsgSubject(filter))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			break
+		}
+		if err != nil {
+			return out, fmt.Errorf("natsrelay: read queue of channel %s: %w", channel, err)
+		}
+		start = m.Sequence + 1
+		id := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
+		s.mu.Lock()
+		s.seqs[channel+"/"+id] = m.Sequence
+		s.mu.Unlock()
+		d, err := relay.DecodeDelivery(channel, m.Data)
+		if err != nil {
+			return out, fmt.Errorf("natsrelay: read queue of channel %s: %w", channel, &relay.UnreadableError{ID: id, Err: err})
+		}
+		d.Queued = true
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// seqAfter is the stream sequence to read from after delivery id.
+func (s *Store) seqAfter(ctx context.Context, channel, id string) uint64 {
+	s.mu.Lock()
+	seq, ok := s.seqs[channel+"/"+id]
+	s.mu.Unlock()
+	if ok {
+		return seq + 1
+	}
+	if m, err := s.queue.GetLastMsgForSubject(ctx, s.queueSubject(channel, id)); err == nil {
+		return m.Sequence + 1
+	}
+	// Gone and forgotten: from the start. The relay skips what it has
+	// sent on this connection already.
+	return 1
+}
+
+func (s *Store) forget(channel, id string) {
+	s.mu.Lock()
+	delete(s.seqs, channel+"/"+id)
+	s.mu.Unlock()
+}
+
+// Dequeue implements relay.Store.
+func (s *Store) Dequeue(channel, id string) error {
+	if !validToken(channel) || !validToken(id) {
+		return devhook.Errorf(devhook.EINVALID, "natsrelay: dequeue: invalid channel or delivery id")
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	if err := s.queue.Purge(ctx, jetstream.WithPurgeSubject(s.queueSubject(channel, id))); err != nil {
+		return fmt.Errorf("natsrelay: dequeue delivery %s of channel %s: %w", id, channel, err)
+	}
+	s.forget(channel, id)
+	return nil
+}
+
+// Park implements relay.Store: the delivery goes to the parked stream,
+// with the reason in its Devhook-Reason header.
+func (s *Store) Park(channel, id, reason string) error {
+	if !validToken(channel) || !validToken(id) {
+		return devhook.Errorf(devhook.EINVALID, "natsrelay: park: invalid channel or delivery id")
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	m, err := s.queue.GetLastMsgForSubject(ctx, s.queueSubject(channel, id))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("natsrelay: park delivery %s of channel %s: %w", id, channel, err)
+	}
+	pm := &nats.Msg{Subject: s.cfg.Prefix + ".parked." + channel + "." + id, Data: m.Data, Header: nats.Header{}}
+	pm.Header.Set("Devhook-Reason", strings.ToValidUTF8(strings.ReplaceAll(reason, "\n", " "), "?"))
+	if _, err := s.js.PublishMsg(ctx, pm, jetstream.WithExpectStream(s.cfg.upper()+"_PARKED")); err != nil {
+		return fmt.Errorf("natsrelay: park delivery %s of channel %s: %w", id, channel, err)
+	}
+	return s.Dequeue(channel, id)
+}
+
+// Parked returns the parked deliveries of channel: id → reason.
+func (s *Store) Parked(channel string) (map[string]string, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	out := map[string]string{}
+	filter := s.cfg.Prefix + ".parked." + channel + ".*"
+	for seq := uint64(1); ; {
+		m, err := s.parked.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("natsrelay: read parked deliveries of channel %s: %w", channel, err)
+		}
+		seq = m.Sequence + 1
+		out[m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]] = m.Header.Get("Devhook-Reason")
+	}
+}
+
+// Counts implements relay.Counter: over the whole cluster.
+func (s *Store) Counts() (relay.Counts, error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	st, err := s.channels.Status(ctx)
+	if err != nil {
+		return relay.Counts{}, fmt.Errorf("natsrelay: count channels: %w", err)
+	}
+	info, err := s.queue.Info(ctx)
+	if err != nil {
+		return relay.Counts{}, fmt.Errorf("natsrelay: count queue: %w", err)
+	}
+	return relay.Counts{Channels: int(st.Values()), Queued: int(info.State.Msgs)}, nil
+}
+
+// QueueLen returns the number of deliveries in channel's queue.
+func (s *Store) QueueLen(channel string) (int, error) {
+	if !validToken(channel) {
+		return 0, devhook.Errorf(devhook.EINVALID, "natsrelay: invalid channel id %q", channel)
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	// One message per subject: the subjects are the deliveries.
+	info, err := s.queue.Info(ctx, jetstream.WithSubjectFilter(s.cfg.Prefix+".queue."+channel+".*"))
+	if err != nil {
+		return 0, fmt.Errorf("natsrelay: count queue of channel %s: %w", channel, err)
+	}
+	return len(info.State.Subjects), nil
+}
+
+// Health implements relay.HealthChecker: the NATS connection's state.
+func (s *Store) Health() (string, error) {
+	nc := s.cfg.Conn
+	if st := nc.Status(); st != nats.CONNECTED {
+		err := fmt.Errorf("nats: %s", strings.ToLower(st.String()))
+		if last := nc.LastError(); last != nil {
+			err = fmt.Errorf("%w (%v)", err, last)
+		}
+		return "", fmt.Errorf("%w: deliveries can be neither queued nor routed to other relays", err)
+	}
+	return fmt.Sprintf("nats: connected to %s (%d servers known)", nc.ConnectedUrlRedacted(), len(nc.Servers())), nil
+}

@@ -1,0 +1,471 @@
+package natsrelay_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/natsrelay"
+	"github.com/devhook/devhook/relay"
+)
+
+// runNATS starts a NATS server with JetStream on a random loopback port,
+// its store in a temporary directory, until the test ends.
+func runNATS(t *testing.T) *server.Server {
+	t.Helper()
+	ns, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
+		MaxPayload: 16 << 20, NoLog: true, NoSigs: true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server did not start")
+	}
+	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
+	return ns
+}
+
+// instance is one relay of a cluster: its own NATS connection, Store,
+// Router, relay.Server and HTTP server.
+type instance struct {
+	URL    string
+	nc     *nats.Conn
+	store  *natsrelay.Store
+	router *natsrelay.Router
+	srv    *relay.Server
+	hs     *httptest.Server
+	once   sync.Once
+}
+
+func startInstance(t *testing.T, ns *server.Server, opts ...nats.Option) *instance {
+	t.Helper()
+	nc, err := nats.Connect(ns.ClientURL(), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := natsrelay.Config{Conn: nc, ResponseTimeout: 10 * time.Second, Logf: t.Logf}
+	store, err := natsrelay.OpenStore(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	router, err := natsrelay.OpenRouter(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := relay.NewServer(relay.Config{Store: store, Router: router, ResponseTimeout: 10 * time.Second, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &instance{nc: nc, store: store, router: router, srv: srv, hs: httptest.NewServer(srv)}
+	in.URL = in.hs.URL
+	t.Cleanup(in.stop)
+	return in
+}
+
+// stop shuts the instance down as a crash would look to the others: its
+// NATS connection goes first, then its agents are disconnected.
+func (in *instance) stop() {
+	in.once.Do(func() {
+		in.nc.Close()
+		in.srv.Close()
+		in.hs.CloseClientConnections()
+		in.hs.Close()
+		in.router.Close()
+	})
+}
+
+func openOn(t *testing.T, in *instance) relay.Credentials {
+	t.Helper()
+	cr, err := relay.Open(context.Background(), http.DefaultClient, in.URL, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cr
+}
+
+// agent is a minimal agent: it answers every delivery with answer and acks
+// the queued ones, reporting each delivery on got.
+type agent struct {
+	conn *relay.Conn
+	got  chan *devhook.Delivery
+	done chan error
+}
+
+func dialAgent(t *testing.T, url string, cr relay.Credentials, status int) *agent {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := relay.Dial(ctx, relay.DialConfig{RelayURL: url, Credentials: cr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &agent{conn: conn, got: make(chan *devhook.Delivery, 100), done: make(chan error, 1)}
+	go func() {
+		for {
+			d, err := conn.Receive()
+			if err != nil {
+				a.done <- err
+				return
+			}
+			conn.Respond(d.ID, status, http.Header{"X-Agent-Saw": {d.Method + " " + d.Path + "?" + d.RawQuery}, "X-Repeat": {"1", "2"}}, append([]byte("answer to "), d.Body...))
+			if d.Queued {
+				conn.Ack(d.ID)
+			}
+			a.got <- d
+		}
+	}()
+	t.Cleanup(func() { conn.Close(); <-a.done })
+	return a
+}
+
+func (a *agent) next(t *testing.T) *devhook.Delivery {
+	t.Helper()
+	select {
+	case d := <-a.got:
+		return d
+	case err := <-a.done:
+		t.Fatalf("agent's connection ended: %v", err)
+	case <-time.After(15 * time.Second):
+		t.Fatal("no delivery reached the agent")
+	}
+	return nil
+}
+
+func send(t *testing.T, u, body string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, u, strings.NewReader(body))
+	req.Header["X-Multi"] = []string{"a", "b"}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+// ours counts the goroutines running code of the relay, of this package,
+// of the NATS client or of a WebSocket: the NATS server's own come and go
+// with its streams.
+func ours() (int, string) {
+	buf := make([]byte, 4<<20)
+	all := string(buf[:runtime.Stack(buf, true)])
+	n := 0
+	var found []string
+	for _, g := range strings.Split(all, "\n\n") {
+		for _, mark := range []string{"devhook/devhook/relay.", "devhook/devhook/natsrelay.", "nats-io/nats.go", "gorilla/websocket"} {
+			if strings.Contains(g, mark) {
+				n++
+				found = append(found, g)
+				break
+			}
+		}
+	}
+	return n, strings.Join(found, "\n\n")
+}
+
+func noLeaks(t *testing.T, before int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n, stacks := ours()
+		if n <= before {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines left (were %d):\n%s", n, before, stacks)
+		}
+		time.Sleep(10 * time.Millisecond) // goroutines end after Close returns
+	}
+}
+
+// A delivery sent to instance B reaches the agent connected to instance A
+// (the channel was opened on A: tokens are shared), byte-exact, and the
+// sender gets the agent's real answer; the other way round too.
+func TestDeliveryReachesAgentOnAnotherInstance(t *testing.T) {
+	ns := runNATS(t)
+	// The NATS server runs goroutines for each stream and bucket: created
+	// by a first instance, before counting.
+	startInstance(t, ns).stop()
+	before, _ := ours()
+	func() {
+		a, b := startInstance(t, ns), startInstance(t, ns)
+		defer a.stop()
+		defer b.stop()
+		cr := openOn(t, a)
+		ag := dialAgent(t, a.URL, cr, http.StatusCreated)
+		defer ag.conn.Close()
+		for _, in := range []*instance{b, a} {
+			resp, body := send(t, in.URL+"/c/"+cr.Channel+"/hooks/x?q=1&q=2", "payload \x00\xff")
+			if resp.StatusCode != http.StatusCreated || body != "answer to payload \x00\xff" ||
+				resp.Header.Get("X-Agent-Saw") != "POST /hooks/x?q=1&q=2" || len(resp.Header["X-Repeat"]) != 2 {
+				t.Fatalf("via %s: %s %q %v", in.URL, resp.Status, body, resp.Header)
+			}
+			d := ag.next(t)
+			if d.Queued || string(d.Body) != "payload \x00\xff" || strings.Join(d.Header["X-Multi"], ",") != "a,b" || d.Channel != cr.Channel {
+				t.Fatalf("agent got %+v", d)
+			}
+		}
+		// Checking credentials works on any instance.
+		if err := relay.Check(context.Background(), http.DefaultClient, b.URL, cr); err != nil {
+			t.Fatal(err)
+		}
+		cr.Token = "wrong"
+		if err := relay.Check(context.Background(), http.DefaultClient, b.URL, cr); !errors.Is(err, relay.ErrRejected) {
+			t.Fatalf("wrong token on another instance: %v", err)
+		}
+		ag.conn.Close()
+		<-ag.done
+		ag.done <- nil // for the cleanup
+	}()
+	noLeaks(t, before)
+}
+
+// With the agent's instance killed, deliveries sent to the other are
+// queued (202); the agent reconnects to the other instance and receives
+// them, once each, and acks them: the queue is empty again. Queued
+// deliveries survive a restart of every relay.
+func TestAgentMovesWhenItsInstanceDies(t *testing.T) {
+	ns := runNATS(t)
+	a, b := startInstance(t, ns), startInstance(t, ns)
+	cr := openOn(t, a)
+	ag := dialAgent(t, a.URL, cr, http.StatusOK)
+	a.stop()
+	select {
+	case <-ag.done:
+		ag.done <- nil
+	case <-time.After(10 * time.Second):
+		t.Fatal("the agent was not disconnected")
+	}
+	// Until the NATS server has seen A's connection close, a request may
+	// still go to A's subscription and wait for the relay's timeout (then
+	// it is queued all the same): wait for it, so the test stays quick.
+	for deadline := time.Now().Add(10 * time.Second); ns.NumClients() != 1; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the NATS server still has %d clients", ns.NumClients())
+		}
+		time.Sleep(5 * time.Millisecond) // polling the NATS server's state
+	}
+	var ids []string
+	for i := range 3 {
+		resp, body := send(t, b.URL+"/c/"+cr.Channel+"/q", "queued "+string(rune('0'+i)))
+		if resp.StatusCode != http.StatusAccepted || !strings.Contains(body, `"queued":true`) {
+			t.Fatalf("with the agent's instance gone: %s %q", resp.Status, body)
+		}
+		ids = append(ids, resp.Header.Get("Devhook-Delivery"))
+	}
+	if n, err := b.store.Counts(); err != nil || n.Queued != 3 || n.Channels != 1 {
+		t.Fatalf("counts %+v %v", n, err)
+	}
+
+	// Every relay restarts; the queue is in JetStream.
+	b.stop()
+	c, d := startInstance(t, ns), startInstance(t, ns)
+	// One more, queued on c, while the agent is away.
+	if resp, _ := send(t, c.URL+"/c/"+cr.Channel+"/q", "queued 3"); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("queued on a new instance: %s", resp.Status)
+	}
+	ag2 := dialAgent(t, d.URL, cr, http.StatusOK)
+	got := map[string]bool{}
+	for range 4 {
+		dl := ag2.next(t)
+		if !dl.Queued || got[string(dl.Body)] {
+			t.Fatalf("queued delivery %+v (seen %v)", dl, got)
+		}
+		got[string(dl.Body)] = true
+	}
+	// Acks are committed in order before the answer to a live delivery
+	// sent after them.
+	if resp, _ := send(t, c.URL+"/c/"+cr.Channel+"/live", "live"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("live after the queue: %s", resp.Status)
+	}
+	ag2.next(t)
+	if n, err := d.store.Counts(); err != nil || n.Queued != 0 {
+		t.Fatalf("after acks: %+v %v", n, err)
+	}
+	select {
+	case dl := <-ag2.got:
+		t.Fatalf("sent twice: %+v", dl)
+	default:
+	}
+	_ = ids
+}
+
+// The newest agent wins across instances: an agent connecting on B closes
+// the one on A with CloseReplaced, and deliveries at A reach the new one.
+func TestNewestAgentWinsAcrossInstances(t *testing.T) {
+	ns := runNATS(t)
+	a, b := startInstance(t, ns), startInstance(t, ns)
+	cr := openOn(t, a)
+	first := dialAgent(t, a.URL, cr, http.StatusOK)
+	second := dialAgent(t, b.URL, cr, http.StatusAccepted)
+	select {
+	case err := <-first.done:
+		if !errors.Is(err, relay.ErrReplaced) {
+			t.Fatalf("first agent: %v, want replaced", err)
+		}
+		first.done <- err
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first agent was not replaced")
+	}
+	resp, _ := send(t, a.URL+"/c/"+cr.Channel+"/x", "to the newest")
+	if resp.StatusCode != http.StatusAccepted || string(second.next(t).Body) != "to the newest" {
+		t.Fatalf("delivery at the old agent's instance: %s", resp.Status)
+	}
+	// And back: a third agent on A replaces the one on B.
+	third := dialAgent(t, a.URL, cr, http.StatusTeapot)
+	select {
+	case err := <-second.done:
+		if !errors.Is(err, relay.ErrReplaced) {
+			t.Fatalf("second agent: %v", err)
+		}
+		second.done <- err
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second agent was not replaced")
+	}
+	if resp, _ := send(t, b.URL+"/c/"+cr.Channel+"/x", "3"); resp.StatusCode != http.StatusTeapot {
+		t.Fatalf("delivery at B: %s", resp.Status)
+	}
+	third.next(t)
+}
+
+// The Store keeps the relay.Store contract: unknown channels, the same id
+// queued once, paging with after, dequeue of an unknown id, parking, and an
+// unreadable entry reported with its id.
+func TestStoreContract(t *testing.T) {
+	ns := runNATS(t)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	s, err := natsrelay.OpenStore(context.Background(), natsrelay.Config{Conn: nc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Channel("0123456789abcdef0123456789abcdef"); devhook.ErrorCode(err) != devhook.ENOTFOUND {
+		t.Fatalf("unknown channel: %v", err)
+	}
+	if _, err := s.Channel("../etc"); devhook.ErrorCode(err) != devhook.ENOTFOUND {
+		t.Fatalf("invalid channel: %v", err)
+	}
+	ch := relay.Channel{ID: "abcdef0123456789abcdef0123456789", TokenHash: []byte{1, 2}, CreatedAt: time.Unix(1, 0).UTC()}
+	if err := s.PutChannel(ch); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.Channel(ch.ID); err != nil || string(got.TokenHash) != "\x01\x02" || !got.CreatedAt.Equal(ch.CreatedAt) {
+		t.Fatalf("channel %+v %v", got, err)
+	}
+	var ids []string
+	for i := range 5 {
+		id := uuid.Must(uuid.NewV7()).String()
+		ids = append(ids, id)
+		d := &devhook.Delivery{ID: id, Channel: ch.ID, Method: "POST", Path: "/p", Header: http.Header{"A": {"1", "2"}}, Body: []byte{byte(i)}, ReceivedAt: time.Unix(2, 0).UTC()}
+		for range 2 {
+			if err := s.Enqueue(ch.ID, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	first, err := s.Queued(ch.ID, "", 2)
+	if err != nil || len(first) != 2 || first[0].ID != ids[0] || first[1].ID != ids[1] || !first[0].Queued || first[1].Body[0] != 1 {
+		t.Fatalf("first page %v %v", first, err)
+	}
+	rest, err := s.Queued(ch.ID, first[1].ID, 0)
+	if err != nil || len(rest) != 3 || rest[0].ID != ids[2] {
+		t.Fatalf("rest %v %v", rest, err)
+	}
+	if err := s.Dequeue(ch.ID, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Dequeue(ch.ID, ids[0]); err != nil {
+		t.Fatalf("dequeue twice: %v", err)
+	}
+	if err := s.Park(ch.ID, ids[1], "cannot be framed"); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := s.Parked(ch.ID); err != nil || p[ids[1]] != "cannot be framed" {
+		t.Fatalf("parked %v %v", p, err)
+	}
+	// An entry that is no deliver frame, between two good ones.
+	badID := uuid.Must(uuid.NewV7()).String()
+	if err := nc.Publish("devhook.queue."+ch.ID+"."+badID, []byte("garbage")); err != nil {
+		t.Fatal(err)
+	}
+	nc.Flush()
+	all, err := s.Queued(ch.ID, "", 0)
+	var bad *relay.UnreadableError
+	if !errors.As(err, &bad) || bad.ID != badID || len(all) != 3 {
+		t.Fatalf("unreadable entry: %d deliveries, %v", len(all), err)
+	}
+	if n, err := s.QueueLen(ch.ID); err != nil || n != 4 {
+		t.Fatalf("queue length %d %v", n, err)
+	}
+	if n, err := s.Counts(); err != nil || n.Queued != 4 || n.Channels != 1 {
+		t.Fatalf("counts %+v %v", n, err)
+	}
+	if status, err := s.Health(); err != nil || !strings.Contains(status, "nats: connected") {
+		t.Fatalf("health %q %v", status, err)
+	}
+}
+
+// /healthz reports the NATS connection: 503 once it is lost.
+func TestHealthzReportsNATS(t *testing.T) {
+	ns := runNATS(t)
+	disconnected := make(chan struct{}, 1)
+	in := startInstance(t, ns, nats.DisconnectErrHandler(func(*nats.Conn, error) {
+		select {
+		case disconnected <- struct{}{}:
+		default:
+		}
+	}))
+	resp, body := send(t, in.URL+"/healthz", "")
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, "nats: connected to nats://127.0.0.1:") {
+		t.Fatalf("healthz: %s %q", resp.Status, body)
+	}
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	<-disconnected
+	resp, body = send(t, in.URL+"/healthz", "")
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(body, "nats: ") {
+		t.Fatalf("healthz with NATS down: %s %q", resp.Status, body)
+	}
+}
+
+// A NATS server whose max_payload cannot carry the relay's largest
+// delivery is refused at start, with what to change.
+func TestMaxPayloadChecked(t *testing.T) {
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go ns.Start()
+	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	if !ns.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats server did not start")
+	}
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	_, err = natsrelay.OpenStore(context.Background(), natsrelay.Config{Conn: nc})
+	if err == nil || !strings.Contains(err.Error(), "max_payload") {
+		t.Fatalf("OpenStore with the default 1 MB max_payload: %v", err)
+	}
+}

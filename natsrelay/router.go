@@ -1,0 +1,350 @@
+package natsrelay
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/relay"
+)
+
+// Router is the cluster's relay.Router: local agents in a map, as
+// relay.Hub, and the agents of other instances through NATS.
+type Router struct {
+	cfg    Config
+	id     string // this instance
+	agents jetstream.KeyValue
+	ctx    context.Context // canceled by Close: deliveries for local agents from other instances
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // watcher, and deliveries from other instances
+
+	mu     sync.Mutex
+	local  map[string]*holder
+	nonce  uint64
+	closed bool
+	watch  jetstream.KeyWatcher
+}
+
+// holder is the local agent of a channel.
+type holder struct {
+	e     relay.Endpoint
+	value string // its agents-bucket value: instance/nonce
+	rev   uint64 // its revision in the bucket; 0 until Put returned
+	newer uint64 // the highest revision of another agent seen before rev was known
+	sub   *nats.Subscription
+}
+
+var _ relay.Router = (*Router)(nil)
+
+// Reply headers of a delivery passed to another instance.
+const (
+	hdrError    = "Devhook-Error"
+	errNoAgent  = "no-agent"
+	errTimeout  = "timeout"
+	errInternal = "internal"
+)
+
+// OpenRouter creates or updates the agents bucket, starts watching it and
+// returns the Router. Close stops it.
+func OpenRouter(ctx context.Context, cfg Config) (*Router, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(cfg.Conn)
+	if err != nil {
+		return nil, fmt.Errorf("natsrelay: %w", err)
+	}
+	var b [8]byte
+	rand.Read(b[:])
+	r := &Router{cfg: cfg, id: hex.EncodeToString(b[:]), local: make(map[string]*holder)}
+	cctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	r.agents, err = js.CreateOrUpdateKeyValue(cctx, jetstream.KeyValueConfig{
+		Bucket: cfg.Prefix + "_agents", Description: "devhook relay: the newest agent of each channel, by instance", History: 1,
+		Storage: jetstream.FileStorage, Replicas: cfg.Replicas, TTL: cfg.QueueMaxAge,
+	})
+	if err != nil {
+		return nil, jsError("create the agents bucket", err)
+	}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	r.watch, err = r.agents.WatchAll(r.ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+	if err != nil {
+		r.cancel()
+		return nil, fmt.Errorf("natsrelay: watch the agents bucket: %w", err)
+	}
+	r.wg.Add(1)
+	go func() { defer r.wg.Done(); r.watchLoop() }()
+	return r, nil
+}
+
+// ID is this instance's id in the cluster.
+func (r *Router) ID() string { return r.id }
+
+// Close stops watching, unsubscribes, and waits for deliveries passed by
+// other instances to end (their agents are closed by the relay Server).
+func (r *Router) Close() error {
+	r.mu.Lock()
+	r.closed = true
+	for ch, h := range r.local {
+		if h.sub != nil {
+			h.sub.Unsubscribe()
+		}
+		delete(r.local, ch)
+	}
+	r.mu.Unlock()
+	r.watch.Stop()
+	r.cancel()
+	r.wg.Wait()
+	return nil
+}
+
+func (r *Router) subject(channel, what string) string {
+	return r.cfg.Prefix + ".agent." + channel + "." + what
+}
+
+// Attach implements relay.Router: e holds channel here and everywhere. The
+// agent it replaces, on this instance or another, is closed.
+func (r *Router) Attach(channel string, e relay.Endpoint) {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		e.Replace()
+		return
+	}
+	old := r.local[channel]
+	r.nonce++
+	h := &holder{e: e, value: r.id + "/" + strconv.FormatUint(r.nonce, 10)}
+	if old != nil {
+		h.sub = old.sub
+	}
+	r.local[channel] = h
+	r.mu.Unlock()
+	if old != nil && old.e != e {
+		old.e.Replace()
+	}
+	if h.sub == nil && validToken(channel) {
+		sub, err := r.cfg.Conn.QueueSubscribe(r.subject(channel, "*"), r.cfg.Prefix, func(m *nats.Msg) { r.serve(channel, m) })
+		if err == nil {
+			// Kicks published after the queue is read must find the
+			// subscription in place.
+			err = r.cfg.Conn.Flush()
+		}
+		if err != nil {
+			r.cfg.Logf("relay: channel %s: subscribe for deliveries from other relays: %v", channel, err)
+		}
+		r.mu.Lock()
+		if r.local[channel] == h && h.sub == nil {
+			h.sub = sub
+		} else if sub != nil {
+			sub.Unsubscribe() // detached meanwhile
+		}
+		r.mu.Unlock()
+	}
+	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.Timeout)
+	defer cancel()
+	rev, err := r.agents.Put(ctx, channel, []byte(h.value))
+	if err != nil {
+		r.cfg.Logf("relay: channel %s: announce the agent to other relays: %v", channel, err)
+		return
+	}
+	r.mu.Lock()
+	h.rev = rev
+	replace := r.local[channel] == h && h.newer > rev
+	if replace {
+		r.dropLocked(channel, h)
+	}
+	r.mu.Unlock()
+	if replace {
+		e.Replace()
+	}
+}
+
+// dropLocked forgets h, the local holder of channel.
+func (r *Router) dropLocked(channel string, h *holder) {
+	if h.sub != nil {
+		h.sub.Unsubscribe()
+	}
+	delete(r.local, channel)
+}
+
+// Detach implements relay.Router.
+func (r *Router) Detach(channel string, e relay.Endpoint) {
+	r.mu.Lock()
+	h := r.local[channel]
+	if h == nil || h.e != e {
+		r.mu.Unlock()
+		return
+	}
+	r.dropLocked(channel, h)
+	rev := h.rev
+	r.mu.Unlock()
+	if rev == 0 {
+		return
+	}
+	// Only if no agent took the channel since, anywhere.
+	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.Timeout)
+	defer cancel()
+	r.agents.Delete(ctx, channel, jetstream.LastRevision(rev))
+}
+
+// watchLoop replaces a local agent when a newer one attached elsewhere.
+func (r *Router) watchLoop() {
+	for e := range r.watch.Updates() {
+		if e == nil || e.Operation() != jetstream.KeyValuePut {
+			continue
+		}
+		channel, value, rev := e.Key(), string(e.Value()), e.Revision()
+		r.mu.Lock()
+		h := r.local[channel]
+		var replaced relay.Endpoint
+		switch {
+		case h == nil || h.value == value:
+		case h.rev == 0:
+			h.newer = max(h.newer, rev) // Attach decides when its Put returns
+		case rev > h.rev:
+			r.dropLocked(channel, h)
+			replaced = h.e
+		}
+		r.mu.Unlock()
+		if replaced != nil {
+			replaced.Replace()
+		}
+	}
+}
+
+func (r *Router) holder(channel string) relay.Endpoint {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if h := r.local[channel]; h != nil {
+		return h.e
+	}
+	return nil
+}
+
+// Deliver implements relay.Router: to the local agent, or by request to
+// the instance holding the channel.
+func (r *Router) Deliver(ctx context.Context, d *devhook.Delivery) (*relay.Answer, error) {
+	if e := r.holder(d.Channel); e != nil {
+		return e.Deliver(ctx, d)
+	}
+	if !validToken(d.Channel) {
+		return nil, relay.ErrNoAgent
+	}
+	data, err := relay.EncodeDelivery(d)
+	if err != nil {
+		return nil, err
+	}
+	// The other instance enforces ResponseTimeout; the margin is for
+	// the answer's way back.
+	rctx, cancel := context.WithTimeout(ctx, r.cfg.ResponseTimeout+5*time.Second)
+	defer cancel()
+	reply, err := r.cfg.Conn.RequestMsgWithContext(rctx, &nats.Msg{Subject: r.subject(d.Channel, "deliver"), Data: data})
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return nil, relay.ErrNoAgent
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
+		// No reply at all, not even the other relay's "timeout": it
+		// died with the delivery, or never had it. Queued, the delivery
+		// reaches the agent where it reconnects (perhaps twice: at least
+		// once).
+		r.cfg.Logf("relay: channel %s: the relay holding the agent did not answer delivery %s; queuing it", d.Channel, d.ID)
+		return nil, relay.ErrNoAgent
+	case err != nil:
+		return nil, fmt.Errorf("natsrelay: pass delivery %s to the relay holding channel %s: %w", d.ID, d.Channel, err)
+	}
+	switch reply.Header.Get(hdrError) {
+	case "":
+	case errNoAgent:
+		return nil, relay.ErrNoAgent
+	case errTimeout:
+		return nil, relay.ErrTimeout
+	default:
+		return nil, fmt.Errorf("natsrelay: the relay holding channel %s: %s", d.Channel, reply.Header.Get(hdrError))
+	}
+	a, err := relay.DecodeAnswer(reply.Data)
+	if err != nil {
+		return nil, fmt.Errorf("natsrelay: answer to delivery %s from another relay: %w", d.ID, err)
+	}
+	return a, nil
+}
+
+// Kick implements relay.Router.
+func (r *Router) Kick(channel string) {
+	if e := r.holder(channel); e != nil {
+		e.Kick()
+		return
+	}
+	if validToken(channel) {
+		r.cfg.Conn.Publish(r.subject(channel, "kick"), nil)
+	}
+}
+
+// serve handles a message for a local agent from another instance.
+func (r *Router) serve(channel string, m *nats.Msg) {
+	if strings.HasSuffix(m.Subject, ".kick") {
+		if e := r.holder(channel); e != nil {
+			e.Kick()
+		}
+		return
+	}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		replyError(m, errNoAgent)
+		return
+	}
+	r.wg.Add(1)
+	r.mu.Unlock()
+	// The agent's answer may take ResponseTimeout: not on the
+	// subscription's goroutine, which would hold up the next.
+	go func() {
+		defer r.wg.Done()
+		e := r.holder(channel)
+		if e == nil {
+			replyError(m, errNoAgent)
+			return
+		}
+		d, err := relay.DecodeDelivery(channel, m.Data)
+		if err != nil {
+			replyError(m, errInternal+": "+err.Error())
+			return
+		}
+		a, err := e.Deliver(r.ctx, d)
+		switch {
+		case errors.Is(err, relay.ErrTimeout):
+			replyError(m, errTimeout)
+			return
+		case err != nil:
+			// The agent went away (or this relay is closing): the
+			// sender's relay queues the delivery.
+			replyError(m, errNoAgent)
+			return
+		}
+		data, err := relay.EncodeAnswer(d.ID, a)
+		if err != nil {
+			replyError(m, errInternal+": "+err.Error())
+			return
+		}
+		if err := m.Respond(data); err != nil {
+			r.cfg.Logf("relay: channel %s: pass the answer to delivery %s back: %v", channel, d.ID, err)
+		}
+	}()
+}
+
+func replyError(m *nats.Msg, what string) {
+	rm := &nats.Msg{Header: nats.Header{}}
+	rm.Header.Set(hdrError, what)
+	m.RespondMsg(rm)
+}
