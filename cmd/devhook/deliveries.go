@@ -345,7 +345,7 @@ Exit status: 0 when the receiver answered 2xx, 1 otherwise (another status, no a
 			}
 			defer done()
 			if !live && h.secret == "" && !noResign {
-				fmt.Fprintln(cmd.ErrOrStderr(), "devhook: no running devhook listen and no secret (--secret or DEVHOOK_SECRET): sending the original signature as is")
+				fmt.Fprintf(cmd.ErrOrStderr(), "devhook: replaying from %s without a secret (--secret or DEVHOOK_SECRET): sending the original signature as is\n", h.dataDir)
 			}
 			a, err := hist.Replay(cmd.Context(), args[0], opt)
 			if err != nil {

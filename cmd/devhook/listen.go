@@ -601,25 +601,26 @@ func (p *printer) result(r agent.Result) {
 	}
 	if p.json {
 		p.emit(struct {
-			Event     string  `json:"event"`
-			ID        string  `json:"id"`
-			Method    string  `json:"method"`
-			Path      string  `json:"path"`
-			RunID     string  `json:"run_id,omitempty"`
-			StatusV2  string  `json:"status_v2,omitempty"`
-			Verdict   string  `json:"verdict"`
-			Status    int     `json:"status"`
-			Receiver  *int    `json:"receiver_status"`
-			Duration  float64 `json:"duration_ms"`
-			Queued    bool    `json:"queued,omitempty"`
-			Cut       bool    `json:"cut,omitempty"`
-			Duplicate bool    `json:"duplicate,omitempty"`
-			Owed      bool    `json:"owed,omitempty"`
-			Error     string  `json:"error,omitempty"`
-			Hint      string  `json:"hint,omitempty"`
+			Event     string     `json:"event"`
+			ID        string     `json:"id"`
+			Method    string     `json:"method"`
+			Path      string     `json:"path"`
+			RunID     string     `json:"run_id,omitempty"`
+			StatusV2  string     `json:"status_v2,omitempty"`
+			Verdict   string     `json:"verdict"`
+			Status    int        `json:"status"`
+			Receiver  *int       `json:"receiver_status"`
+			Duration  float64    `json:"duration_ms"`
+			Queued    bool       `json:"queued,omitempty"`
+			Cut       bool       `json:"cut,omitempty"`
+			Duplicate bool       `json:"duplicate,omitempty"`
+			Owed      bool       `json:"owed,omitempty"`
+			Error     string     `json:"error,omitempty"`
+			Hint      string     `json:"hint,omitempty"`
+			Copies    []copyLine `json:"failed_copies,omitempty"`
 		}{"delivery", d.ID, d.Method, d.Path, d.Event.RunID, d.Event.StatusV2, d.Verdict.Result, status, receiverStatus(r.Attempt),
 			float64(dur) / float64(time.Millisecond), d.Queued, r.Cut, r.Duplicate, r.Owed && p.retryFor > 0, cmp.Or(r.Error, attemptError(r.Attempt)),
-			check.Hint(d, r.Attempt)})
+			check.Hint(d, r.Attempt), failedCopies(r.Copies)})
 		return
 	}
 	p.write(p.humanLine(r))
@@ -687,7 +688,7 @@ func (p *printer) humanLine(r agent.Result) []byte {
 	}
 	b.WriteByte('\n')
 	for _, c := range r.Copies {
-		if c.Status >= 200 && c.Status < 400 {
+		if copyTaken(c) {
 			continue
 		}
 		fmt.Fprintf(&b, "              copy to %s → %s  %s", c.Target, p.paint(statusColor(c.Status), statusWord(c.Status)), formatDuration(time.Duration(c.Duration)))
@@ -861,6 +862,27 @@ func clip(s string, n int) string {
 	}
 	return s
 }
+
+// copyLine is a copy target that did not take a delivery, for --json.
+type copyLine struct {
+	Target   string `json:"target"`
+	Receiver *int   `json:"receiver_status"`
+	Error    string `json:"error,omitempty"`
+}
+
+// failedCopies are the copies that were not answered 2xx or 3xx; nil
+// when all were (or there are none).
+func failedCopies(copies []*devhook.Attempt) []copyLine {
+	var out []copyLine
+	for _, c := range copies {
+		if !copyTaken(c) {
+			out = append(out, copyLine{c.Target, receiverStatus(c), c.Error})
+		}
+	}
+	return out
+}
+
+func copyTaken(c *devhook.Attempt) bool { return c.Status >= 200 && c.Status < 400 }
 
 // receiverStatus is the receiver's status for --json: nil (null) when it
 // gave none.

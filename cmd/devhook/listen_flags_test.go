@@ -63,3 +63,25 @@ func TestListenHeaderAndInsecureWarning(t *testing.T) {
 		t.Errorf("the receiver got %v", h)
 	}
 }
+
+// A second --forward target that does not take a delivery is shown.
+func TestListen_FailedCopyShown(t *testing.T) {
+	first := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer first.Close()
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	down.Close()
+	lr := startListen(t, "--forward", first.URL, "--forward", down.URL, "--data", t.TempDir())
+	pub := lr.next(t, "ready")["public_url"].(string)
+	if _, out, err := devhookCmd(t, "send", pub+"/hook"); err != nil {
+		t.Fatalf("send: %v %s", err, out)
+	}
+	d := lr.next(t, "delivery")
+	copies, _ := d["failed_copies"].([]any)
+	if d["receiver_status"] != float64(200) || len(copies) != 1 {
+		t.Fatalf("delivery line %v, want the first target's 200 and one failed copy", d)
+	}
+	c := copies[0].(map[string]any)
+	if c["target"] != down.URL+"/hook" || c["receiver_status"] != nil || !strings.Contains(c["error"].(string), "connection refused") {
+		t.Errorf("failed copy %v", c)
+	}
+}
