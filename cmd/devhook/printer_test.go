@@ -43,6 +43,12 @@ func TestPrinterHumanGolden(t *testing.T) {
 			Attempt: &devhook.Attempt{Error: "canceled: devhook is stopping", Duration: devhook.Duration(3 * time.Millisecond)}, Status: 502, Owed: true, Cut: true},
 		{Delivery: &devhook.Delivery{ReceivedAt: at, Method: "POST", Path: "/hook", Verdict: devhook.Verdict{Result: "ok"}},
 			Attempt: &devhook.Attempt{Status: 200, Duration: devhook.Duration(4 * time.Second)}, Status: 200, Cut: true},
+		// Replays asked for from the inspector or devhook replay.
+		{Delivery: &devhook.Delivery{ID: "01a20000-0000-7000-8000-000000000001", ReceivedAt: at, Method: "POST", Path: "/hook", RawQuery: "a=1"}, Replay: true,
+			Attempt: &devhook.Attempt{Seq: 3, StartedAt: at.Add(time.Minute), Status: 401, Duration: devhook.Duration(900 * time.Microsecond)}, Status: 401},
+		{Delivery: &devhook.Delivery{ID: "01a20000-0000-7000-8000-000000000001", ReceivedAt: at, Method: "POST", Path: "/hook"}, Replay: true,
+			Attempt: &devhook.Attempt{Seq: 4, StartedAt: at.Add(2 * time.Minute), Status: 200, Duration: devhook.Duration(1100 * time.Microsecond),
+				Request: &devhook.Request{Resigned: true}}, Status: 200},
 	}
 	var buf bytes.Buffer
 	p := &printer{w: &buf, loc: time.UTC, retryFor: time.Hour}
