@@ -44,6 +44,7 @@ type options struct {
 	bin        string // devhook binary; empty builds one
 	out        string // markdown or JSON file
 	inproc     bool   // relay and agent in this process
+	cluster    bool   // tunnel phases through two relays on NATS
 	cpuprofile string // with inproc
 	memprofile string // with inproc
 	blockprof  string // with inproc
@@ -62,6 +63,7 @@ func main() {
 	flag.StringVar(&o.secret, "secret", "whsec_bench_0123456789abcdef", "signing secret")
 	flag.StringVar(&o.bin, "bin", "", "devhook binary to run (default: build ./cmd/devhook)")
 	flag.StringVar(&o.out, "out", "", "also write the report to this file (.json: JSON, else markdown)")
+	flag.BoolVar(&o.cluster, "cluster", false, "tunnel phases through a two-relay cluster on NATS (JetStream, in this process): the agent on one relay, senders posting to the other")
 	flag.BoolVar(&o.inproc, "inproc", false, "run relay and agent inside this process (for profiling; RSS is the whole process)")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "with -inproc: write a CPU profile of the tunnel phases")
 	flag.StringVar(&o.memprofile, "memprofile", "", "with -inproc: write an allocation profile at the end")
@@ -147,19 +149,35 @@ func run(ctx context.Context, o options) (*report, error) {
 
 	var relayURL string
 	if len(o.conc) > 0 && o.n > 0 || o.list > 0 {
-		var rel *child
-		rel, relayURL, err = startRelay(ctx, bin, filepath.Join(tmp, "relay"))
-		if err != nil {
-			return rep, err
+		var rel, ingress *child
+		var ingressURL string
+		if o.cluster {
+			ns, err := startNATS(filepath.Join(tmp, "nats"))
+			if err != nil {
+				return rep, err
+			}
+			defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+			rel, ingress, relayURL, ingressURL, err = clusterRelays(ctx, bin, tmp, ns, &kids)
+			if err != nil {
+				return rep, err
+			}
+			rep.Cluster = "two relays on NATS with JetStream (in the harness's process); the agent on one, senders post to the other: relay figures are the sender's relay"
+		} else {
+			rel, relayURL, err = startRelay(ctx, bin, filepath.Join(tmp, "relay"))
+			if err != nil {
+				return rep, err
+			}
+			kids.add(rel)
+			ingress, ingressURL = rel, relayURL
 		}
-		kids.add(rel)
 		if len(o.conc) > 0 && o.n > 0 {
 			ag, ready, err := startListen(ctx, bin, relayURL, recv.URL, o.secret, filepath.Join(tmp, "agent"))
 			if err != nil {
 				return rep, err
 			}
 			kids.add(ag)
-			if err := loadPhases(ctx, o, rep, recv, ready.PublicURL+"/hook", []*child{rel, ag}); err != nil {
+			public := onOtherRelay(ready.PublicURL, relayURL, ingressURL)
+			if err := loadPhases(ctx, o, rep, recv, public+"/hook", []*child{ingress, ag}); err != nil {
 				return rep, err
 			}
 			ag.kill()
@@ -276,8 +294,14 @@ func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
 // startRelay starts `devhook relay` on a free loopback port.
 func startRelay(ctx context.Context, bin, dir string) (*child, string, error) {
+	return startRelayArgs(ctx, bin, dir)
+}
+
+// startRelayArgs starts `devhook relay` on a free loopback port, with more
+// arguments.
+func startRelayArgs(ctx context.Context, bin, dir string, args ...string) (*child, string, error) {
 	const prefix = "devhook relay on "
-	c, line, err := startChild(ctx, "relay", bin, []string{"relay", "--addr", "127.0.0.1:0", "--data", dir},
+	c, line, err := startChild(ctx, "relay", bin, append([]string{"relay", "--addr", "127.0.0.1:0", "--data", dir}, args...),
 		func(l string) bool { return strings.HasPrefix(l, prefix) }, 30*time.Second)
 	if err != nil {
 		return nil, "", err

@@ -22,6 +22,7 @@ type report struct {
 	Duration  string        `json:"duration"`
 	FileLimit uint64        `json:"file_limit"`
 	InProcess bool          `json:"in_process,omitempty"`
+	Cluster   string        `json:"cluster,omitempty"` // how the cluster phases ran
 	Phases    []phaseResult `json:"phases"`
 	List      *listResult   `json:"list,omitempty"`
 	Idle      *idleResult   `json:"idle,omitempty"`
