@@ -92,6 +92,11 @@ type Config struct {
 	// agent that only replays.
 	RelayURL    string
 	Credentials relay.Credentials
+	// RelayFallbacks are other URLs of the same relay cluster (instances
+	// sharing channels through NATS). When the relay in use cannot be
+	// reached, Run tries the next one at once, and backs off only after
+	// every one failed.
+	RelayFallbacks []string
 	// Forward lists receiver URLs; the first one's answer goes back to the
 	// sender, the others get a copy.
 	Forward []string
@@ -374,8 +379,10 @@ func (a *Agent) Run(ctx context.Context) error {
 
 	backoff := a.cfg.MinBackoff
 	var lost time.Time // when the last connection ended; zero before the first
+	relays := append([]string{a.cfg.RelayURL}, a.cfg.RelayFallbacks...)
+	at := 0 // the relay tried next
 	for {
-		conn, err := relay.Dial(ctx, relay.DialConfig{RelayURL: a.cfg.RelayURL, Credentials: a.cfg.Credentials})
+		conn, err := relay.Dial(ctx, relay.DialConfig{RelayURL: relays[at], Credentials: a.cfg.Credentials})
 		switch {
 		case ctx.Err() != nil:
 			if conn != nil {
@@ -384,6 +391,12 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		case errors.Is(err, relay.ErrRejected):
 			return err
+		case err != nil && len(relays) > 1:
+			if at = (at + 1) % len(relays); at != 0 {
+				a.cfg.Logf("relay %s unreachable (%v); trying %s", relays[(at+len(relays)-1)%len(relays)], err, relays[at])
+				continue
+			}
+			fallthrough
 		case err != nil:
 			wait := a.jitter(backoff)
 			a.cfg.Logf("relay unreachable (%v); retrying in %s", err, wait.Round(time.Millisecond))
