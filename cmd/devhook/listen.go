@@ -98,7 +98,7 @@ webhook's secret instead, and with --update-url points it here until exit.`,
 	}
 	f := cmd.Flags()
 	f.StringArrayVar(&o.forward, "forward", nil, "receiver to forward to (host:port or URL); repeat for more, the first one answers")
-	f.StringVar(&o.relayURL, "relay", "", "relay URL (default: a relay inside this process, local only)")
+	f.StringVar(&o.relayURL, "relay", "", "relay URL (default: a relay inside this process, local only); several, comma-separated, for instances of one relay cluster: the next is tried when one cannot be reached")
 	f.StringVar(&o.relayToken, "relay-token", os.Getenv("DEVHOOK_RELAY_TOKEN"), "token the relay requires to open a channel")
 	f.StringVar(&o.relayAddr, "relay-addr", "127.0.0.1:4041", "address of the built-in relay (without --relay)")
 	f.StringVar(&o.secret, "secret", "", "the webhook's signing secret (or DEVHOOK_SECRET)")
@@ -195,7 +195,19 @@ func (o *listenOptions) run(ctx context.Context) error {
 	closers = append(closers, db.Close)
 
 	// The relay: remote, or one inside this process.
-	relayURL, relayKey := strings.TrimRight(o.relayURL, "/"), strings.TrimRight(o.relayURL, "/")
+	var relayURL string
+	var fallbacks []string // other instances of the same relay cluster
+	for _, u := range strings.Split(o.relayURL, ",") {
+		if u = strings.TrimRight(strings.TrimSpace(u), "/"); u == "" {
+			continue
+		}
+		if relayURL == "" {
+			relayURL = u
+		} else {
+			fallbacks = append(fallbacks, u)
+		}
+	}
+	relayKey := relayURL
 	var local *relay.Server
 	var rdb *storage.RelayStore
 	if relayURL == "" {
@@ -248,7 +260,7 @@ func (o *listenOptions) run(ctx context.Context) error {
 	}
 	ag, err = agent.New(agent.Config{
 		Header: extra, TLS: tlsConfig,
-		RelayURL: relayURL, Credentials: creds, Forward: o.forward, Store: db,
+		RelayURL: relayURL, RelayFallbacks: fallbacks, Credentials: creds, Forward: o.forward, Store: db,
 		Secret: o.secret, Verify: o.verify, Skew: o.skew, ForwardTimeout: o.timeout,
 		RetryFor: retryFor,
 		OnChange: func(c devhook.Change) {

@@ -92,3 +92,32 @@ func TestRelay_ClusterOnNATS(t *testing.T) {
 		t.Fatalf("the receiver got %d deliveries, want 3", recv.total())
 	}
 }
+
+// listen --relay A,B: when relay A is killed, listen moves to relay B by
+// itself, and every delivery sent to B meanwhile reaches the receiver
+// once (live, or queued until listen is there).
+func TestListen_MovesToAnotherRelayOfTheCluster(t *testing.T) {
+	ns := natsServer(t)
+	recv := &bodies{}
+	rs := httptest.NewServer(recv)
+	defer rs.Close()
+	relayA, urlA := relayProc(t, "--nats", ns.ClientURL())
+	_, urlB := relayProc(t, "--nats", ns.ClientURL())
+	l, ready := listenProc(t, urlA+","+urlB, t.TempDir(), rs.URL)
+	viaB := urlB + strings.TrimPrefix(ready["public_url"].(string), urlA)
+
+	relayA.kill()
+	pollUntil(t, "the NATS server to drop relay A", func() bool { return ns.NumClients() == 1 })
+	for _, b := range []string{"after 1", "after 2", "after 3"} {
+		if st, body := sendTo(t, viaB+"/hook", nil, b); st != http.StatusOK && st != http.StatusAccepted {
+			t.Fatalf("with A dead: %d %q", st, body)
+		}
+	}
+	pollUntil(t, "every delivery to reach the receiver", func() bool {
+		return recv.count("after 1") == 1 && recv.count("after 2") == 1 && recv.count("after 3") == 1
+	})
+	l.stop(t, 10*time.Second)
+	if recv.total() != 3 {
+		t.Fatalf("the receiver got %d deliveries, want 3", recv.total())
+	}
+}
