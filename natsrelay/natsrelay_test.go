@@ -54,11 +54,16 @@ type instance struct {
 
 func startInstance(t *testing.T, ns *server.Server, opts ...nats.Option) *instance {
 	t.Helper()
+	return startInstanceWith(t, ns, natsrelay.Config{ResponseTimeout: 10 * time.Second}, opts...)
+}
+
+func startInstanceWith(t *testing.T, ns *server.Server, cfg natsrelay.Config, opts ...nats.Option) *instance {
+	t.Helper()
 	nc, err := nats.Connect(ns.ClientURL(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := natsrelay.Config{Conn: nc, ResponseTimeout: 10 * time.Second, Logf: t.Logf}
+	cfg.Conn, cfg.Logf = nc, t.Logf
 	store, err := natsrelay.OpenStore(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +72,7 @@ func startInstance(t *testing.T, ns *server.Server, opts ...nats.Option) *instan
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := relay.NewServer(relay.Config{Store: store, Router: router, ResponseTimeout: 10 * time.Second, Logf: t.Logf})
+	srv, err := relay.NewServer(relay.Config{Store: store, Router: router, ResponseTimeout: cfg.ResponseTimeout, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -467,5 +472,53 @@ func TestMaxPayloadChecked(t *testing.T) {
 	_, err = natsrelay.OpenStore(context.Background(), natsrelay.Config{Conn: nc})
 	if err == nil || !strings.Contains(err.Error(), "max_payload") {
 		t.Fatalf("OpenStore with the default 1 MB max_payload: %v", err)
+	}
+}
+
+// A relay that vanished without closing its NATS connection still holds
+// the agent's subscription until the NATS server notices: a delivery sent
+// there gets no reply, and the sender's relay queues it (202) after its
+// timeout rather than answer 504 for a delivery no agent has.
+func TestDeliveryToAVanishedRelayIsQueued(t *testing.T) {
+	ns := runNATS(t)
+	in := startInstanceWith(t, ns, natsrelay.Config{ResponseTimeout: 300 * time.Millisecond})
+	cr := openOn(t, in)
+	// The vanished relay: subscribed for the channel, never answering.
+	ghost, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ghost.Close()
+	got := make(chan *nats.Msg, 1)
+	if _, err := ghost.QueueSubscribe("devhook.agent."+cr.Channel+".*", "devhook", func(m *nats.Msg) { got <- m }); err != nil {
+		t.Fatal(err)
+	}
+	ghost.Flush()
+	resp, body := send(t, in.URL+"/c/"+cr.Channel+"/x", "keep me")
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("sender got %s %q, want 202", resp.Status, body)
+	}
+	<-got
+	if n, err := in.store.QueueLen(cr.Channel); err != nil || n != 1 {
+		t.Fatalf("queue length %d %v, want the delivery queued", n, err)
+	}
+}
+
+// The queue is bounded in bytes: beyond QueueMaxBytes, Enqueue fails and
+// the sender gets 503 with Retry-After (nothing is dropped silently).
+func TestQueueBoundedBySize(t *testing.T) {
+	ns := runNATS(t)
+	in := startInstanceWith(t, ns, natsrelay.Config{ResponseTimeout: 10 * time.Second, QueueMaxBytes: 64 << 10})
+	cr := openOn(t, in)
+	big := strings.Repeat("x", 40<<10)
+	if resp, _ := send(t, in.URL+"/c/"+cr.Channel+"/x", big); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("first: %s", resp.Status)
+	}
+	resp, body := send(t, in.URL+"/c/"+cr.Channel+"/x", big)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("over the queue's bytes: %s %q", resp.Status, body)
+	}
+	if n, err := in.store.QueueLen(cr.Channel); err != nil || n != 1 {
+		t.Fatalf("queue length %d %v", n, err)
 	}
 }

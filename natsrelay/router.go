@@ -246,7 +246,7 @@ func (r *Router) Deliver(ctx context.Context, d *devhook.Delivery) (*relay.Answe
 	}
 	// The other instance enforces ResponseTimeout; the margin is for
 	// the answer's way back.
-	rctx, cancel := context.WithTimeout(ctx, r.cfg.ResponseTimeout+5*time.Second)
+	rctx, cancel := context.WithTimeout(ctx, r.cfg.ResponseTimeout+min(5*time.Second, r.cfg.ResponseTimeout))
 	defer cancel()
 	reply, err := r.cfg.Conn.RequestMsgWithContext(rctx, &nats.Msg{Subject: r.subject(d.Channel, "deliver"), Data: data})
 	switch {
