@@ -305,6 +305,12 @@ func (s *Store) Queued(channel string, after string, limit int) ([]*devhook.Deli
 		start = m.Sequence + 1
 		id := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
 		s.mu.Lock()
+		if len(s.seqs) >= maxSeqs {
+			// Entries of deliveries acknowledged through other
+			// instances are never forgotten here: start afresh. A
+			// miss costs one lookup in the stream.
+			clear(s.seqs)
+		}
 		s.seqs[channel+"/"+id] = m.Sequence
 		s.mu.Unlock()
 		d, err := relay.DecodeDelivery(channel, m.Data)
@@ -316,6 +322,9 @@ func (s *Store) Queued(channel string, after string, limit int) ([]*devhook.Deli
 	}
 	return out, nil
 }
+
+// maxSeqs bounds the sequences a Store remembers.
+const maxSeqs = 1 << 16
 
 // seqAfter is the stream sequence to read from after delivery id.
 func (s *Store) seqAfter(ctx context.Context, channel, id string) uint64 {

@@ -12,7 +12,9 @@
 //	GET  /v1/channels/{id}/connect       WebSocket upgrade for the channel's agent
 //	                                     (Authorization: Bearer <agent token>)
 //	ANY  /c/{id}/{path...}               ingress: a delivery for the channel
-//	GET  /healthz                        200 "ok"
+//	GET  /healthz                        200 "ok", then the status of the store's backend
+//	                                     (NATS, when clustered); 503 with the reason while it is down
+//	GET  /metrics                        Prometheus metrics (not when Config.PrivateMetrics; see metrics.go)
 //
 // A channel id is 128 random bits in hex; its agent token is 256 random bits
 // in base64url. The relay stores only the SHA-256 of the token.
