@@ -28,10 +28,11 @@ type Store interface {
 	Channel(id string) (Channel, error)
 	Enqueue(channel string, d *devhook.Delivery) error
 	// Queued returns up to limit deliveries with ids after after ("" = from
-	// the start), in id order, bodies included. An entry that cannot be
-	// read ends the batch: the deliveries before it are returned with an
-	// error wrapping *UnreadableError, so that the relay can park it and
-	// go on.
+	// the start), in id order, bodies included. (A clustered store returns
+	// them in the order they were queued, and after is an id it returned.)
+	// An entry that cannot be read ends the batch: the deliveries before it
+	// are returned with an error wrapping *UnreadableError, so that the
+	// relay can park it and go on.
 	Queued(channel string, after string, limit int) ([]*devhook.Delivery, error)
 	Dequeue(channel, id string) error
 	// Park moves delivery id out of channel's queue into a place kept for

@@ -73,7 +73,11 @@ from Let's Encrypt (or --acme-directory) by itself, serves HTTPS on --https-addr
 answers ACME challenges and redirects to HTTPS on --http-addr (:80); the public URL
 follows from the domain. --tls-cert/--tls-key serve certificates managed elsewhere
 (reloaded when the files change). Or put it behind a TLS-terminating proxy and pass that
-proxy's address as --public-url. See docs/DEPLOY.md.`,
+proxy's address as --public-url.
+
+A cluster: --nats nats://host:4222[,...] makes this relay one instance of many sharing
+channels, tokens and queues through NATS (JetStream keeps the queue): a delivery arriving
+at any instance reaches the agent wherever it is connected. See docs/DEPLOY.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.stdout, o.stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
