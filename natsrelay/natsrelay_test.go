@@ -522,3 +522,46 @@ func TestQueueBoundedBySize(t *testing.T) {
 		t.Fatalf("queue length %d %v", n, err)
 	}
 }
+
+// An instance cut off from NATS misses the kicks of deliveries queued
+// meanwhile at other instances: once it is back, it reads its agents'
+// queues again, and the agent gets them without another event.
+func TestQueueReadAgainAfterReconnect(t *testing.T) {
+	ns := runNATS(t)
+	gate := make(chan struct{})
+	down := make(chan struct{}, 1)
+	// A JetStream call of A's whose reply is lost with the connection
+	// (the read of the queue at the agent's connect) waits Timeout.
+	a := startInstanceWith(t, ns, natsrelay.Config{ResponseTimeout: 10 * time.Second, Timeout: time.Second},
+		nats.CustomReconnectDelay(func(int) time.Duration { <-gate; return 0 }),
+		nats.DisconnectErrHandler(func(*nats.Conn, error) {
+			select {
+			case down <- struct{}{}:
+			default:
+			}
+		}))
+	b := startInstance(t, ns)
+	cr := openOn(t, a)
+	ag := dialAgent(t, a.URL, cr, http.StatusOK)
+	id, err := a.nc.GetClientID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.DisconnectClientByID(id); err != nil {
+		t.Fatal(err)
+	}
+	<-down
+	for deadline := time.Now().Add(10 * time.Second); ns.NumClients() != 1; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the NATS server still has %d clients", ns.NumClients())
+		}
+		time.Sleep(5 * time.Millisecond) // polling the NATS server's state
+	}
+	if resp, body := send(t, b.URL+"/c/"+cr.Channel+"/x", "while A was cut off"); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("with A cut off from NATS: %s %q", resp.Status, body)
+	}
+	close(gate) // A reconnects
+	if d := ag.next(t); string(d.Body) != "while A was cut off" || !d.Queued {
+		t.Fatalf("agent got %+v", d)
+	}
+}

@@ -84,7 +84,31 @@ func OpenRouter(ctx context.Context, cfg Config) (*Router, error) {
 	}
 	r.wg.Add(1)
 	go func() { defer r.wg.Done(); r.watchLoop() }()
+	// Kicks published by other instances while this one was cut off from
+	// NATS are lost: after a reconnect, every local agent's queue is read
+	// again, so that what was queued meanwhile goes out without waiting
+	// for the next kick.
+	prev := cfg.Conn.ReconnectHandler()
+	cfg.Conn.SetReconnectHandler(func(nc *nats.Conn) {
+		if prev != nil {
+			prev(nc)
+		}
+		r.kickAll()
+	})
 	return r, nil
+}
+
+// kickAll kicks every local agent.
+func (r *Router) kickAll() {
+	r.mu.Lock()
+	es := make([]relay.Endpoint, 0, len(r.local))
+	for _, h := range r.local {
+		es = append(es, h.e)
+	}
+	r.mu.Unlock()
+	for _, e := range es {
+		e.Kick()
+	}
 }
 
 // ID is this instance's id in the cluster.
