@@ -119,6 +119,11 @@ func dialAgent(t *testing.T, url string, cr relay.Credentials, status int) *agen
 	if err != nil {
 		t.Fatal(err)
 	}
+	return runAgent(t, conn, status)
+}
+
+// runAgent answers conn's deliveries as dialAgent says.
+func runAgent(t *testing.T, conn *relay.Conn, status int) *agent {
 	a := &agent{conn: conn, got: make(chan *devhook.Delivery, 100), done: make(chan error, 1)}
 	go func() {
 		for {
@@ -563,5 +568,71 @@ func TestQueueReadAgainAfterReconnect(t *testing.T) {
 	close(gate) // A reconnects
 	if d := ag.next(t); string(d.Body) != "while A was cut off" || !d.Queued {
 		t.Fatalf("agent got %+v", d)
+	}
+}
+
+// Two agents of one channel connecting at the same moment to two
+// instances: exactly one keeps the channel, on both instances.
+func TestSimultaneousAgentsOneWins(t *testing.T) {
+	ns := runNATS(t)
+	a, b := startInstance(t, ns), startInstance(t, ns)
+	for round := range 8 {
+		cr := openOn(t, a)
+		conns := make([]*relay.Conn, 2)
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for i, in := range []*instance{a, b} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				defer cancel()
+				conns[i], errs[i] = relay.Dial(ctx, relay.DialConfig{RelayURL: in.URL, Credentials: cr})
+			}()
+		}
+		wg.Wait()
+		loser, winner := -1, -1
+		agents := make([]*agent, 2)
+		for i := range 2 {
+			switch {
+			case errs[i] != nil && strings.Contains(errs[i].Error(), "4001"):
+				loser, winner = i, 1-i // replaced before its hello was read
+			case errs[i] != nil:
+				t.Fatalf("round %d: dial: %v", round, errs[i])
+			default:
+				agents[i] = runAgent(t, conns[i], 200+i)
+			}
+		}
+		if loser < 0 {
+			select {
+			case err := <-agents[0].done:
+				agents[0].done <- err
+				loser, winner = 0, 1
+			case err := <-agents[1].done:
+				agents[1].done <- err
+				loser, winner = 1, 0
+			case <-time.After(10 * time.Second):
+				t.Fatalf("round %d: both agents still hold the channel", round)
+			}
+			if err := <-agents[loser].done; !errors.Is(err, relay.ErrReplaced) {
+				t.Fatalf("round %d: the loser ended with %v", round, err)
+			}
+			agents[loser].done <- relay.ErrReplaced
+		}
+		if agents[winner] == nil {
+			t.Fatalf("round %d: both agents were replaced", round)
+		}
+		for _, in := range []*instance{a, b} {
+			resp, _ := send(t, in.URL+"/c/"+cr.Channel+"/x", "to the winner")
+			if resp.StatusCode != 200+winner {
+				t.Fatalf("round %d: via %s: %s, want the winner's %d", round, in.URL, resp.Status, 200+winner)
+			}
+			agents[winner].next(t)
+		}
+		select {
+		case err := <-agents[winner].done:
+			t.Fatalf("round %d: the winner was closed too: %v", round, err)
+		default:
+		}
 	}
 }
