@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/natsrelay"
@@ -414,10 +415,15 @@ func TestStoreContract(t *testing.T) {
 	}
 	// An entry that is no deliver frame, between two good ones.
 	badID := uuid.Must(uuid.NewV7()).String()
-	if err := nc.Publish("devhook.queue."+ch.ID+"."+badID, []byte("garbage")); err != nil {
+	// Published through JetStream, which answers once the stream has it:
+	// a core publish and a flush return before the stream stores it.
+	js, err := jetstream.New(nc)
+	if err != nil {
 		t.Fatal(err)
 	}
-	nc.Flush()
+	if _, err := js.Publish(context.Background(), "devhook.queue."+ch.ID+"."+badID, []byte("garbage")); err != nil {
+		t.Fatal(err)
+	}
 	all, err := s.Queued(ch.ID, "", 0)
 	var bad *relay.UnreadableError
 	if !errors.As(err, &bad) || bad.ID != badID || len(all) != 3 {
