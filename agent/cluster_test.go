@@ -15,6 +15,7 @@ import (
 
 	"github.com/devhook/devhook/agent"
 	"github.com/devhook/devhook/natsrelay"
+	"github.com/devhook/devhook/natsrelay/natstest"
 	"github.com/devhook/devhook/relay"
 	"github.com/devhook/devhook/storage"
 )
@@ -65,17 +66,7 @@ func clusterRelay(t *testing.T, ns *server.Server, ln net.Listener) (url string,
 // relay dies, and receives there what was queued meanwhile (sent to a
 // third instance while no relay of its own was up).
 func TestRunMovesToAnotherRelayOfTheCluster(t *testing.T) {
-	ns, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), MaxPayload: 16 << 20, NoLog: true, NoSigs: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
-	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
+	ns := natstest.Run(t)
 
 	urlA, stopA := clusterRelay(t, ns, nil)
 	urlC, _ := clusterRelay(t, ns, nil)

@@ -5,28 +5,9 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 )
-
-// startNATS runs a NATS server with JetStream in this process, on a free
-// loopback port, its store under dir, for the cluster phases.
-func startNATS(dir string) (*server.Server, error) {
-	ns, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir,
-		MaxPayload: 16 << 20, NoLog: true, NoSigs: true,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("nats server: %w", err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		ns.Shutdown()
-		return nil, fmt.Errorf("nats server did not start")
-	}
-	return ns, nil
-}
 
 // clusterRelays starts two `devhook relay --nats` instances on ns. The
 // agent connects to the first; senders post to the second, so that every

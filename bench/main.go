@@ -32,6 +32,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/devhook/devhook/natsrelay/natstest"
 )
 
 type options struct {
@@ -152,7 +154,7 @@ func run(ctx context.Context, o options) (*report, error) {
 		var rel, ingress *child
 		var ingressURL string
 		if o.cluster {
-			ns, err := startNATS(filepath.Join(tmp, "nats"))
+			ns, err := natstest.Start(filepath.Join(tmp, "nats"))
 			if err != nil {
 				return rep, err
 			}

@@ -19,27 +19,9 @@ import (
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/natsrelay"
+	"github.com/devhook/devhook/natsrelay/natstest"
 	"github.com/devhook/devhook/relay"
 )
-
-// runNATS starts a NATS server with JetStream on a random loopback port,
-// its store in a temporary directory, until the test ends.
-func runNATS(t *testing.T) *server.Server {
-	t.Helper()
-	ns, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
-		MaxPayload: 16 << 20, NoLog: true, NoSigs: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	return ns
-}
 
 // instance is one relay of a cluster: its own NATS connection, Store,
 // Router, relay.Server and HTTP server.
@@ -209,7 +191,7 @@ func noLeaks(t *testing.T, before int) {
 // (the channel was opened on A: tokens are shared), byte-exact, and the
 // sender gets the agent's real answer; the other way round too.
 func TestDeliveryReachesAgentOnAnotherInstance(t *testing.T) {
-	ns := runNATS(t)
+	ns := natstest.Run(t)
 	// The NATS server runs goroutines for each stream and bucket: created
 	// by a first instance, before counting.
 	startInstance(t, ns).stop()
@@ -252,7 +234,7 @@ func TestDeliveryReachesAgentOnAnotherInstance(t *testing.T) {
 // them, once each, and acks them: the queue is empty again. Queued
 // deliveries survive a restart of every relay.
 func TestAgentMovesWhenItsInstanceDies(t *testing.T) {
-	ns := runNATS(t)
+	ns := natstest.Run(t)
 	a, b := startInstance(t, ns), startInstance(t, ns)
 	cr := openOn(t, a)
 	ag := dialAgent(t, a.URL, cr, http.StatusOK)
@@ -320,7 +302,7 @@ func TestAgentMovesWhenItsInstanceDies(t *testing.T) {
 // The newest agent wins across instances: an agent connecting on B closes
 // the one on A with CloseReplaced, and deliveries at A reach the new one.
 func TestNewestAgentWinsAcrossInstances(t *testing.T) {
-	ns := runNATS(t)
+	ns := natstest.Run(t)
 	a, b := startInstance(t, ns), startInstance(t, ns)
 	cr := openOn(t, a)
 	first := dialAgent(t, a.URL, cr, http.StatusOK)
@@ -359,7 +341,7 @@ func TestNewestAgentWinsAcrossInstances(t *testing.T) {
 // queued once, paging with after, dequeue of an unknown id, parking, and an
 // unreadable entry reported with its id.
 func TestStoreContract(t *testing.T) {
-	ns := runNATS(t)
+	ns := natstest.Run(t)
 	nc, err := nats.Connect(ns.ClientURL())
 	if err != nil {
 		t.Fatal(err)
@@ -442,7 +424,7 @@ func TestStoreContract(t *testing.T) {
 
 // /healthz reports the NATS connection: 503 once it is lost.
 func TestHealthzReportsNATS(t *testing.T) {
-	ns := runNATS(t)
+	ns := natstest.Run(t)
 	disconnected := make(chan struct{}, 1)
 	in := startInstance(t, ns, nats.DisconnectErrHandler(func(*nats.Conn, error) {
 		select {
@@ -491,7 +473,7 @@ func TestMaxPayloadChecked(t *testing.T) {
 // there gets no reply, and the sender's relay queues it (202) after its
 // timeout rather than answer 504 for a delivery no agent has.
 func TestDeliveryToAVanishedRelayIsQueued(t *testing.T) {
-	ns := runNATS(t)
+	ns := natstest.Run(t)
 	in := startInstanceWith(t, ns, natsrelay.Config{ResponseTimeout: 300 * time.Millisecond})
 	cr := openOn(t, in)
 	// The vanished relay: subscribed for the channel, never answering.
@@ -518,7 +500,7 @@ func TestDeliveryToAVanishedRelayIsQueued(t *testing.T) {
 // The queue is bounded in bytes: beyond QueueMaxBytes, Enqueue fails and
 // the sender gets 503 with Retry-After (nothing is dropped silently).
 func TestQueueBoundedBySize(t *testing.T) {
-	ns := runNATS(t)
+	ns := natstest.Run(t)
 	in := startInstanceWith(t, ns, natsrelay.Config{ResponseTimeout: 10 * time.Second, QueueMaxBytes: 64 << 10})
 	cr := openOn(t, in)
 	big := strings.Repeat("x", 40<<10)
@@ -538,7 +520,7 @@ func TestQueueBoundedBySize(t *testing.T) {
 // meanwhile at other instances: once it is back, it reads its agents'
 // queues again, and the agent gets them without another event.
 func TestQueueReadAgainAfterReconnect(t *testing.T) {
-	ns := runNATS(t)
+	ns := natstest.Run(t)
 	gate := make(chan struct{})
 	down := make(chan struct{}, 1)
 	// A JetStream call of A's whose reply is lost with the connection
@@ -580,7 +562,7 @@ func TestQueueReadAgainAfterReconnect(t *testing.T) {
 // Two agents of one channel connecting at the same moment to two
 // instances: exactly one keeps the channel, on both instances.
 func TestSimultaneousAgentsOneWins(t *testing.T) {
-	ns := runNATS(t)
+	ns := natstest.Run(t)
 	a, b := startInstance(t, ns), startInstance(t, ns)
 	for round := range 8 {
 		cr := openOn(t, a)

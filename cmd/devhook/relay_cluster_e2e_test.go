@@ -8,27 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
+	"github.com/devhook/devhook/natsrelay/natstest"
 )
-
-// natsServer runs a NATS server with JetStream in this process, on a
-// random loopback port, until the test ends.
-func natsServer(t *testing.T) *server.Server {
-	t.Helper()
-	ns, err := server.NewServer(&server.Options{
-		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(),
-		MaxPayload: 16 << 20, NoLog: true, NoSigs: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
-	t.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	return ns
-}
 
 // Two devhook relay --nats processes: listen connects to A, a delivery
 // sent to B gets the receiver's answer. A is killed: deliveries to B are
@@ -36,7 +17,7 @@ func natsServer(t *testing.T) *server.Server {
 // the receiver gets what was queued, once each; B's /metrics and /healthz
 // speak for the cluster.
 func TestRelay_ClusterOnNATS(t *testing.T) {
-	ns := natsServer(t)
+	ns := natstest.Run(t)
 	recv := &bodies{}
 	rs := httptest.NewServer(recv)
 	defer rs.Close()
@@ -97,7 +78,7 @@ func TestRelay_ClusterOnNATS(t *testing.T) {
 // itself, and every delivery sent to B meanwhile reaches the receiver
 // once (live, or queued until listen is there).
 func TestListen_MovesToAnotherRelayOfTheCluster(t *testing.T) {
-	ns := natsServer(t)
+	ns := natstest.Run(t)
 	recv := &bodies{}
 	rs := httptest.NewServer(recv)
 	defer rs.Close()
