@@ -169,7 +169,7 @@ func Open(path string, cfg Config) (*DB, error) {
 	})
 	switch {
 	case errors.Is(err, berrors.ErrTimeout):
-		return nil, fmt.Errorf("storage: open %s: the file is locked by another process: another devhook may be using the --data directory %s; stop it or choose another --data directory: %w", path, dir, err)
+		return nil, fmt.Errorf("storage: open %s: %w: another devhook may be using the --data directory %s; stop it or choose another --data directory: %w", path, ErrLocked, dir, err)
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrVersionMismatch),
 		errors.Is(err, berrors.ErrChecksum), errors.Is(err, errPanic):
 		return nil, corruptError(path, err)
@@ -196,6 +196,10 @@ func Open(path string, cfg Config) (*DB, error) {
 }
 
 var errPanic = errors.New("bbolt panicked reading the file")
+
+// ErrLocked is wrapped by Open's error when another process holds the
+// file: a running devhook listen, typically.
+var ErrLocked = errors.New("the file is locked by another process")
 
 // openBolt opens the file, turning a panic on a damaged file into an error.
 func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {

@@ -72,6 +72,10 @@ func (h *historyOptions) open(cmd *cobra.Command) (hist history, close func(), l
 		return nil, nil, false, fmt.Errorf("read the data directory: %w", err)
 	}
 	db, err := storage.Open(path, storage.Config{})
+	if errors.Is(err, storage.ErrLocked) {
+		// A listen records there, its inspector elsewhere than --inspect.
+		return nil, nil, false, fmt.Errorf("%w; if a devhook listen records in %s, read through it: pass its inspector's address with --inspect (listen prints it)", err, h.dataDir)
+	}
 	if err != nil {
 		return nil, nil, false, err
 	}

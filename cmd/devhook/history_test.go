@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -164,5 +165,20 @@ func TestReplay_ExitStatusAndHints(t *testing.T) {
 	recv.Close()
 	if _, _, err := devhookCmd(t, "replay", d.ID, "--data", dir, "--inspect", inspect, "--to", recv.URL, "--secret", secret); err == nil || !strings.Contains(err.Error(), "no status") {
 		t.Errorf("replay to a receiver that is down: %v, want an error", err)
+	}
+}
+
+// A listen records in the directory but its inspector is not on --inspect:
+// its store is locked, and the error says to pass the inspector's address.
+func TestDeliveries_LockedStoreSaysInspect(t *testing.T) {
+	other, _ := seedStore(t, "whsec_locked", time.Now(), 0)
+	db, err := storage.Open(filepath.Join(other, "deliveries.db"), storage.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	_, _, err = devhookCmd(t, "deliveries", "list", "--data", other, "--inspect", closedAddr(t))
+	if err == nil || !errors.Is(err, storage.ErrLocked) || !strings.Contains(err.Error(), "--inspect") {
+		t.Fatalf("deliveries list of a locked store: %v; want the lock named and --inspect suggested", err)
 	}
 }
