@@ -268,7 +268,11 @@ func (c *Client) apiError(method, p string, status int, body []byte) *APIError {
 	}
 	switch status {
 	case http.StatusUnauthorized:
-		e.Hint = "the API key is missing, wrong or revoked: API keys come from the account settings in the web console (with devhook emulate, from the keys it prints); give one with --api-key, SERVICE_API_KEY or apikey in ~/.service/config.yaml"
+		if _, key := c.cfg.Credentials.(APIKey); key {
+			e.Hint = "the API key is missing, wrong or revoked: API keys come from the account settings in the web console (with devhook emulate, from the keys it prints); give one with --api-key, SERVICE_API_KEY or apikey in ~/.service/config.yaml"
+		} else {
+			e.Hint = "the service refused the signed-in session: sign in again with devhook login, or give an API key with --api-key or SERVICE_API_KEY"
+		}
 		if c.cfg.Team != "" {
 			e.Hint += "; check --team too"
 		}

@@ -88,6 +88,7 @@ func TestAPIErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	wrongKey, _ := cloud.New(cloud.Config{Endpoint: srv.URL, Credentials: cloud.APIKey("wrong")})
+	staleSession, _ := cloud.New(cloud.Config{Endpoint: srv.URL, Credentials: sessionToken("expired-access-token")})
 	tests := []struct {
 		name   string
 		call   func() error
@@ -96,6 +97,8 @@ func TestAPIErrors(t *testing.T) {
 	}{
 		{"wrong key", func() error { _, err := wrongKey.ListWebhooks(ctx); return err }, 401,
 			[]string{"unknown API key", "account settings in the web console", "--api-key"}},
+		{"refused session", func() error { _, err := staleSession.ListWebhooks(ctx); return err }, 401,
+			[]string{"signed-in session", "devhook login"}},
 		{"unknown webhook", func() error { _, err := c.GetWebhook(ctx, "nope"); return err }, 404,
 			[]string{`no webhook with id "nope"`, "devhook webhooks list"}},
 		{"duplicate id", func() error {
@@ -333,3 +336,8 @@ func TestIsFinalStatus(t *testing.T) {
 		}
 	}
 }
+
+// sessionToken stands for a signed-in session's credentials: not an API key.
+type sessionToken string
+
+func (s sessionToken) Token(context.Context) (string, error) { return string(s), nil }
