@@ -5,14 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/relay"
 	bolt "go.etcd.io/bbolt"
-	berrors "go.etcd.io/bbolt/errors"
 )
 
 // RelayStore is the single-process relay's state in a bbolt file: its
@@ -78,19 +75,9 @@ func OpenRelayStore(path string, cfg RelayStoreConfig) (*RelayStore, error) {
 	if cfg.LockTimeout == 0 {
 		cfg.LockTimeout = time.Second
 	}
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("storage: create data directory %s: %w", dir, err)
-	}
-	b, err := openBolt(path, &bolt.Options{Timeout: cfg.LockTimeout, FreelistType: bolt.FreelistMapType})
-	switch {
-	case errors.Is(err, berrors.ErrTimeout):
-		return nil, fmt.Errorf("storage: open %s: the file is locked by another process: another devhook relay may be using the --data directory %s; stop it or choose another --data directory: %w", path, dir, err)
-	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrVersionMismatch),
-		errors.Is(err, berrors.ErrChecksum), errors.Is(err, errPanic):
-		return nil, corruptError(path, err)
-	case err != nil:
-		return nil, fmt.Errorf("storage: open %s: %w", path, err)
+	b, err := openFile(path, &bolt.Options{Timeout: cfg.LockTimeout, FreelistType: bolt.FreelistMapType})
+	if err != nil {
+		return nil, err
 	}
 	s := &RelayStore{bolt: b, path: path}
 	err = b.Update(func(tx *bolt.Tx) error {

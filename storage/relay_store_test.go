@@ -267,3 +267,43 @@ func TestRelayStoreConcurrentWrites(t *testing.T) {
 		t.Fatalf("QueueLen = %d, %v; want %d", q, err, n)
 	}
 }
+
+// A relay.db cut short or emptied is refused with the message that says to
+// move it away, as the delivery store's is: bbolt never maps it (it would
+// read past the end of the file and crash), and the file is left as it was.
+func TestRelayStoreRefusesCutShortFile(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "relay.db")
+	s := mustOpenRelayStore(t, src)
+	for i := range 300 {
+		d := &devhook.Delivery{ID: fmt.Sprintf("id-%04d", i), Method: "POST", Path: "/", Body: bytes.Repeat([]byte{'x'}, 512)}
+		if err := s.Enqueue("ch", d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	whole, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{0, 1, 4096, 8192, 16384, 32768} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "relay.db")
+			if err := os.WriteFile(path, whole[:n], 0o600); err != nil {
+				t.Fatal(err)
+			}
+			s, err := storage.OpenRelayStore(path, storage.RelayStoreConfig{})
+			if err == nil {
+				s.Close()
+				t.Fatalf("OpenRelayStore of the first %d of %d bytes succeeded", n, len(whole))
+			}
+			if !strings.Contains(err.Error(), "move it away") {
+				t.Errorf("error %q does not say to move the file away", err)
+			}
+			if got, _ := os.ReadFile(path); !bytes.Equal(got, whole[:n]) {
+				t.Error("OpenRelayStore changed the file")
+			}
+		})
+	}
+}

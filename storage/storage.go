@@ -152,14 +152,7 @@ func Open(path string, cfg Config) (*DB, error) {
 		lockTimeout = time.Second
 	}
 
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("storage: create data directory %s: %w", dir, err)
-	}
-	if err := checkBoltFile(path); err != nil {
-		return nil, corruptError(path, err)
-	}
-	b, err := openBolt(path, &bolt.Options{
+	b, err := openFile(path, &bolt.Options{
 		Timeout: lockTimeout,
 		// Commits are not fsynced: what they hold is in the journal
 		// first, which is not fsynced either. A killed process loses
@@ -167,14 +160,8 @@ func Open(path string, cfg Config) (*DB, error) {
 		NoSync:       true,
 		FreelistType: bolt.FreelistMapType,
 	})
-	switch {
-	case errors.Is(err, berrors.ErrTimeout):
-		return nil, fmt.Errorf("storage: open %s: %w: another devhook may be using the --data directory %s; stop it or choose another --data directory: %w", path, ErrLocked, dir, err)
-	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrVersionMismatch),
-		errors.Is(err, berrors.ErrChecksum), errors.Is(err, errPanic):
-		return nil, corruptError(path, err)
-	case err != nil:
-		return nil, fmt.Errorf("storage: open %s: %w", path, err)
+	if err != nil {
+		return nil, err
 	}
 	db.bolt = b
 
@@ -200,6 +187,31 @@ var errPanic = errors.New("bbolt panicked reading the file")
 // ErrLocked is wrapped by Open's error when another process holds the
 // file: a running devhook listen, typically.
 var ErrLocked = errors.New("the file is locked by another process")
+
+// openFile opens the bbolt file at path for either store, creating its
+// directory: a file bbolt cannot safely map (empty, cut short, damaged) is
+// refused before it is, with the message that says to move it away; one
+// that another process holds wraps ErrLocked.
+func openFile(path string, opts *bolt.Options) (*bolt.DB, error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("storage: create data directory %s: %w", dir, err)
+	}
+	if err := checkBoltFile(path); err != nil {
+		return nil, corruptError(path, err)
+	}
+	b, err := openBolt(path, opts)
+	switch {
+	case errors.Is(err, berrors.ErrTimeout):
+		return nil, fmt.Errorf("storage: open %s: %w: another devhook may be using the --data directory %s; stop it or choose another --data directory: %w", path, ErrLocked, dir, err)
+	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrVersionMismatch),
+		errors.Is(err, berrors.ErrChecksum), errors.Is(err, errPanic):
+		return nil, corruptError(path, err)
+	case err != nil:
+		return nil, fmt.Errorf("storage: open %s: %w", path, err)
+	}
+	return b, nil
+}
 
 // openBolt opens the file, turning a panic on a damaged file into an error.
 func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
