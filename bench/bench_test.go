@@ -3,8 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -92,6 +97,151 @@ func TestParseConc(t *testing.T) {
 			if got[i] != tc.want[i] {
 				t.Errorf("parseConc(%q) = %v, want %v", tc.in, got, tc.want)
 			}
+		}
+	}
+}
+
+// TestHarnessChisel runs the load phases with a chisel phase between the
+// direct and the tunnel ones, with devhook as processes and in this
+// process. It needs a chisel binary: set DEVHOOK_CHISEL to its path.
+func TestHarnessChisel(t *testing.T) {
+	bin := os.Getenv("DEVHOOK_CHISEL")
+	if bin == "" {
+		t.Skip("DEVHOOK_CHISEL is not set to a chisel binary")
+	}
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command to build devhook with")
+	}
+	for _, inproc := range []bool{false, true} {
+		t.Run(map[bool]string{false: "processes", true: "inproc"}[inproc], func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			var out bytes.Buffer
+			o := options{n: 50, duration: 20 * time.Second, conc: []int{1, 4}, secret: "whsec_test",
+				chisel: bin, inproc: inproc, stdout: &out, logf: t.Logf}
+			rep, err := run(ctx, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var kinds []string
+			for _, p := range rep.Phases {
+				kinds = append(kinds, fmt.Sprintf("%s%d", p.Phase, p.Concurrency))
+				if p.Sent != o.n || p.OK != o.n || p.Delivered != o.n || p.Duplicates != 0 || p.BadSignatures != 0 {
+					t.Errorf("%s c=%d: sent %d, 2xx %d, delivered %d, duplicates %d, bad signatures %d; want %d delivered once (%s)",
+						p.Phase, p.Concurrency, p.Sent, p.OK, p.Delivered, p.Duplicates, p.BadSignatures, o.n, p.FirstError)
+				}
+				switch p.Phase {
+				case "chisel":
+					if p.RSSRelay == 0 || p.RSSAgent == 0 || p.Ratio == 0 {
+						t.Errorf("chisel c=%d: server RSS %.1f, client RSS %.1f, ratio to direct %.2f: want all measured", p.Concurrency, p.RSSRelay, p.RSSAgent, p.Ratio)
+					}
+					if p.ChiselComparison != nil {
+						t.Errorf("chisel c=%d is compared with chisel", p.Concurrency)
+					}
+				case "tunnel":
+					if p.ChiselComparison == nil || p.RatioChisel == 0 || p.ChiselRPS == 0 {
+						t.Errorf("tunnel c=%d: comparison with chisel %+v", p.Concurrency, p.ChiselComparison)
+					}
+				}
+			}
+			if got, want := strings.Join(kinds, " "), "direct1 chisel1 tunnel1 direct4 chisel4 tunnel4"; got != want {
+				t.Errorf("phases %s, want %s", got, want)
+			}
+			rep.writeText(&out)
+			for _, want := range []string{"c=1: devhook ", "c=4: devhook ", "× chisel"} {
+				if !strings.Contains(out.String(), want) {
+					t.Errorf("report lacks %q:\n%s", want, out.String())
+				}
+			}
+		})
+	}
+}
+
+// chiselPhases is a run's phases at one concurrency, with fixed figures.
+func chiselPhases() []phaseResult {
+	direct := phaseResult{Phase: "direct", Concurrency: 32, RPS: 20000, P50: 0.2, P99: 0.9}
+	chisel := phaseResult{Phase: "chisel", Concurrency: 32, RPS: 8550, P50: 0.47, P99: 1.1,
+		RSSRelay: 15.5, RSSAgent: 17.25, CPURelay: 50, CPUAgent: 51, CPUTotal: 101}
+	tunnel := phaseResult{Phase: "tunnel", Concurrency: 32, RPS: 8892, P50: 0.49, P99: 1.2,
+		RSSRelay: 20, RSSAgent: 24.1, CPURelay: 40, CPUAgent: 64, CPUTotal: 104}
+	tunnel.compareToChisel(chisel)
+	return []phaseResult{direct, chisel, tunnel}
+}
+
+func TestCompareToChisel(t *testing.T) {
+	tun := chiselPhases()[2]
+	c := tun.ChiselComparison
+	if c == nil {
+		t.Fatal("no comparison")
+	}
+	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+	if !near(c.RatioChisel, 8892.0/8550) || !near(c.P50Diff, 0.02) || c.ChiselRPS != 8550 || c.ChiselP50 != 0.47 ||
+		c.ChiselP99 != 1.1 || c.ChiselCPU != 101 || c.ChiselRSS != 32.75 {
+		t.Errorf("comparison %+v", *c)
+	}
+
+	// Against a chisel phase that got nothing through: no ratio, not +Inf.
+	tun.compareToChisel(phaseResult{Phase: "chisel"})
+	if tun.RatioChisel != 0 {
+		t.Errorf("ratio to a chisel at 0 req/s: %v", tun.RatioChisel)
+	}
+
+	// The JSON has the comparison's fields flat on tunnel phases, and none
+	// of them on others.
+	b, err := json.Marshal(chiselPhases())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []map[string]any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"ratio_to_chisel", "p50_minus_chisel_ms", "chisel_cpu_us_per_request", "chisel_rps"} {
+		if _, ok := got[2][k]; !ok {
+			t.Errorf("tunnel phase JSON lacks %s: %s", k, b)
+		}
+		if _, ok := got[1][k]; ok {
+			t.Errorf("chisel phase JSON has %s: %s", k, b)
+		}
+	}
+	if got[2]["cpu_us_per_request"] != 104.0 || got[1]["cpu_us_per_request"] != 101.0 {
+		t.Errorf("cpu_us_per_request: %s", b)
+	}
+}
+
+func TestChiselSummary(t *testing.T) {
+	rep := &report{Phases: chiselPhases()}
+	got := rep.chiselSummary()
+	want := []string{"c=32: devhook 8,892 req/s = 1.04 × chisel (8,550); p50 0.49 ms vs chisel 0.47 ms (+0.02 ms), p99 1.20 ms vs chisel 1.10 ms; " +
+		"tunnel CPU 104 µs vs chisel 101 µs per request; peak RSS relay+agent 44.1 MiB vs chisel server+client 32.8 MiB"}
+	if !slices.Equal(got, want) {
+		t.Errorf("summary:\n%q\nwant\n%q", got, want)
+	}
+
+	var out bytes.Buffer
+	rep.writeText(&out)
+	for _, w := range append(want, "× chisel", "tunnel CPU µs/req") {
+		if !strings.Contains(out.String(), w) {
+			t.Errorf("text report lacks %q:\n%s", w, out.String())
+		}
+	}
+
+	rep.InProcess = true
+	if got := rep.chiselSummary(); len(got) != 1 || !strings.Contains(got[0], "the whole harness process") {
+		t.Errorf("in-process summary %q does not say the CPU and RSS are the whole process's", got)
+	}
+
+	// Without chisel, no summary.
+	rep = &report{Phases: []phaseResult{{Phase: "direct", Concurrency: 1}, {Phase: "tunnel", Concurrency: 1}}}
+	if got := rep.chiselSummary(); len(got) != 0 {
+		t.Errorf("summary without chisel: %q", got)
+	}
+}
+
+func TestThousands(t *testing.T) {
+	for in, want := range map[float64]string{0: "0", 999.4: "999", 999.6: "1,000", 8550: "8,550", 1234567: "1,234,567", -12345: "-12,345"} {
+		if got := thousands(in); got != want {
+			t.Errorf("thousands(%v) = %q, want %q", in, got, want)
 		}
 	}
 }

@@ -4,7 +4,10 @@
 // recording and the inspector on, and drives signed 1.5 KB run.status POSTs
 // through the public URL at each concurrency. The same load goes straight
 // to the receiver, so that every figure is also a ratio to what this
-// machine can do without devhook.
+// machine can do without devhook. With --chisel, the same load also goes
+// through a chisel tunnel (server and client as processes of their own),
+// a bare TCP-over-WebSocket tunnel: the tunnel's figures are then ratios
+// to chisel's too.
 //
 // Then, in separate processes: the inspector's list API over a store of
 // -list deliveries, and one relay holding -idle agent connections.
@@ -12,6 +15,7 @@
 //	go run ./bench                      # the full run, figures for the README
 //	go run ./bench -n 2000 -idle 1000   # a quick look
 //	go run ./bench -inproc -cpuprofile cpu.out   # relay and agent in this process, profiled
+//	go run ./bench --chisel /path/to/chisel      # also through chisel, for comparison
 //
 // Every phase is bounded in count (-n) and in time (-duration); every
 // child process is killed on the way out.
@@ -47,6 +51,7 @@ type options struct {
 	out        string // markdown or JSON file
 	inproc     bool   // relay and agent in this process
 	cluster    bool   // tunnel phases through two relays on NATS
+	chisel     string // chisel binary: a chisel phase at each concurrency; empty skips
 	cpuprofile string // with inproc
 	memprofile string // with inproc
 	blockprof  string // with inproc
@@ -66,6 +71,7 @@ func main() {
 	flag.StringVar(&o.bin, "bin", "", "devhook binary to run (default: build ./cmd/devhook)")
 	flag.StringVar(&o.out, "out", "", "also write the report to this file (.json: JSON, else markdown)")
 	flag.BoolVar(&o.cluster, "cluster", false, "tunnel phases through a two-relay cluster on NATS (JetStream, in this process): the agent on one relay, senders posting to the other")
+	flag.StringVar(&o.chisel, "chisel", "", "chisel binary: at each concurrency, also drive the load through a chisel reverse tunnel (server and client processes), to compare the tunnel with")
 	flag.BoolVar(&o.inproc, "inproc", false, "run relay and agent inside this process (for profiling; RSS is the whole process)")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "with -inproc: write a CPU profile of the tunnel phases")
 	flag.StringVar(&o.memprofile, "memprofile", "", "with -inproc: write an allocation profile at the end")
@@ -133,8 +139,17 @@ func run(ctx context.Context, o options) (*report, error) {
 	}
 	defer recv.Close()
 
+	// chisel is always processes of its own, in-process run or not.
+	var ch *chiselTunnel
+	if o.chisel != "" && len(o.conc) > 0 && o.n > 0 {
+		o.logf("starting chisel")
+		if ch, err = startChisel(ctx, o.chisel, recv.URL, o.secret, &kids); err != nil {
+			return nil, err
+		}
+	}
+
 	if o.inproc {
-		return rep, runInProcess(ctx, o, rep, recv, tmp)
+		return rep, runInProcess(ctx, o, rep, recv, ch, tmp)
 	}
 
 	bin := o.bin
@@ -179,10 +194,13 @@ func run(ctx context.Context, o options) (*report, error) {
 			}
 			kids.add(ag)
 			public := onOtherRelay(ready.PublicURL, relayURL, ingressURL)
-			if err := loadPhases(ctx, o, rep, recv, public+"/hook", []*child{ingress, ag}); err != nil {
+			if err := loadPhases(ctx, o, rep, recv, public+"/hook", []*child{ingress, ag}, ch); err != nil {
 				return rep, err
 			}
 			ag.kill()
+			if ch != nil {
+				ch.kill()
+			}
 		}
 		if o.list > 0 {
 			if err := listPhase(ctx, o, rep, &kids, bin, relayURL, recv.URL, filepath.Join(tmp, "list")); err != nil {
@@ -199,84 +217,117 @@ func run(ctx context.Context, o options) (*report, error) {
 	return rep, nil
 }
 
-// loadPhases runs, at each concurrency, the direct phase and then the
-// tunnel phase. procs are the relay and the agent when they are processes
-// of their own; nil measures this process.
-func loadPhases(ctx context.Context, o options, rep *report, recv *receiverServer, public string, procs []*child) error {
-	// Warm up both paths: connections, page cache, bbolt's first pages.
+// loadPhases runs, at each concurrency, the direct phase, the chisel phase
+// when ch is not nil, and then the tunnel phase. procs are the relay and
+// the agent when they are processes of their own; nil measures this
+// process.
+func loadPhases(ctx context.Context, o options, rep *report, recv *receiverServer, public string, procs []*child, ch *chiselTunnel) error {
+	// Warm up every path: connections, page cache, bbolt's first pages.
 	warm := min(o.n, 500)
 	drive(ctx, recv.URL+"/hook", o.secret, "wd", 4, warm, o.duration)
+	kinds := []string{"direct", "tunnel"}
+	if ch != nil {
+		drive(ctx, ch.URL, o.secret, "wc", 4, warm, o.duration)
+		kinds = []string{"direct", "chisel", "tunnel"}
+	}
 	drive(ctx, public, o.secret, "wt", 4, warm, o.duration)
-	direct := map[int]float64{}
 	for _, c := range o.conc {
-		for _, kind := range []string{"direct", "tunnel"} {
+		var direct, chisel *phaseResult
+		for _, kind := range kinds {
 			if err := ctx.Err(); err != nil {
 				return err
 			}
-			phase := fmt.Sprintf("%c%d", kind[0], c)
-			url := recv.URL + "/hook"
-			var w *peakWatch
-			if kind == "tunnel" {
-				url = public
-				w = watchPeaks(pidsOf(procs), 20*time.Millisecond)
+			ph := loadPhase(ctx, o, recv, kind, c, public, procs, ch)
+			if direct != nil && direct.RPS > 0 {
+				ph.Ratio = ph.RPS / direct.RPS
 			}
-			o.logf("%s, concurrency %d: %d requests", kind, c, o.n)
-			var lines0 int64
-			if len(procs) > 1 {
-				lines0, _ = procs[1].counts()
-			}
-			pids := pidsOf(procs)
-			cpu0 := make([]time.Duration, len(pids))
-			for i, p := range pids {
-				cpu0[i] = cpuTime(p)
-			}
-			lr := drive(ctx, url, o.secret, phase, c, o.n, o.duration)
-			perReq := func(i int) float64 {
-				if i >= len(pids) || lr.Sent == 0 {
-					return 0
-				}
-				return float64((cpuTime(pids[i])-cpu0[i])/time.Microsecond) / float64(lr.Sent)
-			}
-			recv.count.settle(ctx, 200*time.Millisecond, 5*time.Second)
-			delivered, dupes, bad := recv.count.tally(phase)
-			ph := phaseResult{
-				Phase: kind, Concurrency: c, Sent: lr.Sent, OK: lr.OK, Failed: lr.Failed, FirstError: lr.FirstErr,
-				Delivered: delivered, Duplicates: dupes, BadSignatures: bad,
-				RPS: lr.rps(), P50: ms(lr.quantile(0.50)), P99: ms(lr.quantile(0.99)), Max: ms(lr.quantile(1)),
-				Seconds: lr.Elapsed.Seconds(),
-			}
-			if kind == "direct" {
-				direct[c] = ph.RPS
-			} else {
-				if d := direct[c]; d > 0 {
-					ph.Ratio = ph.RPS / d
-				}
-				if w != nil {
-					peaks := w.finish()
-					ph.RSSRelay, ph.AnonRelay = mib(peaks[0].RSS), mib(peaks[0].Anon)
-					if len(peaks) > 1 {
-						ph.RSSAgent, ph.AnonAgent = mib(peaks[1].RSS), mib(peaks[1].Anon)
-					}
-				}
-				ph.CPURelay, ph.CPUAgent = perReq(0), perReq(1)
-				if len(procs) > 1 {
-					// The agent prints its line after it answers: give the
-					// last ones a moment to come through the pipe.
-					deadline := time.Now().Add(2 * time.Second)
-					for {
-						lines, _ := procs[1].counts()
-						ph.AgentLines = lines - lines0
-						if ph.AgentLines >= int64(lr.Sent) || time.Now().After(deadline) {
-							break
-						}
-						time.Sleep(10 * time.Millisecond)
-					}
-				}
+			if kind == "tunnel" && chisel != nil {
+				ph.compareToChisel(*chisel)
 			}
 			rep.Phases = append(rep.Phases, ph)
+			switch kind {
+			case "direct":
+				direct = &ph
+			case "chisel":
+				chisel = &ph
+			}
 		}
 	}
 	return nil
+}
+
+// loadPhase drives o.n requests at concurrency c along one path: kind is
+// direct, chisel or tunnel.
+func loadPhase(ctx context.Context, o options, recv *receiverServer, kind string, c int, public string, procs []*child, ch *chiselTunnel) phaseResult {
+	phase := fmt.Sprintf("%c%d", kind[0], c)
+	url := recv.URL + "/hook"
+	var pids []int // the processes whose CPU and memory count
+	switch kind {
+	case "tunnel":
+		url, pids = public, pidsOf(procs)
+	case "chisel":
+		url, pids = ch.URL, pidsOf(ch.procs())
+	}
+	var w *peakWatch
+	if pids != nil {
+		w = watchPeaks(pids, 20*time.Millisecond)
+	}
+	o.logf("%s, concurrency %d: %d requests", kind, c, o.n)
+	var lines0 int64
+	countLines := kind == "tunnel" && len(procs) > 1
+	if countLines {
+		lines0, _ = procs[1].counts()
+	}
+	cpu0 := make([]time.Duration, len(pids))
+	for i, p := range pids {
+		cpu0[i] = cpuTime(p)
+	}
+	lr := drive(ctx, url, o.secret, phase, c, o.n, o.duration)
+	perReq := func(i int) float64 {
+		if i >= len(pids) || lr.Sent == 0 {
+			return 0
+		}
+		return float64((cpuTime(pids[i])-cpu0[i])/time.Microsecond) / float64(lr.Sent)
+	}
+	var cpu []float64
+	for i := range pids {
+		cpu = append(cpu, perReq(i))
+	}
+	recv.count.settle(ctx, 200*time.Millisecond, 5*time.Second)
+	delivered, dupes, bad := recv.count.tally(phase)
+	ph := phaseResult{
+		Phase: kind, Concurrency: c, Sent: lr.Sent, OK: lr.OK, Failed: lr.Failed, FirstError: lr.FirstErr,
+		Delivered: delivered, Duplicates: dupes, BadSignatures: bad,
+		RPS: lr.rps(), P50: ms(lr.quantile(0.50)), P99: ms(lr.quantile(0.99)), Max: ms(lr.quantile(1)),
+		Seconds: lr.Elapsed.Seconds(),
+	}
+	if w == nil {
+		return ph
+	}
+	peaks := w.finish()
+	ph.RSSRelay, ph.AnonRelay = mib(peaks[0].RSS), mib(peaks[0].Anon)
+	if len(peaks) > 1 {
+		ph.RSSAgent, ph.AnonAgent = mib(peaks[1].RSS), mib(peaks[1].Anon)
+	}
+	ph.CPURelay = cpu[0]
+	if len(cpu) > 1 {
+		ph.CPUAgent = cpu[1]
+	}
+	ph.CPUTotal = ph.CPURelay + ph.CPUAgent
+	if countLines {
+		// The agent prints its line after it answers: give the last ones
+		// a moment to come through the pipe.
+		deadline := time.Now().Add(2 * time.Second)
+		for {
+			lines, _ := procs[1].counts()
+			ph.AgentLines = lines - lines0
+			if ph.AgentLines >= int64(lr.Sent) || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return ph
 }
 
 func pidsOf(procs []*child) []int {

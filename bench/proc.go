@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// child is a devhook process the harness started. Its stdout lines go to
+// child is a process the harness started (devhook, or chisel). Its stdout lines go to
 // lines until the first one is taken by wait; the rest are counted and
 // dropped. Its stderr's tail is kept for error messages.
 type child struct {
@@ -34,28 +34,10 @@ type child struct {
 // startChild runs bin with args. ready picks the line that says the child
 // is up; startChild waits for it at most limit.
 func startChild(ctx context.Context, name, bin string, args []string, ready func(string) bool, limit time.Duration) (*child, string, error) {
-	c := &child{name: name, first: make(chan string, 1), ready: ready, exited: make(chan struct{})}
-	c.cmd = exec.Command(bin, args...)
-	c.cmd.Env = append(os.Environ(), "DEVHOOK_SECRET=", "DEVHOOK_RELAY_TOKEN=")
-	setDeathSignal(c.cmd)
-	out, err := c.cmd.StdoutPipe()
+	c, err := spawn(name, bin, args, ready)
 	if err != nil {
 		return nil, "", err
 	}
-	c.cmd.Stderr = &tailWriter{c: c}
-	if err := c.cmd.Start(); err != nil {
-		return nil, "", fmt.Errorf("start %s: %w", name, err)
-	}
-	scanDone := make(chan struct{})
-	go func() {
-		defer close(scanDone)
-		c.scan(out)
-	}()
-	go func() {
-		<-scanDone // Wait closes the pipe: read it to the end first
-		c.exitErr = c.cmd.Wait()
-		close(c.exited)
-	}()
 	t := time.NewTimer(limit)
 	defer t.Stop()
 	select {
@@ -70,6 +52,38 @@ func startChild(ctx context.Context, name, bin string, args []string, ready func
 		c.kill()
 		return nil, "", ctx.Err()
 	}
+}
+
+// spawn runs bin with args and returns at once, without waiting for the
+// child to be ready. ready picks the stdout line that c.first receives;
+// nil takes none.
+func spawn(name, bin string, args []string, ready func(string) bool) (*child, error) {
+	if ready == nil {
+		ready = func(string) bool { return false }
+	}
+	c := &child{name: name, first: make(chan string, 1), ready: ready, exited: make(chan struct{})}
+	c.cmd = exec.Command(bin, args...)
+	c.cmd.Env = append(os.Environ(), "DEVHOOK_SECRET=", "DEVHOOK_RELAY_TOKEN=")
+	setDeathSignal(c.cmd)
+	out, err := c.cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	c.cmd.Stderr = &tailWriter{c: c}
+	if err := c.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	scanDone := make(chan struct{})
+	go func() {
+		defer close(scanDone)
+		c.scan(out)
+	}()
+	go func() {
+		<-scanDone // Wait closes the pipe: read it to the end first
+		c.exitErr = c.cmd.Wait()
+		close(c.exited)
+	}()
+	return c, nil
 }
 
 func (c *child) scan(r io.Reader) {

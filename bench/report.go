@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -32,9 +34,11 @@ type report struct {
 	GoroutinesAfter  int `json:"goroutines_after,omitempty"`
 }
 
-// phaseResult is one load phase: direct or through the tunnel.
+// phaseResult is one load phase: direct, through chisel, or through the
+// tunnel. In a chisel phase the relay's fields are the chisel server's
+// and the agent's the chisel client's.
 type phaseResult struct {
-	Phase         string  `json:"phase"` // direct or tunnel
+	Phase         string  `json:"phase"` // direct, chisel or tunnel
 	Concurrency   int     `json:"concurrency"`
 	Sent          int     `json:"sent"`
 	OK            int     `json:"ok"` // 2xx answers to the sender
@@ -60,6 +64,36 @@ type phaseResult struct {
 	// agent processes (in-process runs: the whole process, in CPURelay).
 	CPURelay float64 `json:"cpu_relay_us_per_request,omitempty"`
 	CPUAgent float64 `json:"cpu_agent_us_per_request,omitempty"`
+	// CPURelay + CPUAgent: the whole tunnel's (or chisel's) CPU time per
+	// request.
+	CPUTotal float64 `json:"cpu_us_per_request,omitempty"`
+
+	// The tunnel compared with chisel at the same concurrency: tunnel
+	// phases of runs with --chisel only, nil (and no JSON fields) else.
+	*ChiselComparison
+}
+
+// ChiselComparison is a tunnel phase measured against the chisel phase at
+// the same concurrency.
+type ChiselComparison struct {
+	RatioChisel float64 `json:"ratio_to_chisel"`           // req/s: devhook / chisel
+	ChiselRPS   float64 `json:"chisel_rps"`                // chisel's req/s
+	P50Diff     float64 `json:"p50_minus_chisel_ms"`       // devhook p50 − chisel p50
+	ChiselP50   float64 `json:"chisel_p50_ms"`             // chisel's p50
+	ChiselP99   float64 `json:"chisel_p99_ms"`             // chisel's p99
+	ChiselCPU   float64 `json:"chisel_cpu_us_per_request"` // chisel server + client
+	ChiselRSS   float64 `json:"chisel_peak_rss_mib"`       // chisel server + client
+}
+
+// compareToChisel measures the tunnel phase p against the chisel phase ch
+// at the same concurrency.
+func (p *phaseResult) compareToChisel(ch phaseResult) {
+	c := &ChiselComparison{ChiselRPS: ch.RPS, P50Diff: p.P50 - ch.P50, ChiselP50: ch.P50, ChiselP99: ch.P99,
+		ChiselCPU: ch.CPUTotal, ChiselRSS: ch.RSSRelay + ch.RSSAgent}
+	if ch.RPS > 0 {
+		c.RatioChisel = p.RPS / ch.RPS
+	}
+	p.ChiselComparison = c
 }
 
 // listResult is the inspector's list API at a large store.
@@ -118,25 +152,45 @@ func (r *report) writeTable(w io.Writer, md bool) {
 		out = tw
 	}
 	if len(r.Phases) > 0 {
-		row(out, "phase", "conc", "sent", "2xx", "delivered", "dup", "req/s", "× direct", "p50 ms", "p99 ms", "max ms", "relay RSS (anon) MiB", "agent RSS (anon) MiB", "relay CPU µs/req", "agent CPU µs/req")
+		row(out, "phase", "conc", "sent", "2xx", "delivered", "dup", "req/s", "× direct", "× chisel", "p50 ms", "p99 ms", "max ms",
+			"relay RSS (anon) MiB", "agent RSS (anon) MiB", "relay CPU µs/req", "agent CPU µs/req", "tunnel CPU µs/req")
 		if md {
-			row(out, "---", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:")
+			row(out, "---", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:")
 		}
 		for _, p := range r.Phases {
-			ratio, relay, agent, crelay, cagent := "", "", "", "", ""
-			if p.Phase == "tunnel" {
+			ratio, vsChisel, relay, agent, crelay, cagent, ctotal := "", "", "", "", "", "", ""
+			if p.Phase != "direct" {
 				ratio = fmt.Sprintf("%.2f", p.Ratio)
 				relay = fmt.Sprintf("%.1f (%.1f)", p.RSSRelay, p.AnonRelay)
 				agent = fmt.Sprintf("%.1f (%.1f)", p.RSSAgent, p.AnonAgent)
 				crelay, cagent = fmt.Sprintf("%.0f", p.CPURelay), fmt.Sprintf("%.0f", p.CPUAgent)
+				ctotal = fmt.Sprintf("%.0f", p.CPUTotal)
+			}
+			if p.ChiselComparison != nil {
+				vsChisel = fmt.Sprintf("%.2f", p.RatioChisel)
 			}
 			row(out, p.Phase, fmt.Sprint(p.Concurrency), fmt.Sprint(p.Sent), fmt.Sprint(p.OK), fmt.Sprint(p.Delivered),
-				fmt.Sprint(p.Duplicates), fmt.Sprintf("%.0f", p.RPS), ratio, fmt.Sprintf("%.2f", p.P50),
-				fmt.Sprintf("%.2f", p.P99), fmt.Sprintf("%.1f", p.Max), relay, agent, crelay, cagent)
+				fmt.Sprint(p.Duplicates), fmt.Sprintf("%.0f", p.RPS), ratio, vsChisel, fmt.Sprintf("%.2f", p.P50),
+				fmt.Sprintf("%.2f", p.P99), fmt.Sprintf("%.1f", p.Max), relay, agent, crelay, cagent, ctotal)
 		}
 	}
 	if tw != nil {
 		tw.Flush()
+	}
+	if lines := r.chiselSummary(); len(lines) > 0 {
+		fmt.Fprintln(w)
+		if md {
+			fmt.Fprintln(w, "In chisel rows, relay is the chisel server and agent the chisel client.")
+			fmt.Fprintln(w)
+		} else {
+			fmt.Fprintln(w, "chisel rows: relay columns are the chisel server, agent columns the chisel client")
+		}
+		for _, l := range lines {
+			if md {
+				l = "- " + l
+			}
+			fmt.Fprintln(w, l)
+		}
 	}
 	if l := r.List; l != nil {
 		if md {
@@ -159,6 +213,54 @@ func (r *report) writeTable(w io.Writer, md bool) {
 			}
 		}
 	}
+}
+
+// chiselSummary is one line per concurrency of a run with --chisel: the
+// tunnel phase against chisel, from the tunnel phase's fields.
+func (r *report) chiselSummary() []string {
+	var out []string
+	for _, p := range r.Phases {
+		c := p.ChiselComparison
+		if p.Phase != "tunnel" || c == nil {
+			continue
+		}
+		ratio := "n/a"
+		if c.RatioChisel > 0 {
+			ratio = fmt.Sprintf("%.2f", c.RatioChisel)
+		}
+		cpu, rss := "tunnel CPU", fmt.Sprintf("peak RSS relay+agent %.1f MiB", p.RSSRelay+p.RSSAgent)
+		switch {
+		case r.InProcess:
+			cpu = "tunnel CPU (the whole harness process)"
+			rss = fmt.Sprintf("peak RSS of the whole harness process %.1f MiB", p.RSSRelay+p.RSSAgent)
+		case r.Cluster != "":
+			cpu = "tunnel CPU (the senders' relay and the agent; not the agent's relay nor NATS)"
+			rss = fmt.Sprintf("peak RSS senders' relay+agent %.1f MiB", p.RSSRelay+p.RSSAgent)
+		}
+		out = append(out, fmt.Sprintf("c=%d: devhook %s req/s = %s × chisel (%s); p50 %.2f ms vs chisel %.2f ms (%+.2f ms), p99 %.2f ms vs chisel %.2f ms; %s %.0f µs vs chisel %.0f µs per request; %s vs chisel server+client %.1f MiB",
+			p.Concurrency, thousands(p.RPS), ratio, thousands(c.ChiselRPS), p.P50, c.ChiselP50, c.P50Diff, p.P99, c.ChiselP99,
+			cpu, p.CPUTotal, c.ChiselCPU, rss, c.ChiselRSS))
+	}
+	return out
+}
+
+// thousands formats f rounded to a whole number, with commas between
+// groups of three digits: 8900.4 is "8,900".
+func thousands(f float64) string {
+	s := strconv.FormatFloat(math.Round(f), 'f', 0, 64)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, d := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(d)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
 }
 
 // save writes the report to path: JSON when path ends in .json, else
