@@ -98,7 +98,7 @@ type Conn struct {
 	hello   Header
 	wait    time.Duration
 
-	wmu       sync.Mutex
+	out       *wsWriter
 	closeOnce sync.Once
 }
 
@@ -131,8 +131,21 @@ func Dial(ctx context.Context, cfg DialConfig) (*Conn, error) {
 	if cfg.MaxBody <= 0 {
 		cfg.MaxBody = DefaultMaxBody
 	}
+	dial := cfg.NetDialContext
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	}
 	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second, ReadBufferSize: 64 << 10, WriteBufferSize: 64 << 10,
-		TLSClientConfig: cfg.TLSClientConfig, NetDialContext: cfg.NetDialContext}
+		TLSClientConfig: cfg.TLSClientConfig,
+		// Under the TLS of a wss relay: the responses and acks of many
+		// deliveries leave in one write(2) (see wsWriter).
+		NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return newCorkConn(c), nil
+		}}
 	ws, resp, err := d.DialContext(ctx, u.String(), http.Header{"Authorization": {"Bearer " + cfg.Credentials.Token}})
 	if err != nil {
 		if resp != nil {
@@ -147,6 +160,7 @@ func Dial(ctx context.Context, cfg DialConfig) (*Conn, error) {
 	}
 	ws.SetReadLimit(cfg.MaxBody + MaxHeaderSize + 4)
 	c := &Conn{ws: ws, channel: cfg.Credentials.Channel, wait: cfg.PingTimeout}
+	c.out = newWSWriter(ws, 30*time.Second, nil)
 	ws.SetPingHandler(func(data string) error {
 		ws.SetReadDeadline(time.Now().Add(c.wait))
 		err := ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(5*time.Second))
@@ -222,11 +236,10 @@ func (c *Conn) Ack(id string) error {
 	return c.write(frame)
 }
 
+// write sends one frame; frames of concurrent callers leave together
+// (see wsWriter).
 func (c *Conn) write(frame []byte) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	c.ws.SetWriteDeadline(time.Now().Add(30 * time.Second))
-	if err := c.ws.WriteMessage(websocket.BinaryMessage, frame); err != nil {
+	if err := c.out.write(frame, nil); err != nil {
 		return fmt.Errorf("write to relay: %w", err)
 	}
 	return nil

@@ -33,7 +33,9 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		<-l.sem
 		return nil, err
 	}
-	return &limitConn{Conn: c, release: func() { <-l.sem }}, nil
+	// The corkConn lets a WebSocket taken over on this connection send
+	// the frames of many deliveries in one write(2) (see wsWriter).
+	return &limitConn{Conn: newCorkConn(c), release: func() { <-l.sem }}, nil
 }
 
 func (l *limitListener) Close() error {

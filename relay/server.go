@@ -323,6 +323,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, channel st
 		acked:    make(map[string]bool),
 		done:     make(chan struct{}),
 	}
+	c.out = newWSWriter(ws, s.cfg.ResponseTimeout, c.close) // close takes no lock a writer holds
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -341,10 +342,10 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, channel st
 		}
 	}
 	hello, _ := AppendFrame(nil, hh, nil)
-	c.wmu.Lock()
+	c.out.hold()
 	s.router.Attach(channel, c)
-	c.writeLocked(hello, nil)
-	c.wmu.Unlock()
+	c.out.writeNow(hello, nil)
+	c.out.release()
 	if c.isGone() {
 		s.router.Detach(channel, c) // closed before it was attached
 	}
@@ -568,7 +569,7 @@ type agentConn struct {
 	ws      *websocket.Conn
 	channel string
 
-	wmu sync.Mutex // one writer at a time
+	out *wsWriter // every data frame goes through it
 
 	mu       sync.Mutex
 	pending  map[string]chan *Answer // live deliveries waiting for a response
@@ -623,29 +624,11 @@ func (c *agentConn) Replace() {
 func (c *agentConn) Kick() { c.kickDrain() }
 
 // write sends one frame: hdr (a frame without payload, as AppendFrame
-// makes it) followed by payload, without copying them together.
+// makes it) followed by payload, without copying them together. Frames
+// of concurrent callers leave together (see wsWriter); a failed write
+// closes the connection.
 func (c *agentConn) write(hdr, payload []byte) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	return c.writeLocked(hdr, payload)
-}
-
-func (c *agentConn) writeLocked(hdr, payload []byte) error {
-	c.ws.SetWriteDeadline(time.Now().Add(c.s.cfg.ResponseTimeout))
-	w, err := c.ws.NextWriter(websocket.BinaryMessage)
-	if err == nil {
-		_, err = w.Write(hdr)
-		if err == nil && len(payload) > 0 {
-			_, err = w.Write(payload)
-		}
-		if cerr := w.Close(); err == nil {
-			err = cerr
-		}
-	}
-	if err != nil {
-		c.close() // takes no lock a writer holds
-	}
-	return err
+	return c.out.write(hdr, payload)
 }
 
 // startPing arms the heartbeat timer.

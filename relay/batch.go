@@ -1,0 +1,320 @@
+package relay
+
+import (
+	"crypto/tls"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// Under load, many goroutines send frames on one WebSocket at once: the
+// relay's ingress handlers their deliveries, the agent's deliveries their
+// responses. Writing each frame with its own write(2) cost each side a
+// system call per delivery, and the other side a wake-up per frame. So
+// frames go through a wsWriter, which gathers the frames of callers that
+// arrive while a write is in progress and sends them together: each is
+// still its own WebSocket message (the protocol does not change), but the
+// messages of one batch leave in one write(2) when the connection is a
+// corkConn. An idle wsWriter writes at once: nothing waits for a timer or
+// for another goroutine, so a lone frame leaves as soon as before.
+
+// wsWriter sends binary messages on ws for many goroutines.
+type wsWriter struct {
+	ws      *websocket.Conn
+	cork    *corkConn     // nil: each message is its own write(2)
+	timeout time.Duration // write deadline of a batch
+	onError func()        // called after a failed write (the connection is then useless)
+
+	mu      sync.Mutex
+	writing bool // a caller is writing batches
+	queue   []outMsg
+	spare   []outMsg
+	batch   *writeBatch // the batch the queued messages belong to
+}
+
+// outMsg is one message: a then b, written without copying them together.
+type outMsg struct{ a, b []byte }
+
+// writeBatch is the outcome of one batch, for the callers whose messages
+// were in it.
+type writeBatch struct {
+	done chan struct{}
+	err  error
+}
+
+func newWSWriter(ws *websocket.Conn, timeout time.Duration, onError func()) *wsWriter {
+	return &wsWriter{ws: ws, cork: findCork(ws.NetConn()), timeout: timeout, onError: onError}
+}
+
+// write sends one message, a followed by b, and returns once it is written
+// (or the write failed). A caller that finds no write in progress writes
+// its message and every one queued meanwhile; the others wait for the
+// batch that carries theirs.
+func (w *wsWriter) write(a, b []byte) error {
+	w.mu.Lock()
+	w.queue = append(w.queue, outMsg{a, b})
+	if w.batch == nil {
+		w.batch = &writeBatch{done: make(chan struct{})}
+	}
+	mine := w.batch
+	if w.writing {
+		w.mu.Unlock()
+		<-mine.done
+		return mine.err
+	}
+	w.writing = true
+	return w.drain(mine)
+}
+
+// hold makes w's next writes wait until release; the caller may then write
+// with writeNow first (the relay's hello).
+func (w *wsWriter) hold() {
+	w.mu.Lock()
+	for w.writing {
+		// Not reached for a new connection; kept correct anyway.
+		b := w.batch
+		w.mu.Unlock()
+		if b != nil {
+			<-b.done
+		}
+		w.mu.Lock()
+	}
+	w.writing = true
+	w.mu.Unlock()
+}
+
+// writeNow writes one message while w is held.
+func (w *wsWriter) writeNow(a, b []byte) error {
+	return w.send([]outMsg{{a, b}})
+}
+
+// release ends a hold, writing what was queued meanwhile.
+func (w *wsWriter) release() {
+	w.mu.Lock()
+	w.drain(nil)
+}
+
+// drain writes batches until the queue is empty. w.mu is held on entry
+// and released on return. It returns the error of mine's batch.
+func (w *wsWriter) drain(mine *writeBatch) error {
+	var myErr error
+	for len(w.queue) > 0 {
+		msgs, b := w.queue, w.batch
+		w.queue, w.spare, w.batch = w.spare[:0], nil, nil
+		w.mu.Unlock()
+		err := w.send(msgs)
+		clear(msgs) // no references to bodies kept
+		b.err = err
+		close(b.done)
+		if b == mine {
+			myErr = err
+		}
+		w.mu.Lock()
+		if w.spare == nil {
+			w.spare = msgs[:0]
+		}
+	}
+	w.writing = false
+	w.mu.Unlock()
+	return myErr
+}
+
+// send writes msgs, in one write(2) when the connection can gather them.
+func (w *wsWriter) send(msgs []outMsg) error {
+	w.ws.SetWriteDeadline(time.Now().Add(w.timeout))
+	if w.cork != nil {
+		if err := w.cork.cork(); err != nil {
+			if w.onError != nil {
+				w.onError()
+			}
+			return err
+		}
+	}
+	var err error
+	for _, m := range msgs {
+		var mw writerCloser
+		if mw, err = w.ws.NextWriter(websocket.BinaryMessage); err != nil {
+			break
+		}
+		_, err = mw.Write(m.a)
+		if err == nil && len(m.b) > 0 {
+			_, err = mw.Write(m.b)
+		}
+		if cerr := mw.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			break
+		}
+	}
+	if w.cork != nil {
+		if ferr := w.cork.uncork(); err == nil {
+			err = ferr
+		}
+	}
+	if err != nil && w.onError != nil {
+		w.onError()
+	}
+	return err
+}
+
+type writerCloser interface {
+	Write([]byte) (int, error)
+	Close() error
+}
+
+// corkConn is a net.Conn whose writes can be gathered: between cork and
+// uncork, writes go to a buffer (up to corkMax bytes; beyond, it is
+// written out and gathering goes on), and uncork writes what is left in
+// one write(2). Outside, writes go straight through. Bytes leave in the
+// order they were written (a TLS connection above depends on it). A write
+// that failed makes every later one fail: the byte stream is broken.
+//
+// Waiting for another write in progress is bounded by the write deadline,
+// as gorilla/websocket bounds waiting for its own write lock: a heartbeat
+// behind a write stuck on a slow peer fails in time, and the connection is
+// dropped.
+type corkConn struct {
+	net.Conn
+
+	lock     chan struct{} // held while buf or the connection is written
+	deadline atomic.Int64  // of writes, in UnixNano; 0: none
+	corked   bool
+	buf      []byte
+	err      error
+}
+
+// corkMax bounds the bytes gathered before they are written.
+const corkMax = 64 << 10
+
+func newCorkConn(c net.Conn) *corkConn { return &corkConn{Conn: c, lock: make(chan struct{}, 1)} }
+
+func (c *corkConn) SetWriteDeadline(t time.Time) error {
+	c.deadline.Store(unixNano(t))
+	return c.Conn.SetWriteDeadline(t)
+}
+
+func (c *corkConn) SetDeadline(t time.Time) error {
+	c.deadline.Store(unixNano(t))
+	return c.Conn.SetDeadline(t)
+}
+
+func unixNano(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// acquire takes the lock, waiting at most until the write deadline.
+func (c *corkConn) acquire() error {
+	select {
+	case c.lock <- struct{}{}:
+		return nil
+	default:
+	}
+	var timeout <-chan time.Time
+	if d := c.deadline.Load(); d != 0 {
+		t := time.NewTimer(time.Until(time.Unix(0, d)))
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case c.lock <- struct{}{}:
+		return nil
+	case <-timeout:
+		return os.ErrDeadlineExceeded
+	}
+}
+
+func (c *corkConn) release() { <-c.lock }
+
+func (c *corkConn) Write(p []byte) (int, error) {
+	if err := c.acquire(); err != nil {
+		return 0, err
+	}
+	defer c.release()
+	if c.err != nil {
+		return 0, c.err
+	}
+	if !c.corked {
+		return c.writeLocked(p)
+	}
+	if len(c.buf)+len(p) > corkMax {
+		if err := c.flushLocked(); err != nil {
+			return 0, err
+		}
+		if len(p) > corkMax {
+			return c.writeLocked(p)
+		}
+	}
+	c.buf = append(c.buf, p...)
+	return len(p), nil
+}
+
+func (c *corkConn) writeLocked(p []byte) (int, error) {
+	n, err := c.Conn.Write(p)
+	if err != nil {
+		c.err = err
+	}
+	return n, err
+}
+
+// cork starts gathering writes.
+func (c *corkConn) cork() error {
+	if err := c.acquire(); err != nil {
+		return err
+	}
+	c.corked = true
+	c.release()
+	return nil
+}
+
+// uncork writes what was gathered and stops gathering.
+func (c *corkConn) uncork() error {
+	if err := c.acquire(); err != nil {
+		return err // the caller drops the connection
+	}
+	defer c.release()
+	c.corked = false
+	return c.flushLocked()
+}
+
+func (c *corkConn) flushLocked() error {
+	if c.err != nil {
+		c.buf = c.buf[:0]
+		return c.err
+	}
+	if len(c.buf) == 0 {
+		return nil
+	}
+	_, err := c.writeLocked(c.buf)
+	if cap(c.buf) > corkMax {
+		c.buf = nil // a one-off large batch: do not keep its buffer
+	} else {
+		c.buf = c.buf[:0]
+	}
+	return err
+}
+
+// findCork returns the corkConn under c: c itself, or under a TLS
+// connection or a LimitListener's connection. nil when there is none.
+func findCork(c net.Conn) *corkConn {
+	for c != nil {
+		switch t := c.(type) {
+		case *corkConn:
+			return t
+		case *tls.Conn:
+			c = t.NetConn()
+		case *limitConn:
+			c = t.Conn
+		default:
+			return nil
+		}
+	}
+	return nil
+}

@@ -1,0 +1,293 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gorilla/websocket"
+)
+
+// countConn counts the write(2)s that reach the connection.
+type countConn struct {
+	net.Conn
+	writes atomic.Int64
+}
+
+func (c *countConn) Write(p []byte) (int, error) {
+	c.writes.Add(1)
+	return c.Conn.Write(p)
+}
+
+// echoCollector is a WebSocket server that collects every binary message
+// it reads, over plain TCP or TLS.
+type echoCollector struct {
+	mu   sync.Mutex
+	msgs [][]byte
+	got  chan struct{} // a message arrived
+}
+
+func (e *echoCollector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	up := websocket.Upgrader{ReadBufferSize: 64 << 10}
+	ws, err := up.Upgrade(w, r, nil)
+	if err != nil {
+		return
+	}
+	defer ws.Close()
+	ws.SetReadLimit(64 << 20)
+	for {
+		_, m, err := ws.ReadMessage()
+		if err != nil {
+			return
+		}
+		e.mu.Lock()
+		e.msgs = append(e.msgs, m)
+		e.mu.Unlock()
+		select {
+		case e.got <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (e *echoCollector) wait(t *testing.T, n int) [][]byte {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	for {
+		e.mu.Lock()
+		if len(e.msgs) >= n {
+			out := append([][]byte(nil), e.msgs...)
+			e.mu.Unlock()
+			return out
+		}
+		have := len(e.msgs)
+		e.mu.Unlock()
+		select {
+		case <-e.got:
+		case <-deadline:
+			t.Fatalf("the server got %d of %d messages", have, n)
+		}
+	}
+}
+
+// dialCorked dials url with a corkConn over a countConn under the
+// WebSocket (and under TLS for wss).
+func dialCorked(t *testing.T, url string, tlsConfig *tls.Config) (*websocket.Conn, *countConn) {
+	t.Helper()
+	var cc *countConn
+	d := websocket.Dialer{TLSClientConfig: tlsConfig, NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		cc = &countConn{Conn: c}
+		return newCorkConn(cc), nil
+	}}
+	ws, _, err := d.Dial(url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ws.Close() })
+	return ws, cc
+}
+
+func TestWSWriterSendsQueuedFramesInOneWrite(t *testing.T) {
+	col := &echoCollector{got: make(chan struct{}, 1)}
+	srv := httptest.NewServer(col)
+	defer srv.Close()
+	ws, cc := dialCorked(t, "ws"+strings.TrimPrefix(srv.URL, "http"), nil)
+	w := newWSWriter(ws, 10*time.Second, nil)
+	if w.cork == nil {
+		t.Fatal("the writer did not find the corkConn under the WebSocket")
+	}
+
+	// While a write is in progress (hold stands for it), 50 callers
+	// queue; release writes them in one write(2).
+	const n = 50
+	w.hold()
+	before := cc.writes.Load()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- w.write([]byte(fmt.Sprintf("frame %03d:", i)), bytes.Repeat([]byte{byte(i)}, 100+i))
+		}()
+	}
+	for {
+		w.mu.Lock()
+		q := len(w.queue)
+		w.mu.Unlock()
+		if q == n {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	w.release()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := cc.writes.Load() - before; got != 1 {
+		t.Errorf("%d queued frames took %d write(2)s, want 1", n, got)
+	}
+	msgs := col.wait(t, n)
+	seen := map[string]bool{}
+	for _, m := range msgs {
+		var i int
+		if _, err := fmt.Sscanf(string(m[:10]), "frame %03d:", &i); err != nil {
+			t.Fatalf("message %q: %v", m[:10], err)
+		}
+		if want := append([]byte(fmt.Sprintf("frame %03d:", i)), bytes.Repeat([]byte{byte(i)}, 100+i)...); !bytes.Equal(m, want) {
+			t.Fatalf("message %d arrived changed", i)
+		}
+		seen[string(m[:10])] = true
+	}
+	if len(seen) != n {
+		t.Fatalf("%d distinct messages, want %d", len(seen), n)
+	}
+
+	// A lone write goes out at once, in one write(2).
+	before = cc.writes.Load()
+	if err := w.write([]byte("alone"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := cc.writes.Load() - before; got != 1 {
+		t.Errorf("a lone frame took %d write(2)s", got)
+	}
+	col.wait(t, n+1)
+}
+
+// Over TLS the cork sits under the TLS connection: records must leave in
+// order, pings written beside the data included, or the peer fails them.
+func TestWSWriterUnderTLSKeepsOrder(t *testing.T) {
+	col := &echoCollector{got: make(chan struct{}, 1)}
+	srv := httptest.NewTLSServer(col)
+	defer srv.Close()
+	tc := srv.Client().Transport.(*http.Transport).TLSClientConfig
+	ws, cc := dialCorked(t, "wss"+strings.TrimPrefix(srv.URL, "https"), tc)
+	w := newWSWriter(ws, 10*time.Second, nil)
+	if w.cork == nil {
+		t.Fatal("the writer did not find the corkConn under TLS")
+	}
+	const senders, each = 32, 100
+	stopPings := make(chan struct{})
+	pingsDone := make(chan struct{})
+	go func() {
+		defer close(pingsDone)
+		for {
+			select {
+			case <-stopPings:
+				return
+			default:
+			}
+			if err := ws.WriteControl(websocket.PingMessage, []byte("hb"), time.Now().Add(5*time.Second)); err != nil {
+				t.Error(err)
+				return
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+	}()
+	var wg sync.WaitGroup
+	for s := range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				// Some frames over corkMax, so that gathering flushes midway.
+				size := 200
+				if i%25 == 0 {
+					size = corkMax + 1000
+				}
+				if err := w.write([]byte(fmt.Sprintf("%02d-%03d|", s, i)), bytes.Repeat([]byte{'x'}, size)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(stopPings)
+	<-pingsDone
+	msgs := col.wait(t, senders*each)
+	if len(msgs) != senders*each {
+		t.Fatalf("%d messages, want %d", len(msgs), senders*each)
+	}
+	last := map[string]int{}
+	for _, m := range msgs {
+		var s, i int
+		if _, err := fmt.Sscanf(string(m[:7]), "%02d-%03d|", &s, &i); err != nil {
+			t.Fatal(err)
+		}
+		// Each sender's frames arrive in the order it wrote them.
+		if prev, ok := last[fmt.Sprint(s)]; ok && i != prev+1 {
+			t.Fatalf("sender %d: frame %d after %d", s, i, prev)
+		}
+		last[fmt.Sprint(s)] = i
+	}
+	t.Logf("%d frames in %d write(2)s", senders*each, cc.writes.Load())
+}
+
+// A write waiting behind one stuck on a peer that does not read gives up
+// at its deadline, as gorilla's own write lock does.
+func TestCorkConnWaitIsBoundedByTheDeadline(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c // never read
+		}
+	}()
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	peer := <-accepted
+	defer peer.Close()
+	c := newCorkConn(raw)
+
+	stuck := make(chan error, 1)
+	go func() {
+		c.SetWriteDeadline(time.Now().Add(time.Second))
+		_, err := c.Write(make([]byte, 64<<20)) // fills both socket buffers and blocks
+		stuck <- err
+	}()
+	time.Sleep(200 * time.Millisecond)
+	c.deadline.Store(time.Now().Add(200 * time.Millisecond).UnixNano())
+	start := time.Now()
+	_, err = c.Write([]byte("ping"))
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the waiting write returned %v, want a deadline error", err)
+	}
+	if waited := time.Since(start); waited > 2*time.Second {
+		t.Errorf("the waiting write took %s", waited)
+	}
+	if err := <-stuck; err == nil {
+		t.Fatal("the stuck write succeeded")
+	}
+	// The stream is broken now: every later write fails.
+	if _, err := c.Write([]byte("more")); err == nil {
+		t.Fatal("a write after a failed one succeeded")
+	}
+}
