@@ -12,8 +12,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"hash"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/devhook/devhook"
@@ -47,12 +49,33 @@ func SignMillis(secret string, tms int64, body []byte) string {
 }
 
 func mac(secret, ts string, body []byte) []byte {
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write([]byte(ts))
-	m.Write([]byte{'.'})
-	m.Write(body)
-	return m.Sum(nil)
+	k, _ := keyed.Get().(*keyedMAC)
+	if k == nil || k.secret != secret {
+		// Keying costs two SHA-256 blocks and the allocation of both
+		// states: a keyed MAC is kept for the next delivery, which has
+		// the same secret but for a rotation.
+		k = &keyedMAC{secret: secret, h: hmac.New(sha256.New, []byte(secret))}
+	} else {
+		k.h.Reset()
+	}
+	k.buf = append(append(k.buf[:0], ts...), '.')
+	k.h.Write(k.buf)
+	k.h.Write(body)
+	sum := k.h.Sum(nil)
+	keyed.Put(k)
+	return sum
 }
+
+// keyedMAC is an HMAC-SHA256 keyed with secret, ready for Reset and reuse.
+type keyedMAC struct {
+	secret string
+	h      hash.Hash
+	buf    []byte
+}
+
+// keyed keeps keyed MACs between calls: a cache, not state, since a MAC
+// is used only when its secret is the one asked for.
+var keyed sync.Pool
 
 // Parsed is a header split into its parts.
 type Parsed struct {

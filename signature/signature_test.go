@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -155,4 +156,51 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("verdict %s for parsed header %q", r, header)
 		}
 	})
+}
+
+// The keyed MACs kept between calls never leak one secret into another's
+// check, in any order and from many goroutines.
+func TestVerifyWithChangingSecrets(t *testing.T) {
+	body := []byte(`{"run_id":"r1"}`)
+	now := time.Now()
+	secrets := []string{"whsec_a", "whsec_b", "whsec_a", "whsec_c", "whsec_b"}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 200 {
+				s := secrets[(g+i)%len(secrets)]
+				other := secrets[(g+i+1)%len(secrets)]
+				h := signature.Sign(s, now, body)
+				if v := signature.Verify(s, h, body, now); !v.OK() {
+					t.Errorf("secret %s: %s", s, v.Reason)
+					return
+				}
+				if other != s {
+					if v := signature.Verify(other, h, body, now); v.OK() {
+						t.Errorf("signed with %s, verified with %s", s, other)
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// Verifying a delivery allocates only the verdict's parts: a regression
+// here costs every delivery.
+func TestVerifyAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are checked without -race")
+	}
+	body := []byte(strings.Repeat("x", 1500))
+	now := time.Now()
+	h := signature.Sign("whsec_alloc", now, body)
+	v := signature.Verifier{Now: func() time.Time { return now }}
+	v.Verify("whsec_alloc", h, body) // keys the MAC
+	if n := testing.AllocsPerRun(200, func() { v.Verify("whsec_alloc", h, body) }); n > 3 {
+		t.Errorf("Verify allocates %.0f times, want at most 3", n)
+	}
 }

@@ -1,0 +1,5 @@
+//go:build !race
+
+package signature_test
+
+const raceEnabled = false
