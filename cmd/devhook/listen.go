@@ -612,27 +612,10 @@ func (p *printer) result(r agent.Result) {
 		dur = r.Attempt.Duration
 	}
 	if p.json {
-		p.emit(struct {
-			Event     string     `json:"event"`
-			ID        string     `json:"id"`
-			Method    string     `json:"method"`
-			Path      string     `json:"path"`
-			RunID     string     `json:"run_id,omitempty"`
-			StatusV2  string     `json:"status_v2,omitempty"`
-			Verdict   string     `json:"verdict"`
-			Status    int        `json:"status"`
-			Receiver  *int       `json:"receiver_status"`
-			Duration  float64    `json:"duration_ms"`
-			Queued    bool       `json:"queued,omitempty"`
-			Cut       bool       `json:"cut,omitempty"`
-			Duplicate bool       `json:"duplicate,omitempty"`
-			Owed      bool       `json:"owed,omitempty"`
-			Error     string     `json:"error,omitempty"`
-			Hint      string     `json:"hint,omitempty"`
-			Copies    []copyLine `json:"failed_copies,omitempty"`
-		}{"delivery", d.ID, d.Method, d.Path, d.Event.RunID, d.Event.StatusV2, d.Verdict.Result, status, receiverStatus(r.Attempt),
+		l := deliveryLine{"delivery", d.ID, d.Method, d.Path, d.Event.RunID, d.Event.StatusV2, d.Verdict.Result, status, receiverStatus(r.Attempt),
 			float64(dur) / float64(time.Millisecond), d.Queued, r.Cut, r.Duplicate, r.Owed && p.retryFor > 0, cmp.Or(r.Error, attemptError(r.Attempt)),
-			check.Hint(d, r.Attempt), failedCopies(r.Copies)})
+			check.Hint(d, r.Attempt), failedCopies(r.Copies)}
+		p.write(l.appendJSON(make([]byte, 0, 256)))
 		return
 	}
 	p.write(p.humanLine(r))
