@@ -46,7 +46,9 @@ func runInProcess(ctx context.Context, o options, rep *report, recv *receiverSer
 		rln.Close()
 		return err
 	}
-	stopRelay := serveHTTP(rs, rln)
+	// Behind relay.LimitListener, as devhook relay serves (its connections
+	// let the relay gather frames into one write(2)).
+	stopRelay := serveHTTP(rs, relay.LimitListener(rln, 1<<16))
 	defer func() { rs.Close(); stopRelay() }()
 	relayURL := "http://" + rln.Addr().String()
 	creds, err := rs.OpenChannel(&http.Request{Host: rln.Addr().String()})
