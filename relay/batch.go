@@ -1,7 +1,9 @@
 package relay
 
 import (
+	"bytes"
 	"crypto/tls"
+	"io"
 	"net"
 	"os"
 	"sync"
@@ -317,4 +319,46 @@ func findCork(c net.Conn) *corkConn {
 		}
 	}
 	return nil
+}
+
+// msgReader reads whole WebSocket messages for one reading goroutine.
+// gorilla's ReadMessage grows its buffer from 512 bytes, allocating and
+// copying four or five times for a 2 KB delivery; msgReader reads into a
+// buffer it keeps and returns an exactly sized copy: one allocation. A
+// message over msgKeep is handed over as read, without the copy.
+type msgReader struct {
+	scratch []byte
+}
+
+// msgKeep bounds the buffer a msgReader keeps between messages.
+const msgKeep = 64 << 10
+
+func (m *msgReader) read(ws *websocket.Conn) ([]byte, error) {
+	_, r, err := ws.NextReader()
+	if err != nil {
+		return nil, err
+	}
+	buf := m.scratch[:0]
+	if cap(buf) == 0 {
+		buf = make([]byte, 0, 4<<10)
+	}
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	if cap(buf) > msgKeep {
+		m.scratch = nil
+		return buf, nil
+	}
+	m.scratch = buf
+	return bytes.Clone(buf), nil
 }

@@ -99,6 +99,7 @@ type Conn struct {
 	wait    time.Duration
 
 	out       *wsWriter
+	in        msgReader // Receive's
 	closeOnce sync.Once
 }
 
@@ -200,7 +201,7 @@ func (c *Conn) Queued() int { return max(c.hello.Status, 0) }
 func (c *Conn) Receive() (*devhook.Delivery, error) {
 	for {
 		c.ws.SetReadDeadline(time.Now().Add(c.wait))
-		_, msg, err := c.ws.ReadMessage()
+		msg, err := c.in.read(c.ws)
 		if err != nil {
 			if websocket.IsCloseError(err, CloseReplaced) {
 				return nil, fmt.Errorf("read from relay: %w (%v)", ErrReplaced, err)

@@ -188,25 +188,22 @@ func AppendFrame(dst []byte, h *Header, payload []byte) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("encode frame: unknown type %q", h.Type)
 	}
-	if n := frameHeaderLen(h); n > MaxHeaderSize {
+	n := frameHeaderLen(h)
+	if n > MaxHeaderSize {
 		return nil, fmt.Errorf("encode %s frame: %w: %d bytes, over %d", h.Type, ErrHeaderTooLarge, n, MaxHeaderSize)
+	}
+	if need := 4 + n + len(payload); cap(dst)-len(dst) < need {
+		dst = append(make([]byte, 0, len(dst)+need), dst...) // grown once, to the size
 	}
 	start := len(dst)
 	dst = append(dst, 0, 0, 0, 0, frameVersion, code)
-	str := func(tag byte, v string) {
-		if v != "" {
-			dst = append(dst, tag)
-			dst = binary.AppendUvarint(dst, uint64(len(v)))
-			dst = append(dst, v...)
-		}
-	}
-	str(tagID, h.ID)
-	str(tagChannel, h.Channel)
-	str(tagPublicURL, h.PublicURL)
-	str(tagMethod, h.Method)
-	str(tagPath, h.Path)
-	str(tagQuery, h.Query)
-	str(tagRemoteAddr, h.RemoteAddr)
+	dst = appendField(dst, tagID, h.ID)
+	dst = appendField(dst, tagChannel, h.Channel)
+	dst = appendField(dst, tagPublicURL, h.PublicURL)
+	dst = appendField(dst, tagMethod, h.Method)
+	dst = appendField(dst, tagPath, h.Path)
+	dst = appendField(dst, tagQuery, h.Query)
+	dst = appendField(dst, tagRemoteAddr, h.RemoteAddr)
 	if !h.ReceivedAt.IsZero() {
 		dst = binary.AppendVarint(append(dst, tagReceivedAt), h.ReceivedAt.UnixNano())
 	}
@@ -217,19 +214,28 @@ func AppendFrame(dst []byte, h *Header, payload []byte) ([]byte, error) {
 		dst = binary.AppendVarint(append(dst, tagStatus), int64(h.Status))
 	}
 	for k, vs := range h.Header {
-		str(tagHeader, k)
 		if k == "" {
 			return nil, fmt.Errorf("encode %s frame: empty header name", h.Type)
 		}
+		dst = appendField(dst, tagHeader, k)
 		dst = binary.AppendUvarint(dst, uint64(len(vs)))
 		for _, v := range vs {
 			dst = binary.AppendUvarint(dst, uint64(len(v)))
 			dst = append(dst, v...)
 		}
 	}
-	n := len(dst) - start - 4
-	binary.BigEndian.PutUint32(dst[start:], uint32(n))
+	binary.BigEndian.PutUint32(dst[start:], uint32(len(dst)-start-4))
 	return append(dst, payload...), nil
+}
+
+// appendField appends a string field; an empty one is left out.
+func appendField(dst []byte, tag byte, v string) []byte {
+	if v == "" {
+		return dst
+	}
+	dst = append(dst, tag)
+	dst = binary.AppendUvarint(dst, uint64(len(v)))
+	return append(dst, v...)
 }
 
 // frameHeaderLen is the length of h's encoding by AppendFrame, without the
@@ -286,9 +292,14 @@ func varintLen(x int64) int {
 // ErrMalformed is wrapped by every frame decoding error.
 var ErrMalformed = errors.New("malformed frame")
 
-// headerReader reads the fields of a binary frame header.
+// headerReader reads the fields of a binary frame header. Its strings
+// are substrings of one copy of the whole header (all), made once: a
+// deliver frame has a dozen strings and more, each its own allocation
+// otherwise.
 type headerReader struct {
 	b   []byte
+	all string // the header's bytes, as a string
+	off int    // of b within all
 	err error
 }
 
@@ -299,13 +310,24 @@ func (r *headerReader) fail(what string) {
 	r.b = nil
 }
 
+func (r *headerReader) skip(n int) {
+	r.b = r.b[n:]
+	r.off += n
+}
+
+func (r *headerReader) byte() byte {
+	c := r.b[0]
+	r.skip(1)
+	return c
+}
+
 func (r *headerReader) uvarint() uint64 {
 	v, n := binary.Uvarint(r.b)
 	if n <= 0 {
 		r.fail("bad length")
 		return 0
 	}
-	r.b = r.b[n:]
+	r.skip(n)
 	return v
 }
 
@@ -315,7 +337,7 @@ func (r *headerReader) varint() int64 {
 		r.fail("bad number")
 		return 0
 	}
-	r.b = r.b[n:]
+	r.skip(n)
 	return v
 }
 
@@ -325,8 +347,8 @@ func (r *headerReader) str() string {
 		r.fail("string runs past the header")
 		return ""
 	}
-	s := string(r.b[:n])
-	r.b = r.b[n:]
+	s := r.all[r.off : r.off+int(n)]
+	r.skip(int(n))
 	return s
 }
 
@@ -349,11 +371,10 @@ func DecodeFrame(msg []byte) (Header, []byte, error) {
 		return h, nil, fmt.Errorf("%w: unknown type %d", ErrMalformed, hdr[1])
 	}
 	h.Type = typeNames[hdr[1]]
-	r := headerReader{b: hdr[2:]}
+	r := headerReader{b: hdr[2:], all: string(hdr[2:])}
+	var values []string // backing array of every header's values
 	for len(r.b) > 0 && r.err == nil {
-		tag := r.b[0]
-		r.b = r.b[1:]
-		switch tag {
+		switch tag := r.byte(); tag {
 		case tagID:
 			h.ID = r.str()
 		case tagChannel:
@@ -388,11 +409,20 @@ func DecodeFrame(msg []byte) (Header, []byte, error) {
 			if h.Header == nil {
 				h.Header = make(http.Header, 8)
 			}
-			vs := make([]string, 0, count)
-			for range count {
-				vs = append(vs, r.str())
+			if cap(values)-len(values) < int(count) {
+				values = make([]string, 0, max(16, int(count)))
 			}
-			h.Header[k] = append(h.Header[k], vs...)
+			start := len(values)
+			for range count {
+				values = append(values, r.str())
+			}
+			// Capped, so that an append to one header's values never
+			// writes over the next one's.
+			vs := values[start:len(values):len(values)]
+			if prev, ok := h.Header[k]; ok {
+				vs = append(prev[:len(prev):len(prev)], vs...)
+			}
+			h.Header[k] = vs
 		default:
 			r.fail(fmt.Sprintf("unknown field %d", tag))
 		}
@@ -426,6 +456,18 @@ func deliveryOf(h *Header, channel string, body []byte) *devhook.Delivery {
 var hopHeaders = []string{
 	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+// endToEndShared is EndToEnd(h), but h itself when it has no hop-by-hop
+// header (the common case: no copy), for a caller that owns h and does
+// not change what it returns.
+func endToEndShared(h http.Header) http.Header {
+	for _, k := range hopHeaders { // Connection is one: no other name to look for
+		if _, ok := h[k]; ok {
+			return EndToEnd(h)
+		}
+	}
+	return h
 }
 
 // EndToEnd returns h without hop-by-hop headers. The values are not copied.

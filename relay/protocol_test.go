@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"net/http"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -103,8 +104,8 @@ func FuzzDecodeFrame(f *testing.F) {
 			t.Fatal(err)
 		}
 		h2, p2, err := relay.DecodeFrame(again)
-		if err != nil || h2.Type != h.Type || h2.ID != h.ID || !bytes.Equal(p2, payload) {
-			t.Fatalf("re-encoding changed the frame: %v", err)
+		if err != nil || !reflect.DeepEqual(h2, h) || !bytes.Equal(p2, payload) {
+			t.Fatalf("re-encoding changed the frame: %v\n%+v\n%+v", err, h, h2)
 		}
 	})
 }

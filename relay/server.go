@@ -373,7 +373,7 @@ func (s *Server) serveIngress(w http.ResponseWriter, r *http.Request) {
 	}
 	d := &devhook.Delivery{
 		ID: id.String(), Channel: channel, ReceivedAt: s.cfg.Now().UTC(), Method: r.Method,
-		Path: suffix, RawQuery: r.URL.RawQuery, Header: EndToEnd(r.Header), RemoteAddr: r.RemoteAddr,
+		Path: suffix, RawQuery: r.URL.RawQuery, Header: endToEndShared(r.Header), RemoteAddr: r.RemoteAddr,
 		Queued: true, // the larger of its two frame headers
 	}
 	// Refuse what could never be framed, before reading the body.
@@ -399,7 +399,7 @@ func (s *Server) serveIngress(w http.ResponseWriter, r *http.Request) {
 	case err == nil:
 		answeredByAgent(w)
 		h := w.Header()
-		for k, v := range EndToEnd(ans.Header) {
+		for k, v := range endToEndShared(ans.Header) {
 			h[k] = v
 		}
 		h.Del("Content-Length")
@@ -724,8 +724,9 @@ func (c *agentConn) readLoop() {
 	wait := 2 * c.s.cfg.PingInterval
 	c.ws.SetReadDeadline(time.Now().Add(wait))
 	c.ws.SetPongHandler(func(string) error { return c.ws.SetReadDeadline(time.Now().Add(wait)) })
+	var in msgReader
 	for {
-		_, msg, err := c.ws.ReadMessage()
+		msg, err := in.read(c.ws)
 		if err != nil {
 			return
 		}
