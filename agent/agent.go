@@ -202,6 +202,7 @@ type Agent struct {
 	cfg     Config
 	targets []*url.URL
 	client  *http.Client
+	conns   connPool // kept-alive connections of the agent's own client (httpclient.go)
 
 	secretMu sync.RWMutex
 	secret   string

@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/relay"
@@ -129,11 +130,26 @@ func outcome(at *devhook.Attempt) string {
 }
 
 // send performs one HTTP request and fills at's outcome.
+//
+// A plain http:// target, with Config.Client nil, goes through the agent's
+// own client (httpclient.go): this goroutine writes the request and reads
+// the answer itself, on a kept-alive connection; ForwardTimeout is a
+// deadline on the connection. Anything else goes through a.client.
 func (a *Agent) send(ctx context.Context, at *devhook.Attempt, method string, header http.Header, body []byte) {
-	ctx, cancel := context.WithTimeout(ctx, a.cfg.ForwardTimeout)
-	defer cancel()
 	start := a.cfg.Now()
 	defer func() { at.Duration = devhook.Duration(a.cfg.Now().Sub(start)) }()
+	direct := a.cfg.Client == nil && strings.HasPrefix(at.Target, "http://")
+	var deadline time.Time
+	if direct {
+		deadline = time.Now().Add(a.cfg.ForwardTimeout)
+		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+			deadline = d
+		}
+	} else {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, a.cfg.ForwardTimeout)
+		defer cancel()
+	}
 	var rd io.Reader
 	if len(body) > 0 || method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch {
 		rd = bytes.NewReader(body)
@@ -152,21 +168,60 @@ func (a *Agent) send(ctx context.Context, at *devhook.Attempt, method string, he
 	if rd == nil {
 		r.Body = nil
 	}
-	resp, err := a.client.Do(r)
-	if err != nil {
-		at.Error = describe(err, at.Target)
-		return
+	if direct && !directable(r) {
+		direct = false
+		tctx, cancel := context.WithTimeout(ctx, a.cfg.ForwardTimeout)
+		defer cancel()
+		r = r.WithContext(tctx)
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, a.cfg.MaxResponse+1))
-	if err != nil {
-		at.Error = "reading the receiver's answer: " + err.Error()
+	var (
+		resp *http.Response
+		b    []byte
+	)
+	if direct {
+		res, err := a.sendDirect(ctx, r, deadline, a.cfg.MaxResponse)
+		if err != nil {
+			at.Error = describe(err, at.Target)
+			return
+		}
+		resp, b, err = res.resp, res.body, res.bodyErr
+		if err != nil {
+			at.Error = "reading the receiver's answer: " + err.Error()
+		}
+	} else {
+		resp, err = a.client.Do(r)
+		if err != nil {
+			at.Error = describe(err, at.Target)
+			return
+		}
+		defer resp.Body.Close()
+		b, err = io.ReadAll(io.LimitReader(resp.Body, a.cfg.MaxResponse+1))
+		if err != nil {
+			at.Error = "reading the receiver's answer: " + err.Error()
+		}
 	}
 	if int64(len(b)) > a.cfg.MaxResponse {
 		b = b[:a.cfg.MaxResponse]
 		at.Error = fmt.Sprintf("the receiver's answer is over %d bytes; the rest was dropped", a.cfg.MaxResponse)
 	}
 	at.Status, at.Header, at.Body = resp.StatusCode, resp.Header, b
+}
+
+// directable reports whether r can go through the agent's own client with
+// the same effect as through net/http's. These go through net/http:
+// credentials in the URL (the client turns them into Authorization), a
+// host name to convert to ASCII, and Expect: 100-continue, for which the
+// Transport waits for the receiver's go-ahead before the body.
+func directable(r *http.Request) bool {
+	if r.URL.User != nil || len(r.Header["Expect"]) > 0 {
+		return false
+	}
+	for i := 0; i < len(r.URL.Host); i++ {
+		if r.URL.Host[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // describe says in words why a forward failed.

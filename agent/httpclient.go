@@ -1,0 +1,368 @@
+package agent
+
+// The agent's own HTTP/1.1 client, for plain http:// receivers when
+// Config.Client is nil.
+//
+// net/http's Transport hands each request to a per-connection writeLoop
+// goroutine and gets the answer back from a readLoop goroutine: two
+// goroutine wake-ups per request, and about a third of the agent's CPU at
+// 3k deliveries/s. Here the goroutine that forwards a delivery writes the
+// request and reads the answer on the connection itself. The bytes on the
+// wire are net/http's own: the request is serialized by
+// (*http.Request).Write as the Transport does (which adds nothing else:
+// compression is off, keep-alives are on, no proxy), and the answer is
+// parsed by http.ReadResponse.
+//
+// Connections are kept per host:port, at most Config.Concurrency idle ones
+// each, owned by the Agent; nothing runs in the background. An idle
+// connection is handed out to one request at a time.
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Like http.DefaultTransport's.
+const (
+	dialTimeout     = 30 * time.Second
+	dialKeepAlive   = 30 * time.Second
+	idleConnTimeout = 90 * time.Second
+	// maxHeaderResponse is the Transport's default MaxResponseHeaderBytes.
+	maxHeaderResponse = 10 << 20
+	max1xxResponses   = 5
+)
+
+// connPool holds the idle keep-alive connections to receivers, by host
+// (the URL's host[:port]). Its zero value is ready to use.
+type connPool struct {
+	mu   sync.Mutex
+	idle map[string][]*hconn // most recently used last
+}
+
+// hconn is one connection to a receiver, used by one request at a time.
+type hconn struct {
+	conn   net.Conn
+	cr     countingReader // what br reads from
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	reused bool      // it served a request before this one
+	idleAt time.Time // when it went back to the pool
+	peek   peeker    // see closedByPeer
+}
+
+// countingReader reads from the connection, counting the bytes of the
+// answer under way and refusing headers over maxHeaderResponse.
+type countingReader struct {
+	conn  net.Conn
+	n     int64 // bytes read since reset
+	limit int64 // read no more than this many since reset
+}
+
+var errHeaderTooLarge = fmt.Errorf("net/http: server response headers exceeded %d bytes; aborted", maxHeaderResponse)
+
+func (r *countingReader) Read(p []byte) (int, error) {
+	if r.n >= r.limit {
+		return 0, errHeaderTooLarge
+	}
+	if rest := r.limit - r.n; int64(len(p)) > rest {
+		p = p[:rest]
+	}
+	n, err := r.conn.Read(p)
+	r.n += int64(n)
+	return n, err
+}
+
+func (c *hconn) close() { c.conn.Close() }
+
+// get returns an idle connection to host that the receiver has not
+// closed, or nil. The connection's deadline is set to deadline.
+func (p *connPool) get(host string, now, deadline time.Time) *hconn {
+	for {
+		p.mu.Lock()
+		l := p.idle[host]
+		if len(l) == 0 {
+			p.mu.Unlock()
+			return nil
+		}
+		c := l[len(l)-1]
+		l[len(l)-1] = nil
+		p.idle[host] = l[:len(l)-1]
+		p.mu.Unlock()
+		// The deadline goes first: the check reads, and a deadline
+		// left over from the last request may have passed.
+		if now.Sub(c.idleAt) < idleConnTimeout && c.conn.SetDeadline(deadline) == nil && !c.closedByPeer() {
+			c.reused = true
+			return c
+		}
+		c.close()
+	}
+}
+
+// put keeps c for the next request to host, unless max connections to it
+// are idle already.
+func (p *connPool) put(host string, c *hconn, max int, now time.Time) {
+	c.idleAt = now
+	p.mu.Lock()
+	if p.idle == nil {
+		p.idle = make(map[string][]*hconn)
+	}
+	l := p.idle[host]
+	var stale *hconn
+	if len(l) > 0 && now.Sub(l[0].idleAt) >= idleConnTimeout {
+		// The least recently used one has been idle too long: drop it
+		// rather than keep its descriptor until the pool runs dry.
+		stale = l[0]
+		copy(l, l[1:])
+		l[len(l)-1] = nil
+		l = l[:len(l)-1]
+	}
+	if len(l) >= max {
+		p.idle[host] = l
+		p.mu.Unlock()
+		c.close()
+		if stale != nil {
+			stale.close()
+		}
+		return
+	}
+	p.idle[host] = append(l, c)
+	p.mu.Unlock()
+	if stale != nil {
+		stale.close()
+	}
+}
+
+// closeIdle closes every idle connection.
+func (p *connPool) closeIdle() {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	for _, l := range idle {
+		for _, c := range l {
+			c.close()
+		}
+	}
+}
+
+// CloseIdleConnections closes the connections to receivers that are kept
+// for the next forward: for when the agent is done.
+func (a *Agent) CloseIdleConnections() {
+	a.conns.closeIdle()
+	a.client.CloseIdleConnections()
+}
+
+// dial opens a connection to u's host, port 80 by default.
+func dial(ctx context.Context, u *url.URL, deadline time.Time) (*hconn, error) {
+	port := u.Port()
+	if port == "" {
+		port = "80"
+	}
+	addr := net.JoinHostPort(u.Hostname(), port)
+	d := net.Dialer{Timeout: dialTimeout, KeepAlive: dialKeepAlive, Deadline: deadline}
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if err := conn.SetDeadline(deadline); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	c := &hconn{conn: conn, cr: countingReader{conn: conn}}
+	c.br = bufio.NewReaderSize(&c.cr, 4<<10)
+	c.bw = bufio.NewWriterSize(conn, 4<<10)
+	c.peek.init(conn)
+	return c, nil
+}
+
+// closedByPeer reports whether the receiver closed c while it was idle
+// (Node closes idle connections after 5 s, for example), or sent
+// something unasked, such as a 408, that makes it unusable. It does not
+// block.
+func (c *hconn) closedByPeer() bool {
+	if c.br.Buffered() > 0 {
+		return true
+	}
+	return c.peek.closed()
+}
+
+// exchange is one request on one connection.
+type exchange struct {
+	c        *hconn
+	written  bool // the whole request went out
+	answered bool // some byte of an answer came back
+}
+
+// roundTrip writes r on e.c and reads the answer's head, skipping 1xx
+// informational answers. The body is left to read from resp.Body.
+func (e *exchange) roundTrip(r *http.Request) (*http.Response, error) {
+	c := e.c
+	c.cr.n, c.cr.limit = 0, maxHeaderResponse
+	werr := r.Write(c.bw)
+	if werr == nil {
+		werr = c.bw.Flush()
+	}
+	e.written = werr == nil
+	// Even when the write failed, the receiver may have answered
+	// before it stopped reading (a 413, say): read what it said.
+	if _, err := c.br.Peek(1); err != nil {
+		if werr != nil {
+			return nil, werr
+		}
+		return nil, err
+	}
+	e.answered = true
+	for n := 0; ; n++ {
+		resp, err := http.ReadResponse(c.br, r)
+		if err != nil {
+			return nil, fmt.Errorf("net/http: HTTP/1.x transport connection broken: %w", err)
+		}
+		if resp.StatusCode < 100 || resp.StatusCode > 199 || resp.StatusCode == http.StatusSwitchingProtocols {
+			c.cr.limit = math.MaxInt64 // the body's size is limited by the reader
+			if werr != nil {
+				resp.Close = true
+			}
+			return resp, nil
+		}
+		if n == max1xxResponses {
+			return nil, errors.New("net/http: too many 1xx informational responses")
+		}
+		c.cr.n = 0 // each head has its own limit
+	}
+}
+
+// retryable reports whether a request that failed with err on e may be
+// sent again on a new connection: the connection had served an earlier
+// request, and it ended (EOF, reset, broken pipe) before the receiver
+// answered anything.
+//
+// That is the receiver closing a kept-alive connection as idle while the
+// request was on its way: it had not read the request when it decided to
+// close, so it did not act on it. Most such connections are caught before
+// use by closedByPeer; this covers the rest of the race, which net/http
+// covers by watching every idle connection with a goroutine. The case it
+// gets wrong is a receiver that reads a request, acts on it and then
+// drops the connection without any answer (a Go handler that panics on a
+// kept-alive connection): it gets the request a second time, as it would
+// from the sender's own retry, and answers the second as it did the
+// first. A fresh connection that fails is never retried: the receiver
+// had no reason to drop it but the request.
+func (e *exchange) retryable(err error) bool {
+	return e.c.reused && !e.answered &&
+		(errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+			errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNABORTED))
+}
+
+// directResult is what a direct forward got.
+type directResult struct {
+	resp    *http.Response
+	body    []byte
+	bodyErr error // reading the body failed after the head was in
+}
+
+// sendDirect forwards r on a kept-alive or new
+// connection to r.URL.Host, by deadline or until ctx ends, and reads the
+// answer's body up to max+1 bytes.
+func (a *Agent) sendDirect(ctx context.Context, r *http.Request, deadline time.Time, max int64) (directResult, error) {
+	host := r.URL.Host
+	for try := 0; ; try++ {
+		if err := ctx.Err(); err != nil {
+			return directResult{}, err
+		}
+		now := time.Now()
+		c := a.conns.get(host, now, deadline)
+		if c == nil {
+			var err error
+			if c, err = dial(ctx, r.URL, deadline); err != nil {
+				if cerr := ctx.Err(); cerr != nil {
+					return directResult{}, cerr
+				}
+				return directResult{}, err
+			}
+		}
+		// Ending ctx ends any read or write under way.
+		stop := func() bool { return true }
+		if ctx.Done() != nil {
+			stop = context.AfterFunc(ctx, func() { c.conn.SetDeadline(aLongTimeAgo) })
+		}
+		e := exchange{c: c}
+		resp, err := e.roundTrip(r)
+		if err != nil {
+			stop()
+			c.close()
+			if cerr := ctx.Err(); cerr != nil {
+				return directResult{}, cerr
+			}
+			if try == 0 && e.retryable(err) && time.Now().Before(deadline) {
+				if r.GetBody != nil {
+					b, gerr := r.GetBody()
+					if gerr != nil {
+						return directResult{}, err
+					}
+					r.Body = b
+				}
+				continue
+			}
+			return directResult{}, err
+		}
+		res := directResult{resp: resp}
+		res.body, res.bodyErr = readAnswer(resp, max)
+		stopped := stop()
+		if res.bodyErr != nil {
+			if cerr := ctx.Err(); cerr != nil {
+				res.bodyErr = cerr
+			} else if errors.Is(res.bodyErr, os.ErrDeadlineExceeded) {
+				res.bodyErr = context.DeadlineExceeded // as net/http says it
+			}
+		}
+		if stopped && res.bodyErr == nil && int64(len(res.body)) <= max && !resp.Close && !r.Close &&
+			resp.StatusCode != http.StatusSwitchingProtocols && c.br.Buffered() == 0 {
+			a.conns.put(host, c, a.cfg.Concurrency, time.Now())
+		} else {
+			c.close()
+		}
+		return res, nil
+	}
+}
+
+// aLongTimeAgo is a deadline that has passed: it ends blocked I/O at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// readAnswer reads resp's body up to max+1 bytes, as
+// io.ReadAll(io.LimitReader(resp.Body, max+1)) does, in one allocation
+// when the answer says its length.
+func readAnswer(resp *http.Response, max int64) ([]byte, error) {
+	limit := max + 1
+	size := int64(512)
+	if resp.Body == http.NoBody {
+		size = 0
+	} else if resp.ContentLength >= 0 {
+		size = min(resp.ContentLength+1, limit) // +1: room for the read that finds the end
+	}
+	b := make([]byte, 0, size)
+	for int64(len(b)) < limit {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := resp.Body.Read(b[len(b):min(int64(cap(b)), limit)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
+	return b, nil
+}

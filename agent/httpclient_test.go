@@ -1,0 +1,708 @@
+package agent
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/devhook/devhook"
+)
+
+// nopStore is a Store for tests that only forward.
+type nopStore struct{ Store }
+
+// testAgent returns an agent that forwards with its own client, or with
+// net/http when viaNetHTTP is set (a Config.Client, as before).
+func testAgent(t testing.TB, viaNetHTTP bool, mod func(*Config)) *Agent {
+	t.Helper()
+	cfg := Config{Store: nopStore{}, Concurrency: 8}
+	if viaNetHTTP {
+		cfg.Client = NewClient(8, nil)
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	a, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.CloseIdleConnections)
+	return a
+}
+
+// sendTo forwards one request to target and returns the attempt.
+func sendTo(ctx context.Context, a *Agent, method, target string, header http.Header, body []byte) devhook.Attempt {
+	at := devhook.Attempt{Target: target}
+	a.send(ctx, &at, method, header, body)
+	return at
+}
+
+func (p *connPool) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, l := range p.idle {
+		n += len(l)
+	}
+	return n
+}
+
+// counted is an httptest server that counts the connections it accepts
+// and the requests it handles.
+type counted struct {
+	*httptest.Server
+	accepts  atomic.Int32
+	closes   atomic.Int32
+	requests atomic.Int32
+}
+
+func newCounted(t *testing.T, h http.HandlerFunc) *counted {
+	t.Helper()
+	s := &counted{}
+	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.requests.Add(1)
+		h(w, r)
+	}))
+	s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
+		switch st {
+		case http.StateNew:
+			s.accepts.Add(1)
+		case http.StateClosed, http.StateHijacked:
+			s.closes.Add(1)
+		}
+	}
+	s.Start()
+	t.Cleanup(s.Close)
+	return s
+}
+
+// rawServer accepts connections and hands each to serve, with the number
+// of the connection (from 1).
+func rawServer(t *testing.T, serve func(n int, c net.Conn)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for n := 1; ; n++ {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				serve(n, c)
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String()
+}
+
+// recording reads from a connection and keeps what it read.
+type recording struct {
+	r   io.Reader
+	buf bytes.Buffer
+}
+
+func (r *recording) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	r.buf.Write(p[:n])
+	return n, err
+}
+
+// The receiver gets the same bytes from the agent's client as from
+// net/http's, and the attempts record the same answer.
+func TestDirectSendsWhatNetHTTPSends(t *testing.T) {
+	got := make(chan []byte, 1)
+	base := rawServer(t, func(_ int, c net.Conn) {
+		rec := &recording{r: c}
+		br := bufio.NewReader(rec)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			if req.Header.Get("Expect") == "100-continue" {
+				io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n")
+			}
+			io.Copy(io.Discard, req.Body)
+			if br.Buffered() != 0 {
+				t.Errorf("%d bytes after the request", br.Buffered())
+			}
+			got <- bytes.Clone(rec.buf.Bytes())
+			rec.buf.Reset()
+			answer := "HTTP/1.1 201 Created\r\nContent-Length: 5\r\nX-Rep: 1\r\nX-Rep: 2\r\nContent-Type: text/plain\r\n\r\n"
+			if req.Method != http.MethodHead {
+				answer += "hello"
+			}
+			io.WriteString(c, answer)
+		}
+	})
+	sig := "t=1700000000,v1=" + strings.Repeat("ab", 32)
+	for _, tc := range []struct {
+		name, method, target string
+		header               http.Header
+		body                 []byte
+	}{
+		{"POST with a body", "POST", "/hook", http.Header{"Content-Type": {"application/json"}, "Service-Signature": {sig}, "User-Agent": {"sender/1.0"}, "Accept-Encoding": {"gzip"}},
+			bytes.Repeat([]byte(`{"a":1}`), 200)},
+		{"GET with a query", "GET", "/q?a=1&b=%20x&c=%2F", http.Header{"Accept": {"*/*"}}, nil},
+		{"repeated headers", "POST", "/r", http.Header{"X-Multi": {"a", "b", "c"}, "Cookie": {"x=1", "y=2"}, "X-Empty": {""}}, []byte("body")},
+		{"HEAD", "HEAD", "/h", http.Header{"X-A": {"1"}}, nil},
+		{"POST with an empty body", "POST", "/e", http.Header{"Content-Type": {"application/json"}}, nil},
+		{"PUT with an empty body", "PUT", "/p", nil, []byte{}},
+		{"DELETE with a body", "DELETE", "/d", http.Header{}, []byte("gone")},
+		{"GET with a body", "GET", "/g", http.Header{}, []byte("odd")},
+		{"hop-by-hop headers", "POST", "/hop", http.Header{"Connection": {"X-Hop, keep-alive"}, "X-Hop": {"1"}, "Keep-Alive": {"timeout=5"},
+			"Transfer-Encoding": {"chunked"}, "Te": {"trailers"}, "Upgrade": {"websocket"}, "Proxy-Authorization": {"Basic x"}, "X-Kept": {"yes"}}, []byte("x")},
+		{"escaped path", "POST", "/a%2Fb/c%20d/%C3%A9", http.Header{}, []byte("x")},
+		// These two go through net/http.
+		{"credentials in the URL", "POST", "/auth", http.Header{}, []byte("x")},
+		{"Expect: 100-continue", "POST", "/expect", http.Header{"Expect": {"100-continue"}}, []byte("x")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var wire [2][]byte
+			var ats [2]devhook.Attempt
+			for i, viaNetHTTP := range []bool{true, false} {
+				a := testAgent(t, viaNetHTTP, nil)
+				target := base + tc.target
+				if tc.target == "/auth" {
+					target = strings.Replace(target, "://", "://user:pa%20ss@", 1)
+				}
+				ats[i] = sendTo(context.Background(), a, tc.method, target, tc.header, tc.body)
+				select {
+				case wire[i] = <-got:
+				case <-time.After(10 * time.Second):
+					t.Fatalf("nothing received: %+v", ats[i])
+				}
+			}
+			if tc.target == "/auth" && !bytes.Contains(wire[1], []byte("Authorization: Basic dXNlcjpwYSBzcw==\r\n")) {
+				t.Errorf("no Authorization from the URL's credentials: %q", wire[1])
+			}
+			if !bytes.Equal(wire[0], wire[1]) {
+				t.Errorf("net/http sent\n%q\nthe agent's client sent\n%q", wire[0], wire[1])
+			}
+			if fmt.Sprint(ats[0].Status, ats[0].Header, string(ats[0].Body), ats[0].Error) != fmt.Sprint(ats[1].Status, ats[1].Header, string(ats[1].Body), ats[1].Error) {
+				t.Errorf("attempts differ:\nnet/http %d %v %q %q\ndirect   %d %v %q %q", ats[0].Status, ats[0].Header, ats[0].Body, ats[0].Error,
+					ats[1].Status, ats[1].Header, ats[1].Body, ats[1].Error)
+			}
+			if ats[1].Status != 201 {
+				t.Errorf("attempt %d %q", ats[1].Status, ats[1].Error)
+			}
+		})
+	}
+}
+
+// Sequential forwards share one connection, and answers of every framing
+// leave it usable: chunked, with no body (HEAD, 204, 304) and after 1xx.
+func TestDirectKeepAlive(t *testing.T) {
+	s := newCounted(t, func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		switch r.URL.Path {
+		case "/chunked":
+			for i := range 3 {
+				fmt.Fprintf(w, "part%d;", i)
+				w.(http.Flusher).Flush()
+			}
+		case "/204":
+			w.WriteHeader(http.StatusNoContent)
+		case "/304":
+			w.WriteHeader(http.StatusNotModified)
+		case "/103":
+			w.Header().Set("Link", "</style.css>; rel=preload")
+			w.WriteHeader(http.StatusEarlyHints)
+			w.WriteHeader(http.StatusProcessing)
+			w.Header().Del("Link")
+			w.Write([]byte("after 1xx"))
+		default:
+			w.Write([]byte("ok " + r.Method))
+		}
+	})
+	a := testAgent(t, false, nil)
+	for _, tc := range []struct {
+		method, path string
+		status       int
+		body         string
+	}{
+		{"POST", "/", 200, "ok POST"},
+		{"POST", "/chunked", 200, "part0;part1;part2;"},
+		{"HEAD", "/", 200, ""},
+		{"GET", "/204", 204, ""},
+		{"GET", "/304", 304, ""},
+		{"POST", "/103", 200, "after 1xx"},
+		{"GET", "/", 200, "ok GET"},
+		{"POST", "/", 200, "ok POST"},
+	} {
+		at := sendTo(context.Background(), a, tc.method, s.URL+tc.path, http.Header{"X-A": {"1"}}, []byte("payload"))
+		if at.Status != tc.status || string(at.Body) != tc.body || at.Error != "" {
+			t.Errorf("%s %s: %d %q %q, want %d %q", tc.method, tc.path, at.Status, at.Body, at.Error, tc.status, tc.body)
+		}
+		if tc.path == "/103" && at.Header.Get("Link") != "" {
+			t.Errorf("the 103's header is in the answer's: %v", at.Header)
+		}
+	}
+	if n := s.accepts.Load(); n != 1 {
+		t.Errorf("%d connections for 8 sequential forwards, want 1", n)
+	}
+	if n := a.conns.count(); n != 1 {
+		t.Errorf("%d idle connections, want 1", n)
+	}
+}
+
+// An answer with Connection: close, or from HTTP/1.0, is the end of its
+// connection.
+func TestDirectConnectionClose(t *testing.T) {
+	s := newCounted(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/close" {
+			w.Header().Set("Connection", "close")
+		}
+		w.Write([]byte("ok"))
+	})
+	a := testAgent(t, false, nil)
+	for i := range 3 {
+		if at := sendTo(context.Background(), a, "GET", s.URL+"/close", nil, nil); at.Status != 200 || string(at.Body) != "ok" {
+			t.Fatalf("forward %d: %d %q", i, at.Status, at.Error)
+		}
+		if n := a.conns.count(); n != 0 {
+			t.Fatalf("%d idle connections after Connection: close", n)
+		}
+	}
+	if n := s.accepts.Load(); n != 3 {
+		t.Errorf("%d connections, want 3", n)
+	}
+
+	var accepts atomic.Int32
+	base := rawServer(t, func(_ int, c net.Conn) {
+		accepts.Add(1)
+		br := bufio.NewReader(c)
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		io.WriteString(c, "HTTP/1.0 200 OK\r\nContent-Length: 4\r\n\r\nold!")
+		io.Copy(io.Discard, br) // until the client closes
+	})
+	for i := range 2 {
+		if at := sendTo(context.Background(), a, "GET", base, nil, nil); at.Status != 200 || string(at.Body) != "old!" {
+			t.Fatalf("HTTP/1.0 forward %d: %d %q", i, at.Status, at.Error)
+		}
+	}
+	if n := accepts.Load(); n != 2 || a.conns.count() != 0 {
+		t.Errorf("HTTP/1.0 without keep-alive: %d connections for 2 forwards, %d idle; want 2, 0", n, a.conns.count())
+	}
+}
+
+// A receiver that closes an idle kept-alive connection (Node does after
+// 5 s): the next forward opens another and the receiver gets it once.
+func TestDirectIdleConnectionClosedByReceiver(t *testing.T) {
+	s := newCounted(t, func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Write([]byte("ok"))
+	})
+	a := testAgent(t, false, nil)
+	if at := sendTo(context.Background(), a, "POST", s.URL, nil, []byte("1")); at.Status != 200 {
+		t.Fatalf("first: %d %q", at.Status, at.Error)
+	}
+	s.CloseClientConnections() // closes the idle one
+	time.Sleep(50 * time.Millisecond)
+	if at := sendTo(context.Background(), a, "POST", s.URL, nil, []byte("2")); at.Status != 200 {
+		t.Fatalf("second: %d %q", at.Status, at.Error)
+	}
+	if n, r := s.accepts.Load(), s.requests.Load(); n != 2 || r != 2 {
+		t.Errorf("%d connections, %d requests; want 2, 2", n, r)
+	}
+}
+
+// The receiver closes the connection as the next request arrives, before
+// reading it: the close was not seen before the write, the request is
+// sent again on a new connection, and the receiver handles it once.
+func TestDirectRetriesOnReusedConnectionDroppedUnread(t *testing.T) {
+	var handled, accepts atomic.Int32
+	base := rawServer(t, func(n int, c net.Conn) {
+		accepts.Add(1)
+		br := bufio.NewReader(c)
+		for i := 1; ; i++ {
+			if n == 1 && i == 2 {
+				br.Peek(1)                    // the request is here:
+				c.(*net.TCPConn).SetLinger(0) // drop it unread
+				return
+			}
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, req.Body)
+			handled.Add(1)
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	a := testAgent(t, false, nil)
+	for i := range 2 {
+		if at := sendTo(context.Background(), a, "POST", base, nil, []byte("x")); at.Status != 200 {
+			t.Fatalf("forward %d: %d %q", i, at.Status, at.Error)
+		}
+	}
+	if n, m := handled.Load(), accepts.Load(); n != 2 || m != 2 {
+		t.Errorf("the receiver handled %d requests on %d connections, want 2 on 2", n, m)
+	}
+}
+
+// The known cost of that retry: a receiver that reads a request on a
+// kept-alive connection and drops the connection without any answer (a
+// Go handler that panics) gets it a second time, as from a sender's
+// retry. The attempt reports the second failure.
+func TestDirectRetryOfAReceiverThatDropsWithoutAnswer(t *testing.T) {
+	var got atomic.Int32
+	base := rawServer(t, func(n int, c net.Conn) {
+		br := bufio.NewReader(c)
+		for i := 1; ; i++ {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, req.Body)
+			got.Add(1)
+			if req.URL.Path == "/die" {
+				return // closes
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	a := testAgent(t, false, nil)
+	if at := sendTo(context.Background(), a, "POST", base+"/", nil, []byte("x")); at.Status != 200 {
+		t.Fatalf("first: %d %q", at.Status, at.Error)
+	}
+	at := sendTo(context.Background(), a, "POST", base+"/die", nil, []byte("x"))
+	if at.Status != 0 || at.Error != "EOF" {
+		t.Errorf("attempt %d %q, want no answer: EOF", at.Status, at.Error)
+	}
+	if n := got.Load(); n != 3 {
+		t.Errorf("the receiver got %d requests, want 3 (the one it dropped twice)", n)
+	}
+}
+
+// A receiver that dies mid-answer: an error, and no retry; nor is a new
+// connection that fails before any answer retried.
+func TestDirectNoRetryAfterAnAnswerBegan(t *testing.T) {
+	for _, tc := range []struct {
+		name, answer, wantErr string
+		reuse                 bool
+	}{
+		{"cut in the head, fresh connection", "HTTP/1.1 200 OK\r\nContent-Le", "net/http: HTTP/1.x transport connection broken: malformed MIME header: missing colon: \"Content-Le\"", false},
+		{"cut in the head, reused connection", "HTTP/1.1 200 OK\r\nContent-Le", "net/http: HTTP/1.x transport connection broken: malformed MIME header: missing colon: \"Content-Le\"", true},
+		{"cut before the head, fresh connection", "", "EOF", false},
+		{"cut in the body, reused connection", "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", "reading the receiver's answer: unexpected EOF", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got atomic.Int32
+			base := rawServer(t, func(n int, c net.Conn) {
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					io.Copy(io.Discard, req.Body)
+					if req.URL.Path == "/cut" {
+						got.Add(1)
+						io.WriteString(c, tc.answer)
+						return
+					}
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				}
+			})
+			for _, viaNetHTTP := range []bool{true, false} {
+				got.Store(0)
+				a := testAgent(t, viaNetHTTP, nil)
+				if tc.reuse {
+					if at := sendTo(context.Background(), a, "POST", base+"/", nil, []byte("x")); at.Status != 200 {
+						t.Fatalf("first: %d %q", at.Status, at.Error)
+					}
+				}
+				at := sendTo(context.Background(), a, "POST", base+"/cut", nil, []byte("x"))
+				if at.Error != tc.wantErr {
+					t.Errorf("net/http %v: error %q, want %q", viaNetHTTP, at.Error, tc.wantErr)
+				}
+				if n := got.Load(); n != 1 {
+					t.Errorf("net/http %v: the receiver got %d copies, want 1", viaNetHTTP, n)
+				}
+			}
+		})
+	}
+}
+
+// An answer over MaxResponse is cut and flagged, and its connection not
+// kept; one of exactly MaxResponse bytes is whole.
+func TestDirectMaxResponse(t *testing.T) {
+	s := newCounted(t, func(w http.ResponseWriter, r *http.Request) {
+		n, _ := strconv.Atoi(r.URL.Query().Get("n"))
+		if r.URL.Query().Get("chunked") == "" {
+			w.Header().Set("Content-Length", strconv.Itoa(n))
+		}
+		w.Write(bytes.Repeat([]byte("y"), n))
+	})
+	for _, viaNetHTTP := range []bool{true, false} {
+		a := testAgent(t, viaNetHTTP, func(c *Config) { c.MaxResponse = 100 })
+		for _, tc := range []struct {
+			query   string
+			n       int
+			wantErr string
+		}{
+			{"n=100", 100, ""},
+			{"n=100&chunked=1", 100, ""},
+			{"n=101", 100, "the receiver's answer is over 100 bytes; the rest was dropped"},
+			{"n=100000&chunked=1", 100, "the receiver's answer is over 100 bytes; the rest was dropped"},
+			{"n=0", 0, ""},
+		} {
+			at := sendTo(context.Background(), a, "GET", s.URL+"/?"+tc.query, nil, nil)
+			if at.Status != 200 || len(at.Body) != tc.n || at.Error != tc.wantErr {
+				t.Errorf("net/http %v, %s: %d, %d bytes, %q; want 200, %d bytes, %q", viaNetHTTP, tc.query, at.Status, len(at.Body), at.Error, tc.n, tc.wantErr)
+			}
+			if at.Body == nil {
+				t.Errorf("net/http %v, %s: nil body", viaNetHTTP, tc.query)
+			}
+		}
+	}
+	a := testAgent(t, false, func(c *Config) { c.MaxResponse = 100 })
+	before := s.accepts.Load()
+	sendTo(context.Background(), a, "GET", s.URL+"/?n=100", nil, nil)
+	sendTo(context.Background(), a, "GET", s.URL+"/?n=1000", nil, nil)
+	sendTo(context.Background(), a, "GET", s.URL+"/?n=100", nil, nil)
+	if n := s.accepts.Load() - before; n != 2 {
+		t.Errorf("%d connections, want 2: a cut answer's connection is closed", n)
+	}
+}
+
+// ForwardTimeout and the end of ctx interrupt a forward waiting for the
+// head or the body, with the words net/http's path used.
+func TestDirectTimeoutAndCancel(t *testing.T) {
+	release := make(chan struct{})
+	s := newCounted(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/body" {
+			w.WriteHeader(200)
+			w.Write([]byte("part"))
+			w.(http.Flusher).Flush()
+		}
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	defer close(release)
+	for _, tc := range []struct {
+		name, path string
+		cancel     bool
+		status     int
+		wantErr    string
+	}{
+		{"timeout", "/", false, 0, "timeout: the receiver did not answer in time"},
+		{"timeout in the body", "/body", false, 200, "reading the receiver's answer: context deadline exceeded"},
+		{"cancel", "/", true, 0, "canceled: devhook is stopping"},
+		{"cancel in the body", "/body", true, 200, "reading the receiver's answer: context canceled"},
+	} {
+		for _, viaNetHTTP := range []bool{true, false} {
+			timeout := 150 * time.Millisecond
+			if tc.cancel {
+				timeout = 10 * time.Second
+			}
+			a := testAgent(t, viaNetHTTP, func(c *Config) { c.ForwardTimeout = timeout })
+			ctx, cancel := context.WithCancel(context.Background())
+			if tc.cancel {
+				time.AfterFunc(150*time.Millisecond, cancel)
+			}
+			start := time.Now()
+			at := sendTo(ctx, a, "POST", s.URL+tc.path, nil, []byte("x"))
+			cancel()
+			if took := time.Since(start); took > 5*time.Second {
+				t.Errorf("%s, net/http %v: took %s", tc.name, viaNetHTTP, took)
+			}
+			if at.Status != tc.status || at.Error != tc.wantErr {
+				t.Errorf("%s, net/http %v: %d %q, want %d %q", tc.name, viaNetHTTP, at.Status, at.Error, tc.status, tc.wantErr)
+			}
+			if n := a.conns.count(); n != 0 {
+				t.Errorf("%s: %d idle connections", tc.name, n)
+			}
+		}
+	}
+	// A context that is already over: not sent.
+	a := testAgent(t, false, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	before := s.requests.Load()
+	if at := sendTo(ctx, a, "POST", s.URL, nil, nil); at.Error != "canceled: devhook is stopping" || s.requests.Load() != before {
+		t.Errorf("canceled before: %q", at.Error)
+	}
+}
+
+// Connection refused says where nothing listens, on both paths.
+func TestDirectConnectionRefused(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := "http://" + ln.Addr().String() + "/hook?a=1"
+	ln.Close()
+	for _, viaNetHTTP := range []bool{true, false} {
+		a := testAgent(t, viaNetHTTP, nil)
+		at := sendTo(context.Background(), a, "POST", base, nil, []byte("x"))
+		if want := "connection refused: is your receiver running at " + base + "?"; at.Status != 0 || at.Error != want {
+			t.Errorf("net/http %v: %d %q, want %q", viaNetHTTP, at.Status, at.Error, want)
+		}
+	}
+}
+
+// Many forwards at once: each gets its own answer, no more connections
+// are kept than Concurrency, and none serves two requests at once.
+func TestDirectConcurrent(t *testing.T) {
+	var inFlight sync.Map // remote address → in use
+	s := newCounted(t, func(w http.ResponseWriter, r *http.Request) {
+		if _, busy := inFlight.LoadOrStore(r.RemoteAddr, true); busy {
+			t.Errorf("two requests at once on %s", r.RemoteAddr)
+		}
+		b, _ := io.ReadAll(r.Body)
+		w.Header().Set("X-Path", r.URL.Path)
+		inFlight.Delete(r.RemoteAddr)
+		w.Write(b)
+	})
+	const workers, each, conc = 64, 30, 16
+	a := testAgent(t, false, func(c *Config) { c.Concurrency = conc })
+	var wg sync.WaitGroup
+	for g := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				id := fmt.Sprintf("%d-%d", g, i)
+				body := []byte(strings.Repeat(id+";", 1+i%50))
+				at := sendTo(context.Background(), a, "POST", s.URL+"/"+id, http.Header{"X-Id": {id}}, body)
+				if at.Status != 200 || !bytes.Equal(at.Body, body) || at.Header.Get("X-Path") != "/"+id {
+					t.Errorf("%s: %d %q %q %q", id, at.Status, at.Error, at.Header.Get("X-Path"), at.Body)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := a.conns.count(); n > conc {
+		t.Errorf("%d idle connections, over %d", n, conc)
+	}
+	if n := s.requests.Load(); n != workers*each {
+		t.Errorf("%d requests, want %d", n, workers*each)
+	}
+	t.Logf("%d connections for %d requests", s.accepts.Load(), workers*each)
+}
+
+// CloseIdleConnections closes what the pool keeps.
+func TestDirectCloseIdleConnections(t *testing.T) {
+	s := newCounted(t, func(w http.ResponseWriter, r *http.Request) {})
+	a := testAgent(t, false, nil)
+	if at := sendTo(context.Background(), a, "GET", s.URL, nil, nil); at.Status != 200 || a.conns.count() != 1 {
+		t.Fatalf("%d %q, %d idle", at.Status, at.Error, a.conns.count())
+	}
+	a.CloseIdleConnections()
+	for deadline := time.Now().Add(10 * time.Second); s.closes.Load() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the receiver's connection is still open")
+		}
+	}
+	if at := sendTo(context.Background(), a, "GET", s.URL, nil, nil); at.Status != 200 {
+		t.Errorf("after closing: %d %q", at.Status, at.Error)
+	}
+}
+
+// Unasked bytes on an idle connection (a 408 before a receiver closes it)
+// make it unusable.
+func TestDirectUnsolicitedBytes(t *testing.T) {
+	var accepts atomic.Int32
+	base := rawServer(t, func(n int, c net.Conn) {
+		accepts.Add(1)
+		br := bufio.NewReader(c)
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		io.Copy(io.Discard, req.Body)
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		time.Sleep(20 * time.Millisecond)
+		io.WriteString(c, "HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n\r\n")
+		io.Copy(io.Discard, br)
+	})
+	a := testAgent(t, false, nil)
+	for i := range 2 {
+		if at := sendTo(context.Background(), a, "GET", base, nil, nil); at.Status != 200 {
+			t.Fatalf("forward %d: %d %q", i, at.Status, at.Error)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if n := accepts.Load(); n != 2 {
+		t.Errorf("%d connections, want 2", n)
+	}
+}
+
+// closedByPeer sees a receiver's close, and bytes nobody asked for, on an
+// idle connection, without blocking on an open one.
+func TestClosedByPeer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	u, _ := url.Parse("http://" + ln.Addr().String())
+	for _, tc := range []struct {
+		name   string
+		server func(net.Conn)
+		closed bool
+	}{
+		{"open", func(net.Conn) {}, false},
+		{"closed", func(c net.Conn) { c.Close() }, true},
+		{"reset", func(c net.Conn) { c.(*net.TCPConn).SetLinger(0); c.Close() }, true},
+		{"unasked bytes", func(c net.Conn) { io.WriteString(c, "HTTP/1.1 408 Request Timeout\r\n\r\n") }, true},
+	} {
+		c, err := dial(context.Background(), u, time.Now().Add(10*time.Second))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc.server(sc)
+		time.Sleep(50 * time.Millisecond)
+		if got := c.closedByPeer(); got != tc.closed && peekWorks {
+			t.Errorf("%s: closedByPeer %v, want %v", tc.name, got, tc.closed)
+		}
+		c.close()
+		sc.Close()
+	}
+}
