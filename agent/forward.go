@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/relay"
@@ -132,26 +131,19 @@ func outcome(at *devhook.Attempt) string {
 // send performs one HTTP request and fills at's outcome.
 //
 // A plain http:// target, with Config.Client nil, goes through the agent's
-// own client (httpclient.go): this goroutine writes the request and reads
-// the answer itself, on a kept-alive connection; ForwardTimeout is a
-// deadline on the connection. Anything else goes through a.client.
+// own client (sendDirect, httpclient.go): this goroutine writes the
+// request and reads the answer itself, on a kept-alive connection. The
+// rest goes through a.client.
 func (a *Agent) send(ctx context.Context, at *devhook.Attempt, method string, header http.Header, body []byte) {
 	start := a.cfg.Now()
 	defer func() { at.Duration = devhook.Duration(a.cfg.Now().Sub(start)) }()
-	direct := a.cfg.Client == nil && strings.HasPrefix(at.Target, "http://")
-	var deadline time.Time
-	if direct {
-		deadline = time.Now().Add(a.cfg.ForwardTimeout)
-		if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-			deadline = d
-		}
-	} else {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, a.cfg.ForwardTimeout)
-		defer cancel()
+	if a.cfg.Client == nil && strings.HasPrefix(at.Target, "http://") && a.sendDirect(ctx, at, method, header, body) {
+		return
 	}
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.ForwardTimeout)
+	defer cancel()
 	var rd io.Reader
-	if len(body) > 0 || method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch {
+	if hasBody(method, body) {
 		rd = bytes.NewReader(body)
 	}
 	r, err := http.NewRequestWithContext(ctx, method, at.Target, rd)
@@ -159,69 +151,68 @@ func (a *Agent) send(ctx context.Context, at *devhook.Attempt, method string, he
 		at.Error = "could not build the request: " + err.Error()
 		return
 	}
-	// The header map is used as is: every value of repeated headers, in order.
-	r.Header = relay.EndToEnd(header)
-	if _, ok := r.Header["User-Agent"]; !ok {
-		r.Header["User-Agent"] = []string{""} // send none rather than Go's own
-	}
+	r.Header = outHeader(header)
 	r.ContentLength = int64(len(body))
 	if rd == nil {
 		r.Body = nil
 	}
-	if direct && !directable(r) {
-		direct = false
-		tctx, cancel := context.WithTimeout(ctx, a.cfg.ForwardTimeout)
-		defer cancel()
-		r = r.WithContext(tctx)
+	resp, err := a.client.Do(r)
+	if err != nil {
+		at.Error = describe(err, at.Target)
+		return
 	}
-	var (
-		resp *http.Response
-		b    []byte
-	)
-	if direct {
-		res, err := a.sendDirect(ctx, r, deadline, a.cfg.MaxResponse)
-		if err != nil {
-			at.Error = describe(err, at.Target)
-			return
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, a.cfg.MaxResponse+1))
+	a.setAnswer(at, resp, b, err)
+}
+
+// hasBody reports whether a request sends a body, if only an empty one
+// (Content-Length: 0).
+func hasBody(method string, body []byte) bool {
+	return len(body) > 0 || method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch
+}
+
+// outHeader is header as sent: without hop-by-hop headers, and with an
+// empty User-Agent, which sends none, rather than Go's own. It is header
+// itself when that needs neither change, as most do: the relay strips
+// hop-by-hop headers already, and the request only reads it.
+func outHeader(header http.Header) http.Header {
+	if _, ok := header["User-Agent"]; ok && !hasHopByHop(header) {
+		return header
+	}
+	// The header map is used as is: every value of repeated headers, in order.
+	h := relay.EndToEnd(header)
+	if _, ok := h["User-Agent"]; !ok {
+		h["User-Agent"] = []string{""}
+	}
+	return h
+}
+
+// hopByHop are the headers relay.EndToEnd drops, besides those that
+// Connection names; TestOutHeader keeps the two lists the same.
+var hopByHop = [...]string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+func hasHopByHop(h http.Header) bool {
+	for _, k := range hopByHop {
+		if _, ok := h[k]; ok {
+			return true
 		}
-		resp, b, err = res.resp, res.body, res.bodyErr
-		if err != nil {
-			at.Error = "reading the receiver's answer: " + err.Error()
-		}
-	} else {
-		resp, err = a.client.Do(r)
-		if err != nil {
-			at.Error = describe(err, at.Target)
-			return
-		}
-		defer resp.Body.Close()
-		b, err = io.ReadAll(io.LimitReader(resp.Body, a.cfg.MaxResponse+1))
-		if err != nil {
-			at.Error = "reading the receiver's answer: " + err.Error()
-		}
+	}
+	return false
+}
+
+// setAnswer fills at with the receiver's answer resp, whose body is b, read
+// up to MaxResponse+1 bytes until err.
+func (a *Agent) setAnswer(at *devhook.Attempt, resp *http.Response, b []byte, err error) {
+	if err != nil {
+		at.Error = "reading the receiver's answer: " + err.Error()
 	}
 	if int64(len(b)) > a.cfg.MaxResponse {
 		b = b[:a.cfg.MaxResponse]
 		at.Error = fmt.Sprintf("the receiver's answer is over %d bytes; the rest was dropped", a.cfg.MaxResponse)
 	}
 	at.Status, at.Header, at.Body = resp.StatusCode, resp.Header, b
-}
-
-// directable reports whether r can go through the agent's own client with
-// the same effect as through net/http's. These go through net/http:
-// credentials in the URL (the client turns them into Authorization), a
-// host name to convert to ASCII, and Expect: 100-continue, for which the
-// Transport waits for the receiver's go-ahead before the body.
-func directable(r *http.Request) bool {
-	if r.URL.User != nil || len(r.Header["Expect"]) > 0 {
-		return false
-	}
-	for i := 0; i < len(r.URL.Host); i++ {
-		if r.URL.Host[i] >= 0x80 {
-			return false
-		}
-	}
-	return true
 }
 
 // describe says in words why a forward failed.

@@ -19,6 +19,7 @@ package agent
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -28,9 +29,12 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/devhook/devhook"
 )
 
 // Like http.DefaultTransport's.
@@ -59,6 +63,11 @@ type hconn struct {
 	reused bool      // it served a request before this one
 	idleAt time.Time // when it went back to the pool
 	peek   peeker    // see closedByPeer
+
+	// Made once for all the requests on the connection.
+	body      bytes.Reader  // the request's body
+	bodyRC    io.ReadCloser // body, as Request.Body
+	interrupt func()        // ends the read or write under way
 }
 
 // countingReader reads from the connection, counting the bytes of the
@@ -183,6 +192,8 @@ func dial(ctx context.Context, u *url.URL, deadline time.Time) (*hconn, error) {
 	c.br = bufio.NewReaderSize(&c.cr, 4<<10)
 	c.bw = bufio.NewWriterSize(conn, 4<<10)
 	c.peek.init(conn)
+	c.bodyRC = io.NopCloser(&c.body)
+	c.interrupt = func() { conn.SetDeadline(aLongTimeAgo) }
 	return c, nil
 }
 
@@ -264,6 +275,37 @@ func (e *exchange) retryable(err error) bool {
 			errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNABORTED))
 }
 
+// sendDirect forwards with the agent's own client and fills at; or it
+// returns false, having done nothing, for a request that must go through
+// net/http to be sent the same way: credentials in the URL (http.Client
+// turns them into Authorization), a host name to convert to ASCII,
+// Expect: 100-continue (the Transport waits for the receiver's go-ahead
+// before the body), and what http.NewRequest refuses, for its words.
+func (a *Agent) sendDirect(ctx context.Context, at *devhook.Attempt, method string, header http.Header, body []byte) bool {
+	if len(header["Expect"]) > 0 || !validMethod(method) {
+		return false
+	}
+	u, err := url.Parse(at.Target)
+	if err != nil || u.User != nil || !isASCII(u.Host) {
+		return false
+	}
+	deadline := time.Now().Add(a.cfg.ForwardTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	u.Host = strings.TrimSuffix(u.Host, ":") // as http.NewRequest does
+	// As http.NewRequest makes it; the body is set per connection.
+	r := &http.Request{Method: method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: outHeader(header), Host: u.Host, ContentLength: int64(len(body))}
+	res, err := a.roundTrip(ctx, r, hasBody(method, body), body, deadline)
+	if err != nil {
+		at.Error = describe(err, at.Target)
+		return true
+	}
+	a.setAnswer(at, res.resp, res.body, res.bodyErr)
+	return true
+}
+
 // directResult is what a direct forward got.
 type directResult struct {
 	resp    *http.Response
@@ -271,17 +313,16 @@ type directResult struct {
 	bodyErr error // reading the body failed after the head was in
 }
 
-// sendDirect forwards r on a kept-alive or new
+// roundTrip sends r with body, if withBody, on a kept-alive or new
 // connection to r.URL.Host, by deadline or until ctx ends, and reads the
-// answer's body up to max+1 bytes.
-func (a *Agent) sendDirect(ctx context.Context, r *http.Request, deadline time.Time, max int64) (directResult, error) {
+// answer's body up to MaxResponse+1 bytes.
+func (a *Agent) roundTrip(ctx context.Context, r *http.Request, withBody bool, body []byte, deadline time.Time) (directResult, error) {
 	host := r.URL.Host
 	for try := 0; ; try++ {
 		if err := ctx.Err(); err != nil {
 			return directResult{}, err
 		}
-		now := time.Now()
-		c := a.conns.get(host, now, deadline)
+		c := a.conns.get(host, time.Now(), deadline)
 		if c == nil {
 			var err error
 			if c, err = dial(ctx, r.URL, deadline); err != nil {
@@ -291,10 +332,22 @@ func (a *Agent) sendDirect(ctx context.Context, r *http.Request, deadline time.T
 				return directResult{}, err
 			}
 		}
+		// As http.NewRequest sets it: an empty body is NoBody, which
+		// sends Content-Length: 0; with a *bytes.Reader, Request.Write
+		// sends the head and body in one write.
+		switch {
+		case !withBody:
+			r.Body = nil
+		case len(body) == 0:
+			r.Body = http.NoBody
+		default:
+			c.body.Reset(body)
+			r.Body = c.bodyRC
+		}
 		// Ending ctx ends any read or write under way.
 		stop := func() bool { return true }
 		if ctx.Done() != nil {
-			stop = context.AfterFunc(ctx, func() { c.conn.SetDeadline(aLongTimeAgo) })
+			stop = context.AfterFunc(ctx, c.interrupt)
 		}
 		e := exchange{c: c}
 		resp, err := e.roundTrip(r)
@@ -305,19 +358,12 @@ func (a *Agent) sendDirect(ctx context.Context, r *http.Request, deadline time.T
 				return directResult{}, cerr
 			}
 			if try == 0 && e.retryable(err) && time.Now().Before(deadline) {
-				if r.GetBody != nil {
-					b, gerr := r.GetBody()
-					if gerr != nil {
-						return directResult{}, err
-					}
-					r.Body = b
-				}
 				continue
 			}
 			return directResult{}, err
 		}
 		res := directResult{resp: resp}
-		res.body, res.bodyErr = readAnswer(resp, max)
+		res.body, res.bodyErr = readAnswer(resp, a.cfg.MaxResponse)
 		stopped := stop()
 		if res.bodyErr != nil {
 			if cerr := ctx.Err(); cerr != nil {
@@ -326,7 +372,7 @@ func (a *Agent) sendDirect(ctx context.Context, r *http.Request, deadline time.T
 				res.bodyErr = context.DeadlineExceeded // as net/http says it
 			}
 		}
-		if stopped && res.bodyErr == nil && int64(len(res.body)) <= max && !resp.Close && !r.Close &&
+		if stopped && res.bodyErr == nil && int64(len(res.body)) <= a.cfg.MaxResponse && !resp.Close &&
 			resp.StatusCode != http.StatusSwitchingProtocols && c.br.Buffered() == 0 {
 			a.conns.put(host, c, a.cfg.Concurrency, time.Now())
 		} else {
@@ -334,6 +380,29 @@ func (a *Agent) sendDirect(ctx context.Context, r *http.Request, deadline time.T
 		}
 		return res, nil
 	}
+}
+
+// validMethod is http.NewRequest's check: a token.
+func validMethod(m string) bool {
+	if m == "" {
+		return false
+	}
+	for i := 0; i < len(m); i++ {
+		c := m[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+func isASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // aLongTimeAgo is a deadline that has passed: it ends blocked I/O at once.

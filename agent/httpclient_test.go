@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/relay"
 )
 
 // nopStore is a Store for tests that only forward.
@@ -704,5 +705,52 @@ func TestClosedByPeer(t *testing.T) {
 		}
 		c.close()
 		sc.Close()
+	}
+}
+
+// outHeader sends what relay.EndToEnd leaves, with User-Agent, and copies
+// only when it must.
+func TestOutHeader(t *testing.T) {
+	names := append(hopByHop[:], "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+		"Te", "Trailer", "Transfer-Encoding", "Upgrade", "User-Agent", "Accept", "Accept-Charset", "Accept-Encoding", "Accept-Language", "Accept-Ranges", "Age",
+		"Alt-Svc", "Authorization", "Cache-Control", "Content-Disposition", "Content-Encoding", "Content-Language",
+		"Content-Length", "Content-Location", "Content-Range", "Content-Type", "Cookie", "Date", "Etag", "Expect",
+		"Expires", "Forwarded", "From", "Host", "Http2-Settings", "If-Match", "If-Modified-Since", "If-None-Match",
+		"If-Range", "If-Unmodified-Since", "Last-Modified", "Link", "Location", "Max-Forwards", "Origin", "Pragma",
+		"Proxy-Authentication-Info", "Range", "Referer", "Retry-After", "Server", "Set-Cookie", "Strict-Transport-Security",
+		"Trailers", "Upgrade-Insecure-Requests", "Vary", "Via", "Warning", "Www-Authenticate", "X-Forwarded-For",
+		"X-Forwarded-Host", "X-Forwarded-Proto", "X-Real-Ip", "X-Request-Id", "Service-Signature", "Alt-Used", "Early-Data")
+	all := http.Header{}
+	for _, n := range names {
+		all[n] = []string{"v"}
+		for _, ua := range [][]string{nil, {"sender/1"}} {
+			h := http.Header{n: {"v"}, "X-Other": {"1", "2"}}
+			if ua != nil && n != "User-Agent" {
+				h["User-Agent"] = ua
+			}
+			checkOutHeader(t, h)
+		}
+	}
+	checkOutHeader(t, all)
+	checkOutHeader(t, http.Header{"Connection": {"X-A, x-b", "X-C"}, "X-A": {"1"}, "X-B": {"2"}, "X-C": {"3"}, "X-D": {"4"}, "User-Agent": {"u"}})
+
+	h := http.Header{"Content-Type": {"application/json"}, "User-Agent": {"u"}}
+	if out := outHeader(h); fmt.Sprintf("%p", out) != fmt.Sprintf("%p", h) {
+		t.Errorf("a header with nothing to change is copied")
+	}
+}
+
+func checkOutHeader(t *testing.T, h http.Header) {
+	t.Helper()
+	before := fmt.Sprint(h)
+	want := relay.EndToEnd(h)
+	if _, ok := want["User-Agent"]; !ok {
+		want["User-Agent"] = []string{""}
+	}
+	if got := outHeader(h); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("outHeader(%v) = %v, want %v", h, got, want)
+	}
+	if fmt.Sprint(h) != before {
+		t.Errorf("outHeader changed its argument: %v, was %v", h, before)
 	}
 }
