@@ -1,6 +1,10 @@
 package devhook
 
-import "encoding/json"
+import (
+	"encoding/binary"
+	"encoding/json"
+	"unsafe"
+)
 
 // ParseEvent extracts the fields devhook indexes from a run.status body:
 // event_type, and data.run_id, data.status and data.status_v2.
@@ -12,40 +16,39 @@ import "encoding/json"
 // when data is not an object.
 //
 // It runs for every delivery, on the agent's path to the receiver, so it
-// scans the body once without building anything: encoding/json took
-// about 15 µs of a 1.5 KB body, this takes under 2.
+// scans the body once without building anything, eight bytes at a time
+// inside strings, and makes the four strings in one allocation:
+// encoding/json took about 8-15 µs and 11 allocations of a 1.5 KB body,
+// this about 1 µs and one.
 func ParseEvent(body []byte) Event {
 	if len(body) == 0 || body[0] != '{' {
 		return Event{}
 	}
 	s := scanner{b: body}
-	var ev Event
+	// The values as found: Type, RunID, Status, StatusV2.
+	var vals [4]eventValue
 	ok := s.object(func(key []byte, plain bool) bool {
 		switch keyIs(key, plain) {
 		case "event_type":
-			v, ok := s.stringValue()
-			ev.Type = v
-			return ok
+			return s.stringValue(&vals[0])
 		case "data":
-			ev.RunID, ev.Status, ev.StatusV2 = "", "", ""
+			vals[1], vals[2], vals[3] = eventValue{}, eventValue{}, eventValue{}
 			if s.i >= len(s.b) || s.b[s.i] != '{' {
 				return s.value()
 			}
 			return s.object(func(key []byte, plain bool) bool {
-				var dst *string
+				var dst *eventValue
 				switch keyIs(key, plain) {
 				case "run_id":
-					dst = &ev.RunID
+					dst = &vals[1]
 				case "status":
-					dst = &ev.Status
+					dst = &vals[2]
 				case "status_v2":
-					dst = &ev.StatusV2
+					dst = &vals[3]
 				default:
 					return s.value()
 				}
-				v, ok := s.stringValue()
-				*dst = v
-				return ok
+				return s.stringValue(dst)
 			})
 		}
 		return s.value()
@@ -54,7 +57,40 @@ func ParseEvent(body []byte) Event {
 	if !ok || s.i != len(s.b) {
 		return Event{}
 	}
-	return ev
+	v := eventStrings(&vals)
+	return Event{Type: v[0], RunID: v[1], Status: v[2], StatusV2: v[3]}
+}
+
+// eventValue is a string value ParseEvent keeps: raw when it is plain (a
+// slice of the body), else decoded.
+type eventValue struct {
+	raw     []byte
+	decoded string
+}
+
+// eventStrings returns the values of vals, the plain ones copied out of the
+// body in one allocation.
+func eventStrings(vals *[4]eventValue) (out [4]string) {
+	n := 0
+	for i := range vals {
+		n += len(vals[i].raw)
+	}
+	var all string
+	if n > 0 {
+		b := make([]byte, 0, n)
+		for i := range vals {
+			b = append(b, vals[i].raw...)
+		}
+		all = unsafe.String(&b[0], n) // b is not used again
+	}
+	for i := range vals {
+		if len(vals[i].raw) > 0 {
+			out[i], all = all[:len(vals[i].raw)], all[len(vals[i].raw):]
+		} else {
+			out[i] = vals[i].decoded
+		}
+	}
+	return out
 }
 
 // keyIs returns the key when it is one ParseEvent looks for, else "".
@@ -66,9 +102,18 @@ func keyIs(raw []byte, plain bool) string {
 		}
 		raw = []byte(k)
 	}
+	// Constants: no string is made of raw.
 	switch string(raw) {
-	case "event_type", "data", "run_id", "status", "status_v2":
-		return string(raw)
+	case "event_type":
+		return "event_type"
+	case "data":
+		return "data"
+	case "run_id":
+		return "run_id"
+	case "status":
+		return "status"
+	case "status_v2":
+		return "status_v2"
 	}
 	return ""
 }
@@ -206,23 +251,27 @@ func (s *scanner) value() bool {
 	return false
 }
 
-// stringValue scans the value at s.i and returns it if it is a string.
-func (s *scanner) stringValue() (string, bool) {
+// stringValue scans the value at s.i into dst if it is a string, and
+// empties dst if it is not.
+func (s *scanner) stringValue(dst *eventValue) bool {
+	*dst = eventValue{}
 	if s.i >= len(s.b) || s.b[s.i] != '"' {
-		return "", s.value()
+		return s.value()
 	}
 	raw, plain, ok := s.str()
 	if !ok {
-		return "", false
+		return false
 	}
 	if plain {
-		return string(raw), true
+		dst.raw = raw
+		return true
 	}
-	var v string
+	var v string // not &dst.decoded: that would put dst on the heap
 	if json.Unmarshal(quote(raw), &v) != nil {
-		return "", false
+		return false
 	}
-	return v, true
+	dst.decoded = v
+	return true
 }
 
 // str scans the string at s.i and returns what is between the quotes, and
@@ -232,6 +281,19 @@ func (s *scanner) str() (raw []byte, plain, ok bool) {
 	start := s.i
 	plain = true
 	for s.i < len(s.b) {
+		// Eight bytes at a time while none is a quote, a backslash, a
+		// control character or non-ASCII: most of a body is such text.
+		for s.i+8 <= len(s.b) {
+			x := binary.LittleEndian.Uint64(s.b[s.i:])
+			q, bs := x^(ones*'"'), x^(ones*'\\')
+			if ((q-ones)&^q|(bs-ones)&^bs|(x-ones*0x20)&^x|x)&highs != 0 {
+				break
+			}
+			s.i += 8
+		}
+		if s.i >= len(s.b) {
+			break
+		}
 		c := s.b[s.i]
 		switch {
 		case c == '"':
@@ -271,6 +333,13 @@ func (s *scanner) str() (raw []byte, plain, ok bool) {
 	}
 	return nil, false, false
 }
+
+// For str's eight bytes at a time: (x-ones*c)&^x&highs is not 0 when a
+// byte of x is under c; with x^(ones*c) for x, when one is c.
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
 
 func isHex(c byte) bool {
 	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'

@@ -69,6 +69,27 @@ func TestParseEvent_MatchesReference(t *testing.T) {
 	}
 }
 
+// Long strings, which ParseEvent scans eight bytes at a time, with a byte
+// that stops the scan at every offset.
+func TestParseEvent_LongStrings(t *testing.T) {
+	for _, special := range []string{`\"`, `\\`, `\n`, `\u00e9`, "\x01", "\x1f", "\x7f", "é", "\xff", "\U0001F600", ` `, `~`} {
+		for off := range 20 {
+			for _, tail := range []int{0, 1, 7, 8, 9} {
+				v := strings.Repeat("a", off) + special + strings.Repeat("b", tail)
+				for _, body := range []string{
+					`{"event_type":"` + v + `","data":{"run_id":"` + v + `","status":"s","status_v2":"` + strings.Repeat("q", off) + `"}}`,
+					`{"padding":"` + v + `","event_type":"t","data":{"x":"` + v + `","run_id":"r"}}`,
+					`{"event_type":"` + v, // cut
+				} {
+					if got, want := devhook.ParseEvent([]byte(body)), parseEventRef([]byte(body)); got != want {
+						t.Errorf("ParseEvent(%q) = %+v, want %+v", body, got, want)
+					}
+				}
+			}
+		}
+	}
+}
+
 // encoding/json accepts 10,000 levels of nesting and no more.
 func TestParseEvent_Depth(t *testing.T) {
 	for _, depth := range []int{9999, 10000, 10001} {
