@@ -366,6 +366,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	if len(a.targets) == 0 {
 		return errors.New("agent: no --forward target")
 	}
+	defer a.CloseIdleConnections() // the receiver's kept-alive connections
 	a.resume()
 	retryCtx, stopRetries := context.WithCancel(ctx)
 	retriesDone := make(chan struct{})

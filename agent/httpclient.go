@@ -58,6 +58,7 @@ type connPool struct {
 type hconn struct {
 	conn   net.Conn
 	cr     countingReader // what br reads from
+	cw     errWriter      // what bw writes to
 	br     *bufio.Reader
 	bw     *bufio.Writer
 	reused bool      // it served a request before this one
@@ -76,6 +77,22 @@ type countingReader struct {
 	conn  net.Conn
 	n     int64 // bytes read since reset
 	limit int64 // read no more than this many since reset
+}
+
+// errWriter writes to the connection and keeps the last write error:
+// Request.Write reports a failed write of the body as its own
+// requestBodyReadError, which hides the cause (a reset, say).
+type errWriter struct {
+	conn net.Conn
+	err  error
+}
+
+func (w *errWriter) Write(p []byte) (int, error) {
+	n, err := w.conn.Write(p)
+	if err != nil {
+		w.err = err
+	}
+	return n, err
 }
 
 var errHeaderTooLarge = fmt.Errorf("net/http: server response headers exceeded %d bytes; aborted", maxHeaderResponse)
@@ -188,9 +205,9 @@ func dial(ctx context.Context, u *url.URL, deadline time.Time) (*hconn, error) {
 		conn.Close()
 		return nil, err
 	}
-	c := &hconn{conn: conn, cr: countingReader{conn: conn}}
+	c := &hconn{conn: conn, cr: countingReader{conn: conn}, cw: errWriter{conn: conn}}
 	c.br = bufio.NewReaderSize(&c.cr, 4<<10)
-	c.bw = bufio.NewWriterSize(conn, 4<<10)
+	c.bw = bufio.NewWriterSize(&c.cw, 4<<10)
 	c.peek.init(conn)
 	c.bodyRC = io.NopCloser(&c.body)
 	c.interrupt = func() { conn.SetDeadline(aLongTimeAgo) }
@@ -220,11 +237,15 @@ type exchange struct {
 func (e *exchange) roundTrip(r *http.Request) (*http.Response, error) {
 	c := e.c
 	c.cr.n, c.cr.limit = 0, maxHeaderResponse
+	c.cw.err = nil
 	werr := r.Write(c.bw)
 	if werr == nil {
 		werr = c.bw.Flush()
 	}
 	e.written = werr == nil
+	if werr != nil && c.cw.err != nil {
+		werr = c.cw.err // the connection's own error, not Request.Write's wrapping of it
+	}
 	// Even when the write failed, the receiver may have answered
 	// before it stopped reading (a 413, say): read what it said.
 	if _, err := c.br.Peek(1); err != nil {
@@ -255,22 +276,21 @@ func (e *exchange) roundTrip(r *http.Request) (*http.Response, error) {
 
 // retryable reports whether a request that failed with err on e may be
 // sent again on a new connection: the connection had served an earlier
-// request, and it ended (EOF, reset, broken pipe) before the receiver
-// answered anything.
+// request, and it ended (EOF, reset, broken pipe) while the request was
+// being written, before any answer. The receiver cannot have acted on a
+// request it did not get whole, so sending it again cannot make it act
+// twice. That is the receiver closing a kept-alive connection as idle
+// while the request was on its way; most such connections are caught
+// before use by closedByPeer.
 //
-// That is the receiver closing a kept-alive connection as idle while the
-// request was on its way: it had not read the request when it decided to
-// close, so it did not act on it. Most such connections are caught before
-// use by closedByPeer; this covers the rest of the race, which net/http
-// covers by watching every idle connection with a goroutine. The case it
-// gets wrong is a receiver that reads a request, acts on it and then
-// drops the connection without any answer (a Go handler that panics on a
-// kept-alive connection): it gets the request a second time, as it would
-// from the sender's own retry, and answers the second as it did the
-// first. A fresh connection that fails is never retried: the receiver
-// had no reason to drop it but the request.
+// A request written whole is not sent again, as net/http does not send a
+// POST again: a receiver that read it and dropped the connection without
+// an answer (a Go handler that panics) may have acted on it, and a
+// developer watching the receiver must see the one request devhook
+// recorded, not two. The attempt reports the failure; a queued delivery is
+// retried as any delivery the receiver did not answer.
 func (e *exchange) retryable(err error) bool {
-	return e.c.reused && !e.answered &&
+	return e.c.reused && !e.written && !e.answered &&
 		(errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 			errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNABORTED))
 }
