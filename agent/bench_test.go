@@ -16,7 +16,7 @@ import (
 )
 
 // benchBody is a 1.5 KB run.status payload.
-func benchBody(b *testing.B) []byte {
+func benchBody(b testing.TB) []byte {
 	b.Helper()
 	body, err := json.Marshal(devhook.NewRunStatus("run-bench-0001", "app-bench", "running", time.Now()))
 	if err != nil {
@@ -25,7 +25,7 @@ func benchBody(b *testing.B) []byte {
 	return append(body[:len(body)-1], []byte(`,"padding":"`+string(bytes.Repeat([]byte("x"), 1500-len(body)))+`"}`)...)
 }
 
-func benchPost(b *testing.B, client *http.Client, url string, body []byte) {
+func benchPost(b testing.TB, client *http.Client, url string, body []byte) {
 	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(devhook.SignatureHeader, signature.Sign(secret, time.Now(), body))

@@ -151,7 +151,11 @@ func (tn *tunnel) startRelay() {
 		tn.t.Fatal(err)
 	}
 	tn.relayDB, tn.relay = rdb, srv
-	tn.relaySrv = httptest.NewServer(srv)
+	// Behind relay.LimitListener, as devhook relay serves: its
+	// connections let the relay gather frames into one write(2).
+	tn.relaySrv = httptest.NewUnstartedServer(srv)
+	tn.relaySrv.Listener = relay.LimitListener(tn.relaySrv.Listener, 1<<16)
+	tn.relaySrv.Start()
 }
 
 // restartRelay stops the relay and starts it again on the same address
@@ -169,7 +173,7 @@ func (tn *tunnel) restartRelay() {
 	}
 	tn.relaySrv = httptest.NewUnstartedServer(tn.relay)
 	tn.relaySrv.Listener.Close()
-	tn.relaySrv.Listener = ln
+	tn.relaySrv.Listener = relay.LimitListener(ln, 1<<16)
 	tn.relaySrv.Start()
 }
 
