@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"net/http"
-	"sort"
+	"slices"
 	"time"
 
 	"github.com/devhook/devhook"
@@ -62,11 +62,15 @@ func (e *encoder) header(h http.Header) {
 	}
 	// Sorted names make the encoding deterministic; the order of values
 	// within a name is what HTTP cares about, and is kept.
-	names := make([]string, 0, len(h))
+	var small [16]string // a request's headers, without allocating
+	names := small[:0]
+	if len(h) > len(small) {
+		names = make([]string, 0, len(h))
+	}
 	for k := range h {
 		names = append(names, k)
 	}
-	sort.Strings(names)
+	slices.Sort(names)
 	for _, k := range names {
 		e.str(k)
 		vs := h[k]
@@ -336,10 +340,85 @@ func decodeSummary(b []byte) (devhook.Summary, error) {
 	return s, dec.err
 }
 
+// outcome is what a summary shows of its delivery's last attempt.
+type outcome struct {
+	seq      int
+	status   int
+	duration devhook.Duration
+	err      string
+}
+
+func outcomeOf(a *devhook.Attempt) outcome {
+	return outcome{seq: a.Seq, status: a.Status, duration: a.Duration, err: a.Error}
+}
+
+// summaryFields locates, in an encoded summary, the fields that an attempt
+// changes: Status, second, and Attempts, Duration and Error, the last
+// three.
+type summaryFields struct {
+	statusAt, statusEnd int
+	attemptsAt          int
+	attempts            int
+}
+
+// scanSummary checks the encoded summary b as decodeSummary does, without
+// allocating, and returns where its attempt fields are.
+func scanSummary(b []byte) (summaryFields, error) {
+	var f summaryFields
+	dec := decoder{b: b}
+	dec.format(formatSummary)
+	dec.raw() // Verdict
+	f.statusAt = len(b) - len(dec.b)
+	dec.int()
+	f.statusEnd = len(b) - len(dec.b)
+	dec.raw() // RunID
+	dec.raw() // StatusV2
+	dec.raw() // ID
+	dec.time()
+	for range 5 { // Method, Path, RawQuery, Event.Type, Event.Status
+		dec.raw()
+	}
+	dec.int()  // BodySize
+	dec.bool() // Queued
+	f.attemptsAt = len(b) - len(dec.b)
+	f.attempts = int(dec.int())
+	dec.dur()
+	dec.raw() // Error
+	return f, dec.err
+}
+
+// appendWithAttempt appends to dst the encoded summary b with o as its
+// last attempt, and reports true; unless b has that attempt or a later
+// one: then it appends nothing and reports false. The bytes are those of
+// decodeSummary, withAttempt and appendSummary, without decoding.
+func appendWithAttempt(dst, b []byte, o *outcome) ([]byte, bool, error) {
+	f, err := scanSummary(b)
+	if err != nil {
+		return dst, false, err
+	}
+	if o.seq <= f.attempts {
+		return dst, false, nil
+	}
+	e := encoder{append(dst, b[:f.statusAt]...)}
+	e.int(int64(o.status))
+	e.b = append(e.b, b[f.statusEnd:f.attemptsAt]...)
+	e.int(int64(o.seq))
+	e.dur(time.Duration(o.duration))
+	e.str(o.err)
+	return e.b, true, nil
+}
+
 func appendAttempt(b []byte, a *devhook.Attempt) []byte {
 	e := encoder{b}
 	e.byte(formatAttempt)
 	e.int(int64(a.Seq))
+	return appendAttemptTail(e.b, a)
+}
+
+// appendAttemptTail encodes what follows an attempt's Seq: the journal
+// encodes it before it takes its lock, where the Seq is numbered.
+func appendAttemptTail(b []byte, a *devhook.Attempt) []byte {
+	e := encoder{b}
 	e.str(a.Kind)
 	e.str(a.Target)
 	e.time(a.StartedAt)

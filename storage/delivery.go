@@ -57,61 +57,10 @@ func hasPrefix(k, prefix []byte) bool { return bytes.HasPrefix(k, prefix) }
 // would leave those pages half empty.
 const appendFill = 0.95
 
-// encodedDelivery is a delivery ready to be written.
+// encodedDelivery is a delivery ready to be written (see putRecord).
 type encodedDelivery struct {
 	id, meta, summary, body []byte
 	runID                   string
-}
-
-func encodeDelivery(d *devhook.Delivery) *encodedDelivery {
-	c := *d
-	c.Attempts = nil
-	s := c.Summarize()
-	e := &encodedDelivery{
-		id:      []byte(d.ID),
-		meta:    appendMeta(make([]byte, 0, 256), d, false),
-		summary: appendSummary(make([]byte, 0, 128), &s),
-		body:    d.Body,
-		runID:   d.Event.RunID,
-	}
-	// The run id comes from a body anyone may post: one that cannot be a
-	// key (bbolt refuses keys over 32 KiB) must not make the delivery
-	// impossible to record. It is still in the summary, just not indexed.
-	if len(e.runID) > maxRunIDLen || strings.IndexByte(e.runID, 0) >= 0 {
-		e.runID = ""
-	}
-	if e.body == nil {
-		e.body = []byte{}
-	}
-	return e
-}
-
-// put writes e unless its id is already recorded, and reports whether it
-// did.
-func (e *encodedDelivery) put(tx *bolt.Tx) (bool, error) {
-	deliveries := tx.Bucket(bucketDeliveries)
-	if deliveries.Get(e.id) != nil {
-		return false, nil
-	}
-	bodies, summaries := tx.Bucket(bucketBodies), tx.Bucket(bucketSummaries)
-	for _, b := range []*bolt.Bucket{deliveries, bodies, summaries} {
-		b.FillPercent = appendFill
-	}
-	if err := deliveries.Put(e.id, e.meta); err != nil {
-		return false, err
-	}
-	if err := bodies.Put(e.id, e.body); err != nil {
-		return false, err
-	}
-	if err := summaries.Put(e.id, e.summary); err != nil {
-		return false, err
-	}
-	if e.runID != "" {
-		if err := tx.Bucket(bucketRuns).Put(runKey(e.runID, e.id), nil); err != nil {
-			return false, err
-		}
-	}
-	return true, putCount(tx, getCount(tx)+1)
 }
 
 // PutDelivery records d, without its attempts. A delivery whose id is
@@ -124,7 +73,7 @@ func (db *DB) PutDelivery(d *devhook.Delivery) (created bool, err error) {
 	if err := validID("delivery", d.ID); err != nil {
 		return false, err
 	}
-	created, err = db.journalPut(encodeDelivery(d))
+	created, err = db.journalPut(d)
 	if err != nil {
 		return false, fmt.Errorf("storage: put delivery %s: %w", d.ID, err)
 	}

@@ -83,21 +83,31 @@ func RecordOffsets(data []byte) []int {
 // PutDeliveriesTx records ds in one transaction, for building large stores
 // in tests and benchmarks quickly. It does not prune.
 func (db *DB) PutDeliveriesTx(ds []*devhook.Delivery) error {
-	es := make([]*encodedDelivery, len(ds))
+	recs := make([]jrec, len(ds))
 	for i, d := range ds {
-		es[i] = encodeDelivery(d)
+		recs[i] = putRecord(d)
 	}
 	if err := db.flush(); err != nil {
 		return err
 	}
-	return db.bolt.Update(func(tx *bolt.Tx) error {
-		for _, e := range es {
-			if _, err := e.put(tx); err != nil {
+	err := db.bolt.Update(func(tx *bolt.Tx) error {
+		a := newApplyTx(tx, len(recs))
+		for i := range recs {
+			if err := a.put(recs[i].key, &recs[i].put); err != nil {
 				return err
 			}
 		}
-		return nil
+		_, err := a.done()
+		return err
 	})
+	if err != nil {
+		return err
+	}
+	last, err := db.lastDelivery()
+	db.journal.mu.Lock()
+	db.journal.lastBolt = last
+	db.journal.mu.Unlock()
+	return err
 }
 
 // BucketLens returns the number of keys in each top-level bucket that

@@ -8,7 +8,9 @@ import (
 	"hash/crc32"
 	"os"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/devhook/devhook"
@@ -25,6 +27,21 @@ import (
 // batches, at most journalDelay later. Reads never write: they read a
 // bbolt read transaction plus the records still pending in memory (see
 // pending.go). Open applies what a killed process left in the journal.
+//
+// Concurrent writes share a write(2), as group.go's writes share a bbolt
+// commit: a write that finds the file idle writes its record at once; one
+// that finds a write under way queues its record and waits, and the next
+// write takes every record queued meanwhile (up to maxWriteBytes) in one
+// pwrite. A call returns only once the write holding its record returned.
+// A record is numbered (its seq, its attempt's Seq) when it is queued, and
+// becomes pending, visible to reads, only once written. A write that fails
+// fails every call whose record it held, and nothing else: the file is cut
+// back to where the write started, the records' deliveries get back the
+// state they had, and the seqs taken stay unused, a gap that replay, which
+// only sorts by seq, does not mind. While a record of a delivery is being
+// written, the next record of that delivery waits for it, so that a
+// failed write never leaves a later attempt numbered after a lost one, nor
+// answers "recorded already" for a delivery whose record was then lost.
 //
 // Two files take turns: records are appended to the active one; a flush
 // makes the other one active, applies every pending record, then empties
@@ -88,6 +105,10 @@ const (
 	// them itself before it returns, so memory stays bounded; when bbolt
 	// fails, writes are refused instead.
 	journalMaxBytes = 16 << 20
+	// maxWriteBytes bounds the records that one write(2) takes together,
+	// and so the buffer it copies them into. A longer record is written
+	// alone, from its own buffer.
+	maxWriteBytes = 128 << 10
 )
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
@@ -96,36 +117,64 @@ var crcTable = crc32.MakeTable(crc32.Castagnoli)
 type jrec struct {
 	seq  uint64
 	kind byte
-	raw  []byte           // the record as it is in the file, header included
-	put  *encodedDelivery // recPut: slices of raw
-	id   []byte           // recAttempt: a slice of raw
-	att  devhook.Attempt  // recAttempt: the fields a summary shows
-	enc  []byte           // recAttempt: the encoded attempt, a slice of raw
+	raw  []byte          // the record as it is in the file, header included
+	key  string          // its delivery's id
+	put  encodedDelivery // recPut: slices of raw
+	id   []byte          // recAttempt: a slice of raw
+	att  outcome         // recAttempt: the fields a summary shows
+	enc  []byte          // recAttempt: the encoded attempt, a slice of raw
 }
 
 // jstate is what the journal knows of a delivery whose records are
-// pending: how many attempts it has.
+// pending or being written.
 type jstate struct {
-	attempts int
-	lastSeq  uint64 // of its newest pending record
+	attempts int    // its attempts, journaled ones included
+	lastSeq  uint64 // of its newest record
+	writing  bool   // a record of it is being written: its next one waits
+}
+
+// jwrite is a record on its way to the file.
+type jwrite struct {
+	rec  jrec
+	prev jstate     // its delivery's state before it, restored if the write fails
+	had  bool       // whether there was one
+	done chan error // where the write's outcome is sent; nil for the writer's own
 }
 
 type journal struct {
 	path [2]string
 
-	mu      sync.Mutex
-	files   [2]*os.File // opened on the first write
-	sizes   [2]int64
-	active  int
-	seq     uint64
-	pending []jrec // never changed in place: readers keep a copy of the slice
-	bytes   int
-	ids     map[string]*jstate
-	first   time.Time // when the oldest pending record was appended
-	failed  error     // the last flush's error, until a flush succeeds
-	closed  bool
+	mu       sync.Mutex
+	files    [2]*os.File // opened on the first write
+	sizes    [2]int64
+	active   int
+	seq      uint64
+	pending  []jrec // never changed in place: readers keep a copy of the slice
+	bytes    int
+	ids      map[string]jstate
+	lastBolt []byte    // no delivery id in bbolt sorts after it
+	applied  uint64    // the seq of the newest record a flush applied
+	first    time.Time // when the oldest pending record was appended
+	failed   error     // the last flush's error, until a flush succeeds
+	closed   bool
+
+	// Group write: see the top of this file.
+	queue     []jwrite   // records waiting for the next write, in seq order
+	writing   bool       // a caller holds the write turn: it writes, or hands the turn on
+	writingTo int        // the file a write is under way to, or -1
+	settled   *sync.Cond // on mu; broadcast after every write
+	batch     []jwrite   // the turn's: the records it is writing
+	wbuf      []byte     // the turn's: those records end to end
+
+	// overMax is set while more than journalMaxBytes are pending and bbolt
+	// takes writes: a write then flushes before it returns.
+	overMax atomic.Bool
 
 	flushMu sync.Mutex // one flush at a time
+
+	// writeAt writes records to a journal file: (*os.File).WriteAt, which
+	// tests replace to hold or fail a write.
+	writeAt func(f *os.File, b []byte, off int64) (int, error)
 
 	kick     chan struct{}
 	stop     chan struct{}
@@ -136,13 +185,17 @@ type journal struct {
 var errClosed = errors.New("the database is closed")
 
 func newJournal(dbPath string) *journal {
-	return &journal{
-		path: [2]string{dbPath + ".journal0", dbPath + ".journal1"},
-		ids:  map[string]*jstate{},
-		kick: make(chan struct{}, 1),
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
+	j := &journal{
+		path:      [2]string{dbPath + ".journal0", dbPath + ".journal1"},
+		ids:       map[string]jstate{},
+		writingTo: -1,
+		writeAt:   (*os.File).WriteAt,
+		kick:      make(chan struct{}, 1),
+		stop:      make(chan struct{}),
+		done:      make(chan struct{}),
 	}
+	j.settled = sync.NewCond(&j.mu)
+	return j
 }
 
 // runJournal flushes the journal in the background until Close.
@@ -203,6 +256,12 @@ func (j *journal) poke() {
 	}
 }
 
+// setOverMax updates overMax after j.bytes or j.failed changed. j.mu is
+// held.
+func (j *journal) setOverMax() {
+	j.overMax.Store(j.bytes > journalMaxBytes && j.failed == nil)
+}
+
 func appendFileHeader(b []byte) []byte {
 	b = append(b, journalMagic...)
 	b = binary.BigEndian.AppendUint32(b, journalVersion)
@@ -233,52 +292,173 @@ func openJournalFile(path string) (*os.File, error) {
 	return f, nil
 }
 
-// appendLocked frames rec.raw, writes it to the active file and makes rec
-// pending. j.mu is held.
-func (db *DB) appendLocked(rec jrec) error {
+// doneChans are the channels on which queued writes hear their outcome.
+var doneChans = sync.Pool{New: func() any { return make(chan error, 1) }}
+
+// write numbers w.rec, makes st (whose lastSeq it sets) the state of its
+// delivery and writes the record, together with any others queued, in one
+// write(2). j.mu is held; write releases it. The record is pending if and
+// only if the error is nil.
+func (db *DB) write(w jwrite, st jstate) error {
 	j := db.journal
 	if j.closed {
+		j.mu.Unlock()
 		return errClosed
 	}
 	if j.failed != nil && j.bytes >= journalMaxBytes {
-		return fmt.Errorf("%d MiB of records wait for a database that cannot take them: %w", j.bytes>>20, j.failed)
+		err := fmt.Errorf("%d MiB of records wait for a database that cannot take them: %w", j.bytes>>20, j.failed)
+		j.mu.Unlock()
+		return err
 	}
+	j.seq++
+	w.rec.seq = j.seq
+	binary.BigEndian.PutUint64(w.rec.raw[recHeaderLen:], j.seq)
+	st.lastSeq, st.writing = j.seq, true
+	j.ids[w.rec.key] = st
+	if !j.writing {
+		// The file is idle: write at once.
+		j.writing = true
+		j.queue = append(j.queue, w)
+		return db.writeQueued()
+	}
+	done := doneChans.Get().(chan error)
+	w.done = done
+	j.queue = append(j.queue, w)
+	j.mu.Unlock()
+	err := <-done
+	doneChans.Put(done)
+	if err != errLead { // errLead (group.go) hands this call the write turn
+		return err
+	}
+	j.mu.Lock()
+	return db.writeQueued()
+}
+
+// writeQueued writes the records queued, the caller's first, up to
+// maxWriteBytes, then hands the write turn to the next record queued, if
+// any. The caller holds the turn and j.mu, which writeQueued releases. It
+// returns the write's outcome, which every record written shares.
+func (db *DB) writeQueued() error {
+	j := db.journal
+	n, size := 1, len(j.queue[0].rec.raw)
+	for n < len(j.queue) && size+len(j.queue[n].rec.raw) <= maxWriteBytes {
+		size += len(j.queue[n].rec.raw)
+		n++
+	}
+	batch := append(j.batch[:0], j.queue[:n]...)
+	rest := copy(j.queue, j.queue[n:])
+	clear(j.queue[rest:])
+	j.queue = j.queue[:rest]
 	i := j.active
+	var err error
 	if j.files[i] == nil {
-		f, err := openJournalFile(j.path[i])
-		if err != nil {
-			return err
+		f, oerr := openJournalFile(j.path[i])
+		if oerr != nil {
+			err = oerr
+		} else {
+			j.files[i], j.sizes[i] = f, fileHeaderLen
 		}
-		j.files[i], j.sizes[i] = f, fileHeaderLen
 	}
-	b := rec.raw
-	frame(b)
-	if _, err := j.files[i].WriteAt(b, j.sizes[i]); err != nil {
-		// Cut a partial record off, so that the records after it replay.
-		_ = j.files[i].Truncate(j.sizes[i])
-		return fmt.Errorf("write journal: %w", err)
+	f, off := j.files[i], j.sizes[i]
+	j.writingTo = i
+	j.mu.Unlock()
+
+	if err == nil {
+		for k := range batch {
+			frame(batch[k].rec.raw)
+		}
+		buf := batch[0].rec.raw
+		if n > 1 {
+			buf = j.wbuf[:0]
+			if cap(buf) < size {
+				buf = make([]byte, 0, size)
+			}
+			for k := range batch {
+				buf = append(buf, batch[k].rec.raw...)
+			}
+			j.wbuf = buf
+		}
+		if _, werr := j.writeAt(f, buf, off); werr != nil {
+			// Cut the partial write off: the records after it must
+			// replay, and the records it holds whole, of calls that
+			// fail, must not. (Should the truncate fail too, the next
+			// write starts at off all the same and covers what it can.)
+			_ = f.Truncate(off)
+			err = fmt.Errorf("write journal: %w", werr)
+		}
 	}
-	j.sizes[i] += int64(len(b))
-	if len(j.pending) == 0 {
+
+	j.mu.Lock()
+	j.writingTo = -1
+	if err == nil {
+		j.sizes[i] = off + int64(size)
+		j.madePending(batch)
+	} else {
+		for k := range batch {
+			w := &batch[k]
+			// The delivery's earlier records may have been applied while
+			// this one was written: then its state goes, as the flush
+			// would have removed it.
+			if w.had && w.prev.lastSeq > j.applied {
+				j.ids[w.rec.key] = w.prev
+			} else {
+				delete(j.ids, w.rec.key)
+			}
+		}
+	}
+	j.settled.Broadcast()
+	for k := 1; k < len(batch); k++ {
+		batch[k].done <- err // buffered, and sent once: never blocks
+	}
+	clear(batch)
+	j.batch = batch[:0]
+	if len(j.queue) > 0 {
+		j.queue[0].done <- errLead
+	} else {
+		j.writing = false
+	}
+	j.mu.Unlock()
+	return err
+}
+
+// madePending makes the records of batch, just written, pending. j.mu is
+// held.
+func (j *journal) madePending(batch []jwrite) {
+	before := len(j.pending)
+	for k := range batch {
+		r := &batch[k].rec
+		j.pending = append(j.pending, *r)
+		j.bytes += len(r.raw)
+		st := j.ids[r.key]
+		st.writing = false
+		j.ids[r.key] = st
+	}
+	if before == 0 {
 		j.first = time.Now()
 	}
-	j.pending = append(j.pending, rec)
-	j.bytes += len(b)
-	if len(j.pending) == 1 || len(j.pending) == journalRecords || j.bytes >= journalBytes {
+	if before == 0 || before < journalRecords && len(j.pending) >= journalRecords || j.bytes >= journalBytes {
 		j.poke()
 	}
-	return nil
+	j.setOverMax()
+}
+
+// waitWritten waits until no record of delivery id is being written, and
+// returns its state. j.mu is held.
+func (j *journal) waitWritten(id string) (jstate, bool) {
+	for {
+		st, ok := j.ids[id]
+		if !ok || !st.writing {
+			return st, ok
+		}
+		j.settled.Wait()
+	}
 }
 
 // afterAppend applies the pending records itself when too many are
 // waiting. The record just appended is journaled whatever happens: a
 // failure here is bbolt's, retried later, and shows in the next write.
 func (db *DB) afterAppend() {
-	j := db.journal
-	j.mu.Lock()
-	over := j.bytes > journalMaxBytes && j.failed == nil
-	j.mu.Unlock()
-	if over {
+	if db.journal.overMax.Load() {
 		_ = db.flush()
 	}
 }
@@ -291,13 +471,18 @@ func (db *DB) flush() error {
 	defer j.flushMu.Unlock()
 
 	j.mu.Lock()
-	batch := j.pending
-	if len(batch) == 0 {
+	if len(j.pending) == 0 {
 		j.mu.Unlock()
 		return nil
 	}
 	old := j.active
 	j.active = 1 - old
+	// A write to the old file that started before the switch ends there:
+	// its records belong to this batch, since the file is emptied after.
+	for j.writingTo == old {
+		j.settled.Wait()
+	}
+	batch := j.pending
 	lastSeq := batch[len(batch)-1].seq
 	j.mu.Unlock()
 
@@ -307,6 +492,7 @@ func (db *DB) flush() error {
 	if err != nil {
 		first := j.failed == nil
 		j.failed = fmt.Errorf("storage: apply journal to %s: %w", db.path, err)
+		j.setOverMax()
 		j.mu.Unlock()
 		if first {
 			db.logf("storage: cannot write to %s (%v); deliveries stay in its journal and are applied once it takes writes again", db.path, err)
@@ -315,18 +501,27 @@ func (db *DB) flush() error {
 	}
 	recovered := j.failed != nil
 	j.failed = nil
-	j.pending = append(j.pending[:0:0], j.pending[len(batch):]...)
+	// Readers may hold the old array: the records that came meanwhile go
+	// to a new one, sized for a batch like this one rather than grown
+	// from nothing by copying.
+	rest := j.pending[len(batch):]
+	j.pending = append(make([]jrec, 0, max(len(rest), min(len(batch), journalRecords))), rest...)
 	j.bytes = 0
 	for _, r := range j.pending {
 		j.bytes += len(r.raw)
 	}
+	j.setOverMax()
 	if len(j.pending) > 0 {
 		j.first = time.Now()
 	}
+	j.applied = lastSeq
 	for id, st := range j.ids {
 		if st.lastSeq <= lastSeq {
 			delete(j.ids, id)
 		}
+	}
+	if last := maxPutID(batch); bytes.Compare(last, j.lastBolt) > 0 {
+		j.lastBolt = bytes.Clone(last)
 	}
 	// Every record of the old file is in bbolt now: records after lastSeq
 	// went to the other file.
@@ -357,6 +552,29 @@ func (db *DB) flush() error {
 	return nil
 }
 
+// maxPutID returns the greatest delivery id that recs put, nil if none.
+func maxPutID(recs []jrec) []byte {
+	var last []byte
+	for i := range recs {
+		if r := &recs[i]; r.kind == recPut && bytes.Compare(r.put.id, last) > 0 {
+			last = r.put.id
+		}
+	}
+	return last
+}
+
+// lastDelivery returns the greatest delivery id in bbolt, for
+// journal.lastBolt.
+func (db *DB) lastDelivery() ([]byte, error) {
+	var last []byte
+	err := db.bolt.View(func(tx *bolt.Tx) error {
+		k, _ := tx.Bucket(bucketDeliveries).Cursor().Last()
+		last = bytes.Clone(k)
+		return nil
+	})
+	return last, err
+}
+
 func (db *DB) reportDropped(n int) {
 	if n > 0 {
 		db.logf("storage: %d attempt(s) in the journal of %s were not recorded: their delivery is not in the database (removed by retention, or its own record was lost)", n, db.path)
@@ -381,13 +599,18 @@ func (db *DB) apply(recs []jrec) (applied, error) {
 		bad := -1
 		var badErr error
 		err := db.bolt.Update(func(tx *bolt.Tx) error {
-			res = applied{}
+			a := newApplyTx(tx, len(recs))
 			for i := range recs {
-				if err := applyRecord(tx, &recs[i], &res); err != nil {
+				if err := a.record(i, &recs[i]); err != nil {
 					bad, badErr = i, err
 					return err
 				}
 			}
+			if i, err := a.done(); err != nil {
+				bad, badErr = i, err
+				return err
+			}
+			res = a.res
 			return nil
 		})
 		if bad < 0 {
@@ -404,68 +627,162 @@ func (db *DB) apply(recs []jrec) (applied, error) {
 	}
 }
 
-// applyRecord writes r to tx.
-func applyRecord(tx *bolt.Tx, r *jrec, res *applied) (err error) {
+// applyTx is one transaction that applies records: the buckets they write,
+// looked up once, and the summaries they changed. A summary is written
+// once, when the records are all applied: a delivery and its attempt in
+// one batch, the usual case, cost one write of its summary and no read.
+type applyTx struct {
+	tx                                            *bolt.Tx
+	deliveries, bodies, summaries, attempts, runs *bolt.Bucket
+	// arena holds the keys and values made here: bbolt keeps them until
+	// the commit, so they are never overwritten (a growing append leaves
+	// the old array to them).
+	arena []byte
+	sums  map[string]int // delivery id → its summary in dirty
+	dirty []dirtySummary
+	rec   int // the index of the record being applied
+	res   applied
+}
+
+// dirtySummary is a summary to write when the records are applied.
+type dirtySummary struct {
+	id, v []byte
+	rec   int // the record that changed it last
+}
+
+func newApplyTx(tx *bolt.Tx, recs int) *applyTx {
+	a := &applyTx{tx: tx, deliveries: tx.Bucket(bucketDeliveries), bodies: tx.Bucket(bucketBodies),
+		summaries: tx.Bucket(bucketSummaries), attempts: tx.Bucket(bucketAttempts), runs: tx.Bucket(bucketRuns),
+		arena: make([]byte, 0, 128*recs), sums: make(map[string]int, recs/2), dirty: make([]dirtySummary, 0, recs/2)}
+	for _, b := range []*bolt.Bucket{a.deliveries, a.bodies, a.summaries, a.attempts} {
+		b.FillPercent = appendFill
+	}
+	return a
+}
+
+// keep returns a copy of b in the arena.
+func (a *applyTx) keep(b ...[]byte) []byte {
+	start := len(a.arena)
+	for _, p := range b {
+		a.arena = append(a.arena, p...)
+	}
+	return a.arena[start:len(a.arena):len(a.arena)]
+}
+
+// summary returns the summary of delivery key (id), as this transaction
+// changed it or as bbolt has it; nil if there is none.
+func (a *applyTx) summary(key string, id []byte) []byte {
+	if i, ok := a.sums[key]; ok {
+		return a.dirty[i].v
+	}
+	return a.summaries.Get(id)
+}
+
+// setSummary makes v the summary of delivery key (id).
+func (a *applyTx) setSummary(key string, id, v []byte) {
+	if i, ok := a.sums[key]; ok {
+		a.dirty[i].v, a.dirty[i].rec = v, a.rec
+		return
+	}
+	a.sums[key] = len(a.dirty)
+	a.dirty = append(a.dirty, dirtySummary{id: id, v: v, rec: a.rec})
+}
+
+// done writes the summaries, and the count of deliveries. An error is
+// blamed on the record that changed the summary last (bad), or on none
+// (bad < 0).
+func (a *applyTx) done() (bad int, err error) {
+	for _, d := range a.dirty {
+		if err := a.putSummary(d.id, d.v); err != nil {
+			return d.rec, err
+		}
+	}
+	if a.res.created == 0 {
+		return -1, nil
+	}
+	return -1, putCount(a.tx, getCount(a.tx)+a.res.created)
+}
+
+func (a *applyTx) putSummary(id, v []byte) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("bbolt panicked: %v", p)
 		}
 	}()
+	if err := a.summaries.Put(id, v); err != nil {
+		return fmt.Errorf("summary of delivery %s: %w", id, err)
+	}
+	return nil
+}
+
+// record writes r, the i-th record of the batch.
+func (a *applyTx) record(i int, r *jrec) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("bbolt panicked: %v", p)
+		}
+	}()
+	a.rec = i
 	switch r.kind {
 	case recPut:
-		ok, err := r.put.put(tx)
-		if err != nil {
+		if err := a.put(r.key, &r.put); err != nil {
 			return fmt.Errorf("delivery %s: %w", r.put.id, err)
 		}
-		if ok {
-			res.created++
-		}
 	case recAttempt:
-		ok, err := applyAttempt(tx, r.id, &r.att, r.enc)
-		if err != nil {
-			return fmt.Errorf("attempt %d of delivery %s: %w", r.att.Seq, r.id, err)
-		}
-		if !ok {
-			res.dropped++
+		if err := a.attempt(r.key, r.id, &r.att, r.enc); err != nil {
+			return fmt.Errorf("attempt %d of delivery %s: %w", r.att.seq, r.id, err)
 		}
 	}
 	return nil
 }
 
-// applyAttempt stores attempt a (encoded as enc) of delivery id and makes
-// it the summary's last attempt unless a later one is there already. A
-// delivery that is gone (pruned) takes no attempt: ok is false.
-func applyAttempt(tx *bolt.Tx, id []byte, a *devhook.Attempt, enc []byte) (ok bool, err error) {
-	summaries := tx.Bucket(bucketSummaries)
-	v := summaries.Get(id)
-	if v == nil {
-		return false, nil
+// put writes e, of delivery key, unless its id is already recorded.
+func (a *applyTx) put(key string, e *encodedDelivery) error {
+	if a.deliveries.Get(e.id) != nil {
+		return nil
 	}
-	s, err := decodeSummary(v)
-	if err != nil {
-		return false, err
+	if err := a.deliveries.Put(e.id, e.meta); err != nil {
+		return err
 	}
-	attempts := tx.Bucket(bucketAttempts)
-	attempts.FillPercent = appendFill
-	if err := attempts.Put(attemptKey(id, a.Seq), enc); err != nil {
-		return false, err
+	if err := a.bodies.Put(e.id, e.body); err != nil {
+		return err
 	}
-	if !withAttempt(&s, a) {
-		return true, nil
+	a.setSummary(key, e.id, e.summary)
+	if e.runID != "" {
+		start := len(a.arena)
+		a.arena = append(append(append(a.arena, e.runID...), 0), e.id...)
+		if err := a.runs.Put(a.arena[start:len(a.arena):len(a.arena)], nil); err != nil {
+			return err
+		}
 	}
-	summaries.FillPercent = appendFill
-	return true, summaries.Put(id, appendSummary(make([]byte, 0, len(v)+16), &s))
+	a.res.created++
+	return nil
 }
 
-// withAttempt makes a the last attempt of s unless s has a later one, and
-// reports whether it did.
-func withAttempt(s *devhook.Summary, a *devhook.Attempt) bool {
-	if a.Seq <= s.Attempts {
-		return false
+// attempt stores attempt o (encoded as enc) of delivery key (id) and makes
+// it the summary's last attempt unless a later one is there already. A
+// delivery that is gone (pruned) takes no attempt: it is counted dropped.
+func (a *applyTx) attempt(key string, id []byte, o *outcome, enc []byte) error {
+	v := a.summary(key, id)
+	if v == nil {
+		a.res.dropped++
+		return nil
 	}
-	s.Attempts = a.Seq
-	s.Status, s.Duration, s.Error = a.Status, a.Duration, a.Error
-	return true
+	start := len(a.arena)
+	arena, changed, err := appendWithAttempt(a.arena, v, o)
+	if err != nil {
+		return err
+	}
+	a.arena = arena
+	var seq [4]byte
+	binary.BigEndian.PutUint32(seq[:], uint32(o.seq))
+	if err := a.attempts.Put(a.keep(id, []byte{0}, seq[:]), enc); err != nil {
+		return err
+	}
+	if changed {
+		a.setSummary(key, id, a.arena[start:len(a.arena):len(a.arena)])
+	}
+	return nil
 }
 
 // reject keeps r in the rejected file beside the database and reports it.
@@ -490,108 +807,157 @@ func (db *DB) reject(r *jrec, why error) error {
 	return nil
 }
 
-// journalPut journals e; created is false when the delivery is recorded
+// scratch holds the buffers records are encoded in before they are copied,
+// at their exact size, into their own.
+var scratch = sync.Pool{New: func() any { return new([]byte) }}
+
+func putScratch(p *[]byte, b []byte) {
+	if cap(b) <= 64<<10 {
+		*p = b[:0]
+		scratch.Put(p)
+	}
+}
+
+func uvarintLen(n int) int {
+	var b [binary.MaxVarintLen64]byte
+	return binary.PutUvarint(b[:], uint64(n))
+}
+
+// putRecord returns the journal record of d, unnumbered: its seq is
+// written when it is queued. The record holds its own copy of d's
+// fields, which the caller may change once PutDelivery returns.
+func putRecord(d *devhook.Delivery) jrec {
+	sp := scratch.Get().(*[]byte)
+	b := appendMeta((*sp)[:0], d, false)
+	metaLen := len(b)
+	c := *d
+	c.Attempts = nil
+	s := c.Summarize()
+	b = appendSummary(b, &s)
+	meta, summary := b[:metaLen], b[metaLen:]
+	// The run id comes from a body anyone may post: one that cannot be a
+	// key (bbolt refuses keys over 32 KiB) must not make the delivery
+	// impossible to record. It is still in the summary, just not indexed.
+	runID := d.Event.RunID
+	if len(runID) > maxRunIDLen || strings.IndexByte(runID, 0) >= 0 {
+		runID = ""
+	}
+	size := recHeaderLen + 9
+	for _, n := range []int{len(d.ID), len(meta), len(summary), len(runID), len(d.Body)} {
+		size += uvarintLen(n) + n
+	}
+	enc := encoder{make([]byte, recHeaderLen+8, size)}
+	enc.byte(recPut)
+	enc.str(d.ID)
+	idEnd := len(enc.b)
+	enc.bytes(meta)
+	metaEnd := len(enc.b)
+	enc.bytes(summary)
+	summaryEnd := len(enc.b)
+	enc.str(runID)
+	enc.bytes(d.Body)
+	metaN, summaryN := len(meta), len(summary)
+	putScratch(sp, b)
+	raw := enc.b
+	slice := func(end, n int) []byte { return raw[end-n : end : end] }
+	return jrec{kind: recPut, raw: raw, key: d.ID, put: encodedDelivery{
+		id:      slice(idEnd, len(d.ID)),
+		meta:    slice(metaEnd, metaN),
+		summary: slice(summaryEnd, summaryN),
+		body:    slice(len(raw), len(d.Body)),
+		runID:   runID,
+	}}
+}
+
+// journalPut journals d; created is false when the delivery is recorded
 // already.
-func (db *DB) journalPut(e *encodedDelivery) (created bool, err error) {
+func (db *DB) journalPut(d *devhook.Delivery) (created bool, err error) {
+	rec := putRecord(d)
 	j := db.journal
-	enc := encoder{make([]byte, recHeaderLen, recHeaderLen+9+20+len(e.id)+len(e.meta)+len(e.summary)+len(e.runID)+len(e.body))}
 	j.mu.Lock()
-	if _, ok := j.ids[string(e.id)]; ok {
+	if _, ok := j.waitWritten(d.ID); ok {
 		j.mu.Unlock()
 		return false, nil
 	}
-	var exists bool
-	err = db.bolt.View(func(tx *bolt.Tx) error {
-		exists = tx.Bucket(bucketDeliveries).Get(e.id) != nil
-		return nil
-	})
-	if err != nil || exists {
-		j.mu.Unlock()
+	// Ids grow with time: a new delivery's sorts after every id in
+	// bbolt, which need not be asked. A redelivery, or a delivery that
+	// arrived late, is looked up.
+	if bytes.Compare(rec.put.id, j.lastBolt) <= 0 {
+		var exists bool
+		err = db.bolt.View(func(tx *bolt.Tx) error {
+			exists = tx.Bucket(bucketDeliveries).Get(rec.put.id) != nil
+			return nil
+		})
+		if err != nil || exists {
+			j.mu.Unlock()
+			return false, err
+		}
+	}
+	if err := db.write(jwrite{rec: rec}, jstate{}); err != nil {
 		return false, err
 	}
-	seq := j.seq + 1
-	enc.b = binary.BigEndian.AppendUint64(enc.b, seq)
-	enc.byte(recPut)
-	// The pending record points into the journal's buffer, not into the
-	// caller's delivery, which the caller may change once we return.
-	fields := len(enc.b)
-	enc.bytes(e.id)
-	enc.bytes(e.meta)
-	enc.bytes(e.summary)
-	enc.str(e.runID)
-	enc.bytes(e.body)
-	own, derr := decodePut(enc.b[fields:])
-	if derr != nil {
-		j.mu.Unlock()
-		return false, derr
-	}
-	if err := db.appendLocked(jrec{seq: seq, kind: recPut, raw: enc.b, put: own}); err != nil {
-		j.mu.Unlock()
-		return false, err
-	}
-	j.seq = seq
-	j.ids[string(e.id)] = &jstate{lastSeq: seq}
-	j.mu.Unlock()
 	db.afterAppend()
 	return true, nil
 }
 
 // journalAttempt journals a as the next attempt of delivery id.
 func (db *DB) journalAttempt(id string, a devhook.Attempt) (devhook.Attempt, error) {
+	// Everything but the Seq, numbered under the lock, is encoded first.
+	sp := scratch.Get().(*[]byte)
+	tail := appendAttemptTail((*sp)[:0], &a)
+	defer putScratch(sp, tail)
+	b := make([]byte, recHeaderLen+8, recHeaderLen+9+binary.MaxVarintLen64+len(id)+binary.MaxVarintLen64+1+binary.MaxVarintLen64+len(tail))
+	b = append(b, recAttempt)
+	b = binary.AppendUvarint(b, uint64(len(id)))
+	b = append(b, id...)
+	idEnd := len(b)
+
 	j := db.journal
-	key := []byte(id)
 	j.mu.Lock()
-	st := j.ids[id]
-	if st == nil {
-		var s devhook.Summary
+	st, had := j.waitWritten(id)
+	prev := st
+	if !had {
+		var s summaryFields
 		err := db.bolt.View(func(tx *bolt.Tx) error {
-			v := tx.Bucket(bucketSummaries).Get(key)
+			v := tx.Bucket(bucketSummaries).Get(b[idEnd-len(id) : idEnd])
 			if v == nil {
 				return notFound(id)
 			}
 			var err error
-			s, err = decodeSummary(v)
+			s, err = scanSummary(v)
 			return err
 		})
 		if err != nil {
 			j.mu.Unlock()
 			return devhook.Attempt{}, err
 		}
-		st = &jstate{attempts: s.Attempts}
+		st = jstate{attempts: s.attempts}
 	}
 	a.Seq = st.attempts + 1
-	attEnc := appendAttempt(nil, &a)
-	enc := encoder{make([]byte, recHeaderLen, recHeaderLen+9+20+len(key)+len(attEnc))}
-	seq := j.seq + 1
-	enc.b = binary.BigEndian.AppendUint64(enc.b, seq)
-	enc.byte(recAttempt)
-	enc.bytes(key)
-	idEnd := len(enc.b)
-	enc.bytes(attEnc)
-	raw := enc.b
-	rec := jrec{seq: seq, kind: recAttempt, raw: raw, id: raw[idEnd-len(key) : idEnd : idEnd],
-		att: devhook.Attempt{Seq: a.Seq, Status: a.Status, Duration: a.Duration, Error: a.Error},
-		enc: raw[len(raw)-len(attEnc):]}
-	if err := db.appendLocked(rec); err != nil {
-		j.mu.Unlock()
+	var seq [binary.MaxVarintLen64]byte
+	seqLen := binary.PutVarint(seq[:], int64(a.Seq))
+	b = binary.AppendUvarint(b, uint64(1+seqLen+len(tail)))
+	encAt := len(b)
+	b = append(b, formatAttempt)
+	b = append(b, seq[:seqLen]...)
+	b = append(b, tail...)
+	rec := jrec{kind: recAttempt, raw: b, key: id, id: b[idEnd-len(id) : idEnd : idEnd],
+		att: outcomeOf(&a), enc: b[encAt:len(b):len(b)]}
+	st.attempts = a.Seq
+	if err := db.write(jwrite{rec: rec, prev: prev, had: had}, st); err != nil {
 		return devhook.Attempt{}, err
 	}
-	j.seq = seq
-	st.attempts = a.Seq
-	st.lastSeq = seq
-	j.ids[id] = st
-	j.mu.Unlock()
 	db.afterAppend()
 	return a, nil
 }
 
-func decodePut(b []byte) (*encodedDelivery, error) {
+func decodePut(b []byte) (encodedDelivery, error) {
 	dec := decoder{b: b}
-	e := &encodedDelivery{id: dec.raw(), meta: dec.raw(), summary: dec.raw()}
+	e := encodedDelivery{id: dec.raw(), meta: dec.raw(), summary: dec.raw()}
 	e.runID = dec.str()
 	e.body = dec.raw()
 	if dec.err != nil {
-		return nil, dec.err
+		return encodedDelivery{}, dec.err
 	}
 	if e.body == nil {
 		e.body = []byte{}
@@ -613,7 +979,7 @@ func decodeRecord(raw []byte) (jrec, error) {
 		if err != nil {
 			return jrec{}, err
 		}
-		r.put = e
+		r.put, r.key = e, string(e.id)
 	case recAttempt:
 		dec := decoder{b: b}
 		r.id = dec.raw()
@@ -625,7 +991,7 @@ func decodeRecord(raw []byte) (jrec, error) {
 		if err != nil {
 			return jrec{}, err
 		}
-		r.att = a
+		r.att, r.key = outcomeOf(&a), string(r.id)
 	default:
 		return jrec{}, errCorrupt
 	}
@@ -868,6 +1234,9 @@ func (db *DB) closeJournal() error {
 	<-j.done
 	j.mu.Lock()
 	j.closed = true
+	for j.writing { // records queued before Close are written first
+		j.settled.Wait()
+	}
 	j.mu.Unlock()
 	err := db.flush()
 	if err == nil {

@@ -47,9 +47,9 @@ func (db *DB) view(fn func(v *view) error) error {
 			r := &pending[i]
 			switch r.kind {
 			case recPut:
-				v.puts[string(r.put.id)] = r.put
+				v.puts[r.key] = &r.put
 			case recAttempt:
-				v.atts[string(r.id)] = append(v.atts[string(r.id)], r)
+				v.atts[r.key] = append(v.atts[r.key], r)
 			}
 		}
 	}
@@ -89,18 +89,22 @@ func (v *view) summary(id, stored []byte) ([]byte, error) {
 	if len(atts) == 0 {
 		return stored, nil
 	}
-	s, err := decodeSummary(stored)
+	// The summary shows the attempt with the highest Seq, if it has none
+	// as high.
+	last := atts[0]
+	for _, r := range atts[1:] {
+		if r.att.seq > last.att.seq {
+			last = r
+		}
+	}
+	s, changed, err := appendWithAttempt(make([]byte, 0, len(stored)+16), stored, &last.att)
 	if err != nil {
 		return nil, err
-	}
-	changed := false
-	for _, r := range atts {
-		changed = withAttempt(&s, &r.att) || changed
 	}
 	if !changed {
 		return stored, nil
 	}
-	return appendSummary(make([]byte, 0, len(stored)+16), &s), nil
+	return s, nil
 }
 
 // body returns the body of delivery id, from bbolt or pending.
@@ -146,12 +150,12 @@ func (v *view) delivery(id string) (*devhook.Delivery, error) {
 	}
 	extra := false
 	for _, r := range v.atts[id] {
-		if inBolt && v.attempts.Get(attemptKey(key, r.att.Seq)) != nil {
+		if inBolt && v.attempts.Get(attemptKey(key, r.att.seq)) != nil {
 			continue
 		}
 		a, err := decodeAttempt(r.enc)
 		if err != nil {
-			return nil, fmt.Errorf("attempt %d: %w", r.att.Seq, err)
+			return nil, fmt.Errorf("attempt %d: %w", r.att.seq, err)
 		}
 		d.Attempts = append(d.Attempts, a)
 		extra = true

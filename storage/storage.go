@@ -174,6 +174,10 @@ func Open(path string, cfg Config) (*DB, error) {
 		_ = b.Close()
 		return nil, err
 	}
+	if db.journal.lastBolt, err = db.lastDelivery(); err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("storage: open %s: %w", path, err)
+	}
 	if _, err := db.prune(); err != nil {
 		_ = b.Close()
 		return nil, fmt.Errorf("storage: open %s: %w", path, err)
