@@ -573,4 +573,89 @@ func diskFullScenario(t *testing.T, dir string) {
 	if n, err := db.Count(); err != nil || n != acked {
 		t.Errorf("after reopening: Count() = %d, %v; want every one of the %d acknowledged", n, err, acked)
 	}
+
+	// Writers at once, whose records share writes, on a disk that fills
+	// again: a call acknowledged is kept, a call refused is not, whichever
+	// write its record shared.
+	filler, err = os.Create(filepath.Join(dir, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := int64(0)
+	for {
+		n, err := filler.Write(chunk)
+		size += int64(n)
+		if err != nil {
+			break
+		}
+	}
+	// Room for a hundred deliveries or so: the disk fills under the writers.
+	if err := filler.Truncate(size - 512<<10); err != nil {
+		t.Fatal(err)
+	}
+	filler.Close()
+	const writers = 8
+	var mu sync.Mutex
+	attempts := map[int]int{} // acknowledged deliveries → their acknowledged attempts
+	var refused []int
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range 1000 {
+				i := 100_000 + w*1000 + k
+				d := newDelivery(i)
+				d.Body = append(d.Body, chunk[:4<<10]...)
+				if _, err := db.PutDelivery(d); err != nil {
+					if !errors.Is(err, syscall.ENOSPC) {
+						t.Errorf("PutDelivery on a full disk: %v, want ENOSPC", err)
+					}
+					mu.Lock()
+					refused = append(refused, i)
+					mu.Unlock()
+					return
+				}
+				mu.Lock()
+				attempts[i] = 0
+				mu.Unlock()
+				if _, err := db.AddAttempt(d.ID, newAttempt(i)); err != nil {
+					if !errors.Is(err, syscall.ENOSPC) {
+						t.Errorf("AddAttempt on a full disk: %v, want ENOSPC", err)
+					}
+					return
+				}
+				mu.Lock()
+				attempts[i] = 1
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	if len(refused) == 0 || len(attempts) < writers {
+		t.Fatalf("%d deliveries acknowledged, %d refused: want the disk to fill under the writers", len(attempts), len(refused))
+	}
+	if err := os.Remove(filepath.Join(dir, "filler")); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = MustOpenPath(t, path, cfg)
+	if n, err := db.Count(); err != nil || n != acked+len(attempts) {
+		t.Errorf("after reopening: Count() = %d, %v; want the %d acknowledged", n, err, acked+len(attempts))
+	}
+	for i, n := range attempts {
+		if d, err := db.Delivery(id(i)); err != nil || len(d.Attempts) != n {
+			t.Errorf("delivery %d: %v; want it with its %d acknowledged attempt(s)", i, err, n)
+		} else if n == 1 && d.Attempts[0].Seq != 1 {
+			t.Errorf("delivery %d: attempt Seq %d, want 1", i, d.Attempts[0].Seq)
+		}
+	}
+	for _, i := range refused {
+		if _, err := db.Delivery(id(i)); devhook.ErrorCode(err) != devhook.ENOTFOUND {
+			t.Errorf("delivery %d, refused: %v, want not found", i, err)
+		}
+	}
+	t.Logf("%d writers on a full disk: %d deliveries acknowledged, %d refused", writers, len(attempts), len(refused))
 }
