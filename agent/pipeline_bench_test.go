@@ -104,8 +104,11 @@ func mallocsPer(n int, post func()) float64 {
 }
 
 // maxDeliveryAllocs is the pinned number of heap allocations of one
-// delivery in relay, agent and store (measured: see the test's log).
-const maxDeliveryAllocs = 200
+// delivery in relay, agent and store: 151-164 measured (the journal's
+// batches make it vary), from 269 before the work on speed. Most of
+// what is left is net/http's (the relay's server reading the sender's
+// request and writing its answer) and bbolt's cursors.
+const maxDeliveryAllocs = 180
 
 // TestDeliveryAllocations pins the heap allocations one delivery costs in
 // relay, agent and store together: the allocations of a delivery through
