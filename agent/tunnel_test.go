@@ -743,3 +743,28 @@ func TestTunnelRedeliveryAfterFailedForward(t *testing.T) {
 		t.Fatalf("attempts %+v", d.Attempts)
 	}
 }
+
+// The sender gets the receiver's answer as it was: a body the receiver
+// sent without a Content-Type comes back without one, not with a type the
+// relay guessed from the bytes.
+func TestAnswerWithoutContentTypeKeepsNone(t *testing.T) {
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header()["Content-Type"] = nil // net/http sends none
+		w.Write([]byte("<html><body>taken</body></html>"))
+	}))
+	defer recv.Close()
+	tn := newTunnel(t, recv.URL, func(c *agent.Config) { c.Verify = agent.VerifyOff })
+	tn.startAgent()
+	resp, err := http.Post(tn.url("/hook"), "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 || string(body) != "<html><body>taken</body></html>" {
+		t.Fatalf("%s %q", resp.Status, body)
+	}
+	if ct, ok := resp.Header["Content-Type"]; ok {
+		t.Errorf("the sender got Content-Type %q, which the receiver did not send", ct)
+	}
+}

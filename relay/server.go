@@ -403,6 +403,12 @@ func (s *Server) serveIngress(w http.ResponseWriter, r *http.Request) {
 			h[k] = v
 		}
 		h.Del("Content-Length")
+		if _, ok := h["Content-Type"]; !ok {
+			// The receiver's answer had none: net/http would guess one
+			// from the body, and the sender would see a header the
+			// receiver never sent.
+			h["Content-Type"] = nil
+		}
 		w.WriteHeader(ans.Status)
 		w.Write(ans.Body)
 		return
