@@ -177,7 +177,7 @@ func hasBody(method string, body []byte) bool {
 // itself when that needs neither change, as most do: the relay strips
 // hop-by-hop headers already, and the request only reads it.
 func outHeader(header http.Header) http.Header {
-	if _, ok := header["User-Agent"]; ok && !hasHopByHop(header) {
+	if _, ok := header["User-Agent"]; ok && !relay.HasHopByHop(header) {
 		return header
 	}
 	// The header map is used as is: every value of repeated headers, in order.
@@ -186,20 +186,6 @@ func outHeader(header http.Header) http.Header {
 		h["User-Agent"] = []string{""}
 	}
 	return h
-}
-
-// hopByHop are the headers relay.EndToEnd drops, besides those that
-// Connection names; TestOutHeader keeps the two lists the same.
-var hopByHop = [...]string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
-	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
-
-func hasHopByHop(h http.Header) bool {
-	for _, k := range hopByHop {
-		if _, ok := h[k]; ok {
-			return true
-		}
-	}
-	return false
 }
 
 // setAnswer fills at with the receiver's answer resp, whose body is b, read

@@ -458,14 +458,24 @@ var hopHeaders = []string{
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
 }
 
+// HasHopByHop reports whether h has a hop-by-hop header, one EndToEnd
+// drops. Without one (the Connection header is one, so no other name
+// can be listed in it), h is already end to end.
+func HasHopByHop(h http.Header) bool {
+	for _, k := range hopHeaders {
+		if _, ok := h[k]; ok {
+			return true
+		}
+	}
+	return false
+}
+
 // endToEndShared is EndToEnd(h), but h itself when it has no hop-by-hop
 // header (the common case: no copy), for a caller that owns h and does
 // not change what it returns.
 func endToEndShared(h http.Header) http.Header {
-	for _, k := range hopHeaders { // Connection is one: no other name to look for
-		if _, ok := h[k]; ok {
-			return EndToEnd(h)
-		}
+	if HasHopByHop(h) {
+		return EndToEnd(h)
 	}
 	return h
 }
