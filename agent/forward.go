@@ -132,12 +132,14 @@ func outcome(at *devhook.Attempt) string {
 //
 // A plain http:// target, with Config.Client nil, goes through the agent's
 // own client (sendDirect, httpclient.go): this goroutine writes the
-// request and reads the answer itself, on a kept-alive connection. The
-// rest goes through a.client.
+// request and reads the answer itself, on a kept-alive connection. That
+// client needs to see that a receiver closed an idle connection before it
+// reuses it (peekWorks): a request written whole on a closed one is not
+// sent again. Where it cannot, and for the rest, a.client sends it.
 func (a *Agent) send(ctx context.Context, at *devhook.Attempt, method string, header http.Header, body []byte) {
 	start := a.cfg.Now()
 	defer func() { at.Duration = devhook.Duration(a.cfg.Now().Sub(start)) }()
-	if a.cfg.Client == nil && strings.HasPrefix(at.Target, "http://") && a.sendDirect(ctx, at, method, header, body) {
+	if peekWorks && a.cfg.Client == nil && strings.HasPrefix(at.Target, "http://") && a.sendDirect(ctx, at, method, header, body) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.ForwardTimeout)

@@ -41,8 +41,8 @@ func (p *peeker) init(conn net.Conn) {
 }
 
 // closed reports whether the connection is unusable: closed by the peer,
-// reset, or with unread bytes. Without a socket to peek at, it says no,
-// and retryable covers the case.
+// reset, or with unread bytes. Without a socket to peek at (not a TCP
+// connection), it says no.
 func (p *peeker) closed() bool {
 	if p.rc == nil {
 		return false
