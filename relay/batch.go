@@ -72,19 +72,10 @@ func (w *wsWriter) write(a, b []byte) error {
 	return w.drain(mine)
 }
 
-// hold makes w's next writes wait until release; the caller may then write
-// with writeNow first (the relay's hello).
+// hold makes the writes of a new w, before any was made, wait until
+// release; the caller may write with writeNow first (the relay's hello).
 func (w *wsWriter) hold() {
 	w.mu.Lock()
-	for w.writing {
-		// Not reached for a new connection; kept correct anyway.
-		b := w.batch
-		w.mu.Unlock()
-		if b != nil {
-			<-b.done
-		}
-		w.mu.Lock()
-	}
 	w.writing = true
 	w.mu.Unlock()
 }
