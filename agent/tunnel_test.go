@@ -94,6 +94,7 @@ type tunnel struct {
 	relayDB  *storage.RelayStore
 	relay    *relay.Server
 	relaySrv *httptest.Server
+	ingress  *relay.IngressListener
 	creds    relay.Credentials
 	db       *storage.DB
 	cfg      agent.Config
@@ -151,10 +152,16 @@ func (tn *tunnel) startRelay() {
 		tn.t.Fatal(err)
 	}
 	tn.relayDB, tn.relay = rdb, srv
-	// Behind relay.LimitListener, as devhook relay serves: its
-	// connections let the relay gather frames into one write(2).
 	tn.relaySrv = httptest.NewUnstartedServer(srv)
-	tn.relaySrv.Listener = relay.LimitListener(tn.relaySrv.Listener, 1<<16)
+	tn.serveRelay(tn.relaySrv.Listener)
+}
+
+// serveRelay starts tn.relaySrv on ln as devhook relay serves: behind
+// relay.LimitListener, whose connections let the relay gather frames into
+// one write(2), and a relay.IngressListener, which serves deliveries.
+func (tn *tunnel) serveRelay(ln net.Listener) {
+	tn.ingress = relay.NewIngressListener(tn.relay, relay.LimitListener(ln, 1<<16), relay.ListenerConfig{})
+	tn.relaySrv.Listener = tn.ingress
 	tn.relaySrv.Start()
 }
 
@@ -173,8 +180,7 @@ func (tn *tunnel) restartRelay() {
 	}
 	tn.relaySrv = httptest.NewUnstartedServer(tn.relay)
 	tn.relaySrv.Listener.Close()
-	tn.relaySrv.Listener = relay.LimitListener(ln, 1<<16)
-	tn.relaySrv.Start()
+	tn.serveRelay(ln)
 }
 
 func (tn *tunnel) stopRelay() {
@@ -183,8 +189,20 @@ func (tn *tunnel) stopRelay() {
 	}
 	tn.relay.Close()
 	tn.relaySrv.Close()
+	stopIngress(tn.ingress)
 	tn.relayDB.Close()
 	tn.relaySrv = nil
+}
+
+// stopIngress waits for il's deliveries in progress, after its
+// http.Server closed it, and ends those that take longer than 5 seconds.
+func stopIngress(il *relay.IngressListener) {
+	il.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if il.Wait(ctx) != nil {
+		il.Abort()
+	}
 }
 
 func (tn *tunnel) startAgent() {

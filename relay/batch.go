@@ -305,6 +305,8 @@ func findCork(c net.Conn) *corkConn {
 			c = t.NetConn()
 		case *limitConn:
 			c = t.Conn
+		case *handedConn:
+			c = t.Conn
 		default:
 			return nil
 		}

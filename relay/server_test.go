@@ -31,13 +31,30 @@ func newRelay(t *testing.T, cfg relay.Config) (*relay.Server, *httptest.Server, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(srv)
-	t.Cleanup(func() {
-		srv.Close()
-		hs.Close()
-		db.Close()
-	})
+	t.Cleanup(func() { db.Close() }) // cleanups run last to first
+	hs := serveRelay(t, srv)
+	t.Cleanup(func() { srv.Close() })
 	return srv, hs, db
+}
+
+// serveRelay serves srv as devhook relay does: deliveries through a
+// relay.IngressListener, the rest through the httptest.Server's
+// http.Server. Closing the httptest.Server also waits for the deliveries
+// in progress, and ends those that take longer than 5 seconds.
+func serveRelay(t testing.TB, srv *relay.Server) *httptest.Server {
+	hs := httptest.NewUnstartedServer(srv)
+	il := relay.NewIngressListener(srv, relay.LimitListener(hs.Listener, 1<<16), relay.ListenerConfig{})
+	hs.Listener = il
+	hs.Start()
+	t.Cleanup(func() {
+		hs.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if il.Wait(ctx) != nil {
+			il.Abort()
+		}
+	})
+	return hs
 }
 
 func open(t *testing.T, hs *httptest.Server) relay.Credentials {
@@ -138,7 +155,7 @@ func TestManyAgentsNoLeak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(srv)
+	hs := serveRelay(t, srv)
 
 	const agents, each = 20, 5
 	var wg, senders sync.WaitGroup

@@ -66,6 +66,41 @@ func serve(ctx context.Context, srv *http.Server, ln net.Listener) (wait func() 
 	}
 }
 
+// serveRelay serves srv on ln until ctx ends: deliveries through a
+// relay.IngressListener, everything else through hs (whose handler is
+// srv). When ctx ends it stops taking
+// connections and gives deliveries in progress five seconds to be
+// answered; those still waiting for their agent then get queued (202) as
+// the relay disconnects its agents, before the store closes.
+func serveRelay(ctx context.Context, hs *http.Server, srv *relay.Server, ln net.Listener, logf func(string, ...any)) (wait func() error) {
+	il := relay.NewIngressListener(srv, ln, relay.ListenerConfig{
+		ReadHeaderTimeout: hs.ReadHeaderTimeout, IdleTimeout: hs.IdleTimeout, Logf: logf})
+	errc := make(chan error, 1)
+	go func() {
+		err := hs.Serve(il)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		errc <- err
+	}()
+	return func() error {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		hs.Shutdown(sctx)
+		il.Close()
+		if il.Wait(sctx) != nil {
+			srv.Close()
+			qctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			if il.Wait(qctx) != nil {
+				il.Abort()
+			}
+		}
+		return <-errc
+	}
+}
+
 func newHTTPServer(h http.Handler) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 }

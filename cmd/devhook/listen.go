@@ -226,7 +226,7 @@ func (o *listenOptions) run(ctx context.Context) error {
 			return err
 		}
 		closers = append(closers, local.Close)
-		waits = append(waits, serve(ctx, newHTTPServer(local), ln))
+		waits = append(waits, serveRelay(ctx, newHTTPServer(local), local, ln, nil))
 		relayURL, relayKey = "http://"+ln.Addr().String(), "local"
 	}
 

@@ -205,7 +205,9 @@ func (o *relayOptions) run(ctx context.Context) error {
 	if ls.tls != nil {
 		main = tls.NewListener(main, ls.tls.config)
 	}
-	waits = append(waits, serve(ctx, hs, main))
+	// Deliveries are served by the IngressListener; the API, agents'
+	// WebSockets and TLS connections by hs.
+	waits = append(waits, serveRelay(ctx, hs, srv, main, logger.Printf))
 	if ls.plain != nil {
 		waits = append(waits, serve(ctx, newHTTPServer(ls.tls.httpHandler), ls.plain))
 	}
