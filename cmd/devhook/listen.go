@@ -182,7 +182,9 @@ func (o *listenOptions) run(ctx context.Context) error {
 		}
 	}()
 
-	out := &printer{w: newLineWriter(o.stdout), json: o.json, retryFor: o.retryFor, holdUntilReady: true,
+	lines := newLineWriter(o.stdout, lineGap)
+	closers = append(closers, lines.Close) // runs last: after every line is printed
+	out := &printer{w: lines, json: o.json, retryFor: o.retryFor, holdUntilReady: true,
 		color: useColor(o.stdout, o.json, os.Getenv, isTerminal)}
 	closers = append(closers, func() error { out.flush(); return nil }) // lines of a listen never ready
 
