@@ -497,11 +497,7 @@ func (w *ingressWriter) reset(ic *ingressConn, req *http.Request) {
 	if w.h == nil {
 		w.h = make(http.Header, 8)
 	}
-	clear(w.h)
 	w.ic, w.req, w.status = ic, req, 0
-	if cap(w.body) > 64<<10 {
-		w.body = nil // a large answer's buffer is not kept
-	}
 	w.body = w.body[:0]
 }
 
@@ -597,6 +593,13 @@ func (w *ingressWriter) finish() bool {
 	err := bw.Flush()
 	if err != nil {
 		bw.Reset(w.ic.c)
+	}
+	// Nothing of this answer stays with a connection that waits for the
+	// next request (a relay may hold many): a large body's buffer goes.
+	clear(h)
+	w.req = nil
+	if cap(w.body) > 4<<10 {
+		w.body = nil
 	}
 	return err == nil && !closeAfter
 }
