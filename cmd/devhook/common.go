@@ -68,11 +68,11 @@ func serve(ctx context.Context, srv *http.Server, ln net.Listener) (wait func() 
 
 // serveRelay serves srv on ln until ctx ends: deliveries through a
 // relay.IngressListener, everything else through hs (whose handler is
-// srv). When ctx ends it stops taking
-// connections and gives deliveries in progress five seconds to be
-// answered; those still waiting for their agent then get queued (202) as
-// the relay disconnects its agents, before the store closes.
-func serveRelay(ctx context.Context, hs *http.Server, srv *relay.Server, ln net.Listener, logf func(string, ...any)) (wait func() error) {
+// srv). When ctx ends it stops taking connections and gives deliveries in
+// progress grace to be answered; those still waiting for their agent then
+// get queued (202) as the relay disconnects its agents, and wait returns
+// once they are, so that the store is closed after them.
+func serveRelay(ctx context.Context, hs *http.Server, srv *relay.Server, ln net.Listener, logf func(string, ...any), grace time.Duration) (wait func() error) {
 	il := relay.NewIngressListener(srv, ln, relay.ListenerConfig{
 		ReadHeaderTimeout: hs.ReadHeaderTimeout, IdleTimeout: hs.IdleTimeout, Logf: logf})
 	errc := make(chan error, 1)
@@ -85,14 +85,14 @@ func serveRelay(ctx context.Context, hs *http.Server, srv *relay.Server, ln net.
 	}()
 	return func() error {
 		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		sctx, cancel := context.WithTimeout(context.Background(), grace)
 		defer cancel()
-		hs.Shutdown(sctx)
-		il.Close()
-		if il.Wait(sctx) != nil {
+		err := hs.Shutdown(sctx) // closes il too
+		if il.Wait(sctx) != nil || err != nil {
 			srv.Close()
-			qctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			qctx, cancel := context.WithTimeout(context.Background(), grace)
 			defer cancel()
+			hs.Shutdown(qctx)
 			if il.Wait(qctx) != nil {
 				il.Abort()
 			}

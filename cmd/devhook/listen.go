@@ -228,7 +228,7 @@ func (o *listenOptions) run(ctx context.Context) error {
 			return err
 		}
 		closers = append(closers, local.Close)
-		waits = append(waits, serveRelay(ctx, newHTTPServer(local), local, ln, nil))
+		waits = append(waits, serveRelay(ctx, newHTTPServer(local), local, ln, nil, 5*time.Second))
 		relayURL, relayKey = "http://"+ln.Addr().String(), "local"
 	}
 

@@ -207,7 +207,7 @@ func (o *relayOptions) run(ctx context.Context) error {
 	}
 	// Deliveries are served by the IngressListener; the API, agents'
 	// WebSockets and TLS connections by hs.
-	waits = append(waits, serveRelay(ctx, hs, srv, main, logger.Printf))
+	waits = append(waits, serveRelay(ctx, hs, srv, main, logger.Printf, 5*time.Second))
 	if ls.plain != nil {
 		waits = append(waits, serve(ctx, newHTTPServer(ls.tls.httpHandler), ls.plain))
 	}

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/storage"
+)
+
+// When the relay stops, a delivery waiting for its agent past the grace
+// period is queued (202) and its sender told so, before wait returns and
+// the store may close; a delivery answered within it gets its answer.
+func TestServeRelay_StopQueuesWaitingDeliveries(t *testing.T) {
+	rdb, err := storage.OpenRelayStore(filepath.Join(t.TempDir(), "relay.db"), storage.RelayStoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	srv, err := relay.NewServer(relay.Config{Store: rdb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	wait := serveRelay(ctx, newHTTPServer(srv), srv, ln, t.Logf, 300*time.Millisecond)
+	base := "http://" + ln.Addr().String()
+
+	cr, err := srv.OpenChannel(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := relay.Dial(context.Background(), relay.DialConfig{RelayURL: base, Credentials: cr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	go func() { // an agent that answers "quick" and never "slow"
+		for {
+			d, err := conn.Receive()
+			if err != nil {
+				return
+			}
+			if string(d.Body) == "quick" {
+				go func() {
+					time.Sleep(100 * time.Millisecond) // after the stop began
+					conn.Respond(d.ID, 200, nil, []byte("answered"))
+				}()
+			}
+		}
+	}()
+	type result struct {
+		status int
+		body   string
+		err    error
+	}
+	send := func(body string) chan result {
+		ch := make(chan result, 1)
+		go func() {
+			resp, err := http.Post(base+"/c/"+cr.Channel+"/", "text/plain", strings.NewReader(body))
+			if err != nil {
+				ch <- result{err: err}
+				return
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			ch <- result{status: resp.StatusCode, body: string(b)}
+		}()
+		return ch
+	}
+	quick, slow := send("quick"), send("slow")
+	time.Sleep(50 * time.Millisecond) // both reach the agent
+	stop()
+	done := make(chan error, 1)
+	go func() { done <- wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("wait: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the relay did not stop")
+	}
+	if r := <-quick; r.err != nil || r.status != 200 || r.body != "answered" {
+		t.Errorf("the delivery answered during the stop: %+v", r)
+	}
+	if r := <-slow; r.err != nil || r.status != http.StatusAccepted || !strings.Contains(r.body, `"queued":true`) {
+		t.Errorf("the delivery still waiting: %+v", r)
+	}
+	queued, err := rdb.Queued(cr.Channel, "", 10)
+	if err != nil || len(queued) != 1 || string(queued[0].Body) != "slow" {
+		t.Fatalf("queue after the stop: %v, %v", queued, err)
+	}
+}
