@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"net/http"
@@ -79,6 +80,7 @@ func BenchmarkApply(b *testing.B) {
 			}
 			defer db.Close()
 			var seq uint64
+			var known []byte
 			var cpu time.Duration
 			next := 0
 			b.ReportAllocs()
@@ -90,9 +92,10 @@ func BenchmarkApply(b *testing.B) {
 				runtime.GC() // the garbage of building recs is not apply's
 				start := processCPU(b)
 				b.StartTimer()
-				if _, err := db.apply(recs); err != nil {
+				if _, err := db.apply(recs, known); err != nil {
 					b.Fatal(err)
 				}
+				known = bytes.Clone(maxPutID(recs)) // as flush keeps it
 				b.StopTimer()
 				cpu += processCPU(b) - start
 				b.StartTimer()

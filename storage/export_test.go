@@ -91,7 +91,7 @@ func (db *DB) PutDeliveriesTx(ds []*devhook.Delivery) error {
 		return err
 	}
 	err := db.bolt.Update(func(tx *bolt.Tx) error {
-		a := newApplyTx(tx, len(recs))
+		a := newApplyTx(tx, len(recs), nil)
 		for i := range recs {
 			if err := a.put(recs[i].key, &recs[i].put); err != nil {
 				return err

@@ -484,9 +484,10 @@ func (db *DB) flush() error {
 	}
 	batch := j.pending
 	lastSeq := batch[len(batch)-1].seq
+	known := j.lastBolt // replaced, never changed in place
 	j.mu.Unlock()
 
-	res, err := db.apply(batch)
+	res, err := db.apply(batch, known)
 
 	j.mu.Lock()
 	if err != nil {
@@ -592,14 +593,17 @@ type applied struct {
 // rejected file, reported and left out, and the others are applied again.
 // An error means that bbolt could not commit (or the rejected file could
 // not be written): nothing was applied.
-func (db *DB) apply(recs []jrec) (applied, error) {
+//
+// known bounds the delivery ids in bbolt: a put of a greater id, unless the
+// batch put it already, is not looked up. nil: every put is looked up.
+func (db *DB) apply(recs []jrec, known []byte) (applied, error) {
 	owned := false
 	for {
 		var res applied
 		bad := -1
 		var badErr error
 		err := db.bolt.Update(func(tx *bolt.Tx) error {
-			a := newApplyTx(tx, len(recs))
+			a := newApplyTx(tx, len(recs), known)
 			for i := range recs {
 				if err := a.record(i, &recs[i]); err != nil {
 					bad, badErr = i, err
@@ -642,6 +646,10 @@ type applyTx struct {
 	dirty []dirtySummary
 	rec   int // the index of the record being applied
 	res   applied
+	// known: no delivery id in bbolt sorts after it (nil: unknown). A put
+	// raises it to its id, so that a second put of one id in a batch is
+	// looked up.
+	known []byte
 }
 
 // dirtySummary is a summary to write when the records are applied.
@@ -650,8 +658,8 @@ type dirtySummary struct {
 	rec   int // the record that changed it last
 }
 
-func newApplyTx(tx *bolt.Tx, recs int) *applyTx {
-	a := &applyTx{tx: tx, deliveries: tx.Bucket(bucketDeliveries), bodies: tx.Bucket(bucketBodies),
+func newApplyTx(tx *bolt.Tx, recs int, known []byte) *applyTx {
+	a := &applyTx{tx: tx, known: known, deliveries: tx.Bucket(bucketDeliveries), bodies: tx.Bucket(bucketBodies),
 		summaries: tx.Bucket(bucketSummaries), attempts: tx.Bucket(bucketAttempts), runs: tx.Bucket(bucketRuns),
 		arena: make([]byte, 0, 128*recs), sums: make(map[string]int, recs/2), dirty: make([]dirtySummary, 0, recs/2)}
 	for _, b := range []*bolt.Bucket{a.deliveries, a.bodies, a.summaries, a.attempts} {
@@ -738,8 +746,16 @@ func (a *applyTx) record(i int, r *jrec) (err error) {
 
 // put writes e, of delivery key, unless its id is already recorded.
 func (a *applyTx) put(key string, e *encodedDelivery) error {
-	if a.deliveries.Get(e.id) != nil {
-		return nil
+	// Ids grow with time: a new delivery sorts after every id in bbolt,
+	// whose B+tree need not be searched for it. A redelivery, a replay,
+	// or a delivery that arrived late, is looked up.
+	if a.known == nil || bytes.Compare(e.id, a.known) <= 0 {
+		if a.deliveries.Get(e.id) != nil {
+			return nil
+		}
+	}
+	if a.known != nil && bytes.Compare(e.id, a.known) > 0 {
+		a.known = e.id
 	}
 	if err := a.deliveries.Put(e.id, e.meta); err != nil {
 		return err
@@ -1178,7 +1194,7 @@ func (db *DB) replayJournal() error {
 	dropped := 0
 	for len(recs) > 0 {
 		n := min(len(recs), 4*journalRecords)
-		res, err := db.apply(recs[:n])
+		res, err := db.apply(recs[:n], nil)
 		if err != nil {
 			return fmt.Errorf("storage: apply the journal of %s (it is kept, and applied when devhook next opens the file; is the disk full?): %w", db.path, err)
 		}

@@ -380,3 +380,34 @@ func TestAppendWithAttempt(t *testing.T) {
 		}
 	}
 }
+
+// apply skips the lookup of a put whose id sorts after every id in bbolt,
+// but not of one the same batch put already, nor of one at or below the
+// bound: each delivery is created once.
+func TestApply_KnownBoundStillFindsRecordedDeliveries(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "devhook.db"), Config{MaxDeliveries: -1, MaxAge: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	put := func(id string) jrec {
+		return putRecord(&devhook.Delivery{ID: id, Channel: "ch", ReceivedAt: time.Now(), Method: "POST", Path: "/", Body: []byte(id)})
+	}
+	first := []jrec{put("0195b1c8-0000-7000-8000-000000000001"), put("0195b1c8-0000-7000-8000-000000000002")}
+	res, err := db.apply(first, nil)
+	if err != nil || res.created != 2 {
+		t.Fatalf("first batch: created %d, %v", res.created, err)
+	}
+	known := maxPutID(first)
+	// A redelivery of a recorded id, a new id twice in one batch, and a
+	// new one.
+	second := []jrec{put("0195b1c8-0000-7000-8000-000000000001"), put("0195b1c8-0000-7000-8000-000000000003"),
+		put("0195b1c8-0000-7000-8000-000000000003"), put("0195b1c8-0000-7000-8000-000000000004")}
+	res, err = db.apply(second, known)
+	if err != nil || res.created != 2 {
+		t.Fatalf("second batch: created %d, want 2 (ids 3 and 4): %v", res.created, err)
+	}
+	if n, err := db.Count(); err != nil || n != 4 {
+		t.Fatalf("count %d, want 4: %v", n, err)
+	}
+}
