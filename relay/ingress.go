@@ -332,6 +332,13 @@ func (ic *ingressConn) serve() {
 			handed = ic.handOff(ic.br)
 			return
 		}
+		// What the buffer holds stays there, unchanged, while
+		// http.ReadRequest reads a header that came whole: it needs no
+		// more bytes. serveRequest looks at it in one rare case.
+		head, _ := ic.br.Peek(ic.br.Buffered())
+		if !headerBuffered(ic.br) {
+			head = nil
+		}
 		req, err := http.ReadRequest(ic.br)
 		if err != nil {
 			ic.refuseRequest(err)
@@ -339,7 +346,7 @@ func (ic *ingressConn) serve() {
 		}
 		ic.lim.n = math.MaxInt64
 		lastMethod = req.Method
-		if !ic.serveRequest(req) {
+		if !ic.serveRequest(req, head) {
 			if !ic.body.complete() {
 				ic.closeWriteAndWait()
 			}
@@ -436,15 +443,17 @@ func isNetReadError(err error) bool {
 }
 
 // serveRequest answers one delivery; false when the connection is to end.
-func (ic *ingressConn) serveRequest(req *http.Request) bool {
+// head is what br held of the request before it was read: its header when
+// that came whole, as it does unless it is large.
+func (ic *ingressConn) serveRequest(req *http.Request, head []byte) bool {
 	fail := func(status string) bool {
 		io.WriteString(ic.c, "HTTP/1.1 "+status+"\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"+status)
 		return false
 	}
 	if req.ProtoMajor != 1 {
-		return fail("505 HTTP Version Not Supported")
+		return fail("505 HTTP Version Not Supported: unsupported protocol version")
 	}
-	if req.ProtoAtLeast(1, 1) && req.Host == "" {
+	if req.ProtoAtLeast(1, 1) && req.Host == "" && !hostField(head) {
 		return fail("400 Bad Request: missing required Host header")
 	}
 	if !httpguts.ValidHostHeader(req.Host) {
@@ -705,6 +714,23 @@ func indexByte(b []byte, c byte) int {
 		}
 	}
 	return -1
+}
+
+// hostField reports whether head, a request's header, has a Host field:
+// http.ReadRequest takes it out, and an empty one is valid where a
+// missing one is not. Without head (a header too large for the buffer),
+// it says no.
+func hostField(head []byte) bool {
+	end := bytes.Index(head, []byte("\r\n\r\n"))
+	if end < 0 {
+		return false
+	}
+	for _, line := range bytes.Split(head[:end], []byte("\r\n"))[1:] {
+		if len(line) >= 5 && bytes.EqualFold(line[:5], []byte("host:")) {
+			return true
+		}
+	}
+	return false
 }
 
 // headerBuffered reports whether br holds a request's whole header.
