@@ -487,7 +487,21 @@ func (ic *ingressConn) serveRequest(req *http.Request, head []byte) bool {
 	w := &ic.w
 	w.reset(ic, req)
 	ic.l.srv.ServeHTTP(w, req)
-	keep := w.finish()
+	// A body the handler left unread is read to its end, as net/http's
+	// server does, so that the connection can take the next request:
+	// unless the answer refuses it (Connection: close), or the sender
+	// waits for 100 Continue before it sends it.
+	end := false
+	if !ic.body.complete() {
+		switch {
+		case ic.body.cont:
+			end = true
+		case httpguts.HeaderValuesContainsToken(w.h["Connection"], "close"):
+		default:
+			end = !ic.body.discard(maxDiscard)
+		}
+	}
+	keep := w.finish(end)
 	return keep && ic.body.complete() && !req.Close && req.ProtoAtLeast(1, 1) && !ic.l.closing()
 }
 
@@ -543,7 +557,7 @@ var (
 )
 
 // finish writes the answer; false when the connection is to end.
-func (w *ingressWriter) finish() bool {
+func (w *ingressWriter) finish(end bool) bool {
 	status := w.status
 	switch {
 	case status == 0:
@@ -558,7 +572,7 @@ func (w *ingressWriter) finish() bool {
 		status = http.StatusBadGateway
 	}
 	h := w.h
-	closeAfter := httpguts.HeaderValuesContainsToken(h["Connection"], "close")
+	closeAfter := end || httpguts.HeaderValuesContainsToken(h["Connection"], "close")
 	for _, k := range [...]string{"Connection", "Transfer-Encoding", "Keep-Alive", headerContentLength} {
 		delete(h, k)
 	}
@@ -647,6 +661,17 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 }
 
 func (b *trackedBody) Close() error { return b.rc.Close() }
+
+// maxDiscard bounds the unread part of a body read away after its answer,
+// as net/http's server bounds it.
+const maxDiscard = 256 << 10
+
+// discard reads the rest of the body, up to max bytes; false when it did
+// not reach its end.
+func (b *trackedBody) discard(max int64) bool {
+	io.CopyN(io.Discard, b, max+1)
+	return b.complete()
+}
 
 // complete reports whether the next request starts where this body ends.
 func (b *trackedBody) complete() bool { return b.eof || b.left == 0 }
