@@ -294,8 +294,10 @@ func TestIngress_Timeouts(t *testing.T) {
 // Close ends idle connections at once and lets a delivery in progress
 // finish; Abort ends it.
 func TestIngress_CloseWaitAbort(t *testing.T) {
+	held := make(chan struct{})
 	r := newIngressRelay(t, relay.ListenerConfig{}, func(b []byte) (int, http.Header, []byte) {
 		if string(b) == "held" {
+			close(held)
 			return 0, nil, nil // never answered
 		}
 		return 200, nil, b
@@ -305,7 +307,7 @@ func TestIngress_CloseWaitAbort(t *testing.T) {
 	readAnswer(t, idleBr, "POST")
 	busy, busyBr := r.dial(t)
 	io.WriteString(busy, r.post("held"))
-	time.Sleep(100 * time.Millisecond) // the delivery reaches the agent
+	<-held // the delivery reached the agent
 
 	r.il.Close()
 	if _, err := idleBr.ReadByte(); err == nil {
@@ -337,14 +339,15 @@ func TestIngress_CloseWaitAbort(t *testing.T) {
 // A delivery answered after Close is written whole, with Connection:
 // close.
 func TestIngress_CloseLetsADeliveryFinish(t *testing.T) {
-	release := make(chan struct{})
+	received, release := make(chan struct{}), make(chan struct{})
 	r := newIngressRelay(t, relay.ListenerConfig{}, func(b []byte) (int, http.Header, []byte) {
+		close(received)
 		<-release
 		return 200, nil, b
 	})
 	c, br := r.dial(t)
 	io.WriteString(c, r.post("late"))
-	time.Sleep(100 * time.Millisecond)
+	<-received
 	r.il.Close()
 	close(release)
 	resp, body := readAnswer(t, br, "POST")

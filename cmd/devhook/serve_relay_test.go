@@ -46,15 +46,18 @@ func TestServeRelay_StopQueuesWaitingDeliveries(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	go func() { // an agent that answers "quick" and never "slow"
+	received := make(chan struct{}, 2)
+	answer := make(chan struct{})
+	go func() { // an agent that answers "quick" once told to, and never "slow"
 		for {
 			d, err := conn.Receive()
 			if err != nil {
 				return
 			}
+			received <- struct{}{}
 			if string(d.Body) == "quick" {
 				go func() {
-					time.Sleep(100 * time.Millisecond) // after the stop began
+					<-answer
 					conn.Respond(d.ID, 200, nil, []byte("answered"))
 				}()
 			}
@@ -80,10 +83,12 @@ func TestServeRelay_StopQueuesWaitingDeliveries(t *testing.T) {
 		return ch
 	}
 	quick, slow := send("quick"), send("slow")
-	time.Sleep(50 * time.Millisecond) // both reach the agent
+	<-received
+	<-received
 	stop()
 	done := make(chan error, 1)
 	go func() { done <- wait() }()
+	close(answer) // during the grace period
 	select {
 	case err := <-done:
 		if err != nil {
