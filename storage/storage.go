@@ -164,13 +164,6 @@ func Open(path string, cfg Config) (*DB, error) {
 		NoSync:       true,
 		NoGrowSync:   true,
 		FreelistType: bolt.FreelistMapType,
-		// A new file gets 16 KiB pages (a file keeps the size it was
-		// made with). bbolt writes each dirty page with its own
-		// pwrite(2): with 4 KiB pages, two 1.5 KB bodies fill one, and
-		// applying a delivery cost about one pwrite. With 16 KiB
-		// pages, applying a record takes about a quarter less CPU
-		// (BenchmarkApply, BenchmarkRecord).
-		PageSize: 16 << 10,
 	})
 	if err != nil {
 		return nil, err
