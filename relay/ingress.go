@@ -470,8 +470,8 @@ func (ic *ingressConn) serveRequest(req *http.Request, head []byte) bool {
 		}
 	}
 	cont := false
-	if ex := req.Header["Expect"]; len(ex) > 0 {
-		if !httpguts.HeaderValuesContainsToken(ex, "100-continue") {
+	if ex := req.Header.Get("Expect"); ex != "" { // the first value, as net/http looks at it
+		if !httpguts.HeaderValuesContainsToken([]string{ex}, "100-continue") {
 			io.WriteString(ic.c, "HTTP/1.1 417 Expectation Failed\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
 			return false
 		}

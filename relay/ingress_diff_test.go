@@ -157,6 +157,8 @@ func TestIngress_AnswersAsNetHTTPDoes(t *testing.T) {
 		"lower-case method":             "post /c/{ch}/hook HTTP/1.1\r\nHost: r\r\nContent-Length: 1\r\n\r\na",
 		"Connection: close":             p + "Host: r\r\nConnection: close\r\nContent-Length: 1\r\n\r\na" + p + "Host: r\r\nContent-Length: 1\r\n\r\nb",
 		"Expect 100-continue":           p + "Host: r\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\na",
+		"Expect empty":                  p + "Host: r\r\nExpect:\r\nContent-Length: 1\r\n\r\na",
+		"Expect twice":                  p + "Host: r\r\nExpect: 200-ok\r\nExpect: 100-continue\r\nContent-Length: 1\r\n\r\na",
 		"Expect other":                  p + "Host: r\r\nExpect: 200-ok\r\nContent-Length: 1\r\n\r\na",
 		"unknown channel":               "POST /c/0123456789abcdef0123456789abcdef/ HTTP/1.1\r\nHost: r\r\nContent-Length: 1\r\n\r\na",
 		"unknown channel, then one":     "POST /c/0123456789abcdef0123456789abcdef/ HTTP/1.1\r\nHost: r\r\nContent-Length: 3\r\n\r\nabc" + p + "Host: r\r\nContent-Length: 1\r\n\r\nb",
