@@ -2,79 +2,16 @@ package relay_test
 
 import (
 	"bufio"
-	"context"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
-	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/devhook/devhook/relay"
-	"github.com/devhook/devhook/storage"
 )
-
-// newEchoRelay starts a relay, served by net/http's server alone or
-// through an IngressListener, with an agent that answers each delivery
-// 200 with its body. It returns the relay's address and the channel.
-func newEchoRelay(t *testing.T, ingress bool) (addr, channel string) {
-	t.Helper()
-	db, err := storage.OpenRelayStore(filepath.Join(t.TempDir(), "relay.db"), storage.RelayStoreConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := relay.NewServer(relay.Config{Store: db, MaxBody: 1 << 20, BodyTimeout: 2 * time.Second, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := httptest.NewUnstartedServer(srv)
-	hs.Config.ReadHeaderTimeout, hs.Config.MaxHeaderBytes = 2*time.Second, 8<<10
-	var il *relay.IngressListener
-	if ingress {
-		il = relay.NewIngressListener(srv, hs.Listener, relay.ListenerConfig{ReadHeaderTimeout: 2 * time.Second, MaxHeaderBytes: 8 << 10})
-		hs.Listener = il
-	}
-	hs.Start()
-	cr, err := srv.OpenChannel(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := relay.Dial(context.Background(), relay.DialConfig{RelayURL: hs.URL, Credentials: cr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			d, err := conn.Receive()
-			if err != nil {
-				return
-			}
-			conn.Respond(d.ID, 200, http.Header{"Content-Type": {"text/plain"}}, d.Body)
-		}
-	}()
-	t.Cleanup(func() {
-		conn.Close()
-		srv.Close()
-		hs.Close()
-		if il != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if il.Wait(ctx) != nil {
-				il.Abort()
-			}
-		}
-		wg.Wait()
-		db.Close()
-	})
-	return hs.Listener.Addr().String(), cr.Channel
-}
 
 // requestLine finds the request lines in a test's raw bytes.
 var requestLine = regexp.MustCompile(`(GET|POST|HEAD|post) [^ \r\n]+ HTTP/`)
@@ -123,8 +60,15 @@ func exchange(t *testing.T, addr, raw string) []string {
 // same answers from the IngressListener as from net/http's server: the
 // same parser decides, and the listener adds net/http's server's checks.
 func TestIngress_AnswersAsNetHTTPDoes(t *testing.T) {
-	plainAddr, plainCh := newEchoRelay(t, false)
-	ingressAddr, ingressCh := newEchoRelay(t, true)
+	o := testRelay{
+		lc:  relay.ListenerConfig{ReadHeaderTimeout: 2 * time.Second, MaxHeaderBytes: 8 << 10},
+		cfg: relay.Config{MaxBody: 1 << 20, BodyTimeout: 2 * time.Second},
+	}
+	ingress := newIngressRelay(t, o)
+	o.plain = true
+	plain := newIngressRelay(t, o)
+	plainAddr, plainCh := plain.addr, plain.cr.Channel
+	ingressAddr, ingressCh := ingress.addr, ingress.cr.Channel
 	const p = "POST /c/{ch}/hook HTTP/1.1\r\n"
 	cases := map[string]string{
 		"plain":                         p + "Host: r\r\nContent-Length: 3\r\n\r\nabc",

@@ -19,48 +19,68 @@ import (
 	"github.com/devhook/devhook/storage"
 )
 
-// ingressRelay is a relay served through an IngressListener, with an
-// agent that answers every delivery with answer (nil: echo the body as
-// text/plain) unless hold is set, then it does not answer at all.
+// ingressRelay is a relay served as devhook relay serves it (behind
+// LimitListener, through an IngressListener) or by net/http's server
+// alone, with one agent on one channel.
 type ingressRelay struct {
 	srv  *relay.Server
 	hs   *httptest.Server
-	il   *relay.IngressListener
+	il   *relay.IngressListener // nil when plain
 	addr string
 	cr   relay.Credentials
 }
 
-func newIngressRelay(t *testing.T, lc relay.ListenerConfig, answer func(body []byte) (int, http.Header, []byte)) *ingressRelay {
-	t.Helper()
-	db, err := storage.OpenRelayStore(filepath.Join(t.TempDir(), "relay.db"), storage.RelayStoreConfig{})
+// testRelay configures newIngressRelay. Zero values mean defaults.
+type testRelay struct {
+	plain bool                 // net/http's server alone, without an IngressListener
+	lc    relay.ListenerConfig // its header timeout and limit are the http.Server's too
+	cfg   relay.Config         // Store and Logf are set by newIngressRelay
+	// answer is the agent's answer to a delivery's body; a status of 0
+	// leaves it unanswered. nil: 200, text/plain, the body echoed, and
+	// X-Method.
+	answer func(body []byte) (int, http.Header, []byte)
+}
+
+func newIngressRelay(tb testing.TB, o testRelay) *ingressRelay {
+	tb.Helper()
+	db, err := storage.OpenRelayStore(filepath.Join(tb.TempDir(), "relay.db"), storage.RelayStoreConfig{})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { db.Close() })
-	srv, err := relay.NewServer(relay.Config{Store: db, Logf: t.Logf})
+	tb.Cleanup(func() { db.Close() })
+	cfg := o.cfg
+	cfg.Store, cfg.Logf = db, tb.Logf
+	srv, err := relay.NewServer(cfg)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	hs := httptest.NewUnstartedServer(srv)
-	il := relay.NewIngressListener(srv, hs.Listener, lc)
-	hs.Listener = il
+	hs.Config.ReadHeaderTimeout, hs.Config.MaxHeaderBytes = o.lc.ReadHeaderTimeout, o.lc.MaxHeaderBytes
+	r := &ingressRelay{srv: srv, hs: hs, addr: hs.Listener.Addr().String()}
+	hs.Listener = relay.LimitListener(hs.Listener, 1<<16)
+	if !o.plain {
+		r.il = relay.NewIngressListener(srv, hs.Listener, o.lc)
+		hs.Listener = r.il
+	}
 	hs.Start()
-	r := &ingressRelay{srv: srv, hs: hs, il: il, addr: il.Addr().String()}
-	t.Cleanup(func() {
+	tb.Cleanup(func() {
 		srv.Close()
 		hs.Close()
+		if r.il == nil {
+			return
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if il.Wait(ctx) != nil {
-			il.Abort()
+		if r.il.Wait(ctx) != nil {
+			r.il.Abort()
 		}
 	})
 	if r.cr, err = srv.OpenChannel(nil); err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	conn, err := relay.Dial(context.Background(), relay.DialConfig{RelayURL: hs.URL, Credentials: r.cr})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -71,17 +91,19 @@ func newIngressRelay(t *testing.T, lc relay.ListenerConfig, answer func(body []b
 			if err != nil {
 				return
 			}
-			if answer == nil {
+			if o.answer == nil {
 				conn.Respond(d.ID, 200, http.Header{"Content-Type": {"text/plain"}, "X-Method": {d.Method}}, d.Body)
-			} else if status, h, b := answer(d.Body); status != 0 {
+			} else if status, h, b := o.answer(d.Body); status != 0 {
 				conn.Respond(d.ID, status, h, b)
 			} else {
-				continue // hold: never answer
+				continue // never answered
 			}
-			conn.Ack(d.ID)
+			if d.Queued {
+				conn.Ack(d.ID) // as an agent does, once it recorded one
+			}
 		}
 	}()
-	t.Cleanup(func() { conn.Close(); wg.Wait() })
+	tb.Cleanup(func() { conn.Close(); wg.Wait() })
 	return r
 }
 
@@ -115,7 +137,7 @@ func readAnswer(t *testing.T, br *bufio.Reader, method string) (*http.Response, 
 }
 
 func TestIngress_KeepAliveAndPipelining(t *testing.T) {
-	r := newIngressRelay(t, relay.ListenerConfig{}, nil)
+	r := newIngressRelay(t, testRelay{})
 	c, br := r.dial(t)
 	for i := range 3 {
 		// Two requests in one write, then one alone.
@@ -140,7 +162,7 @@ func TestIngress_KeepAliveAndPipelining(t *testing.T) {
 // A request that is not a delivery hands the connection, with what was
 // read of it, to net/http, which then serves it to its end.
 func TestIngress_HandsOverOtherRequests(t *testing.T) {
-	r := newIngressRelay(t, relay.ListenerConfig{}, nil)
+	r := newIngressRelay(t, testRelay{})
 	c, br := r.dial(t)
 	io.WriteString(c, r.post("one"))
 	if _, body := readAnswer(t, br, "POST"); body != "one" {
@@ -166,7 +188,7 @@ func TestIngress_HandsOverOtherRequests(t *testing.T) {
 }
 
 func TestIngress_ChunkedAndExpectContinue(t *testing.T) {
-	r := newIngressRelay(t, relay.ListenerConfig{}, nil)
+	r := newIngressRelay(t, testRelay{})
 	c, br := r.dial(t)
 	fmt.Fprintf(c, "POST /c/%s/ HTTP/1.1\r\nHost: relay\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n", r.cr.Channel)
 	if resp, body := readAnswer(t, br, "POST"); resp.StatusCode != 200 || body != "abcde" {
@@ -199,7 +221,7 @@ func TestIngress_ChunkedAndExpectContinue(t *testing.T) {
 // Requests net/http's server refuses are refused alike, and end their
 // connection.
 func TestIngress_RefusesWhatNetHTTPRefuses(t *testing.T) {
-	r := newIngressRelay(t, relay.ListenerConfig{MaxHeaderBytes: 4096}, nil)
+	r := newIngressRelay(t, testRelay{lc: relay.ListenerConfig{MaxHeaderBytes: 4096}})
 	ch := r.cr.Channel
 	for _, tc := range []struct {
 		name, req string
@@ -229,7 +251,7 @@ func TestIngress_RefusesWhatNetHTTPRefuses(t *testing.T) {
 }
 
 func TestIngress_HTTP10EndsTheConnection(t *testing.T) {
-	r := newIngressRelay(t, relay.ListenerConfig{}, nil)
+	r := newIngressRelay(t, testRelay{})
 	c, br := r.dial(t)
 	fmt.Fprintf(c, "POST /c/%s/ HTTP/1.0\r\nContent-Length: 2\r\n\r\nhi", r.cr.Channel)
 	resp, body := readAnswer(t, br, "POST")
@@ -245,9 +267,9 @@ func TestIngress_HTTP10EndsTheConnection(t *testing.T) {
 // the sender as 502, not as a broken connection.
 func TestIngress_AgentStatusOutOfRange(t *testing.T) {
 	for _, status := range []int{42, 101, 1000} {
-		r := newIngressRelay(t, relay.ListenerConfig{}, func([]byte) (int, http.Header, []byte) {
+		r := newIngressRelay(t, testRelay{answer: func([]byte) (int, http.Header, []byte) {
 			return status, http.Header{"X-Agent": {"yes"}}, []byte("odd")
-		})
+		}})
 		c, br := r.dial(t)
 		io.WriteString(c, r.post("x"))
 		resp, body := readAnswer(t, br, "POST")
@@ -258,7 +280,7 @@ func TestIngress_AgentStatusOutOfRange(t *testing.T) {
 }
 
 func TestIngress_Timeouts(t *testing.T) {
-	r := newIngressRelay(t, relay.ListenerConfig{ReadHeaderTimeout: 200 * time.Millisecond, IdleTimeout: 300 * time.Millisecond}, nil)
+	r := newIngressRelay(t, testRelay{lc: relay.ListenerConfig{ReadHeaderTimeout: 200 * time.Millisecond, IdleTimeout: 300 * time.Millisecond}})
 	// Headers that never end.
 	c, br := r.dial(t)
 	start := time.Now()
@@ -295,13 +317,13 @@ func TestIngress_Timeouts(t *testing.T) {
 // finish; Abort ends it.
 func TestIngress_CloseWaitAbort(t *testing.T) {
 	held := make(chan struct{})
-	r := newIngressRelay(t, relay.ListenerConfig{}, func(b []byte) (int, http.Header, []byte) {
+	r := newIngressRelay(t, testRelay{answer: func(b []byte) (int, http.Header, []byte) {
 		if string(b) == "held" {
 			close(held)
 			return 0, nil, nil // never answered
 		}
 		return 200, nil, b
-	})
+	}})
 	idle, idleBr := r.dial(t)
 	io.WriteString(idle, r.post("before"))
 	readAnswer(t, idleBr, "POST")
@@ -340,11 +362,11 @@ func TestIngress_CloseWaitAbort(t *testing.T) {
 // close.
 func TestIngress_CloseLetsADeliveryFinish(t *testing.T) {
 	received, release := make(chan struct{}), make(chan struct{})
-	r := newIngressRelay(t, relay.ListenerConfig{}, func(b []byte) (int, http.Header, []byte) {
+	r := newIngressRelay(t, testRelay{answer: func(b []byte) (int, http.Header, []byte) {
 		close(received)
 		<-release
 		return 200, nil, b
-	})
+	}})
 	c, br := r.dial(t)
 	io.WriteString(c, r.post("late"))
 	<-received
