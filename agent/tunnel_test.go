@@ -189,20 +189,11 @@ func (tn *tunnel) stopRelay() {
 	}
 	tn.relay.Close()
 	tn.relaySrv.Close()
-	stopIngress(tn.ingress)
-	tn.relayDB.Close()
-	tn.relaySrv = nil
-}
-
-// stopIngress waits for il's deliveries in progress, after its
-// http.Server closed it, and ends those that take longer than 5 seconds.
-func stopIngress(il *relay.IngressListener) {
-	il.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if il.Wait(ctx) != nil {
-		il.Abort()
-	}
+	tn.ingress.Shutdown(ctx) // the deliveries in progress, for 5 s at most
+	tn.relayDB.Close()
+	tn.relaySrv = nil
 }
 
 func (tn *tunnel) startAgent() {

@@ -168,6 +168,17 @@ func (l *IngressListener) Abort() {
 	l.wg.Wait()
 }
 
+// Shutdown closes l, waits for the deliveries in progress until ctx ends,
+// then aborts those left. The http.Server serving l has its own Shutdown.
+func (l *IngressListener) Shutdown(ctx context.Context) error {
+	l.Close()
+	err := l.Wait(ctx)
+	if err != nil {
+		l.Abort()
+	}
+	return err
+}
+
 func (l *IngressListener) acceptLoop() {
 	defer l.wg.Done()
 	var delay time.Duration

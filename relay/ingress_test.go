@@ -71,9 +71,7 @@ func newIngressRelay(tb testing.TB, o testRelay) *ingressRelay {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if r.il.Wait(ctx) != nil {
-			r.il.Abort()
-		}
+		r.il.Shutdown(ctx)
 	})
 	if r.cr, err = srv.OpenChannel(nil); err != nil {
 		tb.Fatal(err)
@@ -380,5 +378,25 @@ func TestIngress_CloseLetsADeliveryFinish(t *testing.T) {
 	defer cancel()
 	if err := r.il.Wait(ctx); err != nil {
 		t.Fatalf("Wait: %v", err)
+	}
+}
+
+// Shutdown ends a delivery still waiting for its agent when ctx ends.
+func TestIngress_Shutdown(t *testing.T) {
+	held := make(chan struct{})
+	r := newIngressRelay(t, testRelay{answer: func([]byte) (int, http.Header, []byte) {
+		close(held)
+		return 0, nil, nil
+	}})
+	c, br := r.dial(t)
+	io.WriteString(c, r.post("held"))
+	<-held
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := r.il.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Shutdown with a delivery held: %v", err)
+	}
+	if _, err := br.ReadByte(); err == nil {
+		t.Fatal("the held delivery's connection outlived Shutdown")
 	}
 }

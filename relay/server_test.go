@@ -50,9 +50,7 @@ func serveRelay(t testing.TB, srv *relay.Server) *httptest.Server {
 		hs.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if il.Wait(ctx) != nil {
-			il.Abort()
-		}
+		il.Shutdown(ctx)
 	})
 	return hs
 }
