@@ -41,12 +41,14 @@ import (
 // connections are handed over at once: ALPN (h2, acme-tls/1) and r.TLS are
 // net/http's business.
 //
-// Differences from net/http's server, on delivery paths only: a sender
-// that hangs up while its delivery waits for the agent is not noticed
-// until the answer is written (the delivery is forwarded and recorded all
-// the same); an HTTP/1.0 request always ends its connection; a request
-// whose body was not read to its end ends its connection (net/http reads
-// up to 256 KiB of it first).
+// Requests net/http's server refuses are refused alike, a body left
+// unread is read away up to 256 KiB, and the connection ends when it must
+// as it would there (TestIngress_AnswersAsNetHTTPDoes compares the two).
+// Differences, on delivery paths only: a sender that hangs up while its
+// delivery waits for the agent is not noticed until the answer is written
+// (the delivery is forwarded and recorded all the same); an HTTP/1.0
+// request always ends its connection; an empty Host field in a header
+// larger than the read buffer (4 KiB) is taken for a missing one.
 type IngressListener struct {
 	inner net.Listener
 	srv   *Server
@@ -55,7 +57,7 @@ type IngressListener struct {
 	handoff   chan net.Conn
 	done      chan struct{} // closed by Close
 	closeOnce sync.Once
-	ctx       context.Context // requests' context; cancelled when Wait gives up
+	ctx       context.Context // requests' context; cancelled by Abort
 	cancel    context.CancelFunc
 
 	wg    sync.WaitGroup // the accept loop and every connection's goroutine
