@@ -500,6 +500,11 @@ func (ic *ingressConn) serveRequest(req *http.Request, head []byte) bool {
 	w := &ic.w
 	w.reset(ic, req)
 	ic.l.srv.ServeHTTP(w, req)
+	if w.status == 0 && ic.l.ctx.Err() != nil {
+		// Abort ended the wait for the agent: no answer is owed, and a
+		// handler that wrote none must not become a 200.
+		return false
+	}
 	// A body the handler left unread is read to its end, as net/http's
 	// server does, so that the connection can take the next request:
 	// unless the answer refuses it (Connection: close), or the sender
