@@ -278,7 +278,7 @@ func TestIngress_AgentStatusOutOfRange(t *testing.T) {
 }
 
 func TestIngress_Timeouts(t *testing.T) {
-	r := newIngressRelay(t, testRelay{lc: relay.ListenerConfig{ReadHeaderTimeout: 200 * time.Millisecond, IdleTimeout: 300 * time.Millisecond}})
+	r := newIngressRelay(t, testRelay{lc: relay.ListenerConfig{ReadHeaderTimeout: 500 * time.Millisecond, IdleTimeout: 700 * time.Millisecond}})
 	// Headers that never end.
 	c, br := r.dial(t)
 	start := time.Now()
@@ -301,10 +301,10 @@ func TestIngress_Timeouts(t *testing.T) {
 	c, br = r.dial(t)
 	io.WriteString(c, r.post("y"))
 	readAnswer(t, br, "POST")
-	time.Sleep(150 * time.Millisecond)
+	time.Sleep(400 * time.Millisecond) // idle: under IdleTimeout, over ReadHeaderTimeout
 	req := r.post("z")
 	io.WriteString(c, req[:10])
-	time.Sleep(150 * time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // the header: under ReadHeaderTimeout
 	io.WriteString(c, req[10:])
 	if _, body := readAnswer(t, br, "POST"); body != "z" {
 		t.Fatalf("slow request: %q", body)
