@@ -753,8 +753,7 @@ func (a *applyTx) put(key string, e *encodedDelivery) error {
 		if a.deliveries.Get(e.id) != nil {
 			return nil
 		}
-	}
-	if a.known != nil && bytes.Compare(e.id, a.known) > 0 {
+	} else {
 		a.known = e.id
 	}
 	if err := a.deliveries.Put(e.id, e.meta); err != nil {
