@@ -297,19 +297,26 @@ func (c *corkConn) flushLocked() error {
 // findCork returns the corkConn under c: c itself, or under a TLS
 // connection or a LimitListener's connection. nil when there is none.
 func findCork(c net.Conn) *corkConn {
-	for c != nil {
-		switch t := c.(type) {
-		case *corkConn:
-			return t
-		case *tls.Conn:
-			c = t.NetConn()
-		case *limitConn:
-			c = t.Conn
-		case *handedConn:
-			c = t.Conn
-		default:
-			return nil
+	for ; c != nil; c = innerConn(c) {
+		if cc, ok := c.(*corkConn); ok {
+			return cc
 		}
+	}
+	return nil
+}
+
+// innerConn returns the connection c wraps, among the relay's wrappers
+// and TLS; nil for any other.
+func innerConn(c net.Conn) net.Conn {
+	switch t := c.(type) {
+	case *tls.Conn:
+		return t.NetConn()
+	case *limitConn:
+		return t.Conn
+	case *corkConn:
+		return t.Conn
+	case *handedConn:
+		return t.Conn
 	}
 	return nil
 }

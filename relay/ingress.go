@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"io"
 	"math"
 	"net"
@@ -428,16 +427,9 @@ func (ic *ingressConn) closeWriteAndWait() {
 
 // closeWriter finds the TCP connection under c's wrappers.
 func closeWriter(c net.Conn) interface{ CloseWrite() error } {
-	for c != nil {
-		switch t := c.(type) {
-		case interface{ CloseWrite() error }:
-			return t
-		case *limitConn:
-			c = t.Conn
-		case *corkConn:
-			c = t.Conn
-		default:
-			return nil
+	for ; c != nil; c = innerConn(c) {
+		if cw, ok := c.(interface{ CloseWrite() error }); ok {
+			return cw
 		}
 	}
 	return nil
@@ -799,6 +791,3 @@ func setReadTimeout(c net.Conn, d time.Duration) {
 		c.SetReadDeadline(time.Time{})
 	}
 }
-
-// String names the listener in logs.
-func (l *IngressListener) String() string { return fmt.Sprintf("ingress on %s", l.Addr()) }

@@ -49,14 +49,7 @@ func ensureDir(dir string) error {
 // serve runs srv on ln until ctx ends, then shuts it down. It returns a
 // wait function for the serving goroutine.
 func serve(ctx context.Context, srv *http.Server, ln net.Listener) (wait func() error) {
-	errc := make(chan error, 1)
-	go func() {
-		err := srv.Serve(ln)
-		if errors.Is(err, http.ErrServerClosed) {
-			err = nil
-		}
-		errc <- err
-	}()
+	errc := start(srv, ln)
 	return func() error {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -75,14 +68,7 @@ func serve(ctx context.Context, srv *http.Server, ln net.Listener) (wait func() 
 func serveRelay(ctx context.Context, hs *http.Server, srv *relay.Server, ln net.Listener, logf func(string, ...any), grace time.Duration) (wait func() error) {
 	il := relay.NewIngressListener(srv, ln, relay.ListenerConfig{
 		ReadHeaderTimeout: hs.ReadHeaderTimeout, IdleTimeout: hs.IdleTimeout, Logf: logf})
-	errc := make(chan error, 1)
-	go func() {
-		err := hs.Serve(il)
-		if errors.Is(err, http.ErrServerClosed) {
-			err = nil
-		}
-		errc <- err
-	}()
+	errc := start(hs, il)
 	return func() error {
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), grace)
@@ -99,6 +85,20 @@ func serveRelay(ctx context.Context, hs *http.Server, srv *relay.Server, ln net.
 		}
 		return <-errc
 	}
+}
+
+// start runs srv on ln in a goroutine, which ends when srv is shut down;
+// its error (none for a shutdown) comes on the channel.
+func start(srv *http.Server, ln net.Listener) <-chan error {
+	errc := make(chan error, 1)
+	go func() {
+		err := srv.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		errc <- err
+	}()
+	return errc
 }
 
 func newHTTPServer(h http.Handler) *http.Server {
