@@ -440,6 +440,12 @@ func (a *Agent) jitter(d time.Duration) time.Duration {
 
 // serve handles one connection until it ends. It waits for the deliveries
 // it started.
+//
+// Deliveries run on workers that outlive them: a worker that finished one
+// waits for the next, so that its stack, grown by the first delivery, is
+// not grown again (a goroutine per delivery copied its stack once per
+// delivery). There are at most Concurrency workers; one that must hold a
+// queued delivery until the disk takes it leaves the pool.
 func (a *Agent) serve(ctx context.Context, conn *relay.Conn) error {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, a.cfg.Concurrency)
@@ -455,13 +461,47 @@ func (a *Agent) serve(ctx context.Context, conn *relay.Conn) error {
 		conn.Close()
 		time.AfterFunc(ShutdownGrace, cancelWork)
 	})
+	next := make(chan *devhook.Delivery) // to an idle worker
+	quit := make(chan struct{})          // idle workers leave
+	var pooled atomic.Int32              // workers in the pool
 	defer func() {
 		stop()
 		conn.Close()
 		dropHeld()
+		close(quit)
 		wg.Wait()
 		cancelWork()
 	}()
+	// handle runs d, whose slot of sem is taken, and frees the slot. It
+	// returns false when the worker left the pool to hold d.
+	handle := func(d *devhook.Delivery) bool {
+		res := a.process(work, d)
+		if res.hold != 0 {
+			// Waiting for the disk must not take a slot from live
+			// deliveries, which are answered 503 meanwhile; nor a
+			// worker, which the slot would wait for.
+			pooled.Add(-1)
+			<-sem
+			if a.hold(work, held, d, &res) {
+				a.finish(conn, d, &res)
+			}
+			return false
+		}
+		a.finish(conn, d, &res)
+		<-sem
+		return true
+	}
+	worker := func(d *devhook.Delivery) {
+		defer wg.Done()
+		for handle(d) {
+			select {
+			case d = <-next:
+			case <-quit:
+				pooled.Add(-1)
+				return
+			}
+		}
+	}
 	for {
 		d, err := conn.Receive()
 		if err != nil {
@@ -472,22 +512,25 @@ func (a *Agent) serve(ctx context.Context, conn *relay.Conn) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res := a.process(work, d)
-			if res.hold != 0 {
-				// Waiting for the disk must not take a slot from
-				// live deliveries, which are answered 503 meanwhile.
-				<-sem
-				if a.hold(work, held, d, &res) {
-					a.finish(conn, d, &res)
-				}
-				return
-			}
-			a.finish(conn, d, &res)
+		select {
+		case next <- d:
+			continue
+		default:
+		}
+		if pooled.Load() < int32(a.cfg.Concurrency) {
+			pooled.Add(1)
+			wg.Add(1)
+			go worker(d)
+			continue
+		}
+		// Every worker is taken, and one of them freed the slot just
+		// taken: it is on its way back.
+		select {
+		case next <- d:
+		case <-ctx.Done():
 			<-sem
-		}()
+			return ctx.Err()
+		}
 	}
 }
 

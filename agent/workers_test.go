@@ -1,0 +1,106 @@
+package agent_test
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/devhook/devhook/agent"
+)
+
+// workers counts the goroutines running the agent's delivery workers.
+func workers() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "agent.(*Agent).serve.func") && !strings.Contains(g, "context.AfterFunc") {
+			count++
+		}
+	}
+	return count
+}
+
+// Deliveries run on at most Concurrency workers at once; a worker stays
+// for the next delivery rather than a goroutine being started (and its
+// stack grown) for each; and the workers are gone once Run returns.
+func TestServe_WorkersBoundedReusedAndStopped(t *testing.T) {
+	const conc = 3
+	var mu sync.Mutex
+	inFlight, most := 0, 0
+	release := make(chan struct{})
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		inFlight++
+		most = max(most, inFlight)
+		mu.Unlock()
+		<-release
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+	}))
+	defer recv.Close()
+	tn := newTunnel(t, recv.URL, func(c *agent.Config) { c.Concurrency = conc })
+	tn.startAgent()
+
+	const first = 8
+	var wg sync.WaitGroup
+	statuses := make(chan int, first)
+	for range first {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, _ := tn.post("/hook", []byte(`{}`), nil)
+			statuses <- resp.StatusCode
+		}()
+	}
+	eventually(t, "the receiver holding Concurrency deliveries", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return inFlight == conc
+	})
+	if n := workers(); n != conc {
+		t.Errorf("%d workers with %d deliveries waiting for the receiver, want %d", n, first, conc)
+	}
+	close(release)
+	wg.Wait()
+	close(statuses)
+	for st := range statuses {
+		if st != http.StatusOK {
+			t.Errorf("a sender got %d", st)
+		}
+	}
+	if most > conc {
+		t.Errorf("the receiver had %d deliveries at once; Concurrency is %d", most, conc)
+	}
+
+	// The workers wait for the next delivery, and take it: their number
+	// does not grow.
+	idle := workers()
+	if idle < 1 || idle > conc {
+		t.Fatalf("%d workers after the deliveries were answered, want 1 to %d", idle, conc)
+	}
+	for range 5 {
+		if resp, _ := tn.post("/hook", []byte(`{}`), nil); resp.StatusCode != http.StatusOK {
+			t.Fatalf("sender got %s", resp.Status)
+		}
+	}
+	if n := workers(); n > conc {
+		t.Errorf("%d workers after more deliveries, want at most %d", n, conc)
+	}
+
+	tn.stopAgent()
+	if n := workers(); n != 0 {
+		t.Errorf("%d workers left after Run returned", n)
+	}
+}
