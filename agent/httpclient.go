@@ -371,6 +371,7 @@ func (a *Agent) roundTrip(ctx context.Context, r *http.Request, withBody bool, b
 		}
 		e := exchange{c: c}
 		resp, err := e.roundTrip(r)
+		c.body.Reset(nil) // written: an idle connection keeps no body
 		if err != nil {
 			stop()
 			c.close()

@@ -1,6 +1,7 @@
 package agent_test
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -103,4 +104,36 @@ func TestServe_WorkersBoundedReusedAndStopped(t *testing.T) {
 	if n := workers(); n != 0 {
 		t.Errorf("%d workers left after Run returned", n)
 	}
+}
+
+// An idle agent keeps nothing of the deliveries it handled: a large body
+// is freed once it is recorded and answered, by the worker that waits
+// for the next delivery and by the kept-alive connection to the receiver.
+func TestServe_IdleAgentKeepsNoBody(t *testing.T) {
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+	}))
+	defer recv.Close()
+	tn := newTunnel(t, recv.URL, func(c *agent.Config) { c.OnResult = func(agent.Result) {} })
+	tn.startAgent()
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	if resp, _ := tn.post("/small", []byte(`{}`), nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("sender got %s", resp.Status)
+	}
+	base := heap()
+	const size = 8 << 20 // under the relay's 10 MiB default
+	if resp, _ := tn.post("/big", make([]byte, size), nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("sender got %s", resp.Status)
+	}
+	if n := workers(); n < 1 {
+		t.Fatalf("%d workers after a delivery, want an idle one", n)
+	}
+	// The journal applies the record to bbolt within journalDelay and
+	// drops its copy; then nothing in this process should hold the body.
+	eventually(t, "the body freed", func() bool { return heap() < base+size/2 })
 }
