@@ -106,12 +106,17 @@ func TestServe_WorkersBoundedReusedAndStopped(t *testing.T) {
 	}
 }
 
-// An idle agent keeps nothing of the deliveries it handled: a large body
-// is freed once it is recorded and answered, by the worker that waits
-// for the next delivery and by the kept-alive connection to the receiver.
+// An idle agent keeps nothing of the deliveries it handled: a large body,
+// or a large answer, is freed once it is recorded and answered, by the
+// worker that waits for the next delivery, by the kept-alive connection to
+// the receiver, and by the relay (in this process too).
 func TestServe_IdleAgentKeepsNoBody(t *testing.T) {
+	const size = 8 << 20 // under the relay's 10 MiB default
 	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
+		if r.URL.Path == "/big-answer" {
+			w.Write(make([]byte, size))
+		}
 	}))
 	defer recv.Close()
 	tn := newTunnel(t, recv.URL, func(c *agent.Config) { c.OnResult = func(agent.Result) {} })
@@ -126,7 +131,6 @@ func TestServe_IdleAgentKeepsNoBody(t *testing.T) {
 		t.Fatalf("sender got %s", resp.Status)
 	}
 	base := heap()
-	const size = 8 << 20 // under the relay's 10 MiB default
 	if resp, _ := tn.post("/big", make([]byte, size), nil); resp.StatusCode != http.StatusOK {
 		t.Fatalf("sender got %s", resp.Status)
 	}
@@ -136,4 +140,10 @@ func TestServe_IdleAgentKeepsNoBody(t *testing.T) {
 	// The journal applies the record to bbolt within journalDelay and
 	// drops its copy; then nothing in this process should hold the body.
 	eventually(t, "the body freed", func() bool { return heap() < base+size/2 })
+
+	resp, body := tn.post("/big-answer", []byte(`{}`), nil)
+	if resp.StatusCode != http.StatusOK || len(body) != size {
+		t.Fatalf("sender got %s with %d bytes, want %d", resp.Status, len(body), size)
+	}
+	eventually(t, "the answer freed", func() bool { return heap() < base+size/2 })
 }
