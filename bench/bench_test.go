@@ -24,15 +24,21 @@ func TestHarness(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	var out bytes.Buffer
-	o := options{n: 50, duration: 20 * time.Second, conc: []int{1, 4}, idle: 20, list: 200,
+	o := options{n: 50, duration: 20 * time.Second, conc: []int{1, 4}, rounds: 2, idle: 20, list: 200,
 		secret: "whsec_test", stdout: &out, logf: t.Logf}
 	rep, err := run(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Phases) != 4 {
-		t.Fatalf("%d phases, want direct and tunnel at 2 concurrencies", len(rep.Phases))
+	var order []string
+	for _, p := range rep.Phases {
+		order = append(order, fmt.Sprintf("%s%d#%d", p.Phase, p.Concurrency, p.Round))
 	}
+	if got, want := strings.Join(order, " "), "direct1#1 tunnel1#1 direct4#1 tunnel4#1 direct1#2 tunnel1#2 direct4#2 tunnel4#2"; got != want {
+		t.Fatalf("phases %s, want %s", got, want)
+	}
+	// Each phase counts its own round's deliveries only: a second round
+	// counting the first's would see 2n delivered.
 	for _, p := range rep.Phases {
 		if p.Sent != o.n || p.OK != o.n || p.Delivered != o.n || p.Duplicates != 0 || p.BadSignatures != 0 {
 			t.Errorf("%s c=%d: sent %d, 2xx %d, delivered %d, duplicates %d, bad signatures %d; want %d delivered once (%s)",
@@ -50,7 +56,8 @@ func TestHarness(t *testing.T) {
 	}
 
 	rep.writeText(&out)
-	for _, want := range []string{"tunnel", "direct", "inspector GET /api/deliveries", "idle: 20 of 20"} {
+	for _, want := range []string{"tunnel #2", "direct #1", "c=1 over 2 rounds: ", "c=4 over 2 rounds: ", "delivered 100 of 100 sent, 0 duplicates",
+		"inspector GET /api/deliveries", "idle: 20 of 20"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}
@@ -243,5 +250,76 @@ func TestThousands(t *testing.T) {
 		if got := thousands(in); got != want {
 			t.Errorf("thousands(%v) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+func TestRoundsSummary(t *testing.T) {
+	var phases []phaseResult
+	for i, f := range []struct{ rps, cpu, chRPS, chCPU, p50, chP50, p99, rss float64 }{
+		{8000, 120, 11000, 70, 3.1, 2.3, 9.5, 58.2},
+		{9000, 116, 12000, 66, 3.0, 2.2, 9.0, 59.3},
+		{7000, 130, 10000, 80, 3.4, 2.5, 11.2, 57.5},
+	} {
+		ch := phaseResult{Phase: "chisel", Concurrency: 32, Round: i + 1, RPS: f.chRPS, P50: f.chP50, CPUTotal: f.chCPU}
+		tun := phaseResult{Phase: "tunnel", Concurrency: 32, Round: i + 1, RPS: f.rps, Ratio: f.rps / 30000, P50: f.p50, P99: f.p99,
+			CPUTotal: f.cpu, RSSRelay: f.rss - 30, RSSAgent: 30, Sent: 100, Delivered: 100}
+		tun.compareToChisel(ch)
+		phases = append(phases, phaseResult{Phase: "direct", Concurrency: 32, Round: i + 1}, ch, tun)
+	}
+	rep := &report{Rounds: 3, Phases: phases}
+	want := []string{"c=32 over 3 rounds: devhook 7,000–9,000 req/s = 0.70–0.75 × chisel (median 0.73); tunnel CPU 116–130 µs = " +
+		"1.62–1.76 × chisel's (66–80 µs); p50 +0.80 to +0.90 ms over chisel's, p99 9.00–11.20 ms; peak RSS relay+agent 57.5–59.3 MiB; " +
+		"delivered 300 of 300 sent, 0 duplicates"}
+	if got := rep.roundsSummary(); !slices.Equal(got, want) {
+		t.Errorf("summary:\n%q\nwant\n%q", got, want)
+	}
+	var out bytes.Buffer
+	rep.writeText(&out)
+	if !strings.Contains(out.String(), want[0]) || !strings.Contains(out.String(), "tunnel #3") {
+		t.Errorf("text report lacks the summary or the rounds' rows:\n%s", out.String())
+	}
+
+	// Without chisel: against direct.
+	var plain []phaseResult
+	for _, p := range phases {
+		if p.Phase == "tunnel" {
+			p.ChiselComparison = nil
+			plain = append(plain, p)
+		}
+	}
+	rep = &report{Rounds: 3, Phases: plain}
+	if got := rep.roundsSummary(); len(got) != 1 || !strings.Contains(got[0], "= 0.23–0.30 × direct; tunnel CPU 116–130 µs; p50 3.00–3.40 ms, p99") {
+		t.Errorf("summary without chisel: %q", got)
+	}
+
+	// One round: the run's own rows say it all.
+	rep.Rounds = 0
+	if got := rep.roundsSummary(); got != nil {
+		t.Errorf("summary of one round: %q", got)
+	}
+}
+
+func TestSpreadAndMedian(t *testing.T) {
+	for _, tc := range []struct {
+		vals []float64
+		f    func(float64) string
+		want string
+	}{
+		{nil, fixed2, "n/a"},
+		{[]float64{1.004, 0.996}, fixed2, "1.00"},
+		{[]float64{0.7, 0.9, 0.8}, fixed2, "0.70–0.90"},
+		{[]float64{0.08, -0.01}, signed2, "-0.01 to +0.08"},
+		{[]float64{9000, 12345}, thousands, "9,000–12,345"},
+	} {
+		if got := spread(tc.vals, tc.f); got != tc.want {
+			t.Errorf("spread(%v) = %q, want %q", tc.vals, got, tc.want)
+		}
+	}
+	vals := []float64{3, 1, 2, 4}
+	if m := median(vals); m != 2.5 || vals[0] != 3 {
+		t.Errorf("median(3 1 2 4) = %v (vals now %v)", m, vals)
+	}
+	if m := median([]float64{5, 1, 3}); m != 3 {
+		t.Errorf("median(5 1 3) = %v", m)
 	}
 }

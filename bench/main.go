@@ -44,6 +44,7 @@ type options struct {
 	n          int           // requests per phase
 	duration   time.Duration // cap per phase
 	conc       []int         // concurrencies
+	rounds     int           // times the load phases run, alternately; 0 is 1
 	idle       int           // idle agent connections; 0 skips
 	list       int           // deliveries stored for the inspector list phase; 0 skips
 	secret     string
@@ -65,6 +66,7 @@ func main() {
 	flag.IntVar(&o.n, "n", 20000, "requests per phase")
 	flag.DurationVar(&o.duration, "duration", 60*time.Second, "longest time a phase may take")
 	flag.StringVar(&conc, "c", "1,32", "comma-separated concurrencies")
+	flag.IntVar(&o.rounds, "rounds", 1, "run the load phases this many times, each round every concurrency's direct, chisel and tunnel phases in turn, and print the range of each figure over the rounds (this machine's noise is large: compare ranges, not one run)")
 	flag.IntVar(&o.idle, "idle", 10000, "idle agent connections for one relay to hold (0 skips)")
 	flag.IntVar(&o.list, "list", 100000, "stored deliveries for the inspector list phase (0 skips)")
 	flag.StringVar(&o.secret, "secret", "whsec_bench_0123456789abcdef", "signing secret")
@@ -80,6 +82,10 @@ func main() {
 	var err error
 	if o.conc, err = parseConc(conc); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(2)
+	}
+	if o.rounds < 1 {
+		fmt.Fprintln(os.Stderr, "bench: -rounds must be at least 1")
 		os.Exit(2)
 	}
 	o.logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...) }
@@ -218,8 +224,10 @@ func run(ctx context.Context, o options) (*report, error) {
 }
 
 // loadPhases runs, at each concurrency, the direct phase, the chisel phase
-// when ch is not nil, and then the tunnel phase. procs are the relay and
-// the agent when they are processes of their own; nil measures this
+// when ch is not nil, and then the tunnel phase; o.rounds times over when
+// it is above 1, a round being every concurrency in turn, so that chisel
+// and devhook meet the machine's changing load alike. procs are the relay
+// and the agent when they are processes of their own; nil measures this
 // process.
 func loadPhases(ctx context.Context, o options, rep *report, recv *receiverServer, public string, procs []*child, ch *chiselTunnel) error {
 	// Warm up every path: connections, page cache, bbolt's first pages.
@@ -231,25 +239,31 @@ func loadPhases(ctx context.Context, o options, rep *report, recv *receiverServe
 		kinds = []string{"direct", "chisel", "tunnel"}
 	}
 	drive(ctx, public, o.secret, "wt", 4, warm, o.duration)
-	for _, c := range o.conc {
-		var direct, chisel *phaseResult
-		for _, kind := range kinds {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			ph := loadPhase(ctx, o, recv, kind, c, public, procs, ch)
-			if direct != nil && direct.RPS > 0 {
-				ph.Ratio = ph.RPS / direct.RPS
-			}
-			if kind == "tunnel" && chisel != nil {
-				ph.compareToChisel(*chisel)
-			}
-			rep.Phases = append(rep.Phases, ph)
-			switch kind {
-			case "direct":
-				direct = &ph
-			case "chisel":
-				chisel = &ph
+	rounds := max(o.rounds, 1)
+	if rounds > 1 {
+		rep.Rounds = rounds
+	}
+	for round := 1; round <= rounds; round++ {
+		for _, c := range o.conc {
+			var direct, chisel *phaseResult
+			for _, kind := range kinds {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				ph := loadPhase(ctx, o, recv, kind, c, public, procs, ch, rep.Rounds > 0, round)
+				if direct != nil && direct.RPS > 0 {
+					ph.Ratio = ph.RPS / direct.RPS
+				}
+				if kind == "tunnel" && chisel != nil {
+					ph.compareToChisel(*chisel)
+				}
+				rep.Phases = append(rep.Phases, ph)
+				switch kind {
+				case "direct":
+					direct = &ph
+				case "chisel":
+					chisel = &ph
+				}
 			}
 		}
 	}
@@ -257,9 +271,15 @@ func loadPhases(ctx context.Context, o options, rep *report, recv *receiverServe
 }
 
 // loadPhase drives o.n requests at concurrency c along one path: kind is
-// direct, chisel or tunnel.
-func loadPhase(ctx context.Context, o options, recv *receiverServer, kind string, c int, public string, procs []*child, ch *chiselTunnel) phaseResult {
+// direct, chisel or tunnel. With rounds, the phase is round's, and its
+// requests' ids say so, so that each round's deliveries are told apart.
+func loadPhase(ctx context.Context, o options, recv *receiverServer, kind string, c int, public string, procs []*child, ch *chiselTunnel, rounds bool, round int) phaseResult {
 	phase := fmt.Sprintf("%c%d", kind[0], c)
+	if rounds {
+		phase += fmt.Sprintf("r%d", round)
+	} else {
+		round = 0
+	}
 	url := recv.URL + "/hook"
 	var pids []int // the processes whose CPU and memory count
 	switch kind {
@@ -296,7 +316,7 @@ func loadPhase(ctx context.Context, o options, recv *receiverServer, kind string
 	recv.count.settle(ctx, 200*time.Millisecond, 5*time.Second)
 	delivered, dupes, bad := recv.count.tally(phase)
 	ph := phaseResult{
-		Phase: kind, Concurrency: c, Sent: lr.Sent, OK: lr.OK, Failed: lr.Failed, FirstError: lr.FirstErr,
+		Phase: kind, Concurrency: c, Round: round, Sent: lr.Sent, OK: lr.OK, Failed: lr.Failed, FirstError: lr.FirstErr,
 		Delivered: delivered, Duplicates: dupes, BadSignatures: bad,
 		RPS: lr.rps(), P50: ms(lr.quantile(0.50)), P99: ms(lr.quantile(0.99)), Max: ms(lr.quantile(1)),
 		Seconds: lr.Elapsed.Seconds(),

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -25,6 +26,7 @@ type report struct {
 	FileLimit uint64        `json:"file_limit"`
 	InProcess bool          `json:"in_process,omitempty"`
 	Cluster   string        `json:"cluster,omitempty"` // how the cluster phases ran
+	Rounds    int           `json:"rounds,omitempty"`  // load phases run this many times (above 1)
 	Phases    []phaseResult `json:"phases"`
 	List      *listResult   `json:"list,omitempty"`
 	Idle      *idleResult   `json:"idle,omitempty"`
@@ -40,6 +42,7 @@ type report struct {
 type phaseResult struct {
 	Phase         string  `json:"phase"` // direct, chisel or tunnel
 	Concurrency   int     `json:"concurrency"`
+	Round         int     `json:"round,omitempty"` // with -rounds: which, from 1
 	Sent          int     `json:"sent"`
 	OK            int     `json:"ok"` // 2xx answers to the sender
 	Failed        int     `json:"failed"`
@@ -169,7 +172,11 @@ func (r *report) writeTable(w io.Writer, md bool) {
 			if p.ChiselComparison != nil {
 				vsChisel = fmt.Sprintf("%.2f", p.RatioChisel)
 			}
-			row(out, p.Phase, fmt.Sprint(p.Concurrency), fmt.Sprint(p.Sent), fmt.Sprint(p.OK), fmt.Sprint(p.Delivered),
+			name := p.Phase
+			if p.Round > 0 {
+				name = fmt.Sprintf("%s #%d", p.Phase, p.Round)
+			}
+			row(out, name, fmt.Sprint(p.Concurrency), fmt.Sprint(p.Sent), fmt.Sprint(p.OK), fmt.Sprint(p.Delivered),
 				fmt.Sprint(p.Duplicates), fmt.Sprintf("%.0f", p.RPS), ratio, vsChisel, fmt.Sprintf("%.2f", p.P50),
 				fmt.Sprintf("%.2f", p.P99), fmt.Sprintf("%.1f", p.Max), relay, agent, crelay, cagent, ctotal)
 		}
@@ -185,6 +192,15 @@ func (r *report) writeTable(w io.Writer, md bool) {
 		} else {
 			fmt.Fprintln(w, "chisel rows: relay columns are the chisel server, agent columns the chisel client")
 		}
+		for _, l := range lines {
+			if md {
+				l = "- " + l
+			}
+			fmt.Fprintln(w, l)
+		}
+	}
+	if lines := r.roundsSummary(); len(lines) > 0 {
+		fmt.Fprintln(w)
 		for _, l := range lines {
 			if md {
 				l = "- " + l
@@ -242,6 +258,93 @@ func (r *report) chiselSummary() []string {
 			cpu, p.CPUTotal, c.ChiselCPU, rss, c.ChiselRSS))
 	}
 	return out
+}
+
+// roundsSummary is, for a run of several rounds, one line per concurrency:
+// the range of each of the tunnel's figures over the rounds, and against
+// chisel's in the same round when there is a chisel phase.
+func (r *report) roundsSummary() []string {
+	if r.Rounds < 2 {
+		return nil
+	}
+	var concs []int
+	byConc := map[int][]phaseResult{}
+	for _, p := range r.Phases {
+		if p.Phase != "tunnel" {
+			continue
+		}
+		if _, ok := byConc[p.Concurrency]; !ok {
+			concs = append(concs, p.Concurrency)
+		}
+		byConc[p.Concurrency] = append(byConc[p.Concurrency], p)
+	}
+	cpu := "tunnel CPU"
+	if r.InProcess {
+		cpu = "CPU of the whole harness process"
+	}
+	var out []string
+	for _, c := range concs {
+		ps := byConc[c]
+		var rps, direct, vsChisel, cpus, cpuRatio, chiselCPU, p50, p50Diff, p99, rss []float64
+		sent, delivered, dups := 0, 0, 0
+		withChisel := true
+		for _, p := range ps {
+			rps, direct, cpus = append(rps, p.RPS), append(direct, p.Ratio), append(cpus, p.CPUTotal)
+			p50, p99, rss = append(p50, p.P50), append(p99, p.P99), append(rss, p.RSSRelay+p.RSSAgent)
+			sent, delivered, dups = sent+p.Sent, delivered+p.Delivered, dups+p.Duplicates
+			ch := p.ChiselComparison
+			if ch == nil || ch.RatioChisel == 0 || ch.ChiselCPU == 0 {
+				withChisel = false
+				continue
+			}
+			vsChisel, p50Diff = append(vsChisel, ch.RatioChisel), append(p50Diff, ch.P50Diff)
+			cpuRatio, chiselCPU = append(cpuRatio, p.CPUTotal/ch.ChiselCPU), append(chiselCPU, ch.ChiselCPU)
+		}
+		line := fmt.Sprintf("c=%d over %d rounds: devhook %s req/s", c, len(ps), spread(rps, thousands))
+		if withChisel {
+			line += fmt.Sprintf(" = %s × chisel (median %.2f); %s %s µs = %s × chisel's (%s µs); p50 %s ms over chisel's",
+				spread(vsChisel, fixed2), median(vsChisel), cpu, spread(cpus, fixed0), spread(cpuRatio, fixed2), spread(chiselCPU, fixed0), spread(p50Diff, signed2))
+		} else {
+			line += fmt.Sprintf(" = %s × direct; %s %s µs; p50 %s ms", spread(direct, fixed2), cpu, spread(cpus, fixed0), spread(p50, fixed2))
+		}
+		line += fmt.Sprintf(", p99 %s ms; peak RSS relay+agent %s MiB; delivered %d of %d sent, %d duplicates",
+			spread(p99, fixed2), spread(rss, fixed1), delivered, sent, dups)
+		out = append(out, line)
+	}
+	return out
+}
+
+func fixed0(f float64) string  { return strconv.FormatFloat(f, 'f', 0, 64) }
+func fixed1(f float64) string  { return strconv.FormatFloat(f, 'f', 1, 64) }
+func fixed2(f float64) string  { return strconv.FormatFloat(f, 'f', 2, 64) }
+func signed2(f float64) string { return fmt.Sprintf("%+.2f", f) }
+
+// spread is "lo–hi" of vals as format writes them, or the one value when
+// they all write the same.
+func spread(vals []float64, format func(float64) string) string {
+	if len(vals) == 0 {
+		return "n/a"
+	}
+	lo, hi := slices.Min(vals), slices.Max(vals)
+	if format(lo) == format(hi) {
+		return format(lo)
+	}
+	if format(lo)[0] == '+' || format(lo)[0] == '-' {
+		return format(lo) + " to " + format(hi)
+	}
+	return format(lo) + "–" + format(hi)
+}
+
+// median of vals, which it does not change; 0 for none.
+func median(vals []float64) float64 {
+	if len(vals) == 0 {
+		return 0
+	}
+	s := slices.Sorted(slices.Values(vals))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // thousands formats f rounded to a whole number, with commas between
