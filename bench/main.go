@@ -250,7 +250,11 @@ func loadPhases(ctx context.Context, o options, rep *report, recv *receiverServe
 				if err := ctx.Err(); err != nil {
 					return err
 				}
-				ph := loadPhase(ctx, o, recv, kind, c, public, procs, ch, rep.Rounds > 0, round)
+				r := 0 // one round: ids and rows as ever
+				if rep.Rounds > 0 {
+					r = round
+				}
+				ph := loadPhase(ctx, o, recv, kind, c, public, procs, ch, r)
 				if direct != nil && direct.RPS > 0 {
 					ph.Ratio = ph.RPS / direct.RPS
 				}
@@ -271,14 +275,12 @@ func loadPhases(ctx context.Context, o options, rep *report, recv *receiverServe
 }
 
 // loadPhase drives o.n requests at concurrency c along one path: kind is
-// direct, chisel or tunnel. With rounds, the phase is round's, and its
-// requests' ids say so, so that each round's deliveries are told apart.
-func loadPhase(ctx context.Context, o options, recv *receiverServer, kind string, c int, public string, procs []*child, ch *chiselTunnel, rounds bool, round int) phaseResult {
+// direct, chisel or tunnel. A phase of a round (round > 0) says so in its
+// requests' ids, so that each round's deliveries are told apart.
+func loadPhase(ctx context.Context, o options, recv *receiverServer, kind string, c int, public string, procs []*child, ch *chiselTunnel, round int) phaseResult {
 	phase := fmt.Sprintf("%c%d", kind[0], c)
-	if rounds {
+	if round > 0 {
 		phase += fmt.Sprintf("r%d", round)
-	} else {
-		round = 0
 	}
 	url := recv.URL + "/hook"
 	var pids []int // the processes whose CPU and memory count
