@@ -15,11 +15,18 @@ import (
 // A field whose value is not a string is empty, as are the data fields
 // when data is not an object.
 //
-// It runs for every delivery, on the agent's path to the receiver, so it
-// scans the body once without building anything, eight bytes at a time
-// inside strings, and makes the four strings in one allocation:
-// encoding/json took about 8-15 µs and 11 allocations of a 1.5 KB body,
-// this about 1 µs and one.
+// Why a scanner of its own instead of encoding/json: it runs for every
+// delivery, on the agent's path to the receiver, so it scans the body once
+// without building anything, eight bytes at a time inside strings, and
+// makes the four strings in one allocation. On a 1.5 KB body
+// (BenchmarkParseEvent*): this 0.8 µs and 1 allocation; encoding/json with
+// the same behaviour (json.Valid and a map, parseEventRef in the tests)
+// 13 µs and 55; encoding/json into a struct 5.8 µs and 11, but that one
+// matches keys case-insensitively and keeps the first of repeated keys
+// whose later value is not a string. A delivery costs about 135 µs of CPU
+// end to end, so the saving is about 8% of it: kept.
+// TestParseEvent_MatchesReference and FuzzParseEvent hold it to
+// parseEventRef.
 func ParseEvent(body []byte) Event {
 	if len(body) == 0 || body[0] != '{' {
 		return Event{}
