@@ -103,7 +103,9 @@ func (o offline) Replay(ctx context.Context, id string, opt devhook.ReplayOption
 }
 
 func newDeliveriesCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "deliveries", Short: "List and show recorded deliveries"}
+	cmd := &cobra.Command{Use: "deliveries", Short: "List and show recorded deliveries",
+		Example: `  devhook deliveries list
+  devhook deliveries show ID`}
 	cmd.AddCommand(newDeliveriesListCmd(), newDeliveriesShowCmd())
 	return groupCmd(cmd)
 }
@@ -116,6 +118,9 @@ func newDeliveriesListCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List recorded deliveries, newest first",
+		Example: `  devhook deliveries list
+  devhook deliveries list --status none --limit 50
+  devhook deliveries list --verdict invalid_signature --json`,
 		Long: `List shows recorded deliveries, newest first. STATUS is the receiver's status of the
 last attempt: a number when it answered, none when it gave no status (no answer, such as a
 refused connection or a timeout, or not forwarded). --status 502 finds deliveries the
@@ -218,7 +223,9 @@ func newDeliveriesShowCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "show ID",
 		Short: "Show one delivery: request, signature verdict and every attempt",
-		Args:  cobra.ExactArgs(1),
+		Example: `  devhook deliveries show ID
+  devhook deliveries show ID --json --data ./recordings`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			hist, done, _, err := h.open(cmd)
 			if err != nil {
@@ -320,6 +327,8 @@ func newReplayCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "replay ID",
 		Short: "Send a recorded delivery to the receiver again and record the attempt",
+		Example: `  devhook replay ID
+  devhook replay ID --to http://localhost:9090 --no-resign`,
 		Long: `Replay sends a recorded delivery again: through the running devhook listen when its
 inspector answers (and, with --data, records in that directory), else directly from the
 data directory. By default it is re-signed with a fresh t when the secret is known, so

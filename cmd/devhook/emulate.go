@@ -37,7 +37,9 @@ func newEmulateCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "emulate",
 		Short: "Run the service locally: webhook API, signed deliveries, applications and runs, sign-in",
-		Args:  cobra.NoArgs,
+		Example: `  devhook emulate --api-key devkey
+  devhook emulate --api-key devkey --data ./emulator --run-time 2s`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.stdout = cmd.OutOrStdout()
 			return o.run(cmd.Context())

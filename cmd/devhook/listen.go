@@ -93,13 +93,18 @@ webhook's secret instead, and with --update-url points it here until exit.`,
 			if o.secret == "" {
 				o.secret = os.Getenv("DEVHOOK_SECRET")
 			}
+			// Read here, not as the flag's default, so that --help never
+			// prints a token.
+			if o.relayToken == "" {
+				o.relayToken = os.Getenv("DEVHOOK_RELAY_TOKEN")
+			}
 			return o.run(cmd.Context())
 		},
 	}
 	f := cmd.Flags()
 	f.StringArrayVar(&o.forward, "forward", nil, "receiver to forward to (host:port or URL); repeat for more, the first one answers")
 	f.StringVar(&o.relayURL, "relay", "", "relay URL (default: a relay inside this process, local only); several, comma-separated, for instances of one relay cluster: the next is tried when one cannot be reached")
-	f.StringVar(&o.relayToken, "relay-token", os.Getenv("DEVHOOK_RELAY_TOKEN"), "token the relay requires to open a channel")
+	f.StringVar(&o.relayToken, "relay-token", "", "token the relay requires to open a channel (or DEVHOOK_RELAY_TOKEN)")
 	f.StringVar(&o.relayAddr, "relay-addr", "127.0.0.1:4041", "address of the built-in relay (without --relay)")
 	f.StringVar(&o.secret, "secret", "", "the webhook's signing secret (or DEVHOOK_SECRET)")
 	f.StringVar(&o.dataDir, "data", defaultDataDir(), "directory for recorded deliveries and the channel")

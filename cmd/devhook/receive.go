@@ -29,7 +29,9 @@ func newReceiveCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "receive --secret S",
 		Short: "Run the reference receiver: checks service-signature and answers as the service's receivers do",
-		Args:  cobra.NoArgs,
+		Example: `  devhook receive --secret whsec_test
+  devhook receive --secret whsec_test --addr 127.0.0.1:9090 --skew 5s`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.stdout, o.stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
 			if o.secret == "" {

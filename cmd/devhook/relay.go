@@ -78,9 +78,17 @@ proxy's address as --public-url.
 A cluster: --nats nats://host:4222[,...] makes this relay one instance of many sharing
 channels, tokens and queues through NATS (JetStream keeps the queue): a delivery arriving
 at any instance reaches the agent wherever it is connected. See docs/DEPLOY.md.`,
+		Example: `  devhook relay --addr :4041 --public-url https://hooks.example.com
+  devhook relay --domain hooks.example.com --acme-email ops@example.com
+  devhook relay --nats nats://nats-1:4222,nats://nats-2:4222 --addr :4041`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.stdout, o.stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
+			// Read here, not as the flag's default, so that --help never
+			// prints a token.
+			if o.openToken == "" {
+				o.openToken = os.Getenv("DEVHOOK_RELAY_TOKEN")
+			}
 			return o.run(cmd.Context())
 		},
 	}
@@ -96,7 +104,7 @@ at any instance reaches the agent wherever it is connected. See docs/DEPLOY.md.`
 	f.Int64Var(&o.maxInflight, "max-inflight", 0, fmt.Sprintf(
 		"body bytes of all channels held at once; beyond, 503 with Retry-After (default %d MiB, or --max-channel-inflight if larger)", relay.DefaultMaxInflight>>20))
 	f.IntVar(&o.maxConns, "max-conns", defaultMaxConns(), "connections (senders and agents) open at once; more wait to be accepted, so that descriptors never run out")
-	f.StringVar(&o.openToken, "open-token", os.Getenv("DEVHOOK_RELAY_TOKEN"), "require this bearer token to open channels (or DEVHOOK_RELAY_TOKEN)")
+	f.StringVar(&o.openToken, "open-token", "", "require this bearer token to open channels (or DEVHOOK_RELAY_TOKEN)")
 	f.StringVar(&o.domain, "domain", "", "serve HTTPS for this DNS name with a certificate obtained and renewed by ACME (Let's Encrypt); the public URL is https://<domain>")
 	f.StringVar(&o.acmeEmail, "acme-email", "", "contact address for the ACME account (expiry notices), with --domain")
 	f.StringVar(&o.acmeDirectory, "acme-directory", autocert.DefaultACMEDirectory, "ACME directory URL, with --domain (for example Let's Encrypt's staging directory)")

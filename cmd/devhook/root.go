@@ -16,9 +16,12 @@ import (
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	info, _ := debug.ReadBuildInfo()
 	root := &cobra.Command{
-		Use:           "devhook",
-		Short:         "Receive the service's webhooks on this machine, verify them and see what happened",
-		Version:       versionString(info),
+		Use:   "devhook",
+		Short: "Receive the service's webhooks on this machine, verify them and see what happened",
+		Example: `  devhook listen --forward localhost:8080
+  devhook emulate --api-key devkey
+  devhook check http://localhost:8080/webhooks --secret whsec_test`,
+		Version:       versionString(version, info),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -48,59 +51,37 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newSSOCmd(),
 		newVersionCmd(info),
 	)
+	groupCommands(root)
 	return root
 }
 
-func newVersionCmd(info *debug.BuildInfo) *cobra.Command {
-	return &cobra.Command{
-		Use:   "version",
-		Short: "Print devhook's version: the module version and the commit it was built from",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			fmt.Fprintf(cmd.OutOrStdout(), "devhook %s\n", versionString(info))
-			return nil
-		},
-	}
+// commandGroups sorts the commands of devhook --help under headings, as gh
+// does: a new command gets its place here (a test fails for one without).
+var commandGroups = []struct {
+	group    cobra.Group
+	commands []string
+}{
+	{cobra.Group{ID: "start", Title: "Getting started:"}, []string{"listen", "emulate", "deliveries", "replay"}},
+	{cobra.Group{ID: "service", Title: "The service:"}, []string{"login", "logout", "token", "orgs", "sso", "webhooks", "conversations", "trigger", "apps", "runs"}},
+	{cobra.Group{ID: "relay", Title: "The relay:"}, []string{"relay"}},
+	{cobra.Group{ID: "tools", Title: "Tools:"}, []string{"check", "receive", "send", "version"}},
 }
 
-// versionString is the module version and, when the build recorded it,
-// the commit, its time and whether the tree had changes:
-// "v1.2.0 (commit 0123abcd4567, 2026-11-23T10:00:00Z)" or
-// "(devel) (commit 0123abcd4567, modified)".
-func versionString(info *debug.BuildInfo) string {
-	if info == nil {
-		return "unknown (built without module information)"
+func groupCommands(root *cobra.Command) {
+	byName := map[string]*cobra.Command{}
+	for _, c := range root.Commands() {
+		byName[c.Name()] = c
 	}
-	v := info.Main.Version
-	if v == "" {
-		v = "(devel)"
-	}
-	var rev, at string
-	modified := false
-	for _, s := range info.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.time":
-			at = s.Value
-		case "vcs.modified":
-			modified = s.Value == "true"
+	for _, g := range commandGroups {
+		root.AddGroup(&g.group)
+		for _, name := range g.commands {
+			if c := byName[name]; c != nil {
+				c.GroupID = g.group.ID
+			}
 		}
 	}
-	if rev == "" {
-		return v
-	}
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
-	parts := []string{"commit " + rev}
-	if at != "" {
-		parts = append(parts, at)
-	}
-	if modified {
-		parts = append(parts, "modified")
-	}
-	return v + " (" + strings.Join(parts, ", ") + ")"
+	root.SetHelpCommandGroupID("tools")
+	root.SetCompletionCommandGroupID("tools")
 }
 
 // suggestFlag adds the nearest flag's name to an unknown flag error:

@@ -9,17 +9,23 @@ import (
 
 func TestVersionString(t *testing.T) {
 	for _, tt := range []struct {
-		name string
-		info *debug.BuildInfo
-		want string
+		name    string
+		stamped string
+		info    *debug.BuildInfo
+		want    string
 	}{
-		{"no build info", nil, "unknown (built without module information)"},
-		{"release", &debug.BuildInfo{Main: debug.Module{Version: "v1.4.0"}}, "v1.4.0"},
-		{"from a checkout", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: []debug.BuildSetting{
+		{"no build info", "", nil, "unknown (built without module information)"},
+		{"stamped, no build info", "v1.5.0", nil, "v1.5.0"},
+		{"go install …@v1.4.0", "", &debug.BuildInfo{Main: debug.Module{Version: "v1.4.0"}}, "v1.4.0"},
+		{"go install …@pseudo-version", "", &debug.BuildInfo{Main: debug.Module{Version: "v0.0.0-20261124120000-0123456789ab"}}, "v0.0.0-20261124120000-0123456789ab"},
+		{"release build of a tag", "v1.5.0", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: []debug.BuildSetting{
+			{Key: "vcs.revision", Value: "0123456789abcdef0123"}, {Key: "vcs.time", Value: "2026-11-23T10:00:00Z"}, {Key: "vcs.modified", Value: "false"}}},
+			"v1.5.0 (commit 0123456789ab, 2026-11-23T10:00:00Z)"},
+		{"from a checkout", "", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: []debug.BuildSetting{
 			{Key: "vcs.revision", Value: "0123456789abcdef0123"}, {Key: "vcs.time", Value: "2026-11-23T10:00:00Z"}, {Key: "vcs.modified", Value: "true"}}},
 			"(devel) (commit 0123456789ab, 2026-11-23T10:00:00Z, modified)"},
 	} {
-		if got := versionString(tt.info); got != tt.want {
+		if got := versionString(tt.stamped, tt.info); got != tt.want {
 			t.Errorf("%s: %q, want %q", tt.name, got, tt.want)
 		}
 	}

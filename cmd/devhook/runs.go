@@ -20,11 +20,14 @@ func newAppsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "apps",
 		Short: "Create and read the service's applications",
-		Long:  cloudHelp,
+		Example: `  devhook apps create my-app --name "My app" --endpoint http://127.0.0.1:4010 --api-key devkey
+  devhook apps get my-app`,
+		Long: cloudHelp,
 	}
 	o.register(cmd.PersistentFlags(), true)
 	var in cloud.ApplicationInput
-	create := &cobra.Command{Use: "create ID --name NAME", Short: "Create an application (and its instances)", Args: cobra.ExactArgs(1)}
+	create := &cobra.Command{Use: "create ID --name NAME", Short: "Create an application (and its instances)", Args: cobra.ExactArgs(1),
+		Example: `  devhook apps create my-app --name "My app"`}
 	create.Flags().StringVar(&in.Name, "name", "", "the application's name (default: its id)")
 	create.Flags().StringVar(&in.Description, "description", "", "free text")
 	create.RunE = o.bind(func(ctx context.Context, c *cloud.Client, args []string) error {
@@ -42,7 +45,8 @@ func newAppsCmd() *cobra.Command {
 		fmt.Fprintf(o.stdout, "created application %s; start a run with: devhook runs start %s --input FILE\n", a.ID, shellQuote(a.ID))
 		return nil
 	})
-	get := &cobra.Command{Use: "get ID", Short: "Show an application", Args: cobra.ExactArgs(1)}
+	get := &cobra.Command{Use: "get ID", Short: "Show an application", Args: cobra.ExactArgs(1),
+		Example: `  devhook apps get my-app --json`}
 	get.RunE = o.bind(func(ctx context.Context, c *cloud.Client, args []string) error {
 		a, err := c.GetApplication(ctx, args[0])
 		if err != nil {
@@ -77,7 +81,7 @@ func newRunsCmd() *cobra.Command {
 		Short: "Start runs of an application and read them",
 		Long:  "Each status change of a run (queued, running, succeeded) is a run.status delivery.\n\n" + cloudHelp,
 		Example: `  echo '{"hello":"world"}' | devhook runs start my-app --input - --wait
-  devhook runs get my-app 0190…`,
+  devhook runs get my-app RUN_ID`,
 	}
 	o.register(cmd.PersistentFlags(), true)
 
@@ -85,7 +89,9 @@ func newRunsCmd() *cobra.Command {
 	start := &cobra.Command{
 		Use:   "start APP --input FILE|-",
 		Short: "Start a run and print its id; --wait waits for its end and prints the result",
-		Args:  cobra.ExactArgs(1),
+		Example: `  echo '{"hello":"world"}' | devhook runs start my-app --input - --wait
+  devhook runs start my-app --input input.json --option duration=30s --name nightly`,
+		Args: cobra.ExactArgs(1),
 	}
 	f := start.Flags()
 	f.StringVar(&s.instance, "instance", "latest", "the application's instance")
@@ -101,7 +107,8 @@ func newRunsCmd() *cobra.Command {
 		return s.run(ctx, c, args[0])
 	})
 
-	get := &cobra.Command{Use: "get APP RUN", Short: "Show a run: status and result", Args: cobra.ExactArgs(2)}
+	get := &cobra.Command{Use: "get APP RUN", Short: "Show a run: status and result", Args: cobra.ExactArgs(2),
+		Example: `  devhook runs get my-app RUN_ID --json`}
 	get.RunE = o.bind(func(ctx context.Context, c *cloud.Client, args []string) error {
 		r, err := c.GetRun(ctx, args[0], args[1])
 		if err != nil {

@@ -294,7 +294,9 @@ func newLogoutCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "logout",
 		Short: "Forget the signed-in session's tokens",
-		Args:  cobra.NoArgs,
+		Example: `  devhook logout
+  devhook logout --profile staging`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			s, err := o.resolve("", nil)
 			if err != nil {
@@ -355,6 +357,8 @@ func newOrgsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "orgs",
 		Short: "List the organizations (teams) of the signed-in person",
+		Example: `  devhook orgs
+  devhook orgs --json`,
 		Long: `List the organizations (teams) of the signed-in person: name, id, role and pending invite.
 A team's id is what --team and the service-account header take. The call goes over HTTPS only.`,
 		Args: cobra.NoArgs,
@@ -426,7 +430,9 @@ func newSSOCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "sso DOMAIN|EMAIL",
 		Short: "Tell whether an e-mail domain signs in through single sign-on, and its identity provider",
-		Args:  cobra.ExactArgs(1),
+		Example: `  devhook sso example.com
+  devhook sso you@example.com --json`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return o.run(cmd.Context(), cmd.OutOrStdout(), args[0])
 		},

@@ -41,7 +41,7 @@ func newWebhooksCmd() *cobra.Command {
 		Use:   "webhooks",
 		Short: "Create, list, change and delete the service's webhooks, and read their secrets",
 		Long:  "Webhooks tell the service where to send run.status deliveries.\n\n" + cloudHelp,
-		Example: `  devhook webhooks create my-hook --url https://hooks.example.com/c/abc/
+		Example: `  devhook webhooks create my-hook --url https://hooks.example.com/c/abc/ --endpoint http://127.0.0.1:4010 --api-key devkey
   devhook webhooks list
   devhook webhooks secret my-hook`,
 	}
@@ -73,7 +73,9 @@ func newWebhooksCreateCmd(o *cloudCmd) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "create [ID] --url URL",
 		Short: "Create a webhook (ID default: devhook-<random>)",
-		Args:  cobra.MaximumNArgs(1),
+		Example: `  devhook webhooks create my-hook --url https://hooks.example.com/c/abc/
+  devhook webhooks create --url http://127.0.0.1:4041/c/abc/ --description "my laptop"`,
+		Args: cobra.MaximumNArgs(1),
 	}
 	w.register(cmd, true)
 	cmd.MarkFlagRequired("url")
@@ -99,7 +101,9 @@ func newWebhooksCreateCmd(o *cloudCmd) *cobra.Command {
 }
 
 func newWebhooksListCmd(o *cloudCmd) *cobra.Command {
-	cmd := &cobra.Command{Use: "list", Short: "List the webhooks", Args: cobra.NoArgs}
+	cmd := &cobra.Command{Use: "list", Short: "List the webhooks", Args: cobra.NoArgs,
+		Example: `  devhook webhooks list
+  devhook webhooks list --json`}
 	cmd.RunE = o.bind(func(ctx context.Context, c *cloud.Client, _ []string) error {
 		ws, err := c.ListWebhooks(ctx)
 		if err != nil {
@@ -127,7 +131,8 @@ func printWebhook(w io.Writer, h cloud.Webhook) error {
 }
 
 func newWebhooksGetCmd(o *cloudCmd) *cobra.Command {
-	cmd := &cobra.Command{Use: "get ID", Short: "Show a webhook", Args: cobra.ExactArgs(1)}
+	cmd := &cobra.Command{Use: "get ID", Short: "Show a webhook", Args: cobra.ExactArgs(1),
+		Example: `  devhook webhooks get my-hook`}
 	cmd.RunE = o.bind(func(ctx context.Context, c *cloud.Client, args []string) error {
 		h, err := c.GetWebhook(ctx, args[0])
 		if err != nil {
@@ -146,7 +151,9 @@ func newWebhooksUpdateCmd(o *cloudCmd) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "update ID [--url URL] [--description D] [--event-type T]",
 		Short: "Change a webhook; fields not given keep their value",
-		Args:  cobra.ExactArgs(1),
+		Example: `  devhook webhooks update my-hook --url https://hooks.example.com/c/def/
+  devhook webhooks update my-hook --description "staging"`,
+		Args: cobra.ExactArgs(1),
 	}
 	w.register(cmd, false)
 	cmd.RunE = o.bind(func(ctx context.Context, c *cloud.Client, args []string) error {
@@ -181,7 +188,9 @@ func newWebhooksUpdateCmd(o *cloudCmd) *cobra.Command {
 }
 
 func newWebhooksDeleteCmd(o *cloudCmd) *cobra.Command {
-	cmd := &cobra.Command{Use: "delete ID...", Short: "Delete webhooks and their conversations", Args: cobra.MinimumNArgs(1)}
+	cmd := &cobra.Command{Use: "delete ID...", Short: "Delete webhooks and their conversations", Args: cobra.MinimumNArgs(1),
+		Example: `  devhook webhooks delete my-hook
+  devhook webhooks delete old-hook other-hook`}
 	cmd.RunE = o.bind(func(ctx context.Context, c *cloud.Client, args []string) error {
 		for _, id := range args {
 			if err := c.DeleteWebhook(ctx, id); err != nil {
@@ -222,10 +231,13 @@ func newConversationsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "conversations",
 		Short: "What the service sent to a webhook and what it got back",
-		Long:  "Each delivery attempt is a conversation: the request sent and the answer received.\n\n" + cloudHelp,
+		Example: `  devhook conversations list my-hook
+  devhook conversations get my-hook CONVERSATION_ID`,
+		Long: "Each delivery attempt is a conversation: the request sent and the answer received.\n\n" + cloudHelp,
 	}
 	o.register(cmd.PersistentFlags(), true)
-	list := &cobra.Command{Use: "list WEBHOOK", Short: "List a webhook's conversations, newest first", Args: cobra.ExactArgs(1)}
+	list := &cobra.Command{Use: "list WEBHOOK", Short: "List a webhook's conversations, newest first", Args: cobra.ExactArgs(1),
+		Example: `  devhook conversations list my-hook --endpoint http://127.0.0.1:4010 --api-key devkey`}
 	list.RunE = o.bind(func(ctx context.Context, c *cloud.Client, args []string) error {
 		cs, err := c.ListConversations(ctx, args[0])
 		if err != nil {
@@ -244,7 +256,8 @@ func newConversationsCmd() *cobra.Command {
 		}
 		return table(o.stdout, []string{"ID", "CREATED", "STATUS", "HTTP", "ERROR"}, rows)
 	})
-	get := &cobra.Command{Use: "get WEBHOOK ID", Short: "Show one conversation: the request and the answer", Args: cobra.ExactArgs(2)}
+	get := &cobra.Command{Use: "get WEBHOOK ID", Short: "Show one conversation: the request and the answer", Args: cobra.ExactArgs(2),
+		Example: `  devhook conversations get my-hook CONVERSATION_ID --json`}
 	get.RunE = o.bind(func(ctx context.Context, c *cloud.Client, args []string) error {
 		cv, err := c.GetConversation(ctx, args[0], args[1])
 		if err != nil {
@@ -275,7 +288,9 @@ func newTriggerCmd() *cobra.Command {
 		Use:   "trigger [EVENT_TYPE]",
 		Short: "Have the service send one sample event (default run.status) to every webhook that subscribes to it",
 		Long:  cloudHelp,
-		Args:  cobra.MaximumNArgs(1),
+		Example: `  devhook trigger --endpoint http://127.0.0.1:4010 --api-key devkey
+  devhook trigger run.status`,
+		Args: cobra.MaximumNArgs(1),
 	}
 	o.register(cmd.Flags(), true)
 	cmd.RunE = o.bind(func(ctx context.Context, c *cloud.Client, args []string) error {
