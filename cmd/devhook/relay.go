@@ -104,6 +104,7 @@ at any instance reaches the agent wherever it is connected. See docs/DEPLOY.md.`
 	f.Int64Var(&o.maxInflight, "max-inflight", 0, fmt.Sprintf(
 		"body bytes of all channels held at once; beyond, 503 with Retry-After (default %d MiB, or --max-channel-inflight if larger)", relay.DefaultMaxInflight>>20))
 	f.IntVar(&o.maxConns, "max-conns", defaultMaxConns(), "connections (senders and agents) open at once; more wait to be accepted, so that descriptors never run out")
+	f.SetAnnotation("max-conns", docDefault, []string{"the open-files limit less 1024"})
 	f.StringVar(&o.openToken, "open-token", "", "require this bearer token to open channels (or DEVHOOK_RELAY_TOKEN)")
 	f.StringVar(&o.domain, "domain", "", "serve HTTPS for this DNS name with a certificate obtained and renewed by ACME (Let's Encrypt); the public URL is https://<domain>")
 	f.StringVar(&o.acmeEmail, "acme-email", "", "contact address for the ACME account (expiry notices), with --domain")

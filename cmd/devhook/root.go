@@ -50,6 +50,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newOrgsCmd(),
 		newSSOCmd(),
 		newVersionCmd(info),
+		newGenDocsCmd(),
 	)
 	groupCommands(root)
 	return root
