@@ -137,6 +137,10 @@ func exampleCommandLines(text string) [][]string {
 				end()
 			case ch == ' ' || ch == '\t':
 				flush()
+			case ch == '#' && !inWord: // a comment, to the end of the line
+				for i+1 < len(src) && src[i+1] != '\n' {
+					i++
+				}
 			case ch == '\'':
 				j := strings.IndexByte(src[i+1:], '\'')
 				if j < 0 {
@@ -194,11 +198,13 @@ func TestExampleCommandLines(t *testing.T) {
 	got := exampleCommandLines(`  devhook listen --forward localhost:8080 --secret "$(devhook webhooks secret my-hook)"
   echo '{"a": 1}' | devhook runs start my-app --input - --wait
   devhook check http://x \
-    --secret 'a b'`)
+    --secret 'a b'   # the handler's answer, and a#b
+  devhook version#not a comment`)
 	want := [][]string{
 		{"devhook", "listen", "--forward", "localhost:8080", "--secret", "SUBST"},
 		{"devhook", "runs", "start", "my-app", "--input", "-", "--wait"},
 		{"devhook", "check", "http://x", "--secret", "a b"},
+		{"devhook", "version#not", "a", "comment"},
 		{"devhook", "webhooks", "secret", "my-hook"},
 	}
 	if len(got) != len(want) {

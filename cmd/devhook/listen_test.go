@@ -223,3 +223,25 @@ func TestListenFlagErrors(t *testing.T) {
 		}
 	}
 }
+
+// devhook send without a URL goes to the running listen's public URL, as
+// the README's first delivery does.
+func TestSendWithoutURLGoesToTheRunningListen(t *testing.T) {
+	const secret = "whsec_demo"
+	recv := httptest.NewServer(receiver.New(receiver.Config{Secret: secret}))
+	defer recv.Close()
+	lr := startListen(t, "--forward", recv.URL, "--secret", secret, "--data", t.TempDir(), "--inspect", "127.0.0.1:0")
+	ready := lr.next(t, "ready")
+	inspect := strings.TrimPrefix(ready["inspector_url"].(string), "http://")
+	out, _, err := devhookCmd(t, "send", "--inspect", inspect, "--secret", secret, "--status", "succeeded", "--run-id", "run-7")
+	if err != nil || !strings.Contains(out, "200 OK") {
+		t.Fatalf("send: %v\n%s", err, out)
+	}
+	if d := lr.next(t, "delivery"); d["run_id"] != "run-7" || d["verdict"] != "ok" {
+		t.Fatalf("delivery line %v", d)
+	}
+	_, _, err = devhookCmd(t, "send", "--inspect", "127.0.0.1:1", "--secret", secret)
+	if err == nil || !strings.Contains(err.Error(), "no devhook listen answers at 127.0.0.1:1") {
+		t.Fatalf("send with no listen: %v", err)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/inspector"
 	"github.com/devhook/devhook/signature"
 )
 
@@ -25,19 +26,33 @@ type sendOptions struct {
 	runID    string
 	bodyFile string
 	timeout  time.Duration
+	inspect  string
 	stdout   io.Writer
 }
 
 func newSendCmd() *cobra.Command {
 	o := &sendOptions{}
 	cmd := &cobra.Command{
-		Use:   "send URL --secret S",
+		Use:   "send [URL] --secret S",
 		Short: "Post one signed run.status delivery, as the service would, and print the answer",
-		Example: `  devhook send http://127.0.0.1:4041/c/<channel>/ --secret whsec_... --status succeeded
-  devhook send http://localhost:8080/hook --secret S --body payload.json`,
-		Args: cobra.ExactArgs(1),
+		Long: `Send posts one signed run.status delivery to URL, as the service would, and prints the
+answer. Without URL it goes to the public URL of the devhook listen whose inspector answers
+at --inspect.`,
+		Example: `  devhook send --secret whsec_demo --status succeeded
+  devhook send http://127.0.0.1:4041/c/CHANNEL --secret whsec_demo --run-id run-1
+  devhook send http://localhost:8080/hook --secret whsec_demo --body payload.json`,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.url, o.stdout = args[0], cmd.OutOrStdout()
+			o.stdout = cmd.OutOrStdout()
+			if len(args) == 1 {
+				o.url = args[0]
+			} else {
+				u, err := listenPublicURL(cmd.Context(), o.inspect)
+				if err != nil {
+					return err
+				}
+				o.url = u
+			}
 			if o.secret == "" {
 				o.secret = os.Getenv("DEVHOOK_SECRET")
 			}
@@ -50,7 +65,19 @@ func newSendCmd() *cobra.Command {
 	f.StringVar(&o.runID, "run-id", "", "run id (default: a new one)")
 	f.StringVar(&o.bodyFile, "body", "", "send this file's bytes as the body instead")
 	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "how long to wait for the answer")
+	f.StringVar(&o.inspect, "inspect", "127.0.0.1:4040", "without URL: the inspector of the running devhook listen to send to")
 	return cmd
+}
+
+// listenPublicURL is the public URL of the devhook listen whose inspector
+// answers at addr.
+func listenPublicURL(ctx context.Context, addr string) (string, error) {
+	c := &inspector.Client{BaseURL: "http://" + addr, HTTP: &http.Client{Timeout: 5 * time.Second}}
+	s, err := c.Settings(ctx)
+	if err != nil || s.PublicURL == "" {
+		return "", fmt.Errorf("no URL given, and no devhook listen answers at %s (start one, or give the public URL it printed)", addr)
+	}
+	return s.PublicURL, nil
 }
 
 func (o *sendOptions) run(ctx context.Context) error {
