@@ -1,0 +1,279 @@
+// Package scripts holds the tests of the release script (scripts/release):
+// what a user downloads is checked as a user would check it.
+package scripts
+
+import (
+	"archive/tar"
+	"archive/zip"
+	"bytes"
+	"compress/gzip"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+)
+
+const testVersion = "v0.0.0-releasetest"
+
+var (
+	releaseOnce sync.Once
+	releaseDir  string
+	releaseErr  error
+	releaseOut  []byte
+)
+
+// release runs scripts/release for linux/amd64 and windows/amd64 into a
+// directory shared by the tests of this package (a build takes a while).
+func release(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds release archives: not with -short")
+	}
+	if runtime.GOOS != "linux" {
+		t.Skip("scripts/release runs on Linux")
+	}
+	releaseOnce.Do(func() {
+		releaseDir, releaseErr = os.MkdirTemp("", "devhook-release-")
+		if releaseErr == nil {
+			releaseOut, releaseErr = runRelease(releaseDir, "linux/amd64", "windows/amd64")
+		}
+	})
+	if releaseErr != nil {
+		t.Fatalf("scripts/release: %v\n%s", releaseErr, releaseOut)
+	}
+	return releaseDir
+}
+
+func runRelease(out string, targets ...string) ([]byte, error) {
+	cmd := exec.Command("./release", append([]string{testVersion, out}, targets...)...)
+	return cmd.CombinedOutput()
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if releaseDir != "" {
+		os.RemoveAll(releaseDir)
+	}
+	os.Exit(code)
+}
+
+// The same version built twice, with the targets in another order, gives
+// the same bytes: archives, package and checksums.
+func TestReleaseIsReproducible(t *testing.T) {
+	first := release(t)
+	second := t.TempDir()
+	if out, err := runRelease(second, "windows/amd64", "linux/amd64"); err != nil {
+		t.Fatalf("scripts/release again: %v\n%s", err, out)
+	}
+	names := files(t, first)
+	if got := files(t, second); !slices.Equal(got, names) {
+		t.Fatalf("files %v, then %v", names, got)
+	}
+	for _, name := range names {
+		a, _ := os.ReadFile(filepath.Join(first, name))
+		b, _ := os.ReadFile(filepath.Join(second, name))
+		if !bytes.Equal(a, b) {
+			t.Errorf("%s differs between two builds of %s", name, testVersion)
+		}
+	}
+}
+
+func TestReleaseFiles(t *testing.T) {
+	dir := release(t)
+	want := []string{
+		"SHA256SUMS",
+		"devhook_0.0.0~releasetest_amd64.deb",
+		"devhook_" + testVersion + "_linux_amd64.tar.gz",
+		"devhook_" + testVersion + "_windows_amd64.zip",
+	}
+	if got := files(t, dir); !slices.Equal(got, want) {
+		t.Fatalf("release files %v, want %v", got, want)
+	}
+
+	// SHA256SUMS names every other file, and sha256sum -c agrees.
+	sums, _ := os.ReadFile(filepath.Join(dir, "SHA256SUMS"))
+	for _, name := range want[1:] {
+		if !strings.Contains(string(sums), "  "+name+"\n") {
+			t.Errorf("SHA256SUMS does not name %s:\n%s", name, sums)
+		}
+	}
+	check := exec.Command("sha256sum", "-c", "SHA256SUMS")
+	check.Dir = dir
+	if out, err := check.CombinedOutput(); err != nil {
+		t.Errorf("sha256sum -c: %v\n%s", err, out)
+	}
+
+	// The Linux archive: one directory with the binary, LICENSE and README.
+	prefix := "devhook_" + testVersion + "_linux_amd64/"
+	entries := untar(t, filepath.Join(dir, want[2]))
+	var names []string
+	for name := range entries {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	if !slices.Equal(names, []string{prefix, prefix + "LICENSE", prefix + "README.md", prefix + "devhook"}) {
+		t.Fatalf("archive holds %v", names)
+	}
+	license, _ := os.ReadFile("../LICENSE")
+	if !bytes.Equal(entries[prefix+"LICENSE"], license) || !strings.Contains(string(license), "Apache License") {
+		t.Error("the archive's LICENSE is not the project's Apache License 2.0")
+	}
+
+	// Its binary runs and says the version it was stamped with.
+	if runtime.GOARCH == "amd64" {
+		bin := filepath.Join(t.TempDir(), "devhook")
+		if err := os.WriteFile(bin, entries[prefix+"devhook"], 0o755); err != nil {
+			t.Fatal(err)
+		}
+		out, err := exec.Command(bin, "version").CombinedOutput()
+		if err != nil || !strings.HasPrefix(string(out), "devhook "+testVersion) {
+			t.Errorf("devhook version from the archive: %v %q", err, out)
+		}
+	}
+
+	// The Windows archive: a zip with devhook.exe, LICENSE and README.
+	zr, err := zip.OpenReader(filepath.Join(dir, want[3]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer zr.Close()
+	var znames []string
+	for _, f := range zr.File {
+		znames = append(znames, f.Name)
+	}
+	slices.Sort(znames)
+	zp := "devhook_" + testVersion + "_windows_amd64/"
+	if !slices.Equal(znames, []string{zp + "LICENSE", zp + "README.md", zp + "devhook.exe"}) {
+		t.Errorf("zip holds %v", znames)
+	}
+}
+
+// A bad call says how to call it and builds nothing.
+func TestReleaseRefusesBadArguments(t *testing.T) {
+	for _, args := range [][]string{{}, {"v1.0.0"}, {"v1.0.0", t.TempDir(), "plan9/amd64"}, {"a/b", t.TempDir()}} {
+		out, err := exec.Command("./release", args...).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "release") {
+			t.Errorf("release %q: %v %s", args, err, out)
+		}
+	}
+}
+
+// The Debian package installs and uninstalls on this machine: dpkg -i puts
+// the command, the unit and its settings in place (the unit passes
+// systemd-analyze verify), dpkg -r takes the command away and keeps the
+// settings, and dpkg --purge removes those too. It needs root and dpkg, and
+// a machine where no devhook package is installed already.
+func TestDebianPackageInstallsAndRemoves(t *testing.T) {
+	dir := release(t)
+	ci := os.Getenv("CI") != ""
+	skip := func(why string) {
+		if ci {
+			t.Fatalf("CI: %s", why)
+		}
+		t.Skip(why)
+	}
+	if os.Geteuid() != 0 {
+		skip("dpkg -i needs root")
+	}
+	if _, err := exec.LookPath("dpkg"); err != nil {
+		skip("no dpkg on this machine")
+	}
+	if exec.Command("dpkg", "-s", "devhook").Run() == nil {
+		t.Skip("a devhook package is installed on this machine already: left alone")
+	}
+	run := func(name string, args ...string) string {
+		t.Helper()
+		out, err := exec.Command(name, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	deb := filepath.Join(dir, "devhook_0.0.0~releasetest_amd64.deb")
+	run("dpkg", "-i", deb)
+	t.Cleanup(func() { exec.Command("dpkg", "--purge", "devhook").Run() })
+
+	if out := run("/usr/bin/devhook", "version"); !strings.HasPrefix(out, "devhook "+testVersion) {
+		t.Errorf("installed devhook version: %q", out)
+	}
+	unit := "/lib/systemd/system/devhook-relay.service"
+	b, err := os.ReadFile(unit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, setting := range []string{"ExecStart=/usr/bin/devhook relay", "DynamicUser=yes", "StateDirectory=devhook-relay",
+		"NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes", "EnvironmentFile=/etc/default/devhook-relay"} {
+		if !strings.Contains(string(b), setting+"\n") && !strings.Contains(string(b), setting+" ") {
+			t.Errorf("the unit lacks %s", setting)
+		}
+	}
+	if _, err := os.Stat("/etc/default/devhook-relay"); err != nil {
+		t.Errorf("no settings file: %v", err)
+	}
+	if _, err := os.Stat("/usr/share/man/man1/devhook-relay.1.gz"); err != nil {
+		t.Errorf("no man page: %v", err)
+	}
+	if _, err := exec.LookPath("systemd-analyze"); err == nil {
+		run("systemd-analyze", "verify", unit)
+	}
+
+	run("dpkg", "-r", "devhook")
+	if _, err := os.Stat("/usr/bin/devhook"); !os.IsNotExist(err) {
+		t.Errorf("/usr/bin/devhook after dpkg -r: %v", err)
+	}
+	if _, err := os.Stat("/etc/default/devhook-relay"); err != nil {
+		t.Errorf("dpkg -r removed the settings, which only purge should: %v", err)
+	}
+	run("dpkg", "--purge", "devhook")
+	if _, err := os.Stat("/etc/default/devhook-relay"); !os.IsNotExist(err) {
+		t.Errorf("settings after dpkg --purge: %v", err)
+	}
+}
+
+func files(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	slices.Sort(names)
+	return names
+}
+
+func untar(t *testing.T, path string) map[string][]byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(zr)
+	out := map[string][]byte{}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Uid != 0 || h.Gid != 0 {
+			t.Errorf("%s is owned by %d:%d, not root", h.Name, h.Uid, h.Gid)
+		}
+		b, _ := io.ReadAll(tr)
+		out[h.Name] = b
+	}
+}
