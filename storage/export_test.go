@@ -1,7 +1,9 @@
 package storage
 
 import (
+	"fmt"
 	"os"
+	"strings"
 
 	"github.com/devhook/devhook"
 	bolt "go.etcd.io/bbolt"
@@ -142,4 +144,102 @@ func DecodeRecords(b []byte) []error {
 	_, e3 := matchSummary(b, &devhook.Filter{Verdict: "ok", RunID: "r"})
 	_, e4 := decodeAttempt(b)
 	return []error{e1, e2, e3, e4}
+}
+
+// PutDeliveryDirect and AddAttemptDirect are PutDelivery and AddAttempt
+// without the journal: each call one bbolt commit (the group commit of
+// group.go), written as they were before the journal and without its
+// encoding in place, its pending records or its apply. They are what the
+// journal replaces: TestJournal_MatchesDirectCommits holds the journal to
+// them and BenchmarkRecordDelivery measures both. They do not prune. A DB
+// is written through one path or the other, never both: the journal
+// neither sees nor is seen by direct commits until it is flushed.
+func (db *DB) PutDeliveryDirect(d *devhook.Delivery) (created bool, err error) {
+	if d == nil {
+		return false, devhook.Errorf(devhook.EINVALID, "storage: put delivery: no delivery")
+	}
+	if err := validID("delivery", d.ID); err != nil {
+		return false, err
+	}
+	c := *d
+	c.Attempts = nil
+	s := c.Summarize()
+	id := []byte(d.ID)
+	meta := appendMeta(make([]byte, 0, 256), d, false)
+	summary := appendSummary(make([]byte, 0, 128), &s)
+	body := d.Body
+	if body == nil {
+		body = []byte{}
+	}
+	runID := d.Event.RunID
+	if len(runID) > maxRunIDLen || strings.IndexByte(runID, 0) >= 0 {
+		runID = ""
+	}
+	err = db.update(func(tx *bolt.Tx) error {
+		created = false
+		deliveries := tx.Bucket(bucketDeliveries)
+		if deliveries.Get(id) != nil {
+			return nil
+		}
+		bodies, summaries := tx.Bucket(bucketBodies), tx.Bucket(bucketSummaries)
+		for _, b := range []*bolt.Bucket{deliveries, bodies, summaries} {
+			b.FillPercent = appendFill
+		}
+		if err := deliveries.Put(id, meta); err != nil {
+			return err
+		}
+		if err := bodies.Put(id, body); err != nil {
+			return err
+		}
+		if err := summaries.Put(id, summary); err != nil {
+			return err
+		}
+		if runID != "" {
+			if err := tx.Bucket(bucketRuns).Put(runKey(runID, id), nil); err != nil {
+				return err
+			}
+		}
+		created = true
+		return putCount(tx, getCount(tx)+1)
+	})
+	if err != nil {
+		return false, fmt.Errorf("storage: put delivery %s: %w", d.ID, err)
+	}
+	return created, nil
+}
+
+// AddAttemptDirect: see PutDeliveryDirect.
+func (db *DB) AddAttemptDirect(id string, a devhook.Attempt) (devhook.Attempt, error) {
+	if validID("delivery", id) != nil {
+		return devhook.Attempt{}, notFound(id)
+	}
+	key := []byte(id)
+	err := db.update(func(tx *bolt.Tx) error {
+		summaries := tx.Bucket(bucketSummaries)
+		v := summaries.Get(key)
+		if v == nil {
+			return notFound(id)
+		}
+		s, err := decodeSummary(v)
+		if err != nil {
+			return err
+		}
+		a.Seq = s.Attempts + 1
+		attempts := tx.Bucket(bucketAttempts)
+		attempts.FillPercent = appendFill
+		summaries.FillPercent = appendFill
+		if err := attempts.Put(attemptKey(key, a.Seq), appendAttempt(nil, &a)); err != nil {
+			return err
+		}
+		s.Attempts = a.Seq
+		s.Status, s.Duration, s.Error = a.Status, a.Duration, a.Error
+		return summaries.Put(key, appendSummary(make([]byte, 0, len(v)+16), &s))
+	})
+	if err != nil {
+		if devhook.ErrorCode(err) == devhook.ENOTFOUND {
+			return devhook.Attempt{}, err
+		}
+		return devhook.Attempt{}, fmt.Errorf("storage: add attempt to delivery %s: %w", id, err)
+	}
+	return a, nil
 }

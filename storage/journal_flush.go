@@ -1,0 +1,208 @@
+package storage
+
+import (
+	"bytes"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Flushing the journal. Two files take turns: records are appended to the
+// active one; a flush makes the other one active, applies every pending
+// record (journal_apply.go), then empties the file it left, all of whose
+// records are then in bbolt. A flush that fails (the disk is full) leaves
+// both files as they are, keeps its records pending and is retried, with a
+// growing delay, until bbolt takes them.
+
+const (
+	// A flush starts once this many records or bytes are pending, or
+	// journalDelay after the first pending record.
+	journalRecords = 512
+	journalBytes   = 1 << 20
+	journalDelay   = 50 * time.Millisecond
+	// A flush that failed is retried after journalDelay, then after twice
+	// as long each time, up to maxRetryDelay.
+	maxRetryDelay = 2 * time.Second
+	// A write that finds this many bytes pending (bbolt is slow) applies
+	// them itself before it returns, so memory stays bounded; when bbolt
+	// fails, writes are refused instead.
+	journalMaxBytes = 16 << 20
+)
+
+// runJournal flushes the journal in the background until Close.
+func (db *DB) runJournal() {
+	j := db.journal
+	defer close(j.done)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	var backoff time.Duration
+	var notBefore time.Time
+	for {
+		select {
+		case <-j.stop:
+			timer.Stop()
+			return
+		case <-j.kick:
+		case <-timer.C:
+		}
+		j.mu.Lock()
+		n, size, first := len(j.pending), j.bytes, j.first
+		j.mu.Unlock()
+		if n == 0 {
+			continue
+		}
+		due := first.Add(journalDelay)
+		if n >= journalRecords || size >= journalBytes {
+			due = time.Now()
+		}
+		if notBefore.After(due) {
+			due = notBefore
+		}
+		if wait := time.Until(due); wait > 0 {
+			timer.Reset(wait)
+			continue
+		}
+		if err := db.flush(); err != nil {
+			// The records stay pending and journaled; reads still see
+			// them. Try again later, and again, until bbolt takes them.
+			backoff = min(max(2*backoff, journalDelay), maxRetryDelay)
+			notBefore = time.Now().Add(backoff)
+			timer.Reset(backoff)
+			continue
+		}
+		backoff, notBefore = 0, time.Time{}
+		j.mu.Lock()
+		again := len(j.pending) > 0
+		j.mu.Unlock()
+		if again {
+			j.poke()
+		}
+	}
+}
+
+func (j *journal) poke() {
+	select {
+	case j.kick <- struct{}{}:
+	default:
+	}
+}
+
+// setOverMax updates overMax after j.bytes or j.failed changed. j.mu is
+// held.
+func (j *journal) setOverMax() {
+	j.overMax.Store(j.bytes > journalMaxBytes && j.failed == nil)
+}
+
+// flush applies the pending records to bbolt and empties the journal file
+// that held them.
+func (db *DB) flush() error {
+	j := db.journal
+	j.flushMu.Lock()
+	defer j.flushMu.Unlock()
+
+	j.mu.Lock()
+	if len(j.pending) == 0 {
+		j.mu.Unlock()
+		return nil
+	}
+	old := j.active
+	j.active = 1 - old
+	// A write to the old file that started before the switch ends there:
+	// its records belong to this batch, since the file is emptied after.
+	for j.writingTo == old {
+		j.settled.Wait()
+	}
+	batch := j.pending
+	lastSeq := batch[len(batch)-1].seq
+	known := j.lastBolt // replaced, never changed in place
+	j.mu.Unlock()
+
+	res, err := db.apply(batch, known)
+
+	j.mu.Lock()
+	if err != nil {
+		first := j.failed == nil
+		j.failed = fmt.Errorf("storage: apply journal to %s: %w", db.path, err)
+		j.setOverMax()
+		j.mu.Unlock()
+		if first {
+			db.logf("storage: cannot write to %s (%v); deliveries stay in its journal and are applied once it takes writes again", db.path, err)
+		}
+		return fmt.Errorf("storage: apply journal to %s: %w", db.path, err)
+	}
+	recovered := j.failed != nil
+	j.failed = nil
+	// Readers may hold the old array: the records that came meanwhile go
+	// to a new one, sized for a batch like this one rather than grown
+	// from nothing by copying.
+	rest := j.pending[len(batch):]
+	j.pending = append(make([]jrec, 0, max(len(rest), min(len(batch), journalRecords))), rest...)
+	j.bytes = 0
+	for _, r := range j.pending {
+		j.bytes += len(r.raw)
+	}
+	j.setOverMax()
+	if len(j.pending) > 0 {
+		j.first = time.Now()
+	}
+	j.applied = lastSeq
+	for id, st := range j.ids {
+		if st.lastSeq <= lastSeq {
+			delete(j.ids, id)
+		}
+	}
+	if last := maxPutID(batch); bytes.Compare(last, j.lastBolt) > 0 {
+		j.lastBolt = bytes.Clone(last)
+	}
+	// Every record of the old file is in bbolt now: records after lastSeq
+	// went to the other file.
+	var terr error
+	if f := j.files[old]; f != nil && j.sizes[old] > fileHeaderLen {
+		if terr = f.Truncate(fileHeaderLen); terr == nil {
+			j.sizes[old] = fileHeaderLen
+		}
+	}
+	j.mu.Unlock()
+	if recovered {
+		db.logf("storage: %s takes writes again; the journal is applied", db.path)
+	}
+	db.reportDropped(res.dropped)
+	if terr != nil {
+		return fmt.Errorf("storage: empty journal of %s: %w", db.path, terr)
+	}
+	db.releaseMapped()
+
+	if res.created > 0 {
+		after := db.puts.Add(int64(res.created))
+		if after/db.pruneEvery != (after-int64(res.created))/db.pruneEvery {
+			if _, err := db.prune(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// maxPutID returns the greatest delivery id that recs put, nil if none.
+func maxPutID(recs []jrec) []byte {
+	var last []byte
+	for i := range recs {
+		if r := &recs[i]; r.kind == recPut && bytes.Compare(r.put.id, last) > 0 {
+			last = r.put.id
+		}
+	}
+	return last
+}
+
+// lastDelivery returns the greatest delivery id in bbolt, for
+// journal.lastBolt.
+func (db *DB) lastDelivery() ([]byte, error) {
+	var last []byte
+	err := db.bolt.View(func(tx *bolt.Tx) error {
+		k, _ := tx.Bucket(bucketDeliveries).Cursor().Last()
+		last = bytes.Clone(k)
+		return nil
+	})
+	return last, err
+}

@@ -1,0 +1,215 @@
+package storage
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"slices"
+
+	"github.com/devhook/devhook"
+)
+
+// Recovering the journal: what Open does with a journal file it finds.
+//
+//   - intact, or cut short at its end (a torn tail, from a process killed in
+//     the middle of a write): applies every record, then removes the file.
+//     A torn tail was never acknowledged and is not reported.
+//   - damaged in the middle (a record whose checksum fails, followed by
+//     intact ones): applies every intact record, skipping the damaged ones
+//     by their length when their header is intact, else by searching for
+//     the next marker whose header and body verify; then renames the file
+//     to <name>.damaged-<UTC time> and reports it through Config.Logf.
+//     Evidence is never deleted.
+//   - not starting with the magic (not ours, its first bytes damaged, or
+//     a journal of a devhook from before the header): reads nothing from
+//     it, renames it the same way and reports it. Refusing to open would
+//     stop devhook until someone moves the file; setting it aside keeps the
+//     evidence and the store working.
+//   - written by a newer devhook (a verified header with a higher version):
+//     Open fails, telling the user to upgrade, and touches nothing.
+
+// journalScan is what a journal file holds.
+type journalScan struct {
+	recs    []jrec
+	foreign string // why the file was not read at all; "" if it was
+	damaged string // what was wrong with it, when records were skipped
+}
+
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// scanJournal returns the intact records of a journal file's contents.
+func scanJournal(data []byte) (journalScan, error) {
+	var s journalScan
+	header := appendFileHeader(nil)
+	switch {
+	case len(data) < fileHeaderLen:
+		if bytes.HasPrefix(header, data) || allZero(data) {
+			return s, nil // created, and the process killed before its header was written
+		}
+		s.foreign = "it is too short for a journal header and not the start of one"
+		return s, nil
+	case string(data[:len(journalMagic)]) != journalMagic:
+		s.foreign = "it does not start with devhook's journal magic"
+		return s, nil
+	}
+	version := binary.BigEndian.Uint32(data[8:])
+	headerOK := crc32.Checksum(data[:12], crcTable) == binary.BigEndian.Uint32(data[12:])
+	switch {
+	case headerOK && version > journalVersion:
+		return s, errNewerJournal(version)
+	case headerOK && version < 1:
+		s.foreign = fmt.Sprintf("it has the unknown journal format %d", version)
+		return s, nil
+	case !headerOK:
+		s.damaged = "its header is damaged"
+	}
+	skipped := 0
+	for off := fileHeaderLen; off < len(data); {
+		size, st := frameAt(data[off:])
+		if st == frameOK {
+			r, err := decodeRecord(data[off : off+size])
+			if err == nil {
+				s.recs = append(s.recs, r)
+				off += size
+				continue
+			}
+			st = frameBadBody // verified, yet not a record we know: skip it
+		}
+		if st == frameTorn || allZero(data[off:]) {
+			break
+		}
+		next := len(data)
+		if st == frameBadBody {
+			next = off + size // the header is intact: so is the length
+		} else if at := resync(data[off+1:]); at >= 0 {
+			next = off + 1 + at
+		}
+		skipped += next - off
+		off = next
+	}
+	if skipped > 0 {
+		if s.damaged != "" {
+			s.damaged += "; "
+		}
+		s.damaged += fmt.Sprintf("%d damaged bytes skipped", skipped)
+	}
+	return s, nil
+}
+
+// resync returns the offset of the first intact record in b, or -1.
+func resync(b []byte) int {
+	var m [4]byte
+	binary.BigEndian.PutUint32(m[:], recMarker)
+	for off := 0; ; {
+		i := bytes.Index(b[off:], m[:])
+		if i < 0 {
+			return -1
+		}
+		off += i
+		if size, st := frameAt(b[off:]); st == frameOK {
+			if _, err := decodeRecord(b[off : off+size]); err == nil {
+				return off
+			}
+		}
+		off++
+	}
+}
+
+// replayJournal applies what a previous process left in the journal files
+// and removes them, or sets them aside when they are damaged. Open calls it
+// before anything else runs.
+func (db *DB) replayJournal() error {
+	j := db.journal
+	type file struct {
+		path string
+		scan journalScan
+	}
+	var files []file
+	var recs []jrec
+	for _, p := range j.path {
+		data, err := os.ReadFile(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("storage: read journal %s: %w", p, err)
+		}
+		s, err := scanJournal(data)
+		if newer := errNewerJournal(0); errors.As(err, &newer) {
+			return devhook.Errorf(devhook.EINVALID, "storage: %s was written by a newer devhook (%v): upgrade devhook; the journal was left untouched", p, err)
+		}
+		files = append(files, file{p, s})
+		recs = append(recs, s.recs...)
+	}
+	if len(files) == 0 {
+		return nil
+	}
+	slices.SortFunc(recs, func(a, b jrec) int {
+		switch {
+		case a.seq < b.seq:
+			return -1
+		case a.seq > b.seq:
+			return 1
+		}
+		return 0
+	})
+	dropped := 0
+	for len(recs) > 0 {
+		n := min(len(recs), 4*journalRecords)
+		res, err := db.apply(recs[:n], nil)
+		if err != nil {
+			return fmt.Errorf("storage: apply the journal of %s (it is kept, and applied when devhook next opens the file; is the disk full?): %w", db.path, err)
+		}
+		dropped += res.dropped
+		recs = recs[n:]
+	}
+	db.reportDropped(dropped)
+	for _, f := range files {
+		switch {
+		case f.scan.foreign != "":
+			aside, err := db.setAside(f.path)
+			if err != nil {
+				return err
+			}
+			db.logf("storage: %s is not a devhook journal that this devhook can read (%s); nothing was read from it and it is kept as %s", f.path, f.scan.foreign, aside)
+		case f.scan.damaged != "":
+			aside, err := db.setAside(f.path)
+			if err != nil {
+				return err
+			}
+			db.logf("storage: journal %s was damaged (%s): its %d intact records were applied, and the damaged file is kept as %s", f.path, f.scan.damaged, len(f.scan.recs), aside)
+		default:
+			if err := os.Remove(f.path); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("storage: remove journal %s: %w", f.path, err)
+			}
+		}
+	}
+	return nil
+}
+
+// setAside renames the file at path to path.damaged-<UTC time>, with a
+// number after it if that name is taken, and returns the new name.
+func (db *DB) setAside(path string) (string, error) {
+	base := path + ".damaged-" + db.now().UTC().Format("20060102T150405Z")
+	aside := base
+	for n := 2; ; n++ {
+		if _, err := os.Lstat(aside); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		aside = fmt.Sprintf("%s-%d", base, n)
+	}
+	if err := os.Rename(path, aside); err != nil {
+		return "", fmt.Errorf("storage: set damaged journal %s aside: %w", path, err)
+	}
+	return aside, nil
+}
