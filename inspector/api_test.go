@@ -640,7 +640,7 @@ func TestCurl(t *testing.T) {
 
 func TestPageAndHeaders(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
-	for path, ctype := range map[string]string{"/": "text/html", "/app.js": "javascript", "/style.css": "text/css"} {
+	for path, ctype := range map[string]string{"/": "text/html", "/js/main.js": "javascript", "/js/pages/delivery.js": "javascript", "/style.css": "text/css"} {
 		res, err := f.HTTP.Client().Get(f.HTTP.URL + path)
 		if err != nil {
 			t.Fatal(err)

@@ -1,0 +1,70 @@
+// The inspector's JSON API, as the page uses it. Every request the page
+// makes, and every API address it links to, is built here:
+//
+//   GET  /api/settings                      forward targets, public URL, secret known, verify mode
+//   GET  /api/status                        the agent's health (recording, owed, failed)
+//   GET  /api/deliveries?filters&before&limit   a page of summaries, newest first, and next
+//   GET  /api/deliveries/{id}               one delivery with its attempts and their views
+//   GET  /api/deliveries/{id}/body          the request body, to download
+//   GET  /api/deliveries/{id}/attempts/{seq}/body   an answer's body, to download
+//   GET  /api/deliveries/{id}/curl          a curl command that sends it again (text)
+//   POST /api/deliveries/{id}/replay        send it again, maybe edited; answers the attempt
+//   GET  /api/runs                          deliveries grouped by run id
+//   GET  /api/runs/{id}                     one run's timeline
+//
+// The live stream (/api/events) is live.js's. An answer that is not 2xx
+// throws an Error whose message is the API's "error" field and whose
+// status is the HTTP status.
+
+const enc = encodeURIComponent;
+
+async function api(path, opts) {
+  const res = await fetch(path, Object.assign({ headers: { Accept: 'application/json' } }, opts || {}));
+  const text = await res.text();
+  let body = null;
+  try { body = text ? JSON.parse(text) : null; } catch (e) { body = null; }
+  if (!res.ok) {
+    const msg = body && body.error ? body.error : (res.status + ' ' + res.statusText);
+    const err = new Error(msg);
+    err.status = res.status;
+    throw err;
+  }
+  return body;
+}
+
+export const getSettings = () => api('/api/settings');
+
+export const getStatus = () => api('/api/status');
+
+// listDeliveries asks for up to limit summaries older than before (none:
+// the newest) that match filter, an object of the API's filter parameters.
+export function listDeliveries(filter, before, limit) {
+  const p = new URLSearchParams();
+  for (const [k, v] of Object.entries(filter)) p.set(k, v);
+  if (before) p.set('before', before);
+  p.set('limit', limit);
+  return api('/api/deliveries?' + p.toString());
+}
+
+export const getDelivery = (id) => api('/api/deliveries/' + enc(id));
+
+export const bodyURL = (id) => '/api/deliveries/' + enc(id) + '/body';
+
+export const attemptBodyURL = (id, seq) => '/api/deliveries/' + enc(id) + '/attempts/' + seq + '/body';
+
+// replay sends a delivery again; req holds what to change (to, header,
+// body_text or body_base64, resign). It answers the new attempt.
+export const replay = (id, req) => api('/api/deliveries/' + enc(id) + '/replay', {
+  method: 'POST', headers: { 'Content-Type': 'application/json', Accept: 'application/json' }, body: JSON.stringify(req),
+});
+
+// curl answers the curl command, as text, that sends the delivery again.
+export async function curl(id) {
+  const res = await fetch('/api/deliveries/' + enc(id) + '/curl');
+  if (!res.ok) throw new Error(res.status + ' ' + res.statusText);
+  return res.text();
+}
+
+export const listRuns = () => api('/api/runs');
+
+export const getRun = (id) => api('/api/runs/' + enc(id));

@@ -1,0 +1,114 @@
+// The replay workbench on the delivery page: send a delivery again as it
+// arrived, re-signed or not, or edited (target, headers, body), and copy it
+// as a curl command.
+
+import { replay, curl } from '../api.js';
+import { h, append, $$, toast, copyText } from '../dom.js';
+import { fmtMs, pathText } from '../format.js';
+import { state } from '../state.js';
+
+// replayPanel draws the panel for the delivery D shows. reload fetches the
+// delivery again, with the attempt a replay added.
+export function replayPanel(D, reload) {
+  const d = D.data;
+  const s = state.settings || {};
+  const avail = d.view.replay_available;
+  const resign = d.view.resign;
+  const editor = h('div', { class: 'editor', id: 'replay-editor', hidden: !D.editorOpen });
+  const panel = h('section', { class: 'panel replay', id: 'replay-panel' },
+    h('h2', null, 'Replay'),
+    h('div', { class: 'actions' },
+      h('button', {
+        type: 'button', class: 'button primary', id: 'replay', disabled: !avail,
+        title: resign ? 'Send again, signed with a fresh t' : 'Send again exactly as it arrived',
+        on: { click: () => doReplay(D, {}, reload) },
+      }, resign ? 'Replay (re-signed)' : 'Replay'),
+      resign ? h('button', { type: 'button', class: 'button', id: 'replay-asis', disabled: !avail, title: 'Send again with the original signature header', on: { click: () => doReplay(D, { resign: false }, reload) } }, 'Replay as-is') : null,
+      h('button', { type: 'button', class: 'button', id: 'replay-edit', disabled: !avail, on: { click: () => { D.editorOpen = !D.editorOpen; editor.hidden = !D.editorOpen; } } }, 'Edit & replay…'),
+      h('button', { type: 'button', class: 'button ghost', id: 'copy-curl', on: { click: () => copyCurl(d) } }, 'Copy as curl')),
+    h('p', { class: 'hint' }, !avail ? 'Replay is not available: no agent is running with this inspector.'
+      : resign ? 'Re-signed with a fresh t, so the receiver\'s 5-minute window accepts it. Every replay is recorded as an attempt.'
+        : (s.secret_known ? '' : 'No secret known: replays carry the original signature, which a receiver rejects after 5 minutes. ') + 'Every replay is recorded as an attempt.'),
+    editor);
+  buildEditor(D, editor, reload);
+  return panel;
+}
+
+function headerLines(header) {
+  const out = [];
+  for (const n of Object.keys(header || {}).sort()) for (const v of header[n]) out.push(n + ': ' + v);
+  return out.join('\n');
+}
+
+function buildEditor(D, editor, reload) {
+  const d = D.data;
+  const s = state.settings || {};
+  const binary = !d.view.body.utf8;
+  const base = (s.forward || [])[0] || '';
+  const to = h('input', { type: 'url', id: 'edit-to', class: 'mono', value: base, placeholder: 'http://127.0.0.1:3000', size: 40 });
+  const hdrs = h('textarea', { id: 'edit-headers', class: 'mono', rows: '6', spellcheck: 'false' });
+  hdrs.value = headerLines(d.header);
+  const body = h('textarea', { id: 'edit-body', class: 'mono', rows: '12', spellcheck: 'false' });
+  body.value = binary ? (d.body || '') : (d.view.body.text || '');
+  const origHeaders = hdrs.value, origBody = body.value;
+  const resign = h('input', { type: 'checkbox', id: 'edit-resign', checked: d.view.resign, disabled: !d.view.resign });
+  append(editor, [
+    h('label', { class: 'field block' }, 'Target (base URL; the delivery\'s path ' + pathText(d) + ' is added)', to),
+    h('label', { class: 'field block' }, 'Headers, one "Name: value" a line', hdrs),
+    h('label', { class: 'field block' }, binary ? 'Body (base64: the body is binary)' : 'Body', body),
+    h('label', { class: 'check' }, resign, d.view.resign ? ' Re-sign with a fresh t' : ' Re-sign (needs the webhook secret, which is not known)'),
+    h('div', { class: 'actions' },
+      h('button', {
+        type: 'button', class: 'button primary', id: 'replay-send',
+        on: {
+          click: () => {
+            const req = { resign: resign.checked };
+            if (to.value.trim() && to.value.trim() !== base) req.to = to.value.trim();
+            if (hdrs.value !== origHeaders) {
+              const header = {};
+              for (const line of hdrs.value.split('\n')) {
+                if (!line.trim()) continue;
+                const i = line.indexOf(':');
+                if (i <= 0) { toast('Header line without a colon: ' + line, 'bad'); return; }
+                const k = line.slice(0, i).trim();
+                (header[k] = header[k] || []).push(line.slice(i + 1).trim());
+              }
+              req.header = header;
+            }
+            if (body.value !== origBody) {
+              if (binary) req.body_base64 = body.value.replace(/\s+/g, '');
+              else req.body_text = body.value;
+            }
+            doReplay(D, req, reload);
+          },
+        },
+      }, 'Send'),
+      h('button', { type: 'button', class: 'button ghost', on: { click: () => { D.editorOpen = false; editor.hidden = true; } } }, 'Cancel'))]);
+}
+
+async function doReplay(D, req, reload) {
+  const buttons = $$('#replay-panel button');
+  buttons.forEach((b) => { b.disabled = true; });
+  let a;
+  try {
+    a = await replay(D.id, req);
+  } catch (e) {
+    toast('Replay failed: ' + e.message, 'bad');
+    buttons.forEach((b) => { b.disabled = false; });
+    return;
+  }
+  toast('Replay #' + a.seq + ': ' + (a.status ? a.status : 'none' + (a.error ? ' (' + a.error + ')' : '')) + ' in ' + fmtMs(a.duration_ms), a.status && a.status < 400 ? 'ok' : 'bad');
+  D.editorOpen = false;
+  if (state.detail === D) await reload();
+}
+
+async function copyCurl(d) {
+  let text;
+  try {
+    text = await curl(d.id);
+  } catch (e) {
+    toast('Could not build the curl command: ' + e.message, 'bad');
+    return;
+  }
+  copyText(text, 'curl command copied');
+}
