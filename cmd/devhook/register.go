@@ -234,3 +234,17 @@ func (s savedWebhooks) write(m map[string]string) error {
 	}
 	return nil
 }
+
+// note is the ready block's line about the webhook listen uses.
+func (r *registration) note(publicURL, dataDir string) string {
+	switch {
+	case r.reused:
+		return "registered webhook " + r.id + " → " + publicURL + " (taken over from an earlier devhook listen of " + dataDir + ")"
+	case r.created:
+		return "registered webhook " + r.id + " → " + publicURL
+	case r.restoreURL != "":
+		return "using webhook " + r.id + " → " + publicURL + " (was " + r.restoreURL + "; put back on exit)"
+	default:
+		return "using the secret of webhook " + r.id
+	}
+}

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"time"
+
+	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/storage"
+)
+
+// channel returns the saved channel for this relay, or opens a new one.
+func (o *listenOptions) channel(ctx context.Context, relayURL, relayKey string, local *relay.Server, rdb *storage.RelayStore) (relay.Credentials, error) {
+	saved := savedChannels{path: filepath.Join(o.dataDir, "channels.json")}
+	cr, ok, err := saved.get(relayKey)
+	if err != nil {
+		return cr, err
+	}
+	if ok && local != nil {
+		if _, err := rdb.Channel(cr.Channel); err == nil {
+			cr.PublicURL = local.PublicURL(nil, cr.Channel) // the port may differ from last time
+			return cr, nil
+		}
+	} else if ok && o.usable(ctx, relayURL, cr) {
+		return cr, nil
+	}
+	if local != nil {
+		cr, err = local.OpenChannel(nil)
+	} else {
+		client := &http.Client{Timeout: 15 * time.Second}
+		cr, err = relay.Open(ctx, client, relayURL, o.relayToken)
+	}
+	switch {
+	case errors.Is(err, relay.ErrOpenRefused) && o.relayToken == "":
+		return cr, fmt.Errorf("%w; this relay needs its open token: pass it with --relay-token (or DEVHOOK_RELAY_TOKEN)", err)
+	case errors.Is(err, relay.ErrOpenRefused):
+		return cr, fmt.Errorf("%w; check the token given with --relay-token (or DEVHOOK_RELAY_TOKEN)", err)
+	case err != nil:
+		return cr, err
+	}
+	if ok {
+		fmt.Fprintf(o.stderr, "the saved channel is gone from the relay; opened a new one: the public URL changed\n")
+	}
+	return cr, saved.put(relayKey, cr)
+}
+
+// usable reports whether the relay still knows cr: a relay that rejects
+// it means no; any other outcome (relay down too) keeps the channel. It
+// does not connect: that would take the channel over from a running agent
+// and draw the queue to a connection about to close.
+func (o *listenOptions) usable(ctx context.Context, relayURL string, cr relay.Credentials) bool {
+	err := relay.Check(ctx, &http.Client{Timeout: 5 * time.Second}, relayURL, cr)
+	return !errors.Is(err, relay.ErrRejected)
+}

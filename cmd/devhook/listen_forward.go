@@ -1,0 +1,78 @@
+package main
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+)
+
+// forwardSettings are the agent's settings for forwarding, from the flags.
+type forwardSettings struct {
+	header   http.Header // --header
+	tls      *tls.Config // --forward-ca, --forward-insecure
+	retryFor time.Duration
+}
+
+func (o *listenOptions) forwardSettings(logf func(string, ...any)) (forwardSettings, error) {
+	var fw forwardSettings
+	fw.retryFor = o.retryFor
+	if fw.retryFor <= 0 {
+		fw.retryFor = -1 // the flag's 0 is "off"; the agent's is "default"
+	}
+	var err error
+	if fw.header, err = parseHeaders(o.headers); err != nil {
+		return fw, err
+	}
+	if fw.tls, err = forwardTLS(o.forwardCA, o.insecure); err != nil {
+		return fw, err
+	}
+	if o.insecure {
+		logf("--forward-insecure: the certificates of https receivers are not checked")
+	}
+	return fw, nil
+}
+
+// parseHeaders reads --header values "Name: value" into a header.
+func parseHeaders(values []string) (http.Header, error) {
+	if len(values) == 0 {
+		return nil, nil
+	}
+	h := http.Header{}
+	for _, v := range values {
+		name, value, ok := strings.Cut(v, ":")
+		name = strings.TrimSpace(name)
+		if !ok || name == "" || strings.ContainsAny(name, " \t\r\n") || strings.ContainsAny(value, "\r\n") {
+			return nil, fmt.Errorf("--header %q is not 'Name: value'", v)
+		}
+		h.Add(name, strings.TrimSpace(value))
+	}
+	return h, nil
+}
+
+// forwardTLS is the TLS configuration for https receivers: nil (the
+// system's roots) unless --forward-ca or --forward-insecure says otherwise.
+func forwardTLS(caFile string, insecure bool) (*tls.Config, error) {
+	if caFile == "" && !insecure {
+		return nil, nil
+	}
+	c := &tls.Config{InsecureSkipVerify: insecure}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("read --forward-ca: %w", err)
+		}
+		pool, err := x509.SystemCertPool()
+		if err != nil {
+			pool = x509.NewCertPool()
+		}
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--forward-ca %s holds no PEM certificate", caFile)
+		}
+		c.RootCAs = pool
+	}
+	return c, nil
+}

@@ -1,0 +1,488 @@
+package main
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/agent"
+	"github.com/devhook/devhook/check"
+)
+
+// The terminal output of devhook listen: a ready block (or line), then a
+// line per delivery, retry, replay and connection change, as human text
+// with colours on a terminal or as one JSON object a line with --json
+// (jsonline.go writes the delivery line by hand). The lines' formats are
+// described in docs/LISTEN.md.
+
+// readyInfo is what the ready line says.
+type readyInfo struct {
+	PublicURL    string   `json:"public_url"`
+	InspectorURL string   `json:"inspector_url"`
+	Channel      string   `json:"channel"`
+	Forward      []string `json:"forward"`
+	Local        bool     `json:"local_only"`
+	SecretKnown  bool     `json:"secret_known"`
+	Verify       string   `json:"verify"`
+	Data         string   `json:"data"`
+	Webhook      string   `json:"webhook,omitempty"`
+	webhookNote  string   // the human line about the webhook
+}
+
+// printer writes listen's output: human lines or one JSON object a line.
+// Each goes to w in one Write, without a lock held: w must take whole
+// lines from many goroutines (listen gives it a lineWriter).
+type printer struct {
+	mu   sync.Mutex // for logf's writer
+	w    io.Writer
+	json bool
+	// color: verdicts and statuses in colour (useColor decides).
+	color bool
+	loc   *time.Location // nil: local time
+	// retryFor is --retry-for, for the note on an owed delivery.
+	retryFor time.Duration
+
+	// The ready line comes first: deliveries and retries may be handled
+	// between the agent's connection and the ready line, and with
+	// holdUntilReady their lines wait in early until it is written.
+	holdUntilReady bool
+	isReady        atomic.Bool
+	gate           sync.Mutex
+	early          [][]byte
+}
+
+// write sends one or more whole lines to w, or keeps them until the ready
+// line is out.
+func (p *printer) write(b []byte) {
+	if p.holdUntilReady && !p.isReady.Load() {
+		p.gate.Lock()
+		if !p.isReady.Load() {
+			p.early = append(p.early, b)
+			p.gate.Unlock()
+			return
+		}
+		p.gate.Unlock()
+	}
+	p.w.Write(b)
+}
+
+// writeReady writes the ready line b, then the lines that waited for it.
+func (p *printer) writeReady(b []byte) {
+	p.gate.Lock()
+	defer p.gate.Unlock()
+	p.w.Write(b)
+	p.flushLocked()
+}
+
+// flush writes the lines that wait for a ready line that will not come.
+func (p *printer) flush() {
+	p.gate.Lock()
+	defer p.gate.Unlock()
+	p.flushLocked()
+}
+
+func (p *printer) flushLocked() {
+	for _, l := range p.early {
+		p.w.Write(l)
+	}
+	p.early = nil
+	p.isReady.Store(true)
+}
+
+func (p *printer) emit(v any) { p.write(jsonLine(v)) }
+
+// jsonLine is v as one line of JSON.
+func jsonLine(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		b, _ = json.Marshal(map[string]string{"event": "log", "message": "devhook: cannot print an event: " + err.Error()})
+	}
+	return append(b, '\n')
+}
+
+func (p *printer) ready(r readyInfo) {
+	if p.json {
+		p.writeReady(jsonLine(struct {
+			Event string `json:"event"`
+			readyInfo
+		}{"ready", r}))
+		return
+	}
+	var b bytes.Buffer
+	if r.webhookNote != "" {
+		fmt.Fprintf(&b, "%s\n", r.webhookNote)
+	}
+	fmt.Fprintf(&b, "devhook is listening\n")
+	fmt.Fprintf(&b, "  public URL  %s\n", r.PublicURL)
+	if r.Local {
+		fmt.Fprintf(&b, "              (built-in relay: reachable from this machine only; use --relay for a public one)\n")
+	}
+	fmt.Fprintf(&b, "  forward to  %s\n", strings.Join(r.Forward, ", "))
+	if r.InspectorURL != "" {
+		fmt.Fprintf(&b, "  inspector   %s\n", r.InspectorURL)
+	}
+	secret := "no secret: signatures cannot be checked (pass --secret, or --register)"
+	if r.SecretKnown {
+		secret = "secret known, verify=" + r.Verify
+	}
+	fmt.Fprintf(&b, "  signature   %s\n", secret)
+	fmt.Fprintf(&b, "  recording   %s\n\n", r.Data)
+	p.writeReady(b.Bytes())
+}
+
+func (p *printer) result(r agent.Result) {
+	switch {
+	case r.Replay:
+		p.replayed(r)
+		return
+	case r.GaveUp:
+		p.gaveUp(r)
+		return
+	case r.Retry > 0:
+		p.retried(r)
+		return
+	}
+	d := r.Delivery
+	var dur devhook.Duration
+	status := r.Status
+	if r.Attempt != nil {
+		dur = r.Attempt.Duration
+	}
+	if p.json {
+		l := deliveryLine{"delivery", d.ID, d.Method, d.Path, d.Event.RunID, d.Event.StatusV2, d.Verdict.Result, status, receiverStatus(r.Attempt),
+			float64(dur) / float64(time.Millisecond), d.Queued, r.Cut, r.Duplicate, r.Owed && p.retryFor > 0, cmp.Or(r.Error, attemptError(r.Attempt)),
+			check.Hint(d, r.Attempt), failedCopies(r.Copies)}
+		p.write(l.appendJSON(make([]byte, 0, 256)))
+		return
+	}
+	p.write(p.humanLine(r))
+}
+
+// The columns of a delivery line.
+const (
+	pathWidth = 24
+	runWidth  = 28
+)
+
+// humanLine is the terminal line of a delivery handled from the relay,
+// with a line more for each copy target that did not take it.
+//
+// The arrow shows what the receiver answered, as the record keeps it and
+// the filters find it: its status, or "none" when it gave no status (no
+// answer, or not forwarded). When the sender got something else, the line
+// says so in brackets: "→ none (sender got 502)".
+func (p *printer) humanLine(r agent.Result) []byte {
+	d := r.Delivery
+	var b bytes.Buffer
+	b.WriteString(d.ReceivedAt.In(p.location()).Format("15:04:05.000"))
+	fmt.Fprintf(&b, "  %-6s %-*s %-*s ", d.Method, pathWidth, clip(pathQuery(d.Path, d.RawQuery), pathWidth), runWidth, runColumn(d.Event, runWidth))
+	b.WriteString(p.paint(verdictColor(d.Verdict.Result), fmt.Sprintf("%-18s", d.Verdict.Result)))
+	received := 0
+	if r.Attempt != nil {
+		received = r.Attempt.Status
+	}
+	b.WriteString(" → ")
+	b.WriteString(p.paint(statusColor(received), statusWord(received)))
+	switch {
+	case r.Cut && !d.Queued:
+		b.WriteString(" (sender got 202: queued by the relay)")
+	case !d.Queued && r.Status != received && r.Status != 0:
+		fmt.Fprintf(&b, " (sender got %d)", r.Status)
+	}
+	took := "-"
+	if r.Attempt != nil {
+		took = formatDuration(time.Duration(r.Attempt.Duration))
+	}
+	b.WriteString("  " + took)
+	switch {
+	case r.Rejected:
+		b.WriteString("  (not forwarded: the signature check failed)")
+	case r.Error != "":
+		b.WriteString("  " + r.Error)
+	}
+	if d.Queued {
+		b.WriteString("  (was queued)")
+	}
+	if r.Duplicate {
+		b.WriteString("  (already delivered)")
+	}
+	if e := attemptError(r.Attempt); e != "" {
+		b.WriteString("  " + e)
+	}
+	switch {
+	case r.Cut:
+		b.WriteString("  (devhook stopped before the relay had the answer: the relay keeps the delivery and sends it again on the next start)")
+	case r.Owed && p.retryFor > 0:
+		b.WriteString("  (owed: retried for up to " + agent.FormatDuration(p.retryFor) + ")")
+	}
+	if h := check.Hint(d, r.Attempt); h != "" {
+		b.WriteString("\n              hint: " + h)
+	}
+	b.WriteByte('\n')
+	for _, c := range r.Copies {
+		if copyTaken(c) {
+			continue
+		}
+		fmt.Fprintf(&b, "              copy to %s → %s  %s", c.Target, p.paint(statusColor(c.Status), statusWord(c.Status)), formatDuration(time.Duration(c.Duration)))
+		if c.Error != "" {
+			b.WriteString("  " + c.Error)
+		}
+		b.WriteByte('\n')
+	}
+	return b.Bytes()
+}
+
+// statusWord is a receiver's status as the terminal, the filters and the
+// inspector name it: the number, or "none" when it gave none.
+func statusWord(status int) string {
+	if status == 0 {
+		return "none"
+	}
+	return strconv.Itoa(status)
+}
+
+// runColumn is the run id and its status_v2, clipped to n by cutting the
+// run id: status_v2 always shows.
+func runColumn(ev devhook.Event, n int) string {
+	if ev.RunID == "" {
+		return "-"
+	}
+	if ev.StatusV2 == "" {
+		return clip(ev.RunID, n)
+	}
+	keep := n - 1 - len(ev.StatusV2)
+	if keep < 4 {
+		return clip(ev.RunID+" "+ev.StatusV2, n)
+	}
+	return clip(ev.RunID, keep) + " " + ev.StatusV2
+}
+
+// pathQuery is a path with its query string, as the sender posted it.
+func pathQuery(path, rawQuery string) string {
+	if rawQuery == "" {
+		return path
+	}
+	return path + "?" + rawQuery
+}
+
+// formatDuration is the one format of durations in the terminal:
+// milliseconds with one decimal under a second, seconds with two above.
+func formatDuration(d time.Duration) string {
+	if d < time.Second {
+		return strconv.FormatFloat(float64(d)/float64(time.Millisecond), 'f', 1, 64) + "ms"
+	}
+	return strconv.FormatFloat(d.Seconds(), 'f', 2, 64) + "s"
+}
+
+// retried prints a retry that delivered an owed delivery.
+func (p *printer) retried(r agent.Result) {
+	d, at := r.Delivery, r.Attempt
+	after := at.StartedAt.Sub(r.Since)
+	if p.json {
+		p.emit(struct {
+			Event    string  `json:"event"`
+			ID       string  `json:"id"`
+			Method   string  `json:"method"`
+			Path     string  `json:"path"`
+			Status   int     `json:"status"`
+			Duration float64 `json:"duration_ms"`
+			Retry    int     `json:"retry"`
+			AfterMS  int64   `json:"after_ms"`
+			Error    string  `json:"error,omitempty"`
+		}{"retry", d.ID, d.Method, d.Path, r.Status, float64(at.Duration) / float64(time.Millisecond), r.Retry, after.Milliseconds(), at.Error})
+		return
+	}
+	line := fmt.Sprintf("%s  %-6s %-*s → %s  %s  (delivered by retry %d, %s after the first try failed)",
+		at.StartedAt.In(p.location()).Format("15:04:05.000"), d.Method, pathWidth, clip(pathQuery(d.Path, d.RawQuery), pathWidth),
+		p.paint(statusColor(r.Status), statusWord(r.Status)), formatDuration(time.Duration(at.Duration)), r.Retry, agent.FormatDuration(after))
+	p.write([]byte(line + "\n"))
+}
+
+// replayed prints a replay asked for from the inspector or devhook replay.
+func (p *printer) replayed(r agent.Result) {
+	d, at := r.Delivery, r.Attempt
+	resigned := at.Request != nil && at.Request.Resigned
+	if p.json {
+		p.emit(struct {
+			Event    string  `json:"event"`
+			ID       string  `json:"id"`
+			Seq      int     `json:"seq"`
+			Target   string  `json:"target"`
+			Status   int     `json:"status"`
+			Duration float64 `json:"duration_ms"`
+			Resigned bool    `json:"resigned,omitempty"`
+			Error    string  `json:"error,omitempty"`
+		}{"replay", d.ID, at.Seq, at.Target, at.Status, float64(at.Duration) / float64(time.Millisecond), resigned, at.Error})
+		return
+	}
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "%s  %-6s %-*s replay of %s → %s  %s", at.StartedAt.In(p.location()).Format("15:04:05.000"), d.Method,
+		pathWidth, clip(pathQuery(d.Path, d.RawQuery), pathWidth), d.ID, p.paint(statusColor(at.Status), statusWord(at.Status)),
+		formatDuration(time.Duration(at.Duration)))
+	if resigned {
+		b.WriteString("  (re-signed)")
+	}
+	if at.Error != "" {
+		b.WriteString("  " + at.Error)
+	}
+	b.WriteByte('\n')
+	p.write(b.Bytes())
+}
+
+// gaveUp prints that the agent stopped retrying a delivery.
+func (p *printer) gaveUp(r agent.Result) {
+	d := r.Delivery
+	msg := "gave up on delivery " + d.ID + " " + strings.TrimPrefix(r.Error, "gave up ")
+	if p.json {
+		p.emit(struct {
+			Event   string `json:"event"`
+			ID      string `json:"id"`
+			Method  string `json:"method"`
+			Path    string `json:"path"`
+			Status  int    `json:"status"`
+			Error   string `json:"error"`
+			Message string `json:"message"`
+		}{"gave_up", d.ID, d.Method, d.Path, r.Status, r.Error, msg})
+		return
+	}
+	at := time.Now()
+	if r.Attempt != nil && !r.Attempt.StartedAt.IsZero() {
+		at = r.Attempt.StartedAt
+	}
+	p.write([]byte(at.In(p.location()).Format("15:04:05.000") + "  FAILED: " + msg + "\n"))
+}
+
+// note prints a line about what listen did, such as deleting its webhook:
+// {"event":"webhook","message":…} with --json.
+func (p *printer) note(msg string) {
+	if p.json {
+		p.emit(map[string]string{"event": "webhook", "message": msg})
+		return
+	}
+	p.write([]byte(msg + "\n"))
+}
+
+func (p *printer) location() *time.Location {
+	if p.loc == nil {
+		return time.Local
+	}
+	return p.loc
+}
+
+func (p *printer) logf(w io.Writer) func(string, ...any) {
+	return func(format string, args ...any) {
+		if p.json {
+			p.emit(map[string]string{"event": "log", "message": fmt.Sprintf(format, args...)})
+			return
+		}
+		p.mu.Lock()
+		fmt.Fprintf(w, "devhook: "+format+"\n", args...)
+		p.mu.Unlock()
+	}
+}
+
+func attemptError(a *devhook.Attempt) string {
+	if a == nil {
+		return ""
+	}
+	return a.Error
+}
+
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n-1] + "…"
+	}
+	return s
+}
+
+// copyLine is a copy target that did not take a delivery, for --json.
+type copyLine struct {
+	Target   string `json:"target"`
+	Receiver *int   `json:"receiver_status"`
+	Error    string `json:"error,omitempty"`
+}
+
+// failedCopies are the copies that were not answered 2xx or 3xx; nil
+// when all were (or there are none).
+func failedCopies(copies []*devhook.Attempt) []copyLine {
+	var out []copyLine
+	for _, c := range copies {
+		if !copyTaken(c) {
+			out = append(out, copyLine{c.Target, receiverStatus(c), c.Error})
+		}
+	}
+	return out
+}
+
+func copyTaken(c *devhook.Attempt) bool { return c.Status >= 200 && c.Status < 400 }
+
+// receiverStatus is the receiver's status for --json: nil (null) when it
+// gave none.
+func receiverStatus(a *devhook.Attempt) *int {
+	if a == nil || a.Status == 0 {
+		return nil
+	}
+	return &a.Status
+}
+
+// connection says that the agent is connected: "connected" after
+// "connecting to …", and after an outage "reconnected after 12s, 3 queued
+// deliveries follow" ({"event":"reconnected",…} with --json; the first
+// connection's line in --json is the ready line).
+func (p *printer) connection(c agent.Connection, stderr io.Writer) {
+	if p.json {
+		if c.Reconnect {
+			p.emit(struct {
+				Event  string `json:"event"`
+				DownMS int64  `json:"down_ms"`
+				Queued int    `json:"queued"`
+			}{"reconnected", c.Down.Milliseconds(), c.Queued})
+		}
+		return
+	}
+	msg := "connected"
+	if c.Reconnect {
+		msg = "reconnected after " + agent.FormatDuration(c.Down.Round(time.Second))
+	}
+	switch {
+	case c.Queued == 1:
+		msg += ", 1 queued delivery follows"
+	case c.Queued > 1:
+		msg += fmt.Sprintf(", %d queued deliveries follow", c.Queued)
+	}
+	p.mu.Lock()
+	fmt.Fprintln(stderr, msg)
+	p.mu.Unlock()
+}
+
+// stopping says that listen stops and what it waits for: the deliveries
+// under way get agent.ShutdownGrace to finish; a second Ctrl-C quits at
+// once (main's signalContext).
+func (p *printer) stopping(inFlight int, stderr io.Writer) {
+	if p.json {
+		p.emit(struct {
+			Event    string `json:"event"`
+			InFlight int    `json:"in_flight"`
+		}{"stopping", inFlight})
+		return
+	}
+	msg := "stopping"
+	if inFlight > 0 {
+		what := "deliveries"
+		if inFlight == 1 {
+			what = "delivery"
+		}
+		msg = fmt.Sprintf("stopping, waiting up to %d s for %d %s in flight (Ctrl-C again to quit now)", int(agent.ShutdownGrace/time.Second), inFlight, what)
+	}
+	p.mu.Lock()
+	fmt.Fprintln(stderr, msg)
+	p.mu.Unlock()
+}
