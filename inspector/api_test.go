@@ -656,6 +656,22 @@ func TestPageAndHeaders(t *testing.T) {
 		if res.Header.Get("X-Content-Type-Options") != "nosniff" {
 			t.Errorf("GET %s: no nosniff", path)
 		}
+		// Asked again with its ETag, a file the browser has is a 304.
+		etag := res.Header.Get("ETag")
+		if len(etag) < 10 || res.Header.Get("Cache-Control") != "no-cache" {
+			t.Errorf("GET %s: ETag %q, Cache-Control %q", path, etag, res.Header.Get("Cache-Control"))
+			continue
+		}
+		req, _ := http.NewRequest("GET", f.HTTP.URL+path, nil)
+		req.Header.Set("If-None-Match", etag)
+		again, err := f.HTTP.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		again.Body.Close()
+		if again.StatusCode != http.StatusNotModified {
+			t.Errorf("GET %s with If-None-Match %s: %d, want 304", path, etag, again.StatusCode)
+		}
 	}
 	if _, err := inspector.New(inspector.Config{}); err == nil {
 		t.Error("New without a store succeeded")
