@@ -24,9 +24,9 @@ import (
 // runInProcess wires relay, agent, store and inspector inside this process
 // as `devhook listen` does (see cmd/devhook/listen.go), runs the load
 // phases and, when asked, profiles them. RSS is then the whole process,
-// senders and receiver included. ch, when not nil, is chisel, which runs
-// as its own processes all the same.
-func runInProcess(ctx context.Context, o options, rep *report, recv *receiverServer, ch *chiselTunnel, dir string) error {
+// senders and receiver included. peers, chisel, frp or localtunnel, run
+// as processes of their own all the same.
+func runInProcess(ctx context.Context, o options, rep *report, recv *receiverServer, peers []*peerTunnel, dir string) error {
 	rep.InProcess = true
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -130,7 +130,7 @@ func runInProcess(ctx context.Context, o options, rep *report, recv *receiverSer
 		defer runtime.SetMutexProfileFraction(0)
 	}
 	rep.GoroutinesBefore = runtime.NumGoroutine()
-	if err := loadPhases(ctx, o, rep, recv, creds.PublicURL+"/hook", nil, ch); err != nil {
+	if err := loadPhases(ctx, o, rep, recv, creds.PublicURL+"/hook", nil, peers); err != nil {
 		return err
 	}
 	// Idle keep-alive connections of the senders are closed; what remains

@@ -195,9 +195,17 @@ func (r loadResult) quantile(q float64) time.Duration {
 	return r.Latencies[i]
 }
 
-// drive sends up to n signed POSTs to url from conc senders, stopping at
-// the deadline of limit, and measures each request's latency.
-func drive(ctx context.Context, url, secret, phase string, conc, n int, limit time.Duration) loadResult {
+// target is where senders post: URL, with Host as the request's Host
+// header when it is not empty (a tunnel that tells its tunnels apart by
+// name, such as frp's and localtunnel's, serves them all on one port).
+type target struct {
+	URL  string
+	Host string
+}
+
+// drive sends up to n signed POSTs to t from conc senders, stopping at the
+// deadline of limit, and measures each request's latency.
+func drive(ctx context.Context, t target, secret, phase string, conc, n int, limit time.Duration) loadResult {
 	client := newSenderClient(conc)
 	defer client.CloseIdleConnections()
 	p := newPayload()
@@ -222,10 +230,13 @@ func drive(ctx context.Context, url, secret, phase string, conc, n int, limit ti
 					break
 				}
 				body := p.body(seqID(phase, i))
-				req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+				req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.URL, bytes.NewReader(body))
 				if err != nil {
 					failed.Add(1)
 					continue
+				}
+				if t.Host != "" {
+					req.Host = t.Host
 				}
 				req.Header.Set("Content-Type", "application/json")
 				req.Header.Set("User-Agent", "service-webhooks/bench")

@@ -4,10 +4,40 @@
 // recording and the inspector on, and drives signed 1.5 KB run.status POSTs
 // through the public URL at each concurrency. The same load goes straight
 // to the receiver, so that every figure is also a ratio to what this
-// machine can do without devhook. With --chisel, the same load also goes
-// through a chisel tunnel (server and client as processes of their own),
-// a bare TCP-over-WebSocket tunnel: the tunnel's figures are then ratios
-// to chisel's too.
+// machine can do without devhook.
+//
+// With --chisel, --frp and --localtunnel, the same load also goes through
+// other tunnels ("peers"), each a server and a client process of its own
+// on loopback, in phases between the direct and the tunnel ones: the
+// tunnel's figures are then ratios to each peer's too ("× chisel"), and
+// each peer's row has its server's figures in the relay's columns and its
+// client's in the agent's. The receiver counts distinct ids, whichever way
+// a request came.
+//
+//   - chisel (github.com/jpillora/chisel): --chisel is its binary. A
+//     reverse TCP port forward over WebSocket, plain HTTP between client
+//     and server: a bare tunnel with nothing stored, verified or inspected.
+//   - frp (github.com/fatedier/frp): --frp is a directory holding its frps
+//     and frpc binaries. An http proxy, the mode closest to devhook's: frps
+//     serves it on its vhost HTTP port, and senders name its custom domain
+//     in their Host header, so that no name needs to resolve. frpc talks to
+//     frps in plain TCP, as chisel and devhook do here (frpc's default is
+//     TLS); the rest is frp's default. The configuration is written at run
+//     time (see frpConfigs).
+//   - localtunnel: --localtunnel is a directory holding the client, the
+//     localtunnel npm package, under node_modules/localtunnel, and the
+//     server, github.com/localtunnel/server (not on npm under its name), in
+//     server/ with its dependencies installed. That server pins esm 3.0,
+//     which fails on Node 20; esm 3.2.25 works. Both run under the
+//     machine's node, as their defaults have them (the client keeps at most
+//     10 connections to the server); senders post to the server with the
+//     tunnel's subdomain in their Host header. The server listens on
+//     127.0.0.1, but opens the port its client connects to on every
+//     interface: it takes no address for it.
+//
+// None of them is a dependency of devhook, nor in this repository: the
+// harness takes only the paths to them. A report says which version of
+// each it ran, and how.
 //
 // Then, in separate processes: the inspector's list API over a store of
 // -list deliveries, and one relay holding -idle agent connections.
@@ -16,6 +46,7 @@
 //	go run ./bench -n 2000 -idle 1000   # a quick look
 //	go run ./bench -inproc -cpuprofile cpu.out   # relay and agent in this process, profiled
 //	go run ./bench --chisel /path/to/chisel      # also through chisel, for comparison
+//	go run ./bench --chisel ~/peers/chisel --frp ~/peers/frp --localtunnel ~/peers/lt -idle 0 -list 0
 //
 // Every phase is bounded in count (-n) and in time (-duration); every
 // child process is killed on the way out.
@@ -41,23 +72,25 @@ import (
 )
 
 type options struct {
-	n          int           // requests per phase
-	duration   time.Duration // cap per phase
-	conc       []int         // concurrencies
-	rounds     int           // times the load phases run, alternately; 0 is 1
-	idle       int           // idle agent connections; 0 skips
-	list       int           // deliveries stored for the inspector list phase; 0 skips
-	secret     string
-	bin        string // devhook binary; empty builds one
-	out        string // markdown or JSON file
-	inproc     bool   // relay and agent in this process
-	cluster    bool   // tunnel phases through two relays on NATS
-	chisel     string // chisel binary: a chisel phase at each concurrency; empty skips
-	cpuprofile string // with inproc
-	memprofile string // with inproc
-	blockprof  string // with inproc
-	stdout     io.Writer
-	logf       func(format string, args ...any)
+	n           int           // requests per phase
+	duration    time.Duration // cap per phase
+	conc        []int         // concurrencies
+	rounds      int           // times the load phases run, alternately; 0 is 1
+	idle        int           // idle agent connections; 0 skips
+	list        int           // deliveries stored for the inspector list phase; 0 skips
+	secret      string
+	bin         string // devhook binary; empty builds one
+	out         string // markdown or JSON file
+	inproc      bool   // relay and agent in this process
+	cluster     bool   // tunnel phases through two relays on NATS
+	chisel      string // chisel binary: a chisel phase at each concurrency; empty skips
+	frp         string // directory of frps and frpc: an frp phase likewise
+	localtunnel string // localtunnel install directory: a localtunnel phase likewise
+	cpuprofile  string // with inproc
+	memprofile  string // with inproc
+	blockprof   string // with inproc
+	stdout      io.Writer
+	logf        func(format string, args ...any)
 }
 
 func main() {
@@ -66,14 +99,16 @@ func main() {
 	flag.IntVar(&o.n, "n", 20000, "requests per phase")
 	flag.DurationVar(&o.duration, "duration", 60*time.Second, "longest time a phase may take")
 	flag.StringVar(&conc, "c", "1,32", "comma-separated concurrencies")
-	flag.IntVar(&o.rounds, "rounds", 1, "run the load phases this many times, each round every concurrency's direct, chisel and tunnel phases in turn, and print the range of each figure over the rounds (this machine's noise is large: compare ranges, not one run)")
+	flag.IntVar(&o.rounds, "rounds", 1, "run the load phases this many times, each round every concurrency's direct, peers' and tunnel phases in turn, and print the range of each figure over the rounds (this machine's noise is large: compare ranges, not one run)")
 	flag.IntVar(&o.idle, "idle", 10000, "idle agent connections for one relay to hold (0 skips)")
 	flag.IntVar(&o.list, "list", 100000, "stored deliveries for the inspector list phase (0 skips)")
 	flag.StringVar(&o.secret, "secret", "whsec_bench_0123456789abcdef", "signing secret")
 	flag.StringVar(&o.bin, "bin", "", "devhook binary to run (default: build ./cmd/devhook)")
 	flag.StringVar(&o.out, "out", "", "also write the report to this file (.json: JSON, else markdown)")
 	flag.BoolVar(&o.cluster, "cluster", false, "tunnel phases through a two-relay cluster on NATS (JetStream, in this process): the agent on one relay, senders posting to the other")
-	flag.StringVar(&o.chisel, "chisel", "", "chisel binary: at each concurrency, also drive the load through a chisel reverse tunnel (server and client processes), to compare the tunnel with")
+	flag.StringVar(&o.chisel, "chisel", "", "chisel binary (github.com/jpillora/chisel): at each concurrency, also drive the load through a chisel reverse tunnel (server and client processes), to compare the tunnel with (go doc ./bench says how each peer is set up)")
+	flag.StringVar(&o.frp, "frp", "", "directory holding frp's frps and frpc binaries (github.com/fatedier/frp): likewise through an frp http proxy (frps's vhost HTTP port, plain TCP between frpc and frps)")
+	flag.StringVar(&o.localtunnel, "localtunnel", "", "localtunnel directory: likewise through localtunnel under the machine's node; it holds the client at "+ltClientJS+" (the localtunnel npm package) and localtunnel's server (github.com/localtunnel/server) at "+ltServerJS+" with its dependencies, esm 3.2.25 or later at "+ltESM+" (the 3.0 it pins fails on Node 20)")
 	flag.BoolVar(&o.inproc, "inproc", false, "run relay and agent inside this process (for profiling; RSS is the whole process)")
 	flag.StringVar(&o.cpuprofile, "cpuprofile", "", "with -inproc: write a CPU profile of the tunnel phases")
 	flag.StringVar(&o.memprofile, "memprofile", "", "with -inproc: write an allocation profile at the end")
@@ -145,17 +180,19 @@ func run(ctx context.Context, o options) (*report, error) {
 	}
 	defer recv.Close()
 
-	// chisel is always processes of its own, in-process run or not.
-	var ch *chiselTunnel
-	if o.chisel != "" && len(o.conc) > 0 && o.n > 0 {
-		o.logf("starting chisel")
-		if ch, err = startChisel(ctx, o.chisel, recv.URL, o.secret, &kids); err != nil {
+	// Peers are always processes of their own, in-process run or not.
+	var peers []*peerTunnel
+	if len(o.conc) > 0 && o.n > 0 {
+		if peers, err = startPeers(ctx, o, recv.URL, tmp, &kids); err != nil {
 			return nil, err
+		}
+		for _, p := range peers {
+			rep.Peers = append(rep.Peers, p.info)
 		}
 	}
 
 	if o.inproc {
-		return rep, runInProcess(ctx, o, rep, recv, ch, tmp)
+		return rep, runInProcess(ctx, o, rep, recv, peers, tmp)
 	}
 
 	bin := o.bin
@@ -200,12 +237,12 @@ func run(ctx context.Context, o options) (*report, error) {
 			}
 			kids.add(ag)
 			public := onOtherRelay(ready.PublicURL, relayURL, ingressURL)
-			if err := loadPhases(ctx, o, rep, recv, public+"/hook", []*child{ingress, ag}, ch); err != nil {
+			if err := loadPhases(ctx, o, rep, recv, public+"/hook", []*child{ingress, ag}, peers); err != nil {
 				return rep, err
 			}
 			ag.kill()
-			if ch != nil {
-				ch.kill()
+			for _, p := range peers {
+				p.kill()
 			}
 		}
 		if o.list > 0 {
@@ -223,30 +260,38 @@ func run(ctx context.Context, o options) (*report, error) {
 	return rep, nil
 }
 
-// loadPhases runs, at each concurrency, the direct phase, the chisel phase
-// when ch is not nil, and then the tunnel phase; o.rounds times over when
-// it is above 1, a round being every concurrency in turn, so that chisel
-// and devhook meet the machine's changing load alike. procs are the relay
-// and the agent when they are processes of their own; nil measures this
+// loadPhases runs, at each concurrency, the direct phase, a phase through
+// each of peers, and then the tunnel phase; o.rounds times over when it is
+// above 1, a round being every concurrency in turn, so that the peers and
+// devhook meet the machine's changing load alike. procs are the relay and
+// the agent when they are processes of their own; nil measures this
 // process.
-func loadPhases(ctx context.Context, o options, rep *report, recv *receiverServer, public string, procs []*child, ch *chiselTunnel) error {
+func loadPhases(ctx context.Context, o options, rep *report, recv *receiverServer, public string, procs []*child, peers []*peerTunnel) error {
 	// Warm up every path: connections, page cache, bbolt's first pages.
 	warm := min(o.n, 500)
-	drive(ctx, recv.URL+"/hook", o.secret, "wd", 4, warm, o.duration)
-	kinds := []string{"direct", "tunnel"}
-	if ch != nil {
-		drive(ctx, ch.URL, o.secret, "wc", 4, warm, o.duration)
-		kinds = []string{"direct", "chisel", "tunnel"}
+	drive(ctx, target{URL: recv.URL + "/hook"}, o.secret, "wd", 4, warm, o.duration)
+	for _, p := range peers {
+		drive(ctx, p.to, o.secret, "w"+p.name[:1], 4, warm, o.duration)
 	}
-	drive(ctx, public, o.secret, "wt", 4, warm, o.duration)
+	drive(ctx, target{URL: public}, o.secret, "wt", 4, warm, o.duration)
+	type path struct {
+		kind string
+		peer *peerTunnel // nil for direct and tunnel
+	}
+	paths := []path{{kind: "direct"}}
+	for _, p := range peers {
+		paths = append(paths, path{p.name, p})
+	}
+	paths = append(paths, path{kind: "tunnel"})
 	rounds := max(o.rounds, 1)
 	if rounds > 1 {
 		rep.Rounds = rounds
 	}
 	for round := 1; round <= rounds; round++ {
 		for _, c := range o.conc {
-			var direct, chisel *phaseResult
-			for _, kind := range kinds {
+			var direct *phaseResult
+			var seen []phaseResult // the peers' phases at c in this round
+			for _, pa := range paths {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
@@ -254,19 +299,21 @@ func loadPhases(ctx context.Context, o options, rep *report, recv *receiverServe
 				if rep.Rounds > 0 {
 					r = round
 				}
-				ph := loadPhase(ctx, o, recv, kind, c, public, procs, ch, r)
+				ph := loadPhase(ctx, o, recv, pa.kind, c, public, procs, pa.peer, r)
 				if direct != nil && direct.RPS > 0 {
 					ph.Ratio = ph.RPS / direct.RPS
 				}
-				if kind == "tunnel" && chisel != nil {
-					ph.compareToChisel(*chisel)
+				if pa.kind == "tunnel" {
+					for _, p := range seen {
+						ph.compareTo(p)
+					}
 				}
 				rep.Phases = append(rep.Phases, ph)
-				switch kind {
-				case "direct":
+				switch {
+				case pa.kind == "direct":
 					direct = &ph
-				case "chisel":
-					chisel = &ph
+				case pa.peer != nil:
+					seen = append(seen, ph)
 				}
 			}
 		}
@@ -275,20 +322,21 @@ func loadPhases(ctx context.Context, o options, rep *report, recv *receiverServe
 }
 
 // loadPhase drives o.n requests at concurrency c along one path: kind is
-// direct, chisel or tunnel. A phase of a round (round > 0) says so in its
-// requests' ids, so that each round's deliveries are told apart.
-func loadPhase(ctx context.Context, o options, recv *receiverServer, kind string, c int, public string, procs []*child, ch *chiselTunnel, round int) phaseResult {
+// direct, tunnel, or the name of peer, which is nil for the other two. A
+// phase of a round (round > 0) says so in its requests' ids, so that each
+// round's deliveries are told apart.
+func loadPhase(ctx context.Context, o options, recv *receiverServer, kind string, c int, public string, procs []*child, peer *peerTunnel, round int) phaseResult {
 	phase := fmt.Sprintf("%c%d", kind[0], c)
 	if round > 0 {
 		phase += fmt.Sprintf("r%d", round)
 	}
-	url := recv.URL + "/hook"
+	to := target{URL: recv.URL + "/hook"}
 	var pids []int // the processes whose CPU and memory count
-	switch kind {
-	case "tunnel":
-		url, pids = public, pidsOf(procs)
-	case "chisel":
-		url, pids = ch.URL, pidsOf(ch.procs())
+	switch {
+	case peer != nil:
+		to, pids = peer.to, pidsOf(peer.procs())
+	case kind == "tunnel":
+		to, pids = target{URL: public}, pidsOf(procs)
 	}
 	var w *peakWatch
 	if pids != nil {
@@ -304,7 +352,7 @@ func loadPhase(ctx context.Context, o options, recv *receiverServer, kind string
 	for i, p := range pids {
 		cpu0[i] = cpuTime(p)
 	}
-	lr := drive(ctx, url, o.secret, phase, c, o.n, o.duration)
+	lr := drive(ctx, to, o.secret, phase, c, o.n, o.duration)
 	perReq := func(i int) float64 {
 		if i >= len(pids) || lr.Sent == 0 {
 			return 0

@@ -14,9 +14,10 @@ import (
 	"time"
 )
 
-// child is a process the harness started (devhook, or chisel). Its stdout lines go to
-// lines until the first one is taken by wait; the rest are counted and
-// dropped. Its stderr's tail is kept for error messages.
+// child is a process the harness started (devhook, or a peer's server or
+// client). Its stdout lines go to lines until the first one is taken by
+// wait; the rest are counted and dropped. Its stderr's tail is kept for
+// error messages.
 type child struct {
 	name string
 	cmd  *exec.Cmd
@@ -58,12 +59,20 @@ func startChild(ctx context.Context, name, bin string, args []string, ready func
 // child to be ready. ready picks the stdout line that c.first receives;
 // nil takes none.
 func spawn(name, bin string, args []string, ready func(string) bool) (*child, error) {
+	return spawnIn("", nil, name, bin, args, ready)
+}
+
+// spawnIn is spawn with dir as the child's working directory (empty: the
+// harness's) and env, such as "NODE_ENV=production", added to the
+// harness's environment.
+func spawnIn(dir string, env []string, name, bin string, args []string, ready func(string) bool) (*child, error) {
 	if ready == nil {
 		ready = func(string) bool { return false }
 	}
 	c := &child{name: name, first: make(chan string, 1), ready: ready, exited: make(chan struct{})}
 	c.cmd = exec.Command(bin, args...)
-	c.cmd.Env = append(os.Environ(), "DEVHOOK_SECRET=", "DEVHOOK_RELAY_TOKEN=")
+	c.cmd.Dir = dir
+	c.cmd.Env = append(append(os.Environ(), "DEVHOOK_SECRET=", "DEVHOOK_RELAY_TOKEN="), env...)
 	setDeathSignal(c.cmd)
 	out, err := c.cmd.StdoutPipe()
 	if err != nil {

@@ -27,6 +27,7 @@ type report struct {
 	InProcess bool          `json:"in_process,omitempty"`
 	Cluster   string        `json:"cluster,omitempty"` // how the cluster phases ran
 	Rounds    int           `json:"rounds,omitempty"`  // load phases run this many times (above 1)
+	Peers     []peerInfo    `json:"peers,omitempty"`   // the other tunnels the run compared with
 	Phases    []phaseResult `json:"phases"`
 	List      *listResult   `json:"list,omitempty"`
 	Idle      *idleResult   `json:"idle,omitempty"`
@@ -36,11 +37,11 @@ type report struct {
 	GoroutinesAfter  int `json:"goroutines_after,omitempty"`
 }
 
-// phaseResult is one load phase: direct, through chisel, or through the
-// tunnel. In a chisel phase the relay's fields are the chisel server's
-// and the agent's the chisel client's.
+// phaseResult is one load phase: direct, through a peer (chisel, frp or
+// localtunnel), or through the tunnel. In a peer's phase the relay's
+// fields are the peer's server's and the agent's its client's.
 type phaseResult struct {
-	Phase         string  `json:"phase"` // direct, chisel or tunnel
+	Phase         string  `json:"phase"` // direct, chisel, frp, localtunnel or tunnel
 	Concurrency   int     `json:"concurrency"`
 	Round         int     `json:"round,omitempty"` // with -rounds: which, from 1
 	Sent          int     `json:"sent"`
@@ -67,36 +68,59 @@ type phaseResult struct {
 	// agent processes (in-process runs: the whole process, in CPURelay).
 	CPURelay float64 `json:"cpu_relay_us_per_request,omitempty"`
 	CPUAgent float64 `json:"cpu_agent_us_per_request,omitempty"`
-	// CPURelay + CPUAgent: the whole tunnel's (or chisel's) CPU time per
+	// CPURelay + CPUAgent: the whole tunnel's (or peer's) CPU time per
 	// request.
 	CPUTotal float64 `json:"cpu_us_per_request,omitempty"`
 
-	// The tunnel compared with chisel at the same concurrency: tunnel
-	// phases of runs with --chisel only, nil (and no JSON fields) else.
-	*ChiselComparison
+	// The tunnel compared with each peer's phase at the same concurrency
+	// and round, in the order of the phases: tunnel phases of runs with
+	// peers only.
+	Versus []peerComparison `json:"versus,omitempty"`
 }
 
-// ChiselComparison is a tunnel phase measured against the chisel phase at
+// peerComparison is a tunnel phase measured against one peer's phase at
 // the same concurrency.
-type ChiselComparison struct {
-	RatioChisel float64 `json:"ratio_to_chisel"`           // req/s: devhook / chisel
-	ChiselRPS   float64 `json:"chisel_rps"`                // chisel's req/s
-	P50Diff     float64 `json:"p50_minus_chisel_ms"`       // devhook p50 − chisel p50
-	ChiselP50   float64 `json:"chisel_p50_ms"`             // chisel's p50
-	ChiselP99   float64 `json:"chisel_p99_ms"`             // chisel's p99
-	ChiselCPU   float64 `json:"chisel_cpu_us_per_request"` // chisel server + client
-	ChiselRSS   float64 `json:"chisel_peak_rss_mib"`       // chisel server + client
+type peerComparison struct {
+	Peer    string  `json:"peer"`               // chisel, frp or localtunnel
+	Ratio   float64 `json:"ratio"`              // req/s: devhook / the peer's; 0 when the peer's is 0
+	RPS     float64 `json:"rps"`                // the peer's req/s
+	P50Diff float64 `json:"p50_minus_peer_ms"`  // devhook's p50 − the peer's
+	P50     float64 `json:"p50_ms"`             // the peer's p50
+	P99     float64 `json:"p99_ms"`             // the peer's p99
+	CPU     float64 `json:"cpu_us_per_request"` // the peer's server + client
+	RSS     float64 `json:"peak_rss_mib"`       // the peer's server + client
 }
 
-// compareToChisel measures the tunnel phase p against the chisel phase ch
-// at the same concurrency.
-func (p *phaseResult) compareToChisel(ch phaseResult) {
-	c := &ChiselComparison{ChiselRPS: ch.RPS, P50Diff: p.P50 - ch.P50, ChiselP50: ch.P50, ChiselP99: ch.P99,
-		ChiselCPU: ch.CPUTotal, ChiselRSS: ch.RSSRelay + ch.RSSAgent}
-	if ch.RPS > 0 {
-		c.RatioChisel = p.RPS / ch.RPS
+// compareTo measures the tunnel phase p against the peer's phase peer at
+// the same concurrency.
+func (p *phaseResult) compareTo(peer phaseResult) {
+	c := peerComparison{Peer: peer.Phase, RPS: peer.RPS, P50Diff: p.P50 - peer.P50, P50: peer.P50, P99: peer.P99,
+		CPU: peer.CPUTotal, RSS: peer.RSSRelay + peer.RSSAgent}
+	if peer.RPS > 0 {
+		c.Ratio = p.RPS / peer.RPS
 	}
-	p.ChiselComparison = c
+	p.Versus = append(p.Versus, c)
+}
+
+// versus is p's comparison with the peer named name, or nil.
+func (p *phaseResult) versus(name string) *peerComparison {
+	for i := range p.Versus {
+		if p.Versus[i].Peer == name {
+			return &p.Versus[i]
+		}
+	}
+	return nil
+}
+
+// peerNames is the peers whose phases the run has, in their phases' order.
+func (r *report) peerNames() []string {
+	var names []string
+	for _, p := range r.Phases {
+		if p.Phase != "direct" && p.Phase != "tunnel" && !slices.Contains(names, p.Phase) {
+			names = append(names, p.Phase)
+		}
+	}
+	return names
 }
 
 // listResult is the inspector's list API at a large store.
@@ -154,14 +178,24 @@ func (r *report) writeTable(w io.Writer, md bool) {
 		tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		out = tw
 	}
+	peers := r.peerNames()
 	if len(r.Phases) > 0 {
-		row(out, "phase", "conc", "sent", "2xx", "delivered", "dup", "req/s", "× direct", "× chisel", "p50 ms", "p99 ms", "max ms",
+		head := []string{"phase", "conc", "sent", "2xx", "delivered", "dup", "req/s", "× direct"}
+		for _, name := range peers {
+			head = append(head, "× "+name)
+		}
+		head = append(head, "p50 ms", "p99 ms", "max ms",
 			"relay RSS (anon) MiB", "agent RSS (anon) MiB", "relay CPU µs/req", "agent CPU µs/req", "tunnel CPU µs/req")
+		row(out, head...)
 		if md {
-			row(out, "---", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:", "--:")
+			rule := []string{"---"}
+			for range head[1:] {
+				rule = append(rule, "--:")
+			}
+			row(out, rule...)
 		}
 		for _, p := range r.Phases {
-			ratio, vsChisel, relay, agent, crelay, cagent, ctotal := "", "", "", "", "", "", ""
+			ratio, relay, agent, crelay, cagent, ctotal := "", "", "", "", "", ""
 			if p.Phase != "direct" {
 				ratio = fmt.Sprintf("%.2f", p.Ratio)
 				relay = fmt.Sprintf("%.1f (%.1f)", p.RSSRelay, p.AnonRelay)
@@ -169,29 +203,47 @@ func (r *report) writeTable(w io.Writer, md bool) {
 				crelay, cagent = fmt.Sprintf("%.0f", p.CPURelay), fmt.Sprintf("%.0f", p.CPUAgent)
 				ctotal = fmt.Sprintf("%.0f", p.CPUTotal)
 			}
-			if p.ChiselComparison != nil {
-				vsChisel = fmt.Sprintf("%.2f", p.RatioChisel)
-			}
 			name := p.Phase
 			if p.Round > 0 {
 				name = fmt.Sprintf("%s #%d", p.Phase, p.Round)
 			}
-			row(out, name, fmt.Sprint(p.Concurrency), fmt.Sprint(p.Sent), fmt.Sprint(p.OK), fmt.Sprint(p.Delivered),
-				fmt.Sprint(p.Duplicates), fmt.Sprintf("%.0f", p.RPS), ratio, vsChisel, fmt.Sprintf("%.2f", p.P50),
-				fmt.Sprintf("%.2f", p.P99), fmt.Sprintf("%.1f", p.Max), relay, agent, crelay, cagent, ctotal)
+			cells := []string{name, fmt.Sprint(p.Concurrency), fmt.Sprint(p.Sent), fmt.Sprint(p.OK), fmt.Sprint(p.Delivered),
+				fmt.Sprint(p.Duplicates), fmt.Sprintf("%.0f", p.RPS), ratio}
+			for _, peer := range peers {
+				vs := ""
+				if c := p.versus(peer); c != nil {
+					vs = fmt.Sprintf("%.2f", c.Ratio)
+				}
+				cells = append(cells, vs)
+			}
+			row(out, append(cells, fmt.Sprintf("%.2f", p.P50),
+				fmt.Sprintf("%.2f", p.P99), fmt.Sprintf("%.1f", p.Max), relay, agent, crelay, cagent, ctotal)...)
 		}
 	}
 	if tw != nil {
 		tw.Flush()
 	}
-	if lines := r.chiselSummary(); len(lines) > 0 {
+	if len(peers) > 0 {
 		fmt.Fprintln(w)
 		if md {
-			fmt.Fprintln(w, "In chisel rows, relay is the chisel server and agent the chisel client.")
-			fmt.Fprintln(w)
+			fmt.Fprintf(w, "In %s rows, the relay columns are that tunnel's server and the agent columns its client.\n\n", orList(peers))
 		} else {
-			fmt.Fprintln(w, "chisel rows: relay columns are the chisel server, agent columns the chisel client")
+			fmt.Fprintf(w, "%s rows: relay columns are that tunnel's server, agent columns its client\n", orList(peers))
 		}
+		for _, info := range r.Peers {
+			l := info.Name
+			if info.Version != "" {
+				l += " " + info.Version
+			}
+			l += ": " + info.Mode
+			if md {
+				l = "- " + l
+			}
+			fmt.Fprintln(w, l)
+		}
+	}
+	if lines := r.peerSummary(); len(lines) > 0 {
+		fmt.Fprintln(w)
 		for _, l := range lines {
 			if md {
 				l = "- " + l
@@ -231,38 +283,54 @@ func (r *report) writeTable(w io.Writer, md bool) {
 	}
 }
 
-// chiselSummary is one line per concurrency of a run with --chisel: the
-// tunnel phase against chisel, from the tunnel phase's fields.
-func (r *report) chiselSummary() []string {
+// orList joins names as "a", "a and b" or "a, b and c".
+func orList(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
+}
+
+// peerSummary is, for a run with peers, one line per tunnel phase and
+// peer: the tunnel phase against that peer's phase, from the tunnel
+// phase's fields.
+func (r *report) peerSummary() []string {
 	var out []string
 	for _, p := range r.Phases {
-		c := p.ChiselComparison
-		if p.Phase != "tunnel" || c == nil {
+		if p.Phase != "tunnel" {
 			continue
 		}
-		ratio := "n/a"
-		if c.RatioChisel > 0 {
-			ratio = fmt.Sprintf("%.2f", c.RatioChisel)
+		for _, c := range p.Versus {
+			out = append(out, r.versusLine(p, c))
 		}
-		cpu, rss := "tunnel CPU", fmt.Sprintf("peak RSS relay+agent %.1f MiB", p.RSSRelay+p.RSSAgent)
-		switch {
-		case r.InProcess:
-			cpu = "tunnel CPU (the whole harness process)"
-			rss = fmt.Sprintf("peak RSS of the whole harness process %.1f MiB", p.RSSRelay+p.RSSAgent)
-		case r.Cluster != "":
-			cpu = "tunnel CPU (the senders' relay and the agent; not the agent's relay nor NATS)"
-			rss = fmt.Sprintf("peak RSS senders' relay+agent %.1f MiB", p.RSSRelay+p.RSSAgent)
-		}
-		out = append(out, fmt.Sprintf("c=%d: devhook %s req/s = %s × chisel (%s); p50 %.2f ms vs chisel %.2f ms (%+.2f ms), p99 %.2f ms vs chisel %.2f ms; %s %.0f µs vs chisel %.0f µs per request; %s vs chisel server+client %.1f MiB",
-			p.Concurrency, thousands(p.RPS), ratio, thousands(c.ChiselRPS), p.P50, c.ChiselP50, c.P50Diff, p.P99, c.ChiselP99,
-			cpu, p.CPUTotal, c.ChiselCPU, rss, c.ChiselRSS))
 	}
 	return out
 }
 
+// versusLine is the tunnel phase p against one peer's, c.
+func (r *report) versusLine(p phaseResult, c peerComparison) string {
+	ratio := "n/a"
+	if c.Ratio > 0 {
+		ratio = fmt.Sprintf("%.2f", c.Ratio)
+	}
+	cpu, rss := "tunnel CPU", fmt.Sprintf("peak RSS relay+agent %.1f MiB", p.RSSRelay+p.RSSAgent)
+	switch {
+	case r.InProcess:
+		cpu = "tunnel CPU (the whole harness process)"
+		rss = fmt.Sprintf("peak RSS of the whole harness process %.1f MiB", p.RSSRelay+p.RSSAgent)
+	case r.Cluster != "":
+		cpu = "tunnel CPU (the senders' relay and the agent; not the agent's relay nor NATS)"
+		rss = fmt.Sprintf("peak RSS senders' relay+agent %.1f MiB", p.RSSRelay+p.RSSAgent)
+	}
+	n := c.Peer
+	return fmt.Sprintf("c=%d: devhook %s req/s = %s × %s (%s); p50 %.2f ms vs %s %.2f ms (%+.2f ms), p99 %.2f ms vs %s %.2f ms; %s %.0f µs vs %s %.0f µs per request; %s vs %s server+client %.1f MiB",
+		p.Concurrency, thousands(p.RPS), ratio, n, thousands(c.RPS), p.P50, n, c.P50, c.P50Diff, p.P99, n, c.P99,
+		cpu, p.CPUTotal, n, c.CPU, rss, n, c.RSS)
+}
+
 // roundsSummary is, for a run of several rounds, one line per concurrency:
 // the range of each of the tunnel's figures over the rounds, and against
-// chisel's in the same round when there is a chisel phase.
+// each peer's in the same round, for the peers measured in every round.
 func (r *report) roundsSummary() []string {
 	if r.Rounds < 2 {
 		return nil
@@ -285,25 +353,35 @@ func (r *report) roundsSummary() []string {
 	var out []string
 	for _, c := range concs {
 		ps := byConc[c]
-		var rps, direct, vsChisel, cpus, cpuRatio, chiselCPU, p50, p50Diff, p99, rss []float64
+		var rps, direct, cpus, p50, p99, rss []float64
 		sent, delivered, dups := 0, 0, 0
-		withChisel := true
 		for _, p := range ps {
 			rps, direct, cpus = append(rps, p.RPS), append(direct, p.Ratio), append(cpus, p.CPUTotal)
 			p50, p99, rss = append(p50, p.P50), append(p99, p.P99), append(rss, p.RSSRelay+p.RSSAgent)
 			sent, delivered, dups = sent+p.Sent, delivered+p.Delivered, dups+p.Duplicates
-			ch := p.ChiselComparison
-			if ch == nil || ch.RatioChisel == 0 || ch.ChiselCPU == 0 {
-				withChisel = false
-				continue
+		}
+		var ratios, cpuRatios, p50s []string // one clause per peer
+		for _, name := range r.peerNames() {
+			var vs, cpuRatio, peerCPU, p50Diff []float64
+			for _, p := range ps {
+				v := p.versus(name)
+				if v == nil || v.Ratio == 0 || v.CPU == 0 {
+					break
+				}
+				vs, p50Diff = append(vs, v.Ratio), append(p50Diff, v.P50Diff)
+				cpuRatio, peerCPU = append(cpuRatio, p.CPUTotal/v.CPU), append(peerCPU, v.CPU)
 			}
-			vsChisel, p50Diff = append(vsChisel, ch.RatioChisel), append(p50Diff, ch.P50Diff)
-			cpuRatio, chiselCPU = append(cpuRatio, p.CPUTotal/ch.ChiselCPU), append(chiselCPU, ch.ChiselCPU)
+			if len(vs) < len(ps) {
+				continue // not measured in every round
+			}
+			ratios = append(ratios, fmt.Sprintf("%s × %s (median %.2f)", spread(vs, fixed2), name, median(vs)))
+			cpuRatios = append(cpuRatios, fmt.Sprintf("%s × %s's (%s µs)", spread(cpuRatio, fixed2), name, spread(peerCPU, fixed0)))
+			p50s = append(p50s, fmt.Sprintf("%s ms over %s's", spread(p50Diff, signed2), name))
 		}
 		line := fmt.Sprintf("c=%d over %d rounds: devhook %s req/s", c, len(ps), spread(rps, thousands))
-		if withChisel {
-			line += fmt.Sprintf(" = %s × chisel (median %.2f); %s %s µs = %s × chisel's (%s µs); p50 %s ms over chisel's",
-				spread(vsChisel, fixed2), median(vsChisel), cpu, spread(cpus, fixed0), spread(cpuRatio, fixed2), spread(chiselCPU, fixed0), spread(p50Diff, signed2))
+		if len(ratios) > 0 {
+			line += fmt.Sprintf(" = %s; %s %s µs = %s; p50 %s", strings.Join(ratios, ", "), cpu, spread(cpus, fixed0),
+				strings.Join(cpuRatios, ", "), strings.Join(p50s, ", "))
 		} else {
 			line += fmt.Sprintf(" = %s × direct; %s %s µs; p50 %s ms", spread(direct, fixed2), cpu, spread(cpus, fixed0), spread(p50, fixed2))
 		}
