@@ -43,8 +43,9 @@ const (
 	dialKeepAlive   = 30 * time.Second
 	idleConnTimeout = 90 * time.Second
 	// maxHeaderResponse is the Transport's default MaxResponseHeaderBytes.
+	// As there, it bounds the heads of an answer together, 1xx included:
+	// it is what limits how many 1xx a receiver may send.
 	maxHeaderResponse = 10 << 20
-	max1xxResponses   = 5
 )
 
 // connPool holds the idle keep-alive connections to receivers, by host
@@ -255,7 +256,7 @@ func (e *exchange) roundTrip(r *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	e.answered = true
-	for n := 0; ; n++ {
+	for {
 		resp, err := http.ReadResponse(c.br, r)
 		if err != nil {
 			return nil, fmt.Errorf("net/http: HTTP/1.x transport connection broken: %w", err)
@@ -267,10 +268,6 @@ func (e *exchange) roundTrip(r *http.Request) (*http.Response, error) {
 			}
 			return resp, nil
 		}
-		if n == max1xxResponses {
-			return nil, errors.New("net/http: too many 1xx informational responses")
-		}
-		c.cr.n = 0 // each head has its own limit
 	}
 }
 
