@@ -263,12 +263,35 @@ func (e *exchange) roundTrip(r *http.Request) (*http.Response, error) {
 		}
 		if resp.StatusCode < 100 || resp.StatusCode > 199 || resp.StatusCode == http.StatusSwitchingProtocols {
 			c.cr.limit = math.MaxInt64 // the body's size is limited by the reader
+			if resp.StatusCode == http.StatusSwitchingProtocols && switchesProtocol(resp.Header) {
+				// As the Transport does: what follows on the
+				// connection is the body. The connection is not
+				// kept (a 101 never is).
+				resp.Body = io.NopCloser(c.br)
+			}
 			if werr != nil {
 				resp.Close = true
 			}
 			return resp, nil
 		}
 	}
+}
+
+// switchesProtocol is the Transport's test of a 101 that switches to
+// another protocol: an Upgrade header, and Upgrade among the tokens of
+// Connection.
+func switchesProtocol(h http.Header) bool {
+	if h.Get("Upgrade") == "" {
+		return false
+	}
+	for _, v := range h["Connection"] {
+		for t := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.Trim(t, " \t"), "upgrade") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // retryable reports whether a request that failed with err on e may be

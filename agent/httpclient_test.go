@@ -843,6 +843,8 @@ func TestDirectAnswersAsNetHTTPDoes(t *testing.T) {
 		{name: "HEAD", method: "HEAD", serve: write("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n"), status: 200, conns: 1},
 		{name: "100 and 103 before the answer", serve: write("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n" + ok), status: 200, conns: 1},
 		{name: "six 1xx before the answer", serve: write(strings.Repeat("HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n", 6) + ok), status: 200, conns: 1},
+		{name: "101 without an upgrade asked for", serve: last("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: x\r\n\r\nafter"), status: 101, conns: n},
+		{name: "101, Upgrade among the Connection tokens", serve: last("HTTP/1.1 101 Switching Protocols\r\nConnection: keep-alive,\tupgrade\r\nUpgrade: x\r\n\r\nafter"), status: 101, conns: n},
 		{name: "101 that switches nothing", serve: write("HTTP/1.1 101 Switching Protocols\r\nX-A: 1\r\n\r\n"), status: 101, conns: n},
 		{name: "gzip, passed as is", serve: write(fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s", gz.Len(), gz.Bytes())), status: 200, conns: 1},
 		{name: "repeated headers", serve: write("HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\nX-Empty:\r\nContent-Length: 0\r\n\r\n"), status: 200, conns: 1},
@@ -925,6 +927,29 @@ func TestDirectAnswersAsNetHTTPDoes(t *testing.T) {
 				t.Errorf("%d forwards took %d connections through net/http, %d through the agent's client; want %d", n, conns[0], conns[1], tc.conns)
 			}
 		})
+	}
+}
+
+// A 101 that switches protocols has what follows on the connection as its
+// body, read until ForwardTimeout. (net/http's path waits for the receiver
+// to close: its Transport hands the connection over with the answer, and
+// the request's context no longer reaches it.)
+func TestDirect101TimesOut(t *testing.T) {
+	base := rawServer(t, func(_ int, c net.Conn) {
+		br := bufio.NewReader(c)
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: x\r\n\r\nsome")
+		io.Copy(io.Discard, br) // until the client gives up
+	})
+	a := testAgent(t, false, func(c *Config) { c.ForwardTimeout = 100 * time.Millisecond })
+	at := sendTo(context.Background(), a, "POST", base, nil, []byte("x"))
+	if want := "reading the receiver's answer: context deadline exceeded"; at.Status != 101 || string(at.Body) != "some" || at.Error != want {
+		t.Errorf("%d %q %q, want 101 %q %q", at.Status, at.Body, at.Error, "some", want)
+	}
+	if n := a.conns.count(); n != 0 {
+		t.Errorf("%d idle connections after a 101", n)
 	}
 }
 
