@@ -5,13 +5,20 @@ package agent
 //
 // net/http's Transport hands each request to a per-connection writeLoop
 // goroutine and gets the answer back from a readLoop goroutine: two
-// goroutine wake-ups per request, and about a third of the agent's CPU at
-// 3k deliveries/s. Here the goroutine that forwards a delivery writes the
-// request and reads the answer on the connection itself. The bytes on the
-// wire are net/http's own: the request is serialized by
-// (*http.Request).Write as the Transport does (which adds nothing else:
-// compression is off, keep-alives are on, no proxy), and the answer is
-// parsed by http.ReadResponse.
+// goroutine wake-ups per request. Here the goroutine that forwards a
+// delivery writes the request and reads the answer on the connection
+// itself. The bytes on the wire are net/http's own: the request is
+// serialized by (*http.Request).Write as the Transport does (which adds
+// nothing else: compression is off, keep-alives are on, no proxy), and the
+// answer is parsed by http.ReadResponse. TestDirectAnswersAsNetHTTPDoes
+// holds the two to the same attempts.
+//
+// What it saves, by BenchmarkForward (this process's CPU per forward of a
+// 1.5 KB POST to a receiver in another process; 2 cores, Go 1.26,
+// 2026-11, runs of the two interleaved): from 32 goroutines, 13.8 µs
+// and 23 allocations (1.6 KB) against net/http's 21.8 µs and 63 (5.3 KB),
+// about 8 µs per delivery (4 to 11 µs over the runs), some 6% of a
+// delivery's 135 µs end to end; one forward at a time, 16 to 24 µs.
 //
 // Connections are kept per host:port, at most Config.Concurrency idle ones
 // each, owned by the Agent; nothing runs in the background. An idle
