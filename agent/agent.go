@@ -14,17 +14,31 @@
 // one is answered 503, so that whatever a sender saw answered 200 is on
 // disk; a queued one is held in memory and its record retried until it
 // succeeds, then handled and acknowledged, so that the relay's queue moves
-// again by itself once there is room. See health.go.
+// again by itself once there is room. See queued.go.
 //
 // A queued delivery whose forward got no answer, or 408, 429 or 5xx, is
 // owed to the receiver: its retry state is recorded, the relay is
 // acknowledged, and the agent retries it with backoff until the receiver
 // takes it or Config.RetryFor has passed, when it gives up loudly. See
 // retry.go.
+//
+// The files, in the order a delivery from the relay meets them, then the
+// rest:
+//
+//	agent.go       the Agent: Config, New, Run's lifecycle
+//	conn.go        the connection to the relay: dial, reconnect, backoff
+//	workers.go     one connection's deliveries, each on a worker of a pool
+//	live.go        a delivery: verify → record → forward → the sender's answer
+//	queued.go      what differs for a queued one: held writes, owed forwards
+//	forward.go     one forward to a receiver, and its record
+//	httpclient.go  the agent's own HTTP/1.1 client, for plain-http receivers
+//	acks.go        the answer and the ack that go back to the relay
+//	health.go      whether recording works
+//	retry.go       retries of the deliveries owed to the receiver
+//	replay.go      Agent.Replay
 package agent
 
 import (
-	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -32,16 +46,13 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/relay"
-	"github.com/devhook/devhook/signature"
 )
 
 // Store is what the agent records into. storage.DB implements it.
@@ -152,17 +163,6 @@ type Config struct {
 	Logf      func(format string, args ...any)
 }
 
-// Connection is a connection to the relay that just opened, for output.
-type Connection struct {
-	PublicURL string
-	// Queued is how many deliveries waited in the relay's queue; they
-	// follow now. 0 from a relay that does not say.
-	Queued int
-	// Reconnect: an earlier connection of this Run was lost, Down ago.
-	Reconnect bool
-	Down      time.Duration
-}
-
 // Result is what happened to one delivery, for output.
 type Result struct {
 	Delivery  *devhook.Delivery // without attempts
@@ -213,15 +213,6 @@ type Agent struct {
 	// slots is the current connection's semaphore of deliveries under
 	// way: its length is InFlight. Set once per connection.
 	slots atomic.Pointer[chan struct{}]
-}
-
-// InFlight is how many deliveries from the relay are being handled now:
-// what stopping waits for, up to ShutdownGrace.
-func (a *Agent) InFlight() int {
-	if p := a.slots.Load(); p != nil {
-		return len(*p)
-	}
-	return 0
 }
 
 // New validates cfg and returns an agent.
@@ -355,7 +346,7 @@ func (a *Agent) Targets() []string {
 // reconnecting with capped, jittered exponential backoff. It returns an
 // error only when the relay rejects the credentials (relay.ErrRejected) or
 // another agent took the channel over (relay.ErrReplaced): reconnecting
-// would not help, or would take the channel back and forth.
+// would not help, or would take the channel back and forth. See conn.go.
 //
 // Run also retries the deliveries owed to the receiver, those recorded by
 // an earlier Run included, and waits for those retries before it returns.
@@ -379,422 +370,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		<-retriesDone
 	}()
 
-	backoff := a.cfg.MinBackoff
-	var lost time.Time // when the last connection ended; zero before the first
-	relays := append([]string{a.cfg.RelayURL}, a.cfg.RelayFallbacks...)
-	at := 0 // the relay tried next
-	for {
-		conn, err := relay.Dial(ctx, relay.DialConfig{RelayURL: relays[at], Credentials: a.cfg.Credentials})
-		switch {
-		case ctx.Err() != nil:
-			if conn != nil {
-				conn.Close()
-			}
-			return nil
-		case errors.Is(err, relay.ErrRejected):
-			return err
-		case err != nil && len(relays) > 1:
-			if at = (at + 1) % len(relays); at != 0 {
-				a.cfg.Logf("relay %s unreachable (%v); trying %s", relays[(at+len(relays)-1)%len(relays)], err, relays[at])
-				continue
-			}
-			fallthrough
-		case err != nil:
-			wait := a.jitter(backoff)
-			a.cfg.Logf("relay unreachable (%v); retrying in %s", err, wait.Round(time.Millisecond))
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-time.After(wait):
-			}
-			backoff = min(backoff*2, a.cfg.MaxBackoff)
-			continue
-		}
-		backoff = a.cfg.MinBackoff
-		if a.cfg.OnConnect != nil {
-			c := Connection{PublicURL: conn.PublicURL(), Queued: conn.Queued()}
-			if !lost.IsZero() {
-				c.Reconnect, c.Down = true, a.cfg.Now().Sub(lost)
-			}
-			a.cfg.OnConnect(c)
-		}
-		err = a.serve(ctx, conn)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if errors.Is(err, relay.ErrReplaced) {
-			return err
-		}
-		lost = a.cfg.Now()
-		a.cfg.Logf("connection to the relay lost (%v); reconnecting", err)
-	}
-}
-
-// jitter returns a random wait between d/2 and 3d/2.
-func (a *Agent) jitter(d time.Duration) time.Duration {
-	if d <= 0 {
-		return 0
-	}
-	return time.Duration(a.cfg.Rand(int64(d))) + d/2
-}
-
-// serve handles one connection until it ends. It waits for the deliveries
-// it started.
-//
-// Deliveries run on workers that outlive them: a worker that finished one
-// waits for the next, so that its stack, grown by the first delivery, is
-// not grown again (a goroutine per delivery copied its stack once per
-// delivery). There are at most Concurrency workers; one that must hold a
-// queued delivery until the disk takes it leaves the pool.
-func (a *Agent) serve(ctx context.Context, conn *relay.Conn) error {
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, a.cfg.Concurrency)
-	a.slots.Store(&sem)
-	// Deliveries under way when ctx ends get a grace period to finish, so
-	// that stopping devhook does not cut a receiver off mid-request.
-	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
-	// Queued deliveries held because they could not be recorded belong to
-	// this connection: when it ends, the relay sends them again on the
-	// next one, so they are dropped here.
-	held, dropHeld := context.WithCancel(ctx)
-	stop := context.AfterFunc(ctx, func() {
-		conn.Close()
-		time.AfterFunc(ShutdownGrace, cancelWork)
-	})
-	next := make(chan *devhook.Delivery) // to an idle worker
-	quit := make(chan struct{})          // idle workers leave
-	var pooled atomic.Int32              // workers in the pool
-	defer func() {
-		stop()
-		conn.Close()
-		dropHeld()
-		close(quit)
-		wg.Wait()
-		cancelWork()
-	}()
-	// handle runs d, whose slot of sem is taken, and frees the slot. It
-	// returns false when the worker left the pool to hold d.
-	handle := func(d *devhook.Delivery) bool {
-		res := a.process(work, d)
-		if res.hold != 0 {
-			// Waiting for the disk must not take a slot from live
-			// deliveries, which are answered 503 meanwhile; nor a
-			// worker, which the slot would wait for.
-			pooled.Add(-1)
-			<-sem
-			if a.hold(work, held, d, &res) {
-				a.finish(conn, d, &res)
-			}
-			return false
-		}
-		a.finish(conn, d, &res)
-		<-sem
-		return true
-	}
-	worker := func(d *devhook.Delivery) {
-		defer wg.Done()
-		for handle(d) {
-			select {
-			case d = <-next:
-			case <-quit:
-				pooled.Add(-1)
-				return
-			}
-		}
-	}
-	for {
-		d, err := conn.Receive()
-		if err != nil {
-			return err
-		}
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		select {
-		case next <- d:
-			continue
-		default:
-		}
-		if pooled.Load() < int32(a.cfg.Concurrency) {
-			pooled.Add(1)
-			wg.Add(1)
-			go worker(d)
-			continue
-		}
-		// Every worker is taken, and one of them freed the slot just
-		// taken: it is on its way back.
-		select {
-		case next <- d:
-		case <-ctx.Done():
-			<-sem
-			return ctx.Err()
-		}
-	}
-}
-
-// responder is the part of a relay connection handle needs.
-type responder interface {
-	Respond(id string, status int, header http.Header, body []byte) error
-	Ack(id string) error
-}
-
-// finish answers the relay for d and reports the result.
-func (a *Agent) finish(conn responder, d *devhook.Delivery, res *processed) {
-	st, h, body := answer(*res)
-	res.Status, res.Rejected = st, res.rejected != nil
-	if err := conn.Respond(d.ID, st, h, body); err != nil {
-		if reason := unframable(d.ID, st, h); reason != "" {
-			// The answer itself cannot be framed: say so at once rather
-			// than leave the sender waiting for the relay's timeout.
-			a.cfg.Logf("delivery %s: %s", d.ID, reason)
-			st, h, body = text(http.StatusBadGateway, "devhook: "+reason)
-			res.Status, res.Error = st, reason
-			err = conn.Respond(d.ID, st, h, body)
-		}
-		if err != nil && !d.Queued {
-			// The relay queues it (its sender gets 202) and sends it
-			// again: the printed line says so.
-			res.Cut = true
-		}
-	}
-	if res.recorded && d.Queued {
-		if err := conn.Ack(d.ID); err != nil {
-			res.Cut = true // not acknowledged: the relay keeps it
-		}
-	}
-	if a.cfg.OnResult != nil {
-		a.cfg.OnResult(res.Result)
-	}
-}
-
-// Hold reasons of a queued delivery: a write that failed and must succeed
-// before the relay is acknowledged.
-const (
-	holdRecord  = 1 + iota // PutDelivery
-	holdAttempt            // AddAttempt of its forward, Result.Attempt
-	holdOwed               // PutRetry of its owed state
-)
-
-// processed is a Result plus what handle needs to answer.
-type processed struct {
-	Result
-	recorded bool
-	answer   *devhook.Attempt // what to send back; nil with failure
-	failure  string           // d is not recorded: 503
-	unframed string           // the receiver's answer cannot go back through the relay: 502
-	rejected *devhook.Verdict
-	hold     int                 // a queued delivery waits for a write: holdRecord, holdAttempt or holdOwed
-	owe      *devhook.RetryState // with holdOwed: the state to write
-}
-
-// process verifies, records and forwards d. It does not talk to the relay.
-func (a *Agent) process(ctx context.Context, d *devhook.Delivery) processed {
-	d.Event = devhook.ParseEvent(d.Body)
-	d.Verdict = a.verify(d)
-	// Record first: a delivery that cannot be recorded is not forwarded,
-	// so that no sender sees the receiver's 200 for a delivery that is
-	// not on disk. The journal makes this one write(2).
-	created, err := a.cfg.Store.PutDelivery(d)
-	if err != nil {
-		a.storeFailed(err)
-		p := processed{Result: Result{Delivery: d}}
-		if d.Queued {
-			p.hold = holdRecord
-			return p
-		}
-		p.failure = "devhook could not record the delivery: " + shortCause(err) + "; not forwarded"
-		p.Error = "could not record the delivery: " + err.Error() + "; answered 503, not forwarded"
-		return p
-	}
-	a.storeOK()
-	return a.forwardRecorded(ctx, d, created)
-}
-
-// forwardRecorded forwards d, which is recorded (created says whether by
-// this call), and records the attempts.
-func (a *Agent) forwardRecorded(ctx context.Context, d *devhook.Delivery, created bool) processed {
-	p := processed{Result: Result{Delivery: d}, recorded: true}
-	if !created {
-		// Delivered again (its ack was lost): answer from the record if
-		// the receiver has taken it, or if the agent owes it already,
-		// rather than forward it twice.
-		if stored, err := a.cfg.Store.Delivery(d.ID); err == nil {
-			if at := answered(stored); at != nil && !retryable(at) || a.hasRetryState(d.ID) {
-				p.Duplicate, p.Delivery = true, stored
-				p.answer = cmp.Or(at, stored.LastAttempt())
-				p.Attempt = p.answer
-				return p
-			}
-		}
-	} else {
-		a.publish(devhook.Change{Kind: devhook.ChangeDelivery, Summary: d.Summarize()})
-	}
-	if a.cfg.Verify == VerifyEnforce && !d.Verdict.OK() {
-		v := d.Verdict
-		p.rejected = &v
-		return p
-	}
-
-	kind := devhook.AttemptForward
-	var resign bool
-	if d.Queued {
-		kind = devhook.AttemptRedelivery
-		// It waited: the receiver's 5-minute window may have closed on it.
-		resign = d.Verdict.OK() && a.getSecret() != ""
-	}
-	// The first target answers the sender; the others get a copy at the
-	// same time.
-	ats := make([]devhook.Attempt, len(a.targets))
-	var wg sync.WaitGroup
-	for i := 1; i < len(a.targets); i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ats[i] = a.forward(ctx, d, a.targets[i], kind, resign, nil, "")
-		}()
-	}
-	ats[0] = a.forward(ctx, d, a.targets[0], kind, resign, nil, "")
-	if !d.Queued && ats[0].Status != 0 {
-		if reason := unframable(d.ID, ats[0].Status, ats[0].Header); reason != "" {
-			ats[0].Error = reason + "; the sender got 502"
-			p.unframed = reason
-		}
-	}
-	if ats[0].Status != 0 {
-		a.receiverAnswered()
-	}
-	wg.Wait()
-
-	var primary *devhook.Attempt
-	for i := range ats {
-		rec := a.record(d, ats[i])
-		if i == 0 {
-			primary = rec
-		} else {
-			p.Copies = append(p.Copies, rec)
-		}
-	}
-	p.Attempt, p.answer = primary, primary
-	if d.Queued && primary.Seq == 0 {
-		// Not recorded: the relay is acknowledged once it is.
-		p.hold = holdAttempt
-		return p
-	}
-	return a.oweIfRetryable(d, p)
-}
-
-// oweIfRetryable makes queued delivery d owed when its recorded forward
-// p.Attempt asks for a retry.
-func (a *Agent) oweIfRetryable(d *devhook.Delivery, p processed) processed {
-	primary := p.Attempt
-	if d.Queued && retryable(primary) {
-		p.Owed = true
-		st := a.owe(d, primary)
-		if err := a.cfg.Store.PutRetry(d.ID, st); err != nil {
-			a.storeFailed(err)
-			p.hold, p.owe = holdOwed, &st
-			return p
-		}
-		a.storeOK()
-		a.owedRecorded(d, primary, st)
-	}
-	return p
-}
-
-// answered returns the last forward of d that the receiver answered, or nil.
-func answered(d *devhook.Delivery) *devhook.Attempt {
-	for i := len(d.Attempts) - 1; i >= 0; i-- {
-		if at := &d.Attempts[i]; at.Status != 0 && at.Kind != devhook.AttemptReplay {
-			return at
-		}
-	}
-	return nil
-}
-
-func (a *Agent) verify(d *devhook.Delivery) devhook.Verdict {
-	if a.cfg.Verify == VerifyOff {
-		return devhook.Verdict{Result: devhook.VerdictUnchecked, Reason: "verification is off (--verify off)"}
-	}
-	now := a.cfg.Now
-	if d.Queued && !d.ReceivedAt.IsZero() {
-		// Judge a queued delivery at the time the relay received it.
-		at := d.ReceivedAt
-		now = func() time.Time { return at }
-	}
-	v := signature.Verifier{Skew: a.cfg.Skew, Now: now}
-	return v.Verify(a.getSecret(), d.Header.Get(devhook.SignatureHeader), d.Body)
+	return a.stayConnected(ctx)
 }
 
 func (a *Agent) publish(c devhook.Change) {
 	if a.cfg.OnChange != nil {
 		a.cfg.OnChange(c)
 	}
-}
-
-// answer is what goes back to the sender for p.
-func answer(p processed) (int, http.Header, []byte) {
-	switch {
-	case p.rejected != nil:
-		return text(p.rejected.Status, p.rejected.Text)
-	case p.failure != "":
-		st, h, b := text(http.StatusServiceUnavailable, p.failure)
-		h["Retry-After"] = []string{strconv.Itoa(RetryAfter)}
-		return st, h, b
-	case p.unframed != "":
-		return text(http.StatusBadGateway, "devhook: "+p.unframed)
-	case p.answer == nil:
-		return text(http.StatusBadGateway, "devhook: nothing to forward to")
-	case p.answer.Status == 0:
-		return text(http.StatusBadGateway, "devhook: the local receiver did not answer: "+p.answer.Error)
-	}
-	return p.answer.Status, p.answer.Header, p.answer.Body
-}
-
-func text(code int, msg string) (int, http.Header, []byte) {
-	return code, http.Header{"Content-Type": {"text/plain; charset=utf-8"}}, []byte(msg + "\n")
-}
-
-// unframable says why an answer with this status and header cannot be
-// sent back through the relay, or returns "" when it can. Only a header
-// near relay.MaxHeaderSize is encoded to find out.
-func unframable(id string, status int, h http.Header) string {
-	n := 64 + len(id)
-	for k, vs := range h {
-		n += len(k) + 10
-		for _, v := range vs {
-			n += len(v) + 10
-		}
-	}
-	if n < relay.MaxHeaderSize {
-		return ""
-	}
-	if _, err := relay.AppendFrame(nil, &relay.Header{Type: relay.TypeResponse, ID: id, Status: status, Header: h}, nil); err == nil {
-		return ""
-	}
-	size := 0
-	for k, vs := range h {
-		size += len(k)
-		for _, v := range vs {
-			size += len(v)
-		}
-	}
-	return fmt.Sprintf("the receiver answered %d with %d bytes of headers, over the %d devhook can pass back to the sender", status, size, relay.MaxHeaderSize)
-}
-
-// shortCause names the kind of a storage error for a sender, without the
-// local paths the full error carries.
-func shortCause(err error) string {
-	switch {
-	case errors.Is(err, syscall.ENOSPC):
-		return "disk full"
-	case errors.Is(err, syscall.EDQUOT):
-		return "disk quota exceeded"
-	case errors.Is(err, syscall.EROFS):
-		return "read-only file system"
-	case errors.Is(err, syscall.EIO):
-		return "I/O error"
-	}
-	return "storage error"
 }

@@ -1,7 +1,6 @@
 package agent
 
 import (
-	"context"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -31,10 +30,6 @@ type health struct {
 
 // quietAfter: see health.
 const quietAfter = 10 * time.Second
-
-// holdMaxBackoff caps the wait between two tries of a held write, so that
-// the relay's queue moves again soon after room returns.
-const holdMaxBackoff = 2 * time.Second
 
 // storeFailed notes that a write failed.
 func (a *Agent) storeFailed(err error) {
@@ -77,72 +72,6 @@ func (a *Agent) storeOK() {
 		a.cfg.Logf("recording works again after %s", FormatDuration(h.ended.Sub(since)))
 	}
 	a.publishHealth()
-}
-
-// hold retries the write res waits for until it succeeds, then carries on
-// with d. It returns false when held ends first: the connection ended (the
-// relay sends d again on the next one) or the agent is stopping.
-func (a *Agent) hold(work, held context.Context, d *devhook.Delivery, res *processed) bool {
-	a.health.held.Add(1)
-	holding := true
-	release := func() {
-		if holding {
-			holding = false
-			a.health.held.Add(-1)
-		}
-	}
-	defer release()
-	wait := a.cfg.MinBackoff
-	for res.hold != 0 {
-		t := time.NewTimer(a.jitter(wait))
-		select {
-		case <-held.Done():
-			t.Stop()
-			return false
-		case <-t.C:
-		}
-		wait = min(wait*2, holdMaxBackoff, a.cfg.MaxBackoff)
-		switch res.hold {
-		case holdRecord:
-			created, err := a.cfg.Store.PutDelivery(d)
-			if err != nil {
-				a.storeFailed(err)
-				continue
-			}
-			release()
-			a.storeOK()
-			*res = a.forwardRecorded(work, d, created)
-			if res.hold != 0 {
-				a.health.held.Add(1)
-				holding = true
-			}
-		case holdAttempt:
-			rec, err := a.cfg.Store.AddAttempt(d.ID, *res.Attempt)
-			if err != nil {
-				a.storeFailed(err)
-				continue
-			}
-			release()
-			a.storeOK()
-			a.published(d, &rec)
-			res.Attempt, res.answer, res.hold = &rec, &rec, 0
-			*res = a.oweIfRetryable(d, *res)
-			if res.hold != 0 {
-				a.health.held.Add(1)
-				holding = true
-			}
-		case holdOwed:
-			if err := a.cfg.Store.PutRetry(d.ID, *res.owe); err != nil {
-				a.storeFailed(err)
-				continue
-			}
-			release()
-			a.storeOK()
-			a.owedRecorded(d, res.Attempt, *res.owe)
-			res.hold = 0
-		}
-	}
-	return true
 }
 
 // Health returns whether recording works and how many deliveries are

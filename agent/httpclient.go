@@ -5,13 +5,20 @@ package agent
 //
 // net/http's Transport hands each request to a per-connection writeLoop
 // goroutine and gets the answer back from a readLoop goroutine: two
-// goroutine wake-ups per request, and about a third of the agent's CPU at
-// 3k deliveries/s. Here the goroutine that forwards a delivery writes the
-// request and reads the answer on the connection itself. The bytes on the
-// wire are net/http's own: the request is serialized by
-// (*http.Request).Write as the Transport does (which adds nothing else:
-// compression is off, keep-alives are on, no proxy), and the answer is
-// parsed by http.ReadResponse.
+// goroutine wake-ups per request. Here the goroutine that forwards a
+// delivery writes the request and reads the answer on the connection
+// itself. The bytes on the wire are net/http's own: the request is
+// serialized by (*http.Request).Write as the Transport does (which adds
+// nothing else: compression is off, keep-alives are on, no proxy), and the
+// answer is parsed by http.ReadResponse. TestDirectAnswersAsNetHTTPDoes
+// holds the two to the same attempts.
+//
+// What it saves, by BenchmarkForward (this process's CPU per forward of a
+// 1.5 KB POST to a receiver in another process; 2 cores, Go 1.26,
+// 2026-11, runs of the two interleaved): from 32 goroutines, 13.8 µs
+// and 23 allocations (1.6 KB) against net/http's 21.8 µs and 63 (5.3 KB),
+// about 8 µs per delivery (4 to 11 µs over the runs), some 6% of a
+// delivery's 135 µs end to end; one forward at a time, 16 to 24 µs.
 //
 // Connections are kept per host:port, at most Config.Concurrency idle ones
 // each, owned by the Agent; nothing runs in the background. An idle
@@ -43,8 +50,9 @@ const (
 	dialKeepAlive   = 30 * time.Second
 	idleConnTimeout = 90 * time.Second
 	// maxHeaderResponse is the Transport's default MaxResponseHeaderBytes.
+	// As there, it bounds the heads of an answer together, 1xx included:
+	// it is what limits how many 1xx a receiver may send.
 	maxHeaderResponse = 10 << 20
-	max1xxResponses   = 5
 )
 
 // connPool holds the idle keep-alive connections to receivers, by host
@@ -255,23 +263,42 @@ func (e *exchange) roundTrip(r *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	e.answered = true
-	for n := 0; ; n++ {
+	for {
 		resp, err := http.ReadResponse(c.br, r)
 		if err != nil {
 			return nil, fmt.Errorf("net/http: HTTP/1.x transport connection broken: %w", err)
 		}
 		if resp.StatusCode < 100 || resp.StatusCode > 199 || resp.StatusCode == http.StatusSwitchingProtocols {
 			c.cr.limit = math.MaxInt64 // the body's size is limited by the reader
+			if resp.StatusCode == http.StatusSwitchingProtocols && switchesProtocol(resp.Header) {
+				// As the Transport does: what follows on the
+				// connection is the body. The connection is not
+				// kept (a 101 never is).
+				resp.Body = io.NopCloser(c.br)
+			}
 			if werr != nil {
 				resp.Close = true
 			}
 			return resp, nil
 		}
-		if n == max1xxResponses {
-			return nil, errors.New("net/http: too many 1xx informational responses")
-		}
-		c.cr.n = 0 // each head has its own limit
 	}
+}
+
+// switchesProtocol is the Transport's test of a 101 that switches to
+// another protocol: an Upgrade header, and Upgrade among the tokens of
+// Connection.
+func switchesProtocol(h http.Header) bool {
+	if h.Get("Upgrade") == "" {
+		return false
+	}
+	for _, v := range h["Connection"] {
+		for t := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.Trim(t, " \t"), "upgrade") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // retryable reports whether a request that failed with err on e may be

@@ -3,6 +3,8 @@ package agent
 import (
 	"bufio"
 	"bytes"
+	"cmp"
+	"compress/gzip"
 	"context"
 	"fmt"
 	"io"
@@ -787,4 +789,174 @@ func checkOutHeader(t *testing.T, h http.Header) {
 	if fmt.Sprint(h) != before {
 		t.Errorf("outHeader changed its argument: %v, was %v", h, before)
 	}
+}
+
+// The agent's client and net/http's, forwarding the same requests to the
+// same receiver, record the same attempts and open as many connections:
+// answers of every framing, ones that end or keep their connection, 1xx
+// before the answer, oversized ones, slow and hung receivers. Each case
+// forwards three requests in turn, so that whether an answer leaves its
+// connection usable shows in the count of connections.
+func TestDirectAnswersAsNetHTTPDoes(t *testing.T) {
+	const n = 3
+	type serveFunc func(c net.Conn, br *bufio.Reader, req *http.Request) (keep bool)
+	// write answers with s and keeps the connection.
+	write := func(s string) serveFunc {
+		return func(c net.Conn, _ *bufio.Reader, _ *http.Request) bool {
+			io.WriteString(c, s)
+			return true
+		}
+	}
+	// last answers with s and closes the connection.
+	last := func(s string) serveFunc {
+		return func(c net.Conn, _ *bufio.Reader, _ *http.Request) bool {
+			io.WriteString(c, s)
+			return false
+		}
+	}
+	ok := "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write([]byte("compressed answer"))
+	zw.Close()
+	for _, tc := range []struct {
+		name   string
+		method string
+		body   []byte
+		unread bool // serve reads the request's body itself, if at all
+		mod    func(*Config)
+		serve  serveFunc
+		status int // of each attempt
+		conns  int // for the n forwards
+	}{
+		{name: "Content-Length", serve: write(ok), status: 200, conns: 1},
+		{name: "chunked", serve: write("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"), status: 200, conns: 1},
+		{name: "chunked with a trailer", serve: write("HTTP/1.1 200 OK\r\nTrailer: X-T\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\nX-T: t\r\n\r\n"), status: 200, conns: 1},
+		{name: "chunked, cut", serve: last("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n"), status: 200, conns: n},
+		{name: "no Content-Length: the body ends with the connection", serve: last("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the close"), status: 200, conns: n},
+		{name: "HTTP/1.0 without a length", serve: last("HTTP/1.0 200 OK\r\n\r\nold"), status: 200, conns: n},
+		{name: "HTTP/1.0 with keep-alive", serve: write("HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok"), status: 200, conns: 1},
+		{name: "Connection: close", serve: last("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok"), status: 200, conns: n},
+		{name: "Connection: close, left open", serve: write("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\nok"), status: 200, conns: n},
+		{name: "204", serve: write("HTTP/1.1 204 No Content\r\nX-A: 1\r\n\r\n"), status: 204, conns: 1},
+		{name: "304", serve: write("HTTP/1.1 304 Not Modified\r\nEtag: \"x\"\r\n\r\n"), status: 304, conns: 1},
+		{name: "HEAD", method: "HEAD", serve: write("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n"), status: 200, conns: 1},
+		{name: "100 and 103 before the answer", serve: write("HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n" + ok), status: 200, conns: 1},
+		{name: "six 1xx before the answer", serve: write(strings.Repeat("HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n", 6) + ok), status: 200, conns: 1},
+		{name: "101 without an upgrade asked for", serve: last("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: x\r\n\r\nafter"), status: 101, conns: n},
+		{name: "101, Upgrade among the Connection tokens", serve: last("HTTP/1.1 101 Switching Protocols\r\nConnection: keep-alive,\tupgrade\r\nUpgrade: x\r\n\r\nafter"), status: 101, conns: n},
+		{name: "101 that switches nothing", serve: write("HTTP/1.1 101 Switching Protocols\r\nX-A: 1\r\n\r\n"), status: 101, conns: n},
+		{name: "gzip, passed as is", serve: write(fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s", gz.Len(), gz.Bytes())), status: 200, conns: 1},
+		{name: "repeated headers", serve: write("HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\nX-Empty:\r\nContent-Length: 0\r\n\r\n"), status: 200, conns: 1},
+		{name: "malformed status line", serve: last("HTTP/1.1 abc OK\r\n\r\n"), conns: n},
+		{name: "nothing, then the close", serve: last(""), conns: n},
+		{name: "over MaxResponse", mod: func(c *Config) { c.MaxResponse = 100 },
+			serve: write("HTTP/1.1 200 OK\r\nContent-Length: 150\r\n\r\n" + strings.Repeat("y", 150)), status: 200, conns: n},
+		{name: "over MaxResponse, chunked", mod: func(c *Config) { c.MaxResponse = 100 },
+			serve: write("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n96\r\n" + strings.Repeat("y", 150) + "\r\n0\r\n\r\n"), status: 200, conns: n},
+		{name: "1xx heads over 10 MB together", serve: last(strings.Repeat("HTTP/1.1 103 Early Hints\r\nX-Big: "+strings.Repeat("b", maxHeaderResponse/2)+"\r\n\r\n", 2) + ok), conns: n},
+		{name: "headers over 10 MB", serve: last("HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("b", maxHeaderResponse) + "\r\n\r\n"), conns: n},
+		{name: "an answer before the body is read", body: bytes.Repeat([]byte("B"), 1<<20), unread: true,
+			serve: func(c net.Conn, br *bufio.Reader, req *http.Request) bool {
+				io.WriteString(c, "HTTP/1.1 413 Request Entity Too Large\r\nConnection: close\r\nContent-Length: 4\r\n\r\nbig!")
+				io.Copy(io.Discard, req.Body) // as Go's server does before it closes
+				return false
+			}, status: 413, conns: n},
+		{name: "slow receiver", serve: func(c net.Conn, _ *bufio.Reader, _ *http.Request) bool {
+			for i := range len(ok) {
+				c.Write([]byte{ok[i]})
+				time.Sleep(time.Millisecond)
+			}
+			return true
+		}, status: 200, conns: 1},
+		{name: "hung receiver", mod: func(c *Config) { c.ForwardTimeout = 100 * time.Millisecond },
+			serve: func(c net.Conn, br *bufio.Reader, _ *http.Request) bool {
+				io.Copy(io.Discard, br) // until the client gives up
+				return false
+			}, conns: n},
+		{name: "hung in the body", mod: func(c *Config) { c.ForwardTimeout = 100 * time.Millisecond },
+			serve: func(c net.Conn, br *bufio.Reader, _ *http.Request) bool {
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\npart")
+				io.Copy(io.Discard, br)
+				return false
+			}, status: 200, conns: n},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			method := cmp.Or(tc.method, "POST")
+			body := tc.body
+			if body == nil && method != "HEAD" {
+				body = []byte(`{"a":1}`)
+			}
+			var ats [2][n]devhook.Attempt
+			var conns [2]int32
+			for i, viaNetHTTP := range []bool{true, false} {
+				var accepts atomic.Int32
+				base := rawServer(t, func(_ int, c net.Conn) {
+					accepts.Add(1)
+					br := bufio.NewReader(c)
+					for {
+						req, err := http.ReadRequest(br)
+						if err != nil {
+							return
+						}
+						if !tc.unread {
+							io.Copy(io.Discard, req.Body)
+						}
+						if !tc.serve(c, br, req) {
+							return
+						}
+					}
+				})
+				a := testAgent(t, viaNetHTTP, tc.mod)
+				for j := range n {
+					ats[i][j] = sendTo(context.Background(), a, method, base+"/hook", http.Header{"Content-Type": {"application/json"}}, body)
+				}
+				conns[i] = accepts.Load()
+			}
+			for j := range n {
+				nh, d := &ats[0][j], &ats[1][j]
+				if fmt.Sprint(nh.Status, nh.Header, nh.Body, nh.Error) != fmt.Sprint(d.Status, d.Header, d.Body, d.Error) {
+					t.Errorf("forward %d:\nnet/http %d %v %q %q\ndirect   %d %v %q %q", j+1,
+						nh.Status, nh.Header, trim(nh.Body), trim([]byte(nh.Error)), d.Status, d.Header, trim(d.Body), trim([]byte(d.Error)))
+				}
+				if d.Status != tc.status {
+					t.Errorf("forward %d: %d %q, want %d", j+1, d.Status, trim([]byte(d.Error)), tc.status)
+				}
+			}
+			if conns[0] != conns[1] || conns[1] != int32(tc.conns) {
+				t.Errorf("%d forwards took %d connections through net/http, %d through the agent's client; want %d", n, conns[0], conns[1], tc.conns)
+			}
+		})
+	}
+}
+
+// A 101 that switches protocols has what follows on the connection as its
+// body, read until ForwardTimeout. (net/http's path waits for the receiver
+// to close: its Transport hands the connection over with the answer, and
+// the request's context no longer reaches it.)
+func TestDirect101TimesOut(t *testing.T) {
+	base := rawServer(t, func(_ int, c net.Conn) {
+		br := bufio.NewReader(c)
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: x\r\n\r\nsome")
+		io.Copy(io.Discard, br) // until the client gives up
+	})
+	a := testAgent(t, false, func(c *Config) { c.ForwardTimeout = 100 * time.Millisecond })
+	at := sendTo(context.Background(), a, "POST", base, nil, []byte("x"))
+	if want := "reading the receiver's answer: context deadline exceeded"; at.Status != 101 || string(at.Body) != "some" || at.Error != want {
+		t.Errorf("%d %q %q, want 101 %q %q", at.Status, at.Body, at.Error, "some", want)
+	}
+	if n := a.conns.count(); n != 0 {
+		t.Errorf("%d idle connections after a 101", n)
+	}
+}
+
+// trim shortens b for a message.
+func trim(b []byte) string {
+	if len(b) > 200 {
+		return fmt.Sprintf("%s… (%d bytes)", b[:200], len(b))
+	}
+	return string(b)
 }

@@ -1,0 +1,97 @@
+package agent
+
+// The agent's connection to the relay.
+//
+// Run keeps one connection up at a time. relay.Dial opens it and reads
+// the relay's hello (the public URL, the deliveries queued meanwhile);
+// Config.OnConnect reports it as a Connection, saying how long the
+// channel was down when it is a reconnection. When a connection is lost
+// the agent dials again: at once to the next of Config.RelayFallbacks, and
+// once every URL failed, after a jittered wait that doubles from
+// Config.MinBackoff to Config.MaxBackoff and is back to MinBackoff after a
+// success. The relay rejecting the credentials, or another agent taking
+// the channel over, ends Run instead. The deliveries of a connection are
+// served by workers.go.
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/devhook/devhook/relay"
+)
+
+// Connection is a connection to the relay that just opened, for output.
+type Connection struct {
+	PublicURL string
+	// Queued is how many deliveries waited in the relay's queue; they
+	// follow now. 0 from a relay that does not say.
+	Queued int
+	// Reconnect: an earlier connection of this Run was lost, Down ago.
+	Reconnect bool
+	Down      time.Duration
+}
+
+// stayConnected connects to the relay and serves each connection until
+// ctx ends, reconnecting when it is lost: at once to the next of the
+// relay's URLs, with capped, jittered exponential backoff once every one
+// failed. It returns what Run returns.
+func (a *Agent) stayConnected(ctx context.Context) error {
+	backoff := a.cfg.MinBackoff
+	var lost time.Time // when the last connection ended; zero before the first
+	relays := append([]string{a.cfg.RelayURL}, a.cfg.RelayFallbacks...)
+	at := 0 // the relay tried next
+	for {
+		conn, err := relay.Dial(ctx, relay.DialConfig{RelayURL: relays[at], Credentials: a.cfg.Credentials})
+		switch {
+		case ctx.Err() != nil:
+			if conn != nil {
+				conn.Close()
+			}
+			return nil
+		case errors.Is(err, relay.ErrRejected):
+			return err
+		case err != nil && len(relays) > 1:
+			if at = (at + 1) % len(relays); at != 0 {
+				a.cfg.Logf("relay %s unreachable (%v); trying %s", relays[(at+len(relays)-1)%len(relays)], err, relays[at])
+				continue
+			}
+			fallthrough
+		case err != nil:
+			wait := a.jitter(backoff)
+			a.cfg.Logf("relay unreachable (%v); retrying in %s", err, wait.Round(time.Millisecond))
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(wait):
+			}
+			backoff = min(backoff*2, a.cfg.MaxBackoff)
+			continue
+		}
+		backoff = a.cfg.MinBackoff
+		if a.cfg.OnConnect != nil {
+			c := Connection{PublicURL: conn.PublicURL(), Queued: conn.Queued()}
+			if !lost.IsZero() {
+				c.Reconnect, c.Down = true, a.cfg.Now().Sub(lost)
+			}
+			a.cfg.OnConnect(c)
+		}
+		err = a.serve(ctx, conn)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if errors.Is(err, relay.ErrReplaced) {
+			return err
+		}
+		lost = a.cfg.Now()
+		a.cfg.Logf("connection to the relay lost (%v); reconnecting", err)
+	}
+}
+
+// jitter returns a random wait between d/2 and 3d/2.
+func (a *Agent) jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(a.cfg.Rand(int64(d))) + d/2
+}
