@@ -164,6 +164,12 @@ func (a *Agent) send(ctx context.Context, at *devhook.Attempt, method string, he
 		return
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// Its body is the connection, handed over: ctx no longer ends a
+		// read of it, so ForwardTimeout closes it.
+		stop := context.AfterFunc(ctx, func() { resp.Body.Close() })
+		defer stop()
+	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, a.cfg.MaxResponse+1))
 	a.setAnswer(at, resp, b, err)
 }

@@ -951,6 +951,20 @@ func TestDirect101TimesOut(t *testing.T) {
 	if n := a.conns.count(); n != 0 {
 		t.Errorf("%d idle connections after a 101", n)
 	}
+
+	// Through net/http (https receivers, Config.Client) too: its 101 body is
+	// the connection itself, which the request's context no longer ends.
+	viaNetHTTP := testAgent(t, true, func(c *Config) { c.ForwardTimeout = 100 * time.Millisecond })
+	done := make(chan devhook.Attempt, 1)
+	go func() { done <- sendTo(context.Background(), viaNetHTTP, "POST", base, nil, []byte("x")) }()
+	select {
+	case at := <-done:
+		if at.Status != 101 || string(at.Body) != "some" || !strings.HasPrefix(at.Error, "reading the receiver's answer: ") {
+			t.Errorf("via net/http: %d %q %q, want 101 %q and a read error", at.Status, at.Body, at.Error, "some")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a forward through net/http to a silent 101 did not stop at ForwardTimeout")
+	}
 }
 
 // trim shortens b for a message.
