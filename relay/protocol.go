@@ -122,8 +122,9 @@ const (
 	CloseReplaced = 4001
 )
 
-// Header is the JSON part of a frame. Fields are used by the frame types as
-// the protocol comment says.
+// Header is a frame's header, encoded in binary as the comment at the top
+// of this file describes (the json tags name its fields, not its
+// encoding). Fields are used by the frame types as that comment says.
 type Header struct {
 	Type string `json:"type"`
 	ID   string `json:"id,omitempty"`

@@ -1,0 +1,275 @@
+package relay
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gorilla/websocket"
+
+	"github.com/devhook/devhook"
+)
+
+// An agent holds its channel over one WebSocket, from serveConnect to
+// closeWith: the hello is its first frame, readLoop its only reader (the
+// agent's responses and acks), a wsWriter its only writer of data frames
+// (the hello and deliveries), and a timer its heartbeat. Its queued
+// deliveries are sent by its drain (drain.go).
+
+// serveConnect takes an agent's WebSocket. The newest agent of a channel
+// holds it: one that was connected is closed with CloseReplaced.
+func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, channel string) {
+	if code, msg := s.authorize(channel, bearer(r)); code != 0 {
+		httpError(w, code, msg)
+		return
+	}
+	ws, err := s.upgrader.Upgrade(w, r, nil)
+	if err != nil {
+		return // the upgrader has answered
+	}
+	ws.SetReadLimit(s.cfg.MaxBody + MaxHeaderSize + 4)
+	c := &agentConn{
+		s: s, ws: ws, channel: channel,
+		pending:  make(map[string]chan *Answer),
+		inflight: make(map[string]bool),
+		acked:    make(map[string]bool),
+		done:     make(chan struct{}),
+	}
+	c.out = newWSWriter(ws, s.cfg.ResponseTimeout, c.close) // close takes no lock a writer holds
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		ws.Close()
+		return
+	}
+	s.conns[c] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	// The agent holds the channel once it has its hello, and the hello is
+	// the first frame: deliveries routed to it meanwhile wait for the lock.
+	hh := &Header{Type: TypeHello, Channel: channel, PublicURL: s.PublicURL(r, channel)}
+	if qc, ok := s.cfg.Store.(QueueCounter); ok {
+		if n, err := qc.QueueLen(channel); err == nil {
+			hh.Status = n
+		}
+	}
+	hello, _ := AppendFrame(nil, hh, nil)
+	c.out.hold()
+	s.router.Attach(channel, c)
+	c.out.writeNow(hello, nil)
+	c.out.release()
+	if c.isGone() {
+		s.router.Detach(channel, c) // closed before it was attached
+	}
+	c.startPing()
+	c.kickDrain()
+	go func() { defer s.wg.Done(); c.readLoop() }()
+}
+
+// agentConn is one connected agent, an Endpoint. readLoop is the only
+// reader; write serializes writers. Heartbeats come from a timer, so an
+// idle agent has no goroutine but its reader.
+type agentConn struct {
+	s       *Server
+	ws      *websocket.Conn
+	channel string
+
+	out *wsWriter // every data frame goes through it
+
+	mu       sync.Mutex
+	pending  map[string]chan *Answer // live deliveries waiting for a response
+	inflight map[string]bool         // queued deliveries sent, not yet acked and dequeued
+	acked    map[string]bool         // dequeued since the drain pass began: its batches may be older
+	stuck    map[string]bool         // queued deliveries that could be neither sent nor parked
+	gone     bool
+	pinger   *time.Timer    // next heartbeat
+	pings    sync.WaitGroup // a heartbeat being written
+
+	draining   bool          // a drain goroutine runs
+	drainAgain bool          // the queue may have new work since it started
+	done       chan struct{} // closed when the connection ends
+	closeOnce  sync.Once
+}
+
+func (c *agentConn) isGone() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gone
+}
+
+// closeWith ends the connection, telling the agent why.
+func (c *agentConn) closeWith(code int, reason string) {
+	c.closeOnce.Do(func() {
+		c.mu.Lock()
+		c.gone = true
+		if c.pinger != nil {
+			c.pinger.Stop()
+		}
+		c.mu.Unlock()
+		close(c.done)
+		// WriteControl may run beside a data write.
+		c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), time.Now().Add(time.Second))
+		c.ws.Close()
+		c.s.router.Detach(c.channel, c)
+		c.s.mu.Lock()
+		delete(c.s.conns, c)
+		c.s.mu.Unlock()
+	})
+}
+
+func (c *agentConn) close() { c.closeWith(websocket.CloseGoingAway, "relay closing") }
+
+// Replace implements Endpoint.
+func (c *agentConn) Replace() {
+	c.s.cfg.Logf("relay: channel %s: a new agent connected; closing the previous one", c.channel)
+	c.closeWith(CloseReplaced, "replaced: another agent connected to this channel")
+}
+
+// Kick implements Endpoint.
+func (c *agentConn) Kick() { c.kickDrain() }
+
+// write sends one frame: hdr (a frame without payload, as AppendFrame
+// makes it) followed by payload, without copying them together. Frames
+// of concurrent callers leave together (see wsWriter); a failed write
+// closes the connection.
+func (c *agentConn) write(hdr, payload []byte) error {
+	return c.out.write(hdr, payload)
+}
+
+// startPing arms the heartbeat timer.
+func (c *agentConn) startPing() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.gone {
+		c.pinger = time.AfterFunc(c.s.cfg.PingInterval, c.ping)
+	}
+}
+
+// ping sends a heartbeat, on the timer's goroutine: a connection slow to
+// take it delays and drops only itself.
+func (c *agentConn) ping() {
+	c.mu.Lock()
+	if c.gone {
+		c.mu.Unlock()
+		return
+	}
+	c.pings.Add(1) // readLoop waits for it after the connection ends
+	c.mu.Unlock()
+	defer c.pings.Done()
+	// WriteControl may run beside a data write; it waits for one in
+	// progress up to the deadline.
+	if err := c.ws.WriteControl(websocket.PingMessage, nil, time.Now().Add(c.s.cfg.PingInterval)); err != nil {
+		c.s.cfg.Logf("relay: channel %s: dropping the agent: heartbeat: %v", c.channel, err)
+		c.close()
+		return
+	}
+	c.mu.Lock()
+	if !c.gone {
+		c.pinger.Reset(c.s.cfg.PingInterval)
+	}
+	c.mu.Unlock()
+}
+
+// Deliver implements Endpoint: it sends d and waits for the agent's
+// response. It returns ErrNoAgent when the connection ends first.
+func (c *agentConn) Deliver(ctx context.Context, d *devhook.Delivery) (*Answer, error) {
+	hdr, err := AppendFrame(nil, deliverHeader(d), nil)
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan *Answer, 1)
+	c.mu.Lock()
+	if c.gone {
+		c.mu.Unlock()
+		return nil, ErrNoAgent
+	}
+	c.pending[d.ID] = ch
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.pending, d.ID)
+		c.mu.Unlock()
+	}()
+	if c.write(hdr, d.Body) != nil {
+		return nil, ErrNoAgent
+	}
+	t := time.NewTimer(c.s.cfg.ResponseTimeout)
+	defer t.Stop()
+	select {
+	case a := <-ch:
+		return a, nil
+	case <-t.C:
+		return nil, ErrTimeout
+	case <-c.done:
+		return nil, ErrNoAgent
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (c *agentConn) readLoop() {
+	defer func() {
+		c.close()
+		c.pings.Wait()
+	}()
+	wait := 2 * c.s.cfg.PingInterval
+	c.ws.SetReadDeadline(time.Now().Add(wait))
+	c.ws.SetPongHandler(func(string) error { return c.ws.SetReadDeadline(time.Now().Add(wait)) })
+	var in msgReader
+	for {
+		msg, err := in.read(c.ws)
+		if err != nil {
+			return
+		}
+		c.ws.SetReadDeadline(time.Now().Add(wait))
+		h, body, err := DecodeFrame(msg)
+		if err != nil {
+			c.s.cfg.Logf("relay: channel %s: dropping the agent: %v", c.channel, err)
+			c.closeWith(websocket.CloseProtocolError, clip(err.Error()))
+			return
+		}
+		switch h.Type {
+		case TypeResponse:
+			c.mu.Lock()
+			ch := c.pending[h.ID]
+			c.mu.Unlock()
+			if ch != nil {
+				status := h.Status
+				if status < 100 || status > 999 {
+					status = http.StatusBadGateway
+				}
+				select {
+				case ch <- &Answer{Status: status, Header: h.Header, Body: body}:
+				default:
+				}
+			}
+		case TypeAck:
+			c.mu.Lock()
+			queued := c.inflight[h.ID]
+			c.mu.Unlock()
+			if queued {
+				// The id stays in flight until its dequeue is committed:
+				// a drain pass meanwhile would find it still queued and
+				// send it again.
+				if err := c.s.cfg.Store.Dequeue(c.channel, h.ID); err != nil {
+					c.s.cfg.Logf("relay: channel %s: dequeue %s: %v", c.channel, h.ID, err)
+				}
+				c.s.metrics.acked.Inc()
+				c.mu.Lock()
+				delete(c.inflight, h.ID)
+				c.acked[h.ID] = true
+				c.mu.Unlock()
+				c.kickDrain()
+			}
+		}
+	}
+}
+
+// clip keeps a close reason within the 123 bytes a control frame allows.
+func clip(s string) string {
+	if len(s) > 120 {
+		return s[:120]
+	}
+	return s
+}

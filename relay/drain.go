@@ -1,0 +1,136 @@
+package relay
+
+import (
+	"errors"
+
+	"github.com/devhook/devhook"
+)
+
+// Deliveries queued while a channel had no agent reach it through its
+// connection's drain: a goroutine, running only while there is queue
+// work, that sends what the Store holds beyond what is in flight, at most
+// Window unacknowledged at once, and parks a delivery that can never be
+// sent, so that the queue behind it goes on.
+
+// kickDrain makes sure a drain pass runs after this call. The drain
+// goroutine exists only while there is queue work.
+func (c *agentConn) kickDrain() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.drainAgain = true
+	if c.draining || c.gone {
+		return
+	}
+	c.draining = true
+	c.s.wg.Add(1)
+	go func() { defer c.s.wg.Done(); c.drainLoop() }()
+}
+
+// drainBatch bounds the queued deliveries (bodies included) read from the
+// store at once.
+const drainBatch = 8
+
+// drainLoop sends queued deliveries, at most Window unacknowledged at once,
+// for as long as it is kicked: at connect, after each ack of a queued
+// delivery, after each enqueue. Whatever happens to one delivery, the
+// drain state is reset when it returns.
+func (c *agentConn) drainLoop() {
+	for c.nextPass() {
+		if !c.drainPass() {
+			break // the connection failed
+		}
+	}
+}
+
+// nextPass reports whether the drain goroutine should make another pass,
+// and clears draining, atomically, when it should not.
+func (c *agentConn) nextPass() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.drainAgain || c.gone {
+		c.draining = false
+		return false
+	}
+	c.drainAgain = false
+	clear(c.acked)
+	return true
+}
+
+// drainPass sends what the queue holds beyond what is in flight. It
+// returns false when the connection failed.
+func (c *agentConn) drainPass() bool {
+	after := ""
+	for {
+		c.mu.Lock()
+		room := c.s.cfg.Window - len(c.inflight)
+		c.mu.Unlock()
+		if room <= 0 {
+			return true // an ack will kick again
+		}
+		limit := min(room, drainBatch)
+		batch, err := c.s.cfg.Store.Queued(c.channel, after, limit)
+		var bad *UnreadableError
+		if err != nil && !errors.As(err, &bad) {
+			c.s.cfg.Logf("relay: channel %s: read queue: %v", c.channel, err)
+			return true // the next kick retries
+		}
+		for _, d := range batch {
+			after = d.ID
+			if !c.sendQueued(d) {
+				return false
+			}
+		}
+		if bad != nil {
+			after = bad.ID
+			c.park(bad.ID, bad.Error())
+			continue
+		}
+		if len(batch) < limit {
+			return true
+		}
+	}
+}
+
+// sendQueued sends queued delivery d unless it is in flight already. A
+// delivery that cannot be framed is parked, never retried: the queue
+// behind it goes on. It returns false when the connection failed.
+func (c *agentConn) sendQueued(d *devhook.Delivery) bool {
+	c.mu.Lock()
+	skip := c.inflight[d.ID] || c.acked[d.ID] || c.stuck[d.ID]
+	gone := c.gone
+	if !skip && !gone {
+		c.inflight[d.ID] = true
+	}
+	c.mu.Unlock()
+	if gone {
+		return false
+	}
+	if skip {
+		return true
+	}
+	d.Queued = true
+	hdr, err := AppendFrame(nil, deliverHeader(d), nil)
+	if err != nil {
+		c.mu.Lock()
+		delete(c.inflight, d.ID)
+		c.mu.Unlock()
+		c.park(d.ID, "it cannot be sent to the agent: "+err.Error())
+		return true
+	}
+	return c.write(hdr, d.Body) == nil
+}
+
+// park moves delivery id aside, saying why in the log.
+func (c *agentConn) park(id, why string) {
+	if err := c.s.cfg.Store.Park(c.channel, id, why); err != nil {
+		c.s.cfg.Logf("relay: channel %s: delivery %s is skipped (%s) but could not be parked: %v", c.channel, id, why, err)
+		c.mu.Lock()
+		if c.stuck == nil {
+			c.stuck = make(map[string]bool)
+		}
+		c.stuck[id] = true
+		c.mu.Unlock()
+		return
+	}
+	c.s.cfg.Logf("relay: channel %s: delivery %s parked, the rest of the queue goes on: %s", c.channel, id, why)
+}
