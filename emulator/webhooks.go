@@ -2,6 +2,7 @@ package emulator
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"sort"
@@ -283,11 +284,17 @@ func (e *Emulator) getConversation(w http.ResponseWriter, r *http.Request, c *ca
 	return nil
 }
 
+// trigger sends one sample run.status event to every webhook of the
+// account that subscribes to it; with "scenario" (a devhook extension,
+// see scenario.go), a scenario's deliveries instead.
 func (e *Emulator) trigger(w http.ResponseWriter, r *http.Request, c *call) error {
 	var in struct {
-		EventType *string `json:"event_type"`
+		EventType *string         `json:"event_type"`
+		Scenario  json.RawMessage `json:"scenario"`
+		Speed     *float64        `json:"speed"`
 	}
-	if err := e.decodeBody(w, r, &in); err != nil {
+	// A scenario may carry large bodies: the limit of a run's input.
+	if err := e.decodeBodyN(w, r, &in, e.cfg.MaxInputBytes); err != nil {
 		return err
 	}
 	if in.EventType == nil {
@@ -295,6 +302,12 @@ func (e *Emulator) trigger(w http.ResponseWriter, r *http.Request, c *call) erro
 	}
 	if *in.EventType != devhook.EventRunStatus {
 		return errorf(http.StatusBadRequest, "unknown event_type %q; the only event type is %s", *in.EventType, devhook.EventRunStatus)
+	}
+	if len(in.Scenario) > 0 && string(in.Scenario) != "null" {
+		return e.triggerScenario(w, c, in.Scenario, in.Speed)
+	}
+	if in.Speed != nil {
+		return errorf(http.StatusBadRequest, "speed goes with scenario; a sample event is sent at once")
 	}
 	runID, err := e.newID()
 	if err != nil {

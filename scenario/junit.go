@@ -132,7 +132,7 @@ func (s *JUnitSuite) WriteFile(path string) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(path, b)
+	return WriteFile(path, b)
 }
 
 // classname is the JUnit class of a scenario file's cases:

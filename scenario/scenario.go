@@ -186,9 +186,10 @@ func encodeBody(b []byte) (json.RawMessage, string, error) {
 	return raw, EncodingBase64, err
 }
 
-// writeFileAtomic writes b to a temporary file beside path and renames it
-// over path, so that a reader never sees half a file.
-func writeFileAtomic(path string, b []byte) error {
+// WriteFile writes a file's bytes (a scenario from Export, a JUnit
+// report) to a temporary file beside path and renames it over path, so
+// that a reader never sees half a file.
+func WriteFile(path string, b []byte) error {
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
@@ -216,7 +217,7 @@ func (s *Scenario) WriteFile(path string) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(path, b)
+	return WriteFile(path, b)
 }
 
 // FormatError is a scenario file that cannot be read. Entry is the
