@@ -111,8 +111,8 @@ type Selection struct {
 	Last  int
 }
 
-// listPage is the most a store or an inspector lists at once.
-const listPage = 1000
+// listPage is the most an inspector lists at once (a store, 1000).
+const listPage = 500
 
 // Select returns the ids of the deliveries sel names, through list (a
 // store's or an inspector's, newest first, paging by Filter.Before).

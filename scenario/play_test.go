@@ -168,7 +168,7 @@ func TestPlay_HandlerReadingSecondsFailsWithTheHint(t *testing.T) {
 	}
 	var text strings.Builder
 	rep.WriteText(&text, "run.json")
-	if !strings.Contains(text.String(), "delivery 2: hint: your receiver refused a delivery whose signature is valid") || !strings.Contains(text.String(), "FAIL: 3 of 3") {
+	if !strings.Contains(text.String(), "deliveries 1, 2, 3: hint: your receiver refused a delivery whose signature is valid") || !strings.Contains(text.String(), "FAIL: 3 of 3") {
 		t.Errorf("text:\n%s", text.String())
 	}
 }

@@ -42,10 +42,28 @@ func (r *Report) WriteText(w io.Writer, file string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	// A hint once, with the deliveries it is for.
+	var hints []string
+	hintFor := map[string][]string{}
 	for _, res := range r.Results {
-		if res.Hint != "" {
-			fmt.Fprintf(w, "\ndelivery %d: hint: %s\n", res.N, res.Hint)
+		if res.Hint == "" {
+			continue
 		}
+		if hintFor[res.Hint] == nil {
+			hints = append(hints, res.Hint)
+		}
+		hintFor[res.Hint] = append(hintFor[res.Hint], strconv.Itoa(res.N))
+	}
+	if len(hints) > 0 {
+		fmt.Fprintln(w)
+	}
+	for _, h := range hints {
+		ns := hintFor[h]
+		which := "delivery " + ns[0]
+		if len(ns) > 1 {
+			which = "deliveries " + strings.Join(ns, ", ")
+		}
+		fmt.Fprintf(w, "%s: hint: %s\n", which, h)
 	}
 	fmt.Fprintln(w)
 	if r.Pass {

@@ -22,7 +22,7 @@ func TestREADMECommandsTableListsEveryFlag(t *testing.T) {
 		}
 	}
 	root := newRootCmd(nil, nil)
-	for _, path := range []string{"listen", "relay", "emulate", "receive", "send", "check", "replay", "deliveries list", "deliveries show"} {
+	for _, path := range []string{"listen", "relay", "emulate", "receive", "send", "check", "replay", "deliveries list", "deliveries show", "scenario save", "scenario play", "scenario show"} {
 		cmd, _, err := root.Find(strings.Fields(path))
 		if err != nil {
 			t.Fatal(err)
