@@ -19,8 +19,9 @@ package emulator
 // made afresh with that webhook's secret. Each waits its offset_ms
 // divided by speed (default 1; 0: no waiting) after the first, and the
 // first attempts of the one before; failed attempts are retried and every
-// attempt is a conversation, as for any delivery. The request body may be
-// as large as a run's input (Config.MaxInputBytes).
+// attempt is a conversation, as for any delivery. A request with a
+// scenario may be as large as a run's input (Config.MaxInputBytes); any
+// other trigger has the limit of every call (Config.MaxBodyBytes).
 
 import (
 	"context"
@@ -31,6 +32,8 @@ import (
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/scenario"
 )
+
+func hasScenario(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" }
 
 func (e *Emulator) triggerScenario(w http.ResponseWriter, c *call, raw json.RawMessage, speed *float64) error {
 	s, err := scenario.Parse("in the request", raw)

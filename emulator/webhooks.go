@@ -293,9 +293,18 @@ func (e *Emulator) trigger(w http.ResponseWriter, r *http.Request, c *call) erro
 		Scenario  json.RawMessage `json:"scenario"`
 		Speed     *float64        `json:"speed"`
 	}
-	// A scenario may carry large bodies: the limit of a run's input.
-	if err := e.decodeBodyN(w, r, &in, e.cfg.MaxInputBytes); err != nil {
+	// A scenario may carry large bodies: it may be as large as a run's
+	// input; any other trigger has the limit of every call.
+	b, err := readBody(w, r, max(e.cfg.MaxInputBytes, e.cfg.MaxBodyBytes))
+	if err != nil {
 		return err
+	}
+	derr := decodeJSON(b, &in)
+	if int64(len(b)) > e.cfg.MaxBodyBytes && (derr != nil || !hasScenario(in.Scenario)) {
+		return tooLarge(e.cfg.MaxBodyBytes)
+	}
+	if derr != nil {
+		return derr
 	}
 	if in.EventType == nil {
 		return errorf(http.StatusBadRequest, "missing field: event_type (the only event type is %s)", devhook.EventRunStatus)
@@ -303,7 +312,7 @@ func (e *Emulator) trigger(w http.ResponseWriter, r *http.Request, c *call) erro
 	if *in.EventType != devhook.EventRunStatus {
 		return errorf(http.StatusBadRequest, "unknown event_type %q; the only event type is %s", *in.EventType, devhook.EventRunStatus)
 	}
-	if len(in.Scenario) > 0 && string(in.Scenario) != "null" {
+	if hasScenario(in.Scenario) {
 		return e.triggerScenario(w, c, in.Scenario, in.Speed)
 	}
 	if in.Speed != nil {

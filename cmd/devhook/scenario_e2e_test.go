@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"encoding/xml"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -331,5 +333,72 @@ func TestCheck_JUnit(t *testing.T) {
 	b, _ = os.ReadFile(file)
 	if exitCode(err) != 2 || !strings.Contains(string(b), `<error message="cannot reach the handler at `+down) {
 		t.Errorf("unreachable: exit %d\n%s", exitCode(err), b)
+	}
+}
+
+// A service that does not know the extension answers as for a sample
+// event: trigger --scenario says so rather than claim it was played.
+func TestTriggerScenario_ServiceWithoutTheExtension(t *testing.T) {
+	var got map[string]any
+	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		json.NewDecoder(r.Body).Decode(&got)
+		w.WriteHeader(http.StatusAccepted)
+		io.WriteString(w, `{"event_type":"run.status","webhooks":1}`)
+	}))
+	defer svc.Close()
+	_, _, err := devhookCmd(t, "trigger", "--scenario", "../../scenario/testdata/run.json", "--endpoint", svc.URL, "--api-key", "k")
+	if err == nil || !strings.Contains(err.Error(), "does not play scenarios") {
+		t.Fatalf("err %v", err)
+	}
+	if s, ok := got["scenario"].(map[string]any); !ok || s["devhook_scenario"] != float64(1) || got["event_type"] != "run.status" || got["speed"] != float64(1) {
+		t.Errorf("the trigger sent %v", got)
+	}
+	for _, args := range [][]string{
+		{"trigger", "--speed", "2", "--endpoint", svc.URL, "--api-key", "k"},
+		{"trigger", "run.created", "--scenario", "../../scenario/testdata/run.json", "--endpoint", svc.URL, "--api-key", "k"},
+	} {
+		if _, _, err := devhookCmd(t, args...); err == nil {
+			t.Errorf("%s: no error", strings.Join(args, " "))
+		}
+	}
+}
+
+// The exit statuses are the process's own: 0, 1 and 2.
+func TestScenarioPlay_ExitStatus(t *testing.T) {
+	bin := devhookBinary(t)
+	const file = "../../scenario/testdata/run.json" // two deliveries recorded 4xx or unanswered: --expect 2xx
+	ok := httptest.NewServer(receiver.New(receiver.Config{Secret: checkSecret}))
+	defer ok.Close()
+	wrong := httptest.NewServer(http.HandlerFunc(secondsHandler))
+	defer wrong.Close()
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	os.WriteFile(bad, []byte(`{"devhook_scenario": 7}`), 0o644)
+	tests := []struct {
+		args   []string
+		code   int
+		stderr string
+	}{
+		{[]string{"scenario", "play", file, "--to", ok.URL, "--secret", checkSecret, "--speed", "0", "--expect", "2xx"}, 0, ""},
+		{[]string{"scenario", "play", file, "--to", wrong.URL, "--secret", checkSecret, "--speed", "0", "--expect", "2xx"}, 1, "otherwise than expected"},
+		{[]string{"scenario", "play", bad, "--to", ok.URL}, 2, "version 7 of the scenario format"},
+		{[]string{"scenario", "play", file, "--to", "http://" + closedAddr(t)}, 2, "cannot reach the handler"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args[:3], " "), func(t *testing.T) {
+			cmd := exec.Command(bin, tt.args...)
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			err := cmd.Run()
+			code := 0
+			var ee *exec.ExitError
+			if errors.As(err, &ee) {
+				code = ee.ExitCode()
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if code != tt.code || !strings.Contains(stderr.String(), tt.stderr) {
+				t.Fatalf("exit status %d, stderr %q; want %d and %q", code, stderr.String(), tt.code, tt.stderr)
+			}
+		})
 	}
 }
