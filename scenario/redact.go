@@ -20,7 +20,7 @@ package scenario
 // appears in the file, as all or part of a string: in other members of
 // the bodies, in the receiver's recorded answers (which often echo the run
 // id), in paths, queries and header values, and in bodies that are not
-// JSON. Shorter strings, and numbers, are replaced only where a path
+// JSON; member and header names are left alone. Shorter strings, and numbers, are replaced only where a path
 // names them: a path naming "ok" must not rewrite every "ok" of the file.
 //
 // Only the bytes of the values that change are rewritten: the members'
