@@ -151,9 +151,13 @@ func (c *Client) GetConversation(ctx context.Context, webhookID, id string) (Con
 
 // Triggered is the trigger's answer.
 type Triggered struct {
-	EventType string          `json:"event_type"`
-	Webhooks  *int            `json:"webhooks"`
-	Raw       json.RawMessage `json:"-"`
+	EventType string `json:"event_type"`
+	Webhooks  *int   `json:"webhooks"`
+	// Deliveries is how many deliveries of a scenario each webhook gets;
+	// nil when the service did not play the scenario (only devhook
+	// emulate does).
+	Deliveries *int            `json:"deliveries"`
+	Raw        json.RawMessage `json:"-"`
 }
 
 // Trigger sends an event of the type to the account's webhooks; "" means
@@ -164,6 +168,24 @@ func (c *Client) Trigger(ctx context.Context, eventType string) (Triggered, erro
 	}
 	var t Triggered
 	raw, err := c.call(ctx, http.MethodPost, "/v1/events/trigger", nil, map[string]string{"event_type": eventType}, &t)
+	t.Raw = raw
+	return t, err
+}
+
+// TriggerScenario asks the service to send a scenario's deliveries (the
+// file's bytes, as devhook scenario save writes them) to the account's
+// webhooks, each offset_ms divided by speed after the first (nil: 1; 0:
+// no waiting). This is a devhook emulate extension of the trigger
+// (docs/SCENARIOS.md): the service itself ignores the scenario and sends
+// a sample event, and its answer has no Deliveries.
+func (c *Client) TriggerScenario(ctx context.Context, scenario []byte, speed *float64) (Triggered, error) {
+	in := struct {
+		EventType string          `json:"event_type"`
+		Scenario  json.RawMessage `json:"scenario"`
+		Speed     *float64        `json:"speed,omitempty"`
+	}{EventRunStatus, json.RawMessage(scenario), speed}
+	var t Triggered
+	raw, err := c.call(ctx, http.MethodPost, "/v1/events/trigger", nil, in, &t)
 	t.Raw = raw
 	return t, err
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -32,6 +33,14 @@ func (e *Emulator) subscribers(account string) []string {
 	return ids
 }
 
+// outgoing is what a delivery sends: the body, and the headers besides
+// the signature. header nil means the service's own (Content-Type and
+// User-Agent); a scenario's delivery brings the headers it was recorded with.
+type outgoing struct {
+	body   []byte
+	header http.Header
+}
+
 // deliverAll sends ev to each of the account's webhooks in hooks, and
 // returns once every first attempt has finished; retries go on in the
 // background, so that a run's next event waits only for first attempts.
@@ -40,13 +49,18 @@ func (e *Emulator) deliverAll(ctx context.Context, account string, hooks []strin
 	if err != nil {
 		return // a RunStatus always marshals
 	}
+	e.sendAll(ctx, account, hooks, outgoing{body: body})
+}
+
+// sendAll is deliverAll of any outgoing delivery.
+func (e *Emulator) sendAll(ctx context.Context, account string, hooks []string, out outgoing) {
 	var first sync.WaitGroup
 	for _, id := range hooks {
 		first.Add(1)
 		done := sync.OnceFunc(first.Done)
 		started := e.goroutine(func(ctx context.Context) {
 			defer done()
-			e.deliver(ctx, account, id, body, done)
+			e.deliver(ctx, account, id, out, done)
 		})
 		if !started {
 			done()
@@ -58,7 +72,7 @@ func (e *Emulator) deliverAll(ctx context.Context, account string, hooks []strin
 // deliver makes the first attempt and, while attempts fail, the retries
 // after each of RetryDelays. It stops when the webhook is deleted or the
 // emulator closes.
-func (e *Emulator) deliver(ctx context.Context, account, hookID string, body []byte, firstDone func()) {
+func (e *Emulator) deliver(ctx context.Context, account, hookID string, out outgoing, firstDone func()) {
 	for n := 0; n <= len(e.cfg.RetryDelays); n++ {
 		if n > 0 {
 			t := time.NewTimer(e.cfg.RetryDelays[n-1])
@@ -69,7 +83,7 @@ func (e *Emulator) deliver(ctx context.Context, account, hookID string, body []b
 			case <-t.C:
 			}
 		}
-		ok, stop := e.attempt(ctx, account, hookID, body)
+		ok, stop := e.attempt(ctx, account, hookID, out)
 		if n == 0 {
 			firstDone()
 		}
@@ -79,10 +93,11 @@ func (e *Emulator) deliver(ctx context.Context, account, hookID string, body []b
 	}
 }
 
-// attempt POSTs body, signed afresh, to the webhook's current endpoint and
-// records the attempt as a conversation. stop is true when there is nothing
-// more to do: the webhook is gone or the emulator is closing.
-func (e *Emulator) attempt(ctx context.Context, account, hookID string, body []byte) (ok, stop bool) {
+// attempt POSTs the body, signed afresh, to the webhook's current endpoint
+// and records the attempt as a conversation. stop is true when there is
+// nothing more to do: the webhook is gone or the emulator is closing.
+func (e *Emulator) attempt(ctx context.Context, account, hookID string, out outgoing) (ok, stop bool) {
+	body := out.body
 	e.mu.Lock()
 	h := e.st.webhooks[whKey(account, hookID)]
 	if h == nil {
@@ -96,13 +111,24 @@ func (e *Emulator) attempt(ctx context.Context, account, hookID string, body []b
 	defer cancel()
 	createdAt := e.now()
 	cv := &conversation{Account: account, WebhookID: hookID, CreatedAt: createdAt, EndpointURL: endpoint,
-		RequestBody: json.RawMessage(body)}
+		RequestBody: requestBody(body)}
 	req, err := http.NewRequestWithContext(actx, http.MethodPost, endpoint, bytes.NewReader(body))
 	if err != nil {
 		cv.fail(0, fmt.Sprintf("invalid endpoint_url: %v", err))
 	} else {
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("User-Agent", UserAgent)
+		if out.header == nil {
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("User-Agent", UserAgent)
+		} else {
+			for k, v := range out.header {
+				if !strings.EqualFold(k, devhook.SignatureHeader) && !strings.EqualFold(k, "Content-Length") && !strings.EqualFold(k, "Host") {
+					req.Header[k] = v
+				}
+			}
+			if _, ok := req.Header["User-Agent"]; !ok {
+				req.Header["User-Agent"] = []string{""} // as recorded: none
+			}
+		}
 		req.Header.Set(devhook.SignatureHeader, signature.Sign(secret, createdAt, body))
 		start := time.Now()
 		resp, err := e.cfg.Client.Do(req)
@@ -144,6 +170,16 @@ func (e *Emulator) attempt(ctx context.Context, account, hookID string, body []b
 		delete(e.st.convs, k)
 	}
 	return cv.Status == "succeeded", false
+}
+
+// requestBody is a body as a conversation keeps it: as is when it is JSON,
+// else as a JSON string of its text (a scenario's delivery may be neither).
+func requestBody(body []byte) json.RawMessage {
+	if json.Valid(body) {
+		return json.RawMessage(body)
+	}
+	b, _ := json.Marshal(strings.ToValidUTF8(string(body), "\uFFFD"))
+	return b
 }
 
 func (cv *conversation) fail(status int, msg string) {

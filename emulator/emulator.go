@@ -405,14 +405,32 @@ func (e *Emulator) decodeBody(w http.ResponseWriter, r *http.Request, v any) err
 
 // decodeBodyN is decodeBody with a body limit of its own.
 func (e *Emulator) decodeBodyN(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
+	b, err := readBody(w, r, limit)
+	if err != nil {
+		return err
+	}
+	return decodeJSON(b, v)
+}
+
+// readBody reads a request body of at most limit bytes: 413 when it is larger.
+func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, error) {
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return errorf(http.StatusRequestEntityTooLarge, "request body is larger than %d bytes", limit)
+			return nil, tooLarge(limit)
 		}
-		return errorf(http.StatusBadRequest, "reading request body: %v", err)
+		return nil, errorf(http.StatusBadRequest, "reading request body: %v", err)
 	}
+	return b, nil
+}
+
+func tooLarge(limit int64) error {
+	return errorf(http.StatusRequestEntityTooLarge, "request body is larger than %d bytes", limit)
+}
+
+// decodeJSON reads one JSON value from b into v: 400 when it cannot.
+func decodeJSON(b []byte, v any) error {
 	if len(strings.TrimSpace(string(b))) == 0 {
 		return errorf(http.StatusBadRequest, "request body is empty; send a JSON object")
 	}

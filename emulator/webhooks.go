@@ -2,6 +2,7 @@ package emulator
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"sort"
@@ -283,18 +284,39 @@ func (e *Emulator) getConversation(w http.ResponseWriter, r *http.Request, c *ca
 	return nil
 }
 
+// trigger sends one sample run.status event to every webhook of the
+// account that subscribes to it; with "scenario" (a devhook extension,
+// see scenario.go), a scenario's deliveries instead.
 func (e *Emulator) trigger(w http.ResponseWriter, r *http.Request, c *call) error {
 	var in struct {
-		EventType *string `json:"event_type"`
+		EventType *string         `json:"event_type"`
+		Scenario  json.RawMessage `json:"scenario"`
+		Speed     *float64        `json:"speed"`
 	}
-	if err := e.decodeBody(w, r, &in); err != nil {
+	// A scenario may carry large bodies: it may be as large as a run's
+	// input; any other trigger has the limit of every call.
+	b, err := readBody(w, r, max(e.cfg.MaxInputBytes, e.cfg.MaxBodyBytes))
+	if err != nil {
 		return err
+	}
+	derr := decodeJSON(b, &in)
+	if int64(len(b)) > e.cfg.MaxBodyBytes && (derr != nil || !hasScenario(in.Scenario)) {
+		return tooLarge(e.cfg.MaxBodyBytes)
+	}
+	if derr != nil {
+		return derr
 	}
 	if in.EventType == nil {
 		return errorf(http.StatusBadRequest, "missing field: event_type (the only event type is %s)", devhook.EventRunStatus)
 	}
 	if *in.EventType != devhook.EventRunStatus {
 		return errorf(http.StatusBadRequest, "unknown event_type %q; the only event type is %s", *in.EventType, devhook.EventRunStatus)
+	}
+	if hasScenario(in.Scenario) {
+		return e.triggerScenario(w, c, in.Scenario, in.Speed)
+	}
+	if in.Speed != nil {
+		return errorf(http.StatusBadRequest, "speed goes with scenario; a sample event is sent at once")
 	}
 	runID, err := e.newID()
 	if err != nil {

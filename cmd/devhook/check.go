@@ -14,6 +14,7 @@ import (
 
 	"github.com/devhook/devhook/check"
 	"github.com/devhook/devhook/receiver"
+	"github.com/devhook/devhook/scenario"
 )
 
 type checkOptions struct {
@@ -24,6 +25,7 @@ type checkOptions struct {
 	json       bool
 	self       bool
 	anyRefusal bool
+	junit      string
 	stdout     io.Writer
 }
 
@@ -45,11 +47,16 @@ Exit status: 0 when every required case is answered as the reference answers it
 (the same status, any 2xx for an acceptance, and a refusal text that does not name
 another check); 1 otherwise; 2 when the handler cannot be reached.
 
+--junit FILE also writes the report as JUnit XML for a CI: a test case per case, a
+failure for each required case answered otherwise than the reference, the diagnosis
+as the suite's output.
+
 --self runs the suite against devhook's own reference receiver (devhook receive),
 in this process: every case must match.`,
 		Example: `  devhook check http://localhost:8080/webhooks --secret whsec_...
   devhook check http://localhost:8080/webhooks --secret whsec_... --skew 5s --json
-  devhook check --self`,
+  devhook check --self
+  devhook check http://localhost:8080/webhooks --secret whsec_... --junit check.xml`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.stdout = cmd.OutOrStdout()
@@ -69,6 +76,7 @@ in this process: every case must match.`,
 	f.BoolVar(&o.json, "json", false, "print the report as JSON")
 	f.BoolVar(&o.self, "self", false, "check devhook's own reference receiver, in this process")
 	f.BoolVar(&o.anyRefusal, "any-refusal", false, "count any 4xx as a refusal where the reference answers 401")
+	f.StringVar(&o.junit, "junit", "", "also write the report as JUnit XML to this file")
 	return cmd
 }
 
@@ -98,9 +106,19 @@ func (o *checkOptions) run(ctx context.Context) error {
 	var unreachable *check.UnreachableError
 	switch {
 	case errors.As(err, &unreachable):
+		if o.junit != "" {
+			if jerr := scenario.ErrorJUnit("devhook check "+o.url, "reach the handler", err).WriteFile(o.junit); jerr != nil {
+				err = fmt.Errorf("%w; and writing --junit: %v", err, jerr)
+			}
+		}
 		return &exitError{code: 2, err: err}
 	case err != nil:
 		return err
+	}
+	if o.junit != "" {
+		if err := scenario.CheckJUnit(rep).WriteFile(o.junit); err != nil {
+			return err
+		}
 	}
 	if o.json {
 		enc := json.NewEncoder(o.stdout)

@@ -52,10 +52,10 @@ func TestDocsCommandLinesParse(t *testing.T) {
 }
 
 // parsesAsWritten is false for a line with a placeholder for words (…,
-// [OPTIONS]) that is meant to be read, not run.
+// [OPTIONS], (A | B)) that is meant to be read, not run.
 func parsesAsWritten(args []string) bool {
 	for _, a := range args {
-		if strings.ContainsAny(a, "…[]") && !strings.HasPrefix(a, "http") {
+		if strings.ContainsAny(a, "…[]()") && !strings.HasPrefix(a, "http") {
 			return false
 		}
 	}

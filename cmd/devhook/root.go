@@ -36,6 +36,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newReceiveCmd(),
 		newSendCmd(),
 		newCheckCmd(),
+		newScenarioCmd(),
 		newReplayCmd(),
 		newDeliveriesCmd(),
 		newEmulateCmd(),
@@ -65,7 +66,7 @@ var commandGroups = []struct {
 	{cobra.Group{ID: "start", Title: "Getting started:"}, []string{"listen", "emulate", "deliveries", "replay"}},
 	{cobra.Group{ID: "service", Title: "The service:"}, []string{"login", "logout", "token", "orgs", "sso", "webhooks", "conversations", "trigger", "apps", "runs"}},
 	{cobra.Group{ID: "relay", Title: "The relay:"}, []string{"relay"}},
-	{cobra.Group{ID: "tools", Title: "Tools:"}, []string{"check", "receive", "send", "version"}},
+	{cobra.Group{ID: "tools", Title: "Tools:"}, []string{"check", "scenario", "receive", "send", "version"}},
 }
 
 func groupCommands(root *cobra.Command) {

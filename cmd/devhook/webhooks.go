@@ -2,14 +2,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/devhook/devhook/cloud"
+	"github.com/devhook/devhook/scenario"
 )
 
 // cloudCmd is a command of the service's API: its flags, its output and
@@ -284,19 +287,34 @@ func newConversationsCmd() *cobra.Command {
 
 func newTriggerCmd() *cobra.Command {
 	o := &cloudCmd{}
+	var file string
+	var speed float64
 	cmd := &cobra.Command{
-		Use:   "trigger [EVENT_TYPE]",
-		Short: "Have the service send one sample event (default run.status) to every webhook that subscribes to it",
-		Long:  cloudHelp,
+		Use:   "trigger [EVENT_TYPE] [--scenario FILE]",
+		Short: "Have the service send one sample event (default run.status), or a scenario's deliveries, to every webhook that subscribes to it",
+		Long: cloudHelp + `
+
+--scenario FILE (devhook emulate only: an extension of the trigger, docs/SCENARIOS.md)
+sends the deliveries of a scenario saved with devhook scenario save instead of a sample
+event: each a POST of its recorded body and headers to every webhook's endpoint_url,
+signed with that webhook's secret, waiting the recorded spacing divided by --speed
+(0: no waiting). The file is checked first: one that cannot be read ends devhook with
+exit status 2, and nothing is sent.`,
 		Example: `  devhook trigger --endpoint http://127.0.0.1:4010 --api-key devkey
-  devhook trigger run.status`,
+  devhook trigger run.status
+  devhook trigger --scenario run.json --speed 0 --endpoint http://127.0.0.1:4010 --api-key devkey`,
 		Args: cobra.MaximumNArgs(1),
 	}
 	o.register(cmd.Flags(), true)
-	cmd.RunE = o.bind(func(ctx context.Context, c *cloud.Client, args []string) error {
+	cmd.Flags().StringVar(&file, "scenario", "", "send this scenario's deliveries instead of a sample event (devhook emulate only)")
+	cmd.Flags().Float64Var(&speed, "speed", 1, "with --scenario: divide the recorded spacing by this; 0 sends without waiting")
+	run := o.bind(func(ctx context.Context, c *cloud.Client, args []string) error {
 		ev := cloud.EventRunStatus
 		if len(args) == 1 {
 			ev = args[0]
+		}
+		if file != "" {
+			return o.triggerScenario(ctx, c, file, speed)
 		}
 		t, err := c.Trigger(ctx, ev)
 		if err != nil {
@@ -312,7 +330,52 @@ func newTriggerCmd() *cobra.Command {
 		}
 		return nil
 	})
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		switch {
+		case file == "" && cmd.Flags().Changed("speed"):
+			return errors.New("--speed goes with --scenario")
+		case file != "" && len(args) == 1 && args[0] != cloud.EventRunStatus:
+			return fmt.Errorf("a scenario's deliveries are %s events, not %s", cloud.EventRunStatus, args[0])
+		case speed < 0:
+			return fmt.Errorf("--speed %g: give a positive number, or 0 for no waiting", speed)
+		}
+		if file != "" {
+			// Checked before anything is sent, and before the service is asked.
+			if _, err := scenario.ReadFile(file); err != nil {
+				return &exitError{code: 2, err: err}
+			}
+		}
+		return run(cmd, args)
+	}
 	return cmd
+}
+
+// triggerScenario has the service (devhook emulate) send the deliveries of
+// the scenario in file.
+func (o *cloudCmd) triggerScenario(ctx context.Context, c *cloud.Client, file string, speed float64) error {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	t, err := c.TriggerScenario(ctx, b, &speed)
+	if err != nil {
+		return fmt.Errorf("trigger scenario %s: %w", file, err)
+	}
+	if t.Deliveries == nil {
+		return errors.New("the service does not play scenarios (devhook emulate does): it may have sent a sample event instead")
+	}
+	if o.json {
+		return printRaw(o.stdout, t.Raw)
+	}
+	hooks := 0
+	if t.Webhooks != nil {
+		hooks = *t.Webhooks
+	}
+	fmt.Fprintf(o.stdout, "triggered scenario %s: %d deliveries to each of %d webhook(s)\n", file, *t.Deliveries, hooks)
+	if hooks == 0 {
+		fmt.Fprintln(o.stderr, "devhook: no webhook subscribes to run.status: nothing is sent (devhook webhooks create --url URL)")
+	}
+	return nil
 }
 
 func errorText(v any) string {

@@ -1,0 +1,224 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/agent"
+	"github.com/devhook/devhook/scenario"
+)
+
+func newScenarioCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "scenario",
+		Short: "Save recorded deliveries as a scenario file, and play it against a handler as a test",
+		Long: `A scenario is recorded deliveries in a file (documented, versioned JSON: docs/SCENARIOS.md):
+save one from what devhook listen recorded, redacting what should not be shared, keep it
+beside the handler's code, and play it against the handler in CI. devhook trigger
+--scenario FILE has devhook emulate send it to every webhook.`,
+		Example: `  devhook scenario save run.json --run RUN_ID --redact '$.data.run_id'
+  devhook scenario play run.json --to http://localhost:8080/webhooks --secret whsec_... --junit report.xml
+  devhook scenario show run.json`,
+	}
+	cmd.AddCommand(newScenarioSaveCmd(), newScenarioPlayCmd(), newScenarioShowCmd())
+	return groupCmd(cmd)
+}
+
+type scenarioSaveOptions struct {
+	history historyOptions
+	sel     scenario.Selection
+	redact  []string
+}
+
+func newScenarioSaveCmd() *cobra.Command {
+	o := &scenarioSaveOptions{}
+	cmd := &cobra.Command{
+		Use:   "save FILE (--run RUN_ID | --id ID[,ID...] | --last N)",
+		Short: "Write recorded deliveries to a scenario file",
+		Long: `Save writes recorded deliveries, in the order received, to FILE (- for standard output):
+method, path and query, every header value but the signature, the body byte for byte,
+each one's time after the first, and the receiver's recorded answer. The same deliveries
+give the same bytes. It reads through a running devhook listen's inspector when one
+answers (also while it records), else the data directory.
+
+--redact JSONPATH replaces what the path names in each body ($.data.run_id, $..email,
+$.items[*].id) with a pseudonym, the same wherever the same value is in the file; a path
+that names nothing is a warning. docs/SCENARIOS.md says what is replaced and how.`,
+		Example: `  devhook scenario save run.json --run run-8f2c --redact '$.data.run_id' --redact '$.data.application_id'
+  devhook scenario save last.json --last 5 --data ./recordings
+  devhook scenario save two.json --id 0190a,0190b`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return o.run(cmd, args[0]) },
+	}
+	o.history.flags(cmd)
+	f := cmd.Flags()
+	f.StringVar(&o.sel.RunID, "run", "", "the deliveries of this run")
+	f.StringSliceVar(&o.sel.IDs, "id", nil, "these deliveries (comma-separated or repeated)")
+	f.IntVar(&o.sel.Last, "last", 0, "the last N deliveries received")
+	f.StringArrayVar(&o.redact, "redact", nil, "replace what this JSON path names in the bodies with a pseudonym (repeatable)")
+	cmd.MarkFlagsMutuallyExclusive("run", "id", "last")
+	cmd.MarkFlagsOneRequired("run", "id", "last")
+	return cmd
+}
+
+func (o *scenarioSaveOptions) run(cmd *cobra.Command, file string) error {
+	ctx := cmd.Context()
+	hist, done, _, err := o.history.open(cmd)
+	if err != nil {
+		return err
+	}
+	defer done()
+	ids, err := scenario.Select(ctx, hist.List, o.sel)
+	if err != nil {
+		return err
+	}
+	load := func(id string) (*devhook.Delivery, error) { return hist.Delivery(ctx, id) }
+	b, warnings, err := scenario.Export(ids, load, scenario.Options{Redact: o.redact})
+	if err != nil {
+		return err
+	}
+	for _, w := range warnings {
+		fmt.Fprintln(cmd.ErrOrStderr(), "devhook: warning:", w)
+	}
+	if file == "-" {
+		_, err := cmd.OutOrStdout().Write(b)
+		return err
+	}
+	if err := scenario.WriteFile(file, b); err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "saved %d deliveries to %s (play them: devhook scenario play %s --to URL)\n", len(ids), file, file)
+	return nil
+}
+
+type scenarioPlayOptions struct {
+	to, secret, expect, junit string
+	speed                     float64
+	timeout                   time.Duration
+	json                      bool
+}
+
+func newScenarioPlayCmd() *cobra.Command {
+	o := &scenarioPlayOptions{}
+	cmd := &cobra.Command{
+		Use:   "play FILE --to URL",
+		Short: "Send a scenario's deliveries to a handler and compare each answer with the expectation",
+		Long: `Play sends each delivery of FILE to the handler at URL (the delivery's path and query
+are appended to it), in order, signed afresh (service-signature, t in Unix milliseconds)
+when the secret is given, and waits the recorded spacing divided by --speed between them
+(--speed 0: no waiting). Each answer is compared with --expect: recorded (the same status
+class as the answer recorded; 2xx where none was), 2xx (or another class), or one status.
+A delivery the handler refuses (401, 403) although devhook's own verifier accepts it
+carries the hint devhook listen gives.
+
+Exit status: 0 when every delivery is answered as expected; 1 otherwise; 2 when the
+handler cannot be reached or FILE cannot be read (then nothing is sent).`,
+		Example: `  devhook scenario play run.json --to http://localhost:8080/webhooks --secret whsec_...
+  devhook scenario play run.json --to localhost:8080 --speed 0 --expect 2xx --junit scenario.xml
+  devhook scenario play run.json --to http://localhost:8080 --json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.secret == "" {
+				o.secret = os.Getenv("DEVHOOK_SECRET")
+			}
+			return o.run(cmd.Context(), args[0], cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.to, "to", "", "the handler: a URL, or host:port")
+	f.StringVar(&o.secret, "secret", "", "sign each delivery with this secret (or DEVHOOK_SECRET); without it they are sent unsigned")
+	f.Float64Var(&o.speed, "speed", 1, "divide the recorded spacing by this; 0 sends without waiting")
+	f.StringVar(&o.expect, "expect", "recorded", "what each answer must be: recorded, 2xx (or another class), or a status")
+	f.DurationVar(&o.timeout, "timeout", scenario.DefaultTimeout, "how long each delivery waits for the answer")
+	f.BoolVar(&o.json, "json", false, "print the report as JSON")
+	f.StringVar(&o.junit, "junit", "", "also write the report as JUnit XML to this file")
+	cmd.MarkFlagRequired("to")
+	return cmd
+}
+
+func (o *scenarioPlayOptions) run(ctx context.Context, file string, stdout, stderr io.Writer) error {
+	expect, err := scenario.ParseExpect(o.expect)
+	if err != nil {
+		return err
+	}
+	if o.speed < 0 {
+		return fmt.Errorf("--speed %g: give a positive number, or 0 for no waiting", o.speed)
+	}
+	target, err := agent.ParseTarget(o.to)
+	if err != nil {
+		return fmt.Errorf("--to %q is not a handler's address; use host:port or an http(s) URL", o.to)
+	}
+	suite := "devhook scenario play " + file
+	s, err := scenario.ReadFile(file)
+	if err != nil {
+		return o.stopped(suite, "read the scenario", err)
+	}
+	if o.secret == "" {
+		fmt.Fprintln(stderr, "devhook: no --secret (or DEVHOOK_SECRET): the deliveries are sent without service-signature")
+	}
+	cfg := scenario.Config{URL: target.String(), Secret: o.secret, Speed: o.speed, NoWait: o.speed == 0, Expect: expect, Timeout: o.timeout}
+	rep, err := scenario.Play(ctx, s, cfg)
+	var unreachable *scenario.UnreachableError
+	switch {
+	case errors.As(err, &unreachable):
+		return o.stopped(suite, "reach the handler", err)
+	case err != nil:
+		return err
+	}
+	if o.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(rep)
+	} else {
+		err = rep.WriteText(stdout, file)
+	}
+	if err != nil {
+		return err
+	}
+	if o.junit != "" {
+		if err := rep.JUnit(file).WriteFile(o.junit); err != nil {
+			return err
+		}
+	}
+	if !rep.Pass {
+		return &exitError{code: 1, err: fmt.Errorf("the handler at %s answered %d of %d deliveries otherwise than expected", target, rep.Failed, len(rep.Results))}
+	}
+	return nil
+}
+
+// stopped ends play with exit status 2: nothing could be played. The JUnit
+// file, when asked for, says why.
+func (o *scenarioPlayOptions) stopped(suite, what string, err error) error {
+	if o.junit != "" {
+		if jerr := scenario.ErrorJUnit(suite, what, err).WriteFile(o.junit); jerr != nil {
+			err = fmt.Errorf("%w; and writing --junit: %v", err, jerr)
+		}
+	}
+	return &exitError{code: 2, err: err}
+}
+
+func newScenarioShowCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:     "show FILE",
+		Short:   "List a scenario's deliveries: run, status_v2, path, size and time after the first",
+		Long:    "Show checks FILE as play does and lists its deliveries. Exit status 2 when FILE cannot be read.",
+		Example: `  devhook scenario show run.json`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			s, err := scenario.ReadFile(args[0])
+			if err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			return s.WriteList(cmd.OutOrStdout(), strings.TrimSpace(args[0]))
+		},
+	}
+}

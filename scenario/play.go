@@ -1,0 +1,342 @@
+package scenario
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/check"
+	"github.com/devhook/devhook/signature"
+)
+
+// DefaultTimeout is how long a played delivery waits for its answer.
+const DefaultTimeout = 10 * time.Second
+
+// Config says where and how to play a scenario. Zero values mean defaults.
+type Config struct {
+	URL string // the handler; each delivery's path and query are appended to it; required
+	// Secret signs each delivery afresh (service-signature, t in Unix
+	// milliseconds, at the moment it is sent); empty sends them unsigned.
+	Secret string
+	// Speed divides the recorded spacing: 2 plays twice as fast; default 1.
+	Speed float64
+	// NoWait sends each delivery as soon as the previous one is answered.
+	NoWait bool
+	// Expect is what each answer is compared with; default ExpectRecorded.
+	Expect  Expect
+	Timeout time.Duration // per delivery; default DefaultTimeout
+	Client  *http.Client  // default: a client with Timeout that does not follow redirects
+	// Skew is how far ahead of its clock devhook's verifier accepts t,
+	// for the hint on a refused delivery; default signature.DefaultSkew.
+	Skew time.Duration
+	Now  func() time.Time // default time.Now
+	// Sleep waits d or until ctx ends; default a timer.
+	Sleep func(ctx context.Context, d time.Duration) error
+}
+
+// Expect is what a played delivery's answer must be.
+type Expect struct {
+	// Class is 1 to 5 for "the status is Nxx"; Status, when not 0, is one
+	// status. Both zero: the class of the recorded status (ExpectRecorded).
+	Class  int
+	Status int
+}
+
+// ExpectRecorded is the default expectation: the recorded status's class.
+var ExpectRecorded = Expect{}
+
+// ParseExpect reads --expect: recorded, a class such as 2xx, or a status.
+func ParseExpect(s string) (Expect, error) {
+	s = strings.ToLower(strings.TrimSpace(s))
+	switch {
+	case s == "" || s == "recorded":
+		return ExpectRecorded, nil
+	case len(s) == 3 && strings.HasSuffix(s, "xx") && s[0] >= '1' && s[0] <= '5':
+		return Expect{Class: int(s[0] - '0')}, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 100 || n > 999 {
+		return Expect{}, fmt.Errorf("--expect %q: give recorded, a class such as 2xx, or a status such as 204", s)
+	}
+	return Expect{Status: n}, nil
+}
+
+func (x Expect) String() string {
+	switch {
+	case x.Status != 0:
+		return strconv.Itoa(x.Status)
+	case x.Class != 0:
+		return strconv.Itoa(x.Class) + "xx"
+	}
+	return "recorded"
+}
+
+// want is what x expects of e, in words, and the check of a status.
+func (x Expect) want(e *Entry) (string, func(int) bool) {
+	class := func(c int) func(int) bool { return func(s int) bool { return s/100 == c } }
+	switch {
+	case x.Status != 0:
+		return strconv.Itoa(x.Status), func(s int) bool { return s == x.Status }
+	case x.Class != 0:
+		return x.String(), class(x.Class)
+	case e.Recorded == nil:
+		return "2xx (none recorded)", class(2)
+	}
+	c := e.Recorded.Status / 100
+	return fmt.Sprintf("%dxx (recorded %d)", c, e.Recorded.Status), class(c)
+}
+
+// Result is one played delivery.
+type Result struct {
+	N        int              `json:"delivery"` // 1-based, in the file's order
+	Label    string           `json:"label"`    // the event, when the body is one: run.status queued run-…
+	Sent     string           `json:"sent"`     // POST /hook +1.250s, signed
+	Target   string           `json:"target"`
+	At       time.Time        `json:"sent_at"`
+	Expected string           `json:"expected"`
+	Status   int              `json:"status"`          // 0: no answer
+	Text     string           `json:"text,omitempty"`  // the answer body's first line
+	Error    string           `json:"error,omitempty"` // why there was no answer
+	Duration devhook.Duration `json:"duration_ms"`
+	Pass     bool             `json:"pass"`
+	Reason   string           `json:"reason,omitempty"` // why it did not pass
+	// Hint says what to do when the handler refused a delivery that
+	// devhook's own verifier accepts, as devhook listen says it.
+	Hint string `json:"hint,omitempty"`
+}
+
+// Report is the outcome of playing a scenario.
+type Report struct {
+	URL     string           `json:"url"`
+	Expect  string           `json:"expect"`
+	Signed  bool             `json:"signed"`
+	Speed   float64          `json:"speed"` // 0: no waiting
+	Started time.Time        `json:"started"`
+	Elapsed devhook.Duration `json:"elapsed_ms"`
+	Results []Result         `json:"deliveries"`
+	Failed  int              `json:"failed"`
+	Pass    bool             `json:"pass"`
+}
+
+// UnreachableError is returned when the first delivery gets no answer:
+// the handler is not there, and nothing else can be learnt.
+type UnreachableError struct {
+	URL string
+	Err error
+}
+
+func (e *UnreachableError) Error() string {
+	return fmt.Sprintf("cannot reach the handler at %s: %v (is it running, and is that its address?)", e.URL, e.Err)
+}
+
+func (e *UnreachableError) Unwrap() error { return e.Err }
+
+// Play sends s's deliveries to cfg.URL in order, each after its recorded
+// offset divided by Speed (measured from the first), and compares each
+// answer with cfg.Expect.
+func Play(ctx context.Context, s *Scenario, cfg Config) (*Report, error) {
+	base, err := url.Parse(cfg.URL)
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+		return nil, fmt.Errorf("the handler's URL %q is not an http(s) URL", cfg.URL)
+	}
+	switch {
+	case cfg.Speed < 0:
+		return nil, fmt.Errorf("speed %g: give a positive number, or no waiting", cfg.Speed)
+	case cfg.Speed == 0:
+		cfg.Speed = 1
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.Client == nil {
+		// As the service sends: no Accept-Encoding of Go's own, no proxy,
+		// no redirects followed.
+		tr := &http.Transport{DisableCompression: true}
+		defer tr.CloseIdleConnections()
+		cfg.Client = &http.Client{Timeout: cfg.Timeout, Transport: tr,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Sleep == nil {
+		cfg.Sleep = sleep
+	}
+	verifier := signature.Verifier{Skew: cfg.Skew, Now: cfg.Now}
+	rep := &Report{URL: cfg.URL, Expect: cfg.Expect.String(), Signed: cfg.Secret != "", Speed: cfg.Speed, Started: cfg.Now()}
+	if cfg.NoWait {
+		rep.Speed = 0
+	}
+	for i := range s.Deliveries {
+		e := &s.Deliveries[i]
+		if !cfg.NoWait {
+			due := rep.Started.Add(time.Duration(float64(e.OffsetMS) * float64(time.Millisecond) / cfg.Speed))
+			if d := due.Sub(cfg.Now()); d > 0 {
+				if err := cfg.Sleep(ctx, d); err != nil {
+					return nil, err
+				}
+			}
+		}
+		res := Result{N: i + 1, Label: label(e), Target: targetURL(base, e.Path, e.Query)}
+		res.Sent = fmt.Sprintf("%s %s +%s", e.Method, e.Path, (time.Duration(e.OffsetMS) * time.Millisecond).String())
+		if cfg.Secret != "" {
+			res.Sent += ", signed"
+		}
+		res.Expected, _ = cfg.Expect.want(e)
+		header, body := sendOne(ctx, cfg, e, &res)
+		if i == 0 && res.Status == 0 {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			return nil, &UnreachableError{URL: cfg.URL, Err: errors.New(res.Error)}
+		}
+		judge(&res, cfg, e, verifier, header, body)
+		if !res.Pass {
+			rep.Failed++
+		}
+		rep.Results = append(rep.Results, res)
+	}
+	rep.Elapsed = devhook.Duration(cfg.Now().Sub(rep.Started))
+	rep.Pass = rep.Failed == 0
+	return rep, nil
+}
+
+// sendOne sends e, signed at the moment it goes when there is a secret,
+// and fills res with the answer. It returns the signature header and the
+// answer's body.
+func sendOne(ctx context.Context, cfg Config, e *Entry, res *Result) (sig string, answer []byte) {
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, e.Method, res.Target, bytes.NewReader(e.Body))
+	if err != nil {
+		res.Error = "could not build the request: " + err.Error()
+		return "", nil
+	}
+	req.Header = make(http.Header, len(e.Header)+1)
+	for k, v := range e.Header {
+		if strings.EqualFold(k, "Host") && len(v) > 0 {
+			req.Host = v[0]
+			continue
+		}
+		req.Header[k] = v
+	}
+	if _, ok := req.Header["User-Agent"]; !ok {
+		req.Header["User-Agent"] = []string{""} // none, rather than Go's own
+	}
+	res.At = cfg.Now()
+	if cfg.Secret != "" {
+		for k := range req.Header {
+			if strings.EqualFold(k, devhook.SignatureHeader) {
+				delete(req.Header, k)
+			}
+		}
+		sig = signature.Sign(cfg.Secret, res.At, e.Body)
+		req.Header[http.CanonicalHeaderKey(devhook.SignatureHeader)] = []string{sig}
+	}
+	start := time.Now()
+	resp, err := cfg.Client.Do(req)
+	res.Duration = devhook.Duration(time.Since(start))
+	if err != nil {
+		switch {
+		case errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded):
+			res.Error = "no answer within " + cfg.Timeout.String()
+		default:
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				err = ue.Err
+			}
+			res.Error = err.Error()
+		}
+		return sig, nil
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20)) // reuse the connection
+	res.Status, res.Text = resp.StatusCode, firstLine(b)
+	return sig, b
+}
+
+// judge compares res's answer with the expectation and adds the hint.
+func judge(res *Result, cfg Config, e *Entry, verifier signature.Verifier, sig string, answer []byte) {
+	_, ok := cfg.Expect.want(e)
+	switch {
+	case res.Status == 0:
+		res.Reason = "no answer: " + res.Error
+	case !ok(res.Status):
+		res.Reason = fmt.Sprintf("expected %s, the handler answered %d", res.Expected, res.Status)
+		if res.Text != "" {
+			res.Reason += " " + strconv.Quote(res.Text)
+		}
+	default:
+		res.Pass = true
+	}
+	if res.Status != 401 && res.Status != 403 {
+		return
+	}
+	if sig == "" {
+		res.Hint = "the delivery was sent without a service-signature: give the handler's secret with --secret (or DEVHOOK_SECRET)"
+		return
+	}
+	d := &devhook.Delivery{ID: strconv.Itoa(res.N), Verdict: verifier.Verify(cfg.Secret, sig, e.Body)}
+	a := &devhook.Attempt{Status: res.Status, Target: res.Target, StartedAt: res.At, Body: answer,
+		Request: &devhook.Request{Resigned: true}}
+	res.Hint = check.Hint(d, a)
+}
+
+// label names e's event when its body is one: run.status queued run-….
+func label(e *Entry) string {
+	ev := devhook.ParseEvent(e.Body)
+	if ev.Type == "" {
+		return ""
+	}
+	return strings.TrimSpace(strings.Join([]string{ev.Type, ev.StatusV2, ev.RunID}, " "))
+}
+
+// targetURL joins the handler's URL and a delivery's path and query as
+// devhook replay --to does: the URL's path is a prefix.
+func targetURL(t *url.URL, path, rawQuery string) string {
+	u := *t
+	base := strings.TrimSuffix(u.EscapedPath(), "/")
+	if path == "" {
+		path = "/"
+	}
+	if base != "" && path == "/" {
+		path = ""
+	}
+	u.RawPath, u.Path, u.RawQuery, u.Fragment = "", "", "", ""
+	s := u.String() + base + path
+	if rawQuery != "" {
+		s += "?" + rawQuery
+	}
+	return s
+}
+
+func firstLine(b []byte) string {
+	s := strings.TrimSpace(string(b))
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = strings.TrimSpace(s[:i])
+	}
+	if len(s) > 200 {
+		s = s[:200]
+	}
+	return strings.ToValidUTF8(s, "?")
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
