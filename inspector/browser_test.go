@@ -1,7 +1,9 @@
 package inspector_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/inspector/inspectortest"
+	"github.com/devhook/devhook/scenario"
 )
 
 // TestInBrowser drives the page in headless chromium against an inspector
@@ -218,6 +221,73 @@ func TestInBrowser(t *testing.T) {
 			inspectortest.WaitSelector(`#timeline .step.missing[data-step="running"]`),
 		)
 		tab.Screenshot(t, "inspector-run-out-of-order")
+	})
+
+	t.Run("save as scenario", func(t *testing.T) {
+		// On a run's timeline: the run's deliveries, as devhook scenario save --run writes them.
+		tab.Run(t,
+			chromedp.Navigate(f.HTTP.URL+"/#/runs/run-tl"),
+			inspectortest.WaitCount("#run-deliveries tbody tr", 3),
+			inspectortest.WaitText("#save-scenario", "Save as scenario"),
+		)
+		tab.Screenshot(t, "inspector-run-save-scenario")
+		dl := tab.Download(t, inspectortest.Click("#save-scenario"))
+		if want := savedByCLI(t, storeHistory{f}, scenario.Selection{RunID: "run-tl"}); !bytes.Equal(dl.Body, want) {
+			t.Errorf("the run's download from %s differs from devhook scenario save --run run-tl:\n%s\nwant:\n%s", dl.URL, dl.Body, want)
+		}
+		if dl.Name != "scenario-run-tl.json" {
+			t.Errorf("the run's download is named %q", dl.Name)
+		}
+
+		// On the list: ticking rows opens nothing, and offers to save them.
+		row := func(id string) string { return `#deliveries tr[data-id="` + id + `"]` }
+		tab.Run(t,
+			chromedp.Navigate(f.HTTP.URL+"/#/"),
+			inspectortest.WaitSelector(row(bad.ID)),
+			inspectortest.WaitSelector(row(queued.ID)),
+			inspectortest.WaitJS(`document.querySelector("#selection-bar").hidden`, "no selection bar before a row is ticked"),
+			inspectortest.Click(row(bad.ID)+" .pick-box"),
+			inspectortest.Click(row(queued.ID)+" td.pick"), // the box's cell ticks it too
+			inspectortest.WaitText("#selection-count", "2 deliveries selected"),
+		)
+		if hash := inspectortest.Eval[string](t, tab, `location.hash`); hash != "#/" {
+			t.Fatalf("ticking rows went to %s", hash)
+		}
+		// The live stream redraws a ticked row, and adds one: the selection stays.
+		got, err := f.DB.Delivery(queued.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Server.Publish(devhook.Change{Kind: devhook.ChangeAttempt, Summary: got.Summarize()})
+		at := time.Now()
+		live := newDelivery(at, 2500, runStatusBody(t, "run-live-2", "queued", at), true)
+		f.Server.Publish(devhook.Change{Kind: devhook.ChangeDelivery, Summary: put(t, f.DB, live, 200)})
+		tab.Run(t,
+			inspectortest.WaitSelector(row(queued.ID)+".fresh .pick-box:checked"),
+			inspectortest.WaitSelector(row(live.ID)+" .pick-box:not(:checked)"),
+			inspectortest.WaitCount("#deliveries .pick-box:checked", 2),
+			inspectortest.WaitText("#selection-count", "2 deliveries selected"),
+			inspectortest.WaitJS(`document.querySelector("#select-all").indeterminate`, "the header's box to say some rows are ticked"),
+		)
+		tab.Screenshot(t, "inspector-list-selection")
+		dl = tab.Download(t, inspectortest.Click("#save-selection"))
+		if want := savedByCLI(t, storeHistory{f}, scenario.Selection{IDs: []string{bad.ID, queued.ID}}); !bytes.Equal(dl.Body, want) {
+			t.Errorf("the selection's download from %s differs from devhook scenario save --id:\n%s\nwant:\n%s", dl.URL, dl.Body, want)
+		}
+		if dl.Name != "scenario-2-deliveries.json" {
+			t.Errorf("the selection's download is named %q", dl.Name)
+		}
+
+		// Every row shown, then none.
+		n := inspectortest.Eval[int](t, tab, `document.querySelectorAll("#deliveries tbody tr").length`)
+		tab.Run(t,
+			inspectortest.Click("#select-all"),
+			inspectortest.WaitCount("#deliveries .pick-box:checked", n),
+			inspectortest.WaitText("#selection-count", fmt.Sprintf("%d deliveries selected", n)),
+			inspectortest.Click("#clear-selection"),
+			inspectortest.WaitCount("#deliveries .pick-box:checked", 0),
+			inspectortest.WaitJS(`document.querySelector("#selection-bar").hidden && !document.querySelector("#select-all").checked`, "the selection to be cleared"),
+		)
 	})
 
 	t.Run("request content is never run as HTML", func(t *testing.T) {

@@ -13,6 +13,7 @@
 //	POST /api/deliveries/{id}/replay         {"resign":bool?,"to":"","header":{...}?,"body_text":"..."?,"body_base64":"..."?} → Attempt
 //	GET  /api/runs                           recent runs: {"items":[{run_id, deliveries, last_status_v2, last_received_at}]}
 //	GET  /api/runs/{run_id}                  a run's deliveries oldest first, with a timeline analysis
+//	GET  /api/scenario?run_id=R | ?id=A&id=B[&redact=$.path]   the deliveries as a scenario file, a download (scenario.go)
 //	GET  /api/settings                       forward targets, relay and public URLs, whether a secret is known, the data directory
 //	GET  /api/status                         the agent's devhook.Health: {"storage_error","since","held","owed","failed"}
 //	GET  /api/events                         Server-Sent Events: "event: delivery" / "attempt" / "retry", data = devhook.Change;
@@ -178,6 +179,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /api/deliveries/{id}/replay", s.handleReplay)
 	mux.HandleFunc("GET /api/runs", s.handleRuns)
 	mux.HandleFunc("GET /api/runs/{run_id}", s.handleRun)
+	mux.HandleFunc("GET /api/scenario", s.handleScenario)
 	mux.HandleFunc("GET /api/settings", s.handleSettings)
 	mux.HandleFunc("GET /api/status", s.handleStatus)
 	mux.HandleFunc("GET /api/events", s.handleEvents)

@@ -58,6 +58,15 @@ type jsonPath struct {
 	label string // the last member name, for pseudonyms
 }
 
+// CheckRedact returns the error Build would return for these redaction
+// paths, or nil when each is a path of the form above: a caller that
+// takes paths from a user (the inspector's ?redact=) tells their mistake
+// from a failure with it.
+func CheckRedact(paths []string) error {
+	_, err := parsePaths(paths)
+	return err
+}
+
 func parsePaths(texts []string) ([]jsonPath, error) {
 	var ps []jsonPath
 	for _, t := range texts {

@@ -3,6 +3,7 @@ package scenario_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -140,6 +141,9 @@ func TestRedact_Paths(t *testing.T) {
 		t.Run(tt.path, func(t *testing.T) {
 			s, _, err := scenario.Build([]*devhook.Delivery{{ID: "1", ReceivedAt: epoch, Method: "POST", Path: "/", Body: body}},
 				scenario.Options{Redact: []string{tt.path}})
+			if cerr := scenario.CheckRedact([]string{"$.x", tt.path}); fmt.Sprint(cerr) != fmt.Sprint(err) {
+				t.Errorf("CheckRedact: %v, Build: %v", cerr, err)
+			}
 			if err != nil {
 				if !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "--redact") {
 					t.Fatalf("err %v, want %q", err, tt.want)

@@ -1,11 +1,13 @@
 // Package inspectortest drives a headless chromium against an inspector, for
 // tests in any package: start one browser per test, open tabs, wait for the
-// page, read it, and write screenshots for a person to look at.
+// page, read it, write screenshots for a person to look at, and catch the
+// files it has the browser download.
 //
 //	b := inspectortest.NewBrowser(t)   // skips without chromium unless CI is set
 //	tab := b.NewTab(t)
 //	tab.Run(t, chromedp.Navigate(url), inspectortest.WaitText("#deliveries", "run-1"))
 //	tab.Screenshot(t, "list")
+//	dl := tab.Download(t, inspectortest.Click("#save-scenario"))   // dl.Name, dl.Body
 //
 // The browser runs with a fresh profile under t.TempDir(), without network
 // services of its own (no QUIC, no background networking, no component

@@ -11,6 +11,7 @@
 //   POST /api/deliveries/{id}/replay        send it again, maybe edited; answers the attempt
 //   GET  /api/runs                          deliveries grouped by run id
 //   GET  /api/runs/{id}                     one run's timeline
+//   GET  /api/scenario?run_id= | ?id=&id=   deliveries as a scenario file, to download
 //
 // The live stream (/api/events) is live.js's. An answer that is not 2xx
 // throws an Error whose message is the API's "error" field and whose
@@ -68,3 +69,13 @@ export async function curl(id) {
 export const listRuns = () => api('/api/runs');
 
 export const getRun = (id) => api('/api/runs/' + enc(id));
+
+// scenarioURL is the download of deliveries as a scenario file, the bytes
+// `devhook scenario save --run RUN_ID` (sel.run) or `--id ID,ID` (sel.ids)
+// writes.
+export function scenarioURL(sel) {
+  const p = new URLSearchParams();
+  if (sel.run) p.set('run_id', sel.run);
+  for (const id of sel.ids || []) p.append('id', id);
+  return '/api/scenario?' + p.toString();
+}

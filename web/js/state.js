@@ -5,7 +5,7 @@
 export const state = {
   settings: null,
   route: null,
-  list: null, // {filter, items: Map id→summary, order: [ids], next, tbody}
+  list: null, // {filter, items: Map id→summary, order: [ids], next, tbody, selected: Set of ids}
   detail: null, // {id, data, compare: Set of seq, editorOpen}
   run: null, // run id shown
 };

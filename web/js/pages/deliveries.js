@@ -1,7 +1,8 @@
 // The deliveries page (#/): the filters, the table, older pages on demand,
-// and the rows the live stream adds or updates.
+// the rows the live stream adds or updates, and a selection of rows to save
+// as a scenario file.
 
-import { listDeliveries } from '../api.js';
+import { listDeliveries, scenarioURL } from '../api.js';
 import { h, clear, $ } from '../dom.js';
 import { fmtTime, fmtMs, pathText } from '../format.js';
 import { VERDICTS, verdictBadge, statusBadge, retryChip, stepChip, runLink } from '../badges.js';
@@ -47,17 +48,50 @@ export function renderList(view, params, redraw) {
     Object.keys(filter).length ? h('a', { class: 'button ghost', href: '#/', id: 'clear-filters' }, 'Clear filters') : null);
 
   const tbody = h('tbody', null);
+  const all = h('input', { type: 'checkbox', id: 'select-all', 'aria-label': 'Select every delivery shown', title: 'Select every delivery shown' });
   const table = h('table', { class: 'list', id: 'deliveries' },
-    h('thead', null, h('tr', null,
+    h('thead', null, h('tr', null, h('th', { class: 'pick' }, all),
       ['Time', 'Method', 'Path', 'Run', 'status_v2', 'Signature', 'Receiver', 'Duration', 'Tries'].map((c) => h('th', null, c)))),
     tbody);
   const more = h('div', { class: 'more' });
   const notice = h('div', { class: 'notice', id: 'list-notice', hidden: true });
+  // The selection's bar sits at the end of the filters' row, so that
+  // ticking a row moves no other.
+  const bar = h('div', { class: 'selection-bar', id: 'selection-bar', hidden: true });
+  filters.appendChild(bar);
   view.appendChild(h('section', { class: 'list-view' }, filters, notice, h('div', { class: 'table-wrap' }, table), more));
 
-  const L = { filter, items: new Map(), order: [], next: '', tbody, more, notice, loading: false, redraw };
+  const L = { filter, items: new Map(), order: [], next: '', tbody, more, notice, loading: false, redraw, selected: new Set(), all, bar };
+  all.addEventListener('change', () => {
+    for (const id of L.order) {
+      if (all.checked) L.selected.add(id); else L.selected.delete(id);
+    }
+    for (const box of tbody.querySelectorAll('input.pick-box')) box.checked = all.checked;
+    showSelection(L);
+  });
   state.list = L;
   loadPage(L, '');
+}
+
+// showSelection draws the bar that offers to save the selected rows as a
+// scenario file, and the header's box: ticked when every row shown is.
+function showSelection(L) {
+  const n = L.selected.size;
+  L.all.checked = n > 0 && L.order.every((id) => L.selected.has(id));
+  L.all.indeterminate = n > 0 && !L.all.checked;
+  L.bar.hidden = n === 0;
+  clear(L.bar);
+  if (!n) return;
+  const ids = L.order.filter((id) => L.selected.has(id));
+  L.bar.appendChild(h('span', { id: 'selection-count' }, n === 1 ? '1 delivery selected' : n + ' deliveries selected'));
+  L.bar.appendChild(h('a', {
+    class: 'button primary small', id: 'save-selection', href: scenarioURL({ ids }), download: true,
+    title: 'Download these deliveries as a scenario file, as devhook scenario save --id writes it',
+  }, 'Save as scenario'));
+  L.bar.appendChild(h('button', {
+    class: 'button ghost small', id: 'clear-selection', type: 'button',
+    on: { click: () => { L.selected.clear(); for (const box of L.tbody.querySelectorAll('input.pick-box')) box.checked = false; showSelection(L); } },
+  }, 'Clear selection'));
 }
 
 async function loadPage(L, before) {
@@ -77,8 +111,9 @@ async function loadPage(L, before) {
     if (L.items.has(s.id)) continue;
     L.items.set(s.id, s);
     L.order.push(s.id);
-    L.tbody.appendChild(listRow(s, false));
+    L.tbody.appendChild(listRow(L, s, false));
   }
+  showSelection(L);
   L.next = page.next;
   clear(L.more);
   if (page.next) {
@@ -98,7 +133,16 @@ function emptyState(filter) {
     s.public_url ? h('p', null, 'Webhook URL for the service: ', h('code', null, s.public_url)) : null);
 }
 
-function listRow(s, fresh) {
+// listRow draws a delivery's row; its box keeps the row's place in the
+// selection when the live stream redraws it.
+function listRow(L, s, fresh) {
+  const box = h('input', {
+    type: 'checkbox', class: 'pick-box', checked: L.selected.has(s.id), 'aria-label': 'Select this delivery',
+    on: {
+      change: (e) => { if (e.target.checked) L.selected.add(s.id); else L.selected.delete(s.id); showSelection(L); },
+      keydown: (e) => e.stopPropagation(),
+    },
+  });
   const tr = h('tr', {
     'data-id': s.id, class: fresh ? 'row fresh' : 'row', tabindex: '0',
     on: {
@@ -106,6 +150,8 @@ function listRow(s, fresh) {
       keydown: (e) => { if (e.key === 'Enter') location.hash = deliveryHref(s.id); },
     },
   },
+  // A click in the box's cell ticks the box, and opens nothing.
+  h('td', { class: 'pick', on: { click: (e) => { e.stopPropagation(); if (e.target !== box) box.click(); } } }, box),
   h('td', { class: 'time mono', title: fmtTime(s.received_at, true) }, fmtTime(s.received_at)),
   h('td', null, h('span', { class: 'method m-' + String(s.method).toLowerCase() }, s.method)),
   h('td', { class: 'path mono' }, h('a', { href: deliveryHref(s.id) }, pathText(s)), s.queued ? h('span', { class: 'chip queued', title: 'waited in the relay for the agent' }, 'queued') : null),
@@ -139,7 +185,7 @@ export function onListChange(c) {
   if (L.items.has(s.id)) {
     L.items.set(s.id, s);
     const old = $('tr[data-id="' + CSS.escape(s.id) + '"]', L.tbody);
-    if (old) old.replaceWith(listRow(s, true));
+    if (old) old.replaceWith(listRow(L, s, true));
     return;
   }
   if (c.kind !== 'delivery' && c.kind !== 'attempt') return;
@@ -153,7 +199,7 @@ export function onListChange(c) {
   if (!matchesFilter(L.filter, s)) return;
   // Newest first: ids are time-ordered.
   L.items.set(s.id, s);
-  const row = listRow(s, true);
+  const row = listRow(L, s, true);
   const after = L.order.find((id) => id < s.id);
   if (after) {
     L.tbody.insertBefore(row, $('tr[data-id="' + CSS.escape(after) + '"]', L.tbody));
@@ -164,6 +210,7 @@ export function onListChange(c) {
   } else {
     return;
   }
+  showSelection(L);
   const empty = $('#empty');
   if (empty) clear(L.more);
 }

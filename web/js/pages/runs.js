@@ -1,9 +1,10 @@
 // The runs pages: #/runs lists the runs the deliveries' data.run_id name,
 // #/runs/{id} draws one run's timeline (the expected steps, the time
 // between them, what is missing or out of order) and its deliveries in
-// order of arrival. Both redraw when the live stream brings a delivery.
+// order of arrival, with "Save as scenario" (the run's deliveries as a
+// scenario file). Both redraw when the live stream brings a delivery.
 
-import { listRuns, getRun } from '../api.js';
+import { listRuns, getRun, scenarioURL } from '../api.js';
 import { h, clear, $, showError } from '../dom.js';
 import { fmtTime, fmtMs } from '../format.js';
 import { verdictBadge, statusBadge, stepChip } from '../badges.js';
@@ -99,7 +100,12 @@ export async function renderRun(view, runID) {
 
   view.appendChild(h('section', { class: 'panel run' },
     h('div', { class: 'crumbs' }, h('a', { href: '#/runs' }, '← Runs'), ' · ', h('a', { href: runDeliveriesHref(runID) }, 'deliveries of this run')),
-    h('h1', null, 'Run ', h('span', { class: 'mono' }, runID)),
+    h('div', { class: 'panel-title' },
+      h('h1', null, 'Run ', h('span', { class: 'mono' }, runID)),
+      h('a', {
+        class: 'button', id: 'save-scenario', href: scenarioURL({ run: runID }), download: true,
+        title: 'Download the deliveries of this run as a scenario file, as devhook scenario save --run ' + runID + ' writes it',
+      }, 'Save as scenario')),
     h('p', { class: 'muted' }, t.steps.length + ' deliveries' + (t.steps.length > 1 ? ' over ' + fmtMs(t.total_ms) : '') + (t.complete ? ' · finished' : ' · in progress')),
     track, issues,
     h('h2', null, 'In order of arrival'), h('div', { class: 'table-wrap' }, arrivals)));
