@@ -17,8 +17,9 @@ package agent
 // 1.5 KB POST to a receiver in another process; 2 cores, Go 1.26,
 // 2026-11, runs of the two interleaved): from 32 goroutines, 13.8 µs
 // and 23 allocations (1.6 KB) against net/http's 21.8 µs and 63 (5.3 KB),
-// about 8 µs per delivery (4 to 11 µs over the runs), some 6% of a
-// delivery's 135 µs end to end; one forward at a time, 16 to 24 µs.
+// about 8 µs per delivery (4 to 11 µs over the runs), some 10% of a
+// delivery's 80 µs of tunnel CPU at concurrency 32 (go run ./bench); one
+// forward at a time, 16 to 24 µs.
 //
 // Connections are kept per host:port, at most Config.Concurrency idle ones
 // each, owned by the Agent; nothing runs in the background. An idle
