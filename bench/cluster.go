@@ -27,20 +27,21 @@ type cluster struct {
 	natsURL string
 	relays  []*child // by instance; a crashed instance's until it is restarted
 	urls    []string // each instance's base URL
+	args    []string // the instances' arguments after --nats
 }
 
 // startCluster starts the NATS server natsBin (with its store under dir)
-// and n relay instances of bin on it.
-func startCluster(ctx context.Context, bin, natsBin, dir string, n int, kids *children) (*cluster, error) {
+// and n relay instances of bin on it, with args.
+func startCluster(ctx context.Context, bin, natsBin, dir string, n int, kids *children, args ...string) (*cluster, error) {
 	ns, line, err := startChild(ctx, "nats", natsBin, []string{"-dir", filepath.Join(dir, "nats")},
 		func(l string) bool { return strings.HasPrefix(l, natsReady) }, 30*time.Second)
 	if err != nil {
 		return nil, err
 	}
 	kids.add(ns)
-	c := &cluster{bin: bin, dir: dir, kids: kids, nats: ns, natsURL: strings.TrimSpace(strings.TrimPrefix(line, natsReady))}
+	c := &cluster{bin: bin, dir: dir, kids: kids, nats: ns, natsURL: strings.TrimSpace(strings.TrimPrefix(line, natsReady)), args: args}
 	for i := range n {
-		r, u, err := startRelayAt(ctx, bin, c.relayDir(i), "127.0.0.1:0", "--nats", c.natsURL)
+		r, u, err := startRelayAt(ctx, bin, c.relayDir(i), "127.0.0.1:0", append([]string{"--nats", c.natsURL}, args...)...)
 		if err != nil {
 			c.stop()
 			return nil, fmt.Errorf("relay instance %d: %w", i, err)
@@ -61,7 +62,7 @@ func (c *cluster) crash(i int) { c.relays[i].crash() }
 // crashed or stopped.
 func (c *cluster) restart(ctx context.Context, i int) error {
 	addr := strings.TrimPrefix(c.urls[i], "http://")
-	r, u, err := startRelayAt(ctx, c.bin, c.relayDir(i), addr, "--nats", c.natsURL)
+	r, u, err := startRelayAt(ctx, c.bin, c.relayDir(i), addr, append([]string{"--nats", c.natsURL}, c.args...)...)
 	if err != nil {
 		return fmt.Errorf("restart relay instance %d: %w", i, err)
 	}

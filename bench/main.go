@@ -42,11 +42,21 @@
 // Then, in separate processes: the inspector's list API over a store of
 // -list deliveries, and one relay holding -idle agent connections.
 //
+// With -relays, the cluster phases replace the tunnel phases: at each
+// count N of -relays, N `devhook relay --nats` instances on a NATS server
+// (bench/natsserver, a process of its own) and -agents `devhook listen`
+// processes, agent j on instance j mod N and given every instance's URL;
+// senders spread round-robin over the instances and channels (fanout.go),
+// the CPU time per delivery of the relays and of NATS measured apart.
+// Then, at the largest N, an instance crashed under load (failover.go)
+// and -storm agents dropped at once (storm.go). See scaleout.go.
+//
 //	go run ./bench                      # the full run, figures for the README
 //	go run ./bench -n 2000 -idle 1000   # a quick look
 //	go run ./bench -inproc -cpuprofile cpu.out   # relay and agent in this process, profiled
 //	go run ./bench --chisel /path/to/chisel      # also through chisel, for comparison
 //	go run ./bench --chisel ~/peers/chisel --frp ~/peers/frp --localtunnel ~/peers/lt -idle 0 -list 0
+//	go run ./bench -relays 1,2,3 -agents 6 -c 32 -idle 0 -list 0   # scale-out, failover, storm
 //
 // Every phase is bounded in count (-n) and in time (-duration); every
 // child process is killed on the way out.
@@ -70,29 +80,30 @@ import (
 )
 
 type options struct {
-	n           int           // requests per phase
-	duration    time.Duration // cap per phase
-	conc        []int         // concurrencies
-	rounds      int           // times the load phases run, alternately; 0 is 1
-	idle        int           // idle agent connections; 0 skips
-	list        int           // deliveries stored for the inspector list phase; 0 skips
-	secret      string
-	bin         string        // devhook binary; empty builds one
-	out         string        // markdown or JSON file
-	inproc      bool          // relay and agent in this process
-	cluster     bool          // tunnel phases through two relays on NATS
-	relays      []int         // cluster phases: instance counts; empty skips
-	agents      int           // cluster phases: listen processes
-	failover    time.Duration // cluster phases: load while an instance is crashed; 0 skips
-	storm       int           // cluster phases: agents dropped at once; 0 skips
-	chisel      string        // chisel binary: a chisel phase at each concurrency; empty skips
-	frp         string        // directory of frps and frpc: an frp phase likewise
-	localtunnel string        // localtunnel install directory: a localtunnel phase likewise
-	cpuprofile  string        // with inproc
-	memprofile  string        // with inproc
-	blockprof   string        // with inproc
-	stdout      io.Writer
-	logf        func(format string, args ...any)
+	n            int           // requests per phase
+	duration     time.Duration // cap per phase
+	conc         []int         // concurrencies
+	rounds       int           // times the load phases run, alternately; 0 is 1
+	idle         int           // idle agent connections; 0 skips
+	list         int           // deliveries stored for the inspector list phase; 0 skips
+	secret       string
+	bin          string        // devhook binary; empty builds one
+	out          string        // markdown or JSON file
+	inproc       bool          // relay and agent in this process
+	cluster      bool          // tunnel phases through two relays on NATS
+	relays       []int         // cluster phases: instance counts; empty skips
+	agents       int           // cluster phases: listen processes
+	failover     time.Duration // cluster phases: load while an instance is crashed; 0 skips
+	storm        int           // cluster phases: agents dropped at once; 0 skips
+	relayTimeout time.Duration // cluster phases: the relays' --timeout; 0: theirs
+	chisel       string        // chisel binary: a chisel phase at each concurrency; empty skips
+	frp          string        // directory of frps and frpc: an frp phase likewise
+	localtunnel  string        // localtunnel install directory: a localtunnel phase likewise
+	cpuprofile   string        // with inproc
+	memprofile   string        // with inproc
+	blockprof    string        // with inproc
+	stdout       io.Writer
+	logf         func(format string, args ...any)
 }
 
 func main() {
@@ -108,10 +119,11 @@ func main() {
 	flag.StringVar(&o.bin, "bin", "", "devhook binary to run (default: build ./cmd/devhook)")
 	flag.StringVar(&o.out, "out", "", "also write the report to this file (.json: JSON, else markdown)")
 	flag.BoolVar(&o.cluster, "cluster", false, "tunnel phases through a two-relay cluster on NATS (JetStream, in this process): the agent on one relay, senders posting to the other")
-	flag.StringVar(&relays, "relays", "", "cluster phases instead of the tunnel phases: comma-separated counts of `devhook relay --nats` instances, such as 1,2,3; at each, -agents listen processes spread over the instances, and -n requests at each concurrency spread round-robin over the instances (NATS is a process of its own); then, at the largest count (2 or more), the -failover and -storm phases")
+	flag.StringVar(&relays, "relays", "", "cluster phases instead of the tunnel phases: comma-separated counts of devhook relay --nats instances, such as 1,2,3; at each, -agents listen processes spread over the instances, and -n requests at each concurrency spread round-robin over the instances (NATS is a process of its own); then, at the largest count (2 or more), the -failover and -storm phases")
 	flag.IntVar(&o.agents, "agents", 6, "with -relays: devhook listen processes, agent j on instance j mod N, given every instance's URL")
-	flag.DurationVar(&o.failover, "failover", 20*time.Second, "with -relays: load this long while the instance holding agents 0, N, 2N… is crashed (SIGKILL) a third of the way in; 0 skips")
+	flag.DurationVar(&o.failover, "failover", 20*time.Second, "with -relays: load this long (at most 1,000,000 requests, at the largest -c) while the instance holding agents 0, N, 2N… is crashed (SIGKILL) a third of the way in; 0 skips")
 	flag.IntVar(&o.storm, "storm", 5000, "with -relays: agents (in this process) all on one instance, which is crashed and started again: how long until every one is back, and the other instances' memory; 0 skips")
+	flag.DurationVar(&o.relayTimeout, "relay-timeout", 0, "with -relays: the relay instances' --timeout, how long a sender waits for the agent's answer (default the relay's, 30s); a delivery under way through a crashed instance waits that long, and 5s more, before it is queued")
 	flag.StringVar(&o.chisel, "chisel", "", "chisel binary (github.com/jpillora/chisel): at each concurrency, also drive the load through a chisel reverse tunnel (server and client processes), to compare the tunnel with (go doc ./bench says how each peer is set up)")
 	flag.StringVar(&o.frp, "frp", "", "directory holding frp's frps and frpc binaries (github.com/fatedier/frp): likewise through an frp http proxy (frps's vhost HTTP port, plain TCP between frpc and frps)")
 	flag.StringVar(&o.localtunnel, "localtunnel", "", "localtunnel directory: likewise through localtunnel under the machine's node; it holds the client at "+ltClientJS+" (the localtunnel npm package) and localtunnel's server (github.com/localtunnel/server) at "+ltServerJS+" with its dependencies, esm 3.2.25 or later at "+ltESM+" (the 3.0 it pins fails on Node 20)")
@@ -126,6 +138,9 @@ func main() {
 	}
 	if err == nil {
 		err = o.check()
+	}
+	if err == nil && o.rounds < 1 {
+		err = errors.New("-rounds must be at least 1")
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -187,8 +202,6 @@ func parseRelays(s string) ([]int, error) {
 // check refuses flags that do not go together.
 func (o *options) check() error {
 	switch {
-	case o.rounds < 1:
-		return errors.New("-rounds must be at least 1")
 	case len(o.relays) == 0:
 		return nil
 	case o.cluster || o.inproc:
@@ -201,6 +214,8 @@ func (o *options) check() error {
 		return fmt.Errorf("-storm %d: want between 0 and 100000 agents", o.storm)
 	case o.failover < 0 || o.failover > 10*time.Minute:
 		return fmt.Errorf("-failover %s: want between 0 and 10m", o.failover)
+	case o.relayTimeout < 0 || o.relayTimeout > 10*time.Minute:
+		return fmt.Errorf("-relay-timeout %s: want between 0 (the relay's default) and 10m", o.relayTimeout)
 	}
 	return nil
 }

@@ -59,7 +59,7 @@ func clusterPhases(ctx context.Context, o options, rep *report, recv *receiverSe
 // instances and o.agents agents, then the failover phase on it when asked.
 func scaleOut(ctx context.Context, o options, rep *report, recv *receiverServer, bin, natsBin, dir string, n int, failover bool, kids *children) error {
 	o.logf("cluster: %d relay instances, %d agents", n, o.agents)
-	cl, err := startCluster(ctx, bin, natsBin, dir, n, kids)
+	cl, err := startCluster(ctx, bin, natsBin, dir, n, kids, o.relayArgs()...)
 	if err != nil {
 		return err
 	}
@@ -90,6 +90,14 @@ func scaleOut(ctx context.Context, o options, rep *report, recv *receiverServer,
 		res, err := failoverPhase(ctx, o, recv, cl, agents, paths)
 		rep.Failover = res
 		return err
+	}
+	return nil
+}
+
+// relayArgs are the cluster phases' relay arguments after --nats.
+func (o options) relayArgs() []string {
+	if o.relayTimeout > 0 {
+		return []string{"--timeout", o.relayTimeout.String()}
 	}
 	return nil
 }

@@ -35,7 +35,7 @@ func stormPhase(ctx context.Context, o options, rep *report, recv *receiverServe
 	defer cancel()
 	res := &stormResult{Relays: n, Agents: o.storm}
 	rep.Storm = res
-	cl, err := startCluster(ctx, bin, natsBin, dir, n, kids)
+	cl, err := startCluster(ctx, bin, natsBin, dir, n, kids, o.relayArgs()...)
 	if err != nil {
 		return err
 	}
