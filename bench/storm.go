@@ -15,6 +15,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -94,7 +95,8 @@ func stormPhase(ctx context.Context, o options, rep *report, recv *receiverServe
 
 	// Settled: the instances' memory holding them.
 	sleep(ctx, 2*time.Second)
-	pids := append(cl.relayPIDs(), cl.nats.pid())
+	// The instances, NATS, and this process (the agents' side).
+	pids := append(cl.relayPIDs(), cl.nats.pid(), os.Getpid())
 	for k := range n {
 		res.Instances = append(res.Instances, stormInstance{Instance: k, RSSBefore: mib(memStatus(pids[k]).RSS)})
 	}
@@ -147,6 +149,7 @@ func stormPhase(ctx context.Context, o options, rep *report, recv *receiverServe
 		}
 	}
 	res.NATSCPUSecs = (used[n] - cpu0[n]).Seconds()
+	res.HarnessCPUSecs = (used[n+1] - cpu0[n+1]).Seconds()
 
 	// Settled again: the memory of the instances that took them.
 	sleep(ctx, 2*time.Second)
