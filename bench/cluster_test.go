@@ -206,7 +206,7 @@ func TestClusterFlags(t *testing.T) {
 			t.Errorf("parseRelays(%q) = %v, %v", tc.in, got, err)
 		}
 	}
-	base := options{relays: []int{1, 2, 3}, agents: 6, failover: 20 * time.Second, storm: 5000}
+	base := options{n: 100, conc: []int{32}, relays: []int{1, 2, 3}, agents: 6, failover: 20 * time.Second, storm: 5000}
 	for _, tc := range []struct {
 		name string
 		edit func(*options)
@@ -218,6 +218,8 @@ func TestClusterFlags(t *testing.T) {
 		{"with -inproc", func(o *options) { o.inproc = true }, "-inproc"},
 		{"with a peer", func(o *options) { o.chisel = "/bin/chisel" }, "-chisel"},
 		{"no agents", func(o *options) { o.agents = 0 }, "-agents"},
+		{"no concurrency", func(o *options) { o.conc = nil }, "-c"},
+		{"no requests", func(o *options) { o.n = 0 }, "-n"},
 		{"storm too large", func(o *options) { o.storm = 1 << 20 }, "-storm"},
 		{"negative failover", func(o *options) { o.failover = -time.Second }, "-failover"},
 		{"negative relay timeout", func(o *options) { o.relayTimeout = -time.Second }, "-relay-timeout"},

@@ -208,6 +208,8 @@ func (o *options) check() error {
 		return errors.New("-relays runs its own cluster phases, as processes: leave out -cluster and -inproc")
 	case o.chisel != "" || o.frp != "" || o.localtunnel != "":
 		return errors.New("-relays compares the cluster with itself at each size: leave out -chisel, -frp and -localtunnel")
+	case len(o.conc) == 0 || o.n < 1:
+		return errors.New("-relays needs requests (-n) and a concurrency (-c) for its phases")
 	case o.agents < 1 || o.agents > 1000:
 		return fmt.Errorf("-agents %d: want between 1 and 1000 listen processes", o.agents)
 	case o.storm < 0 || o.storm > 100000:
