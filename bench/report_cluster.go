@@ -151,6 +151,7 @@ func (r *report) writeCluster(w io.Writer, md bool) {
 			}
 			fmt.Fprintln(w, l)
 		}
+		fmt.Fprintln(w) // a markdown table right after a list would belong to its last item
 		t := newTable(w, md)
 		t.row("instance", "agents after", "RSS before MiB", "peak MiB", "after MiB", "CPU s")
 		for _, in := range s.Instances {
