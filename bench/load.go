@@ -102,6 +102,34 @@ func (c *counter) tally(phase string) (delivered, duplicates, badSig int) {
 	return delivered, duplicates, c.badSig
 }
 
+// missing returns how many of the requests of phase numbered in answered
+// have not reached the receiver.
+func (c *counter) missing(phase string, answered []int) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, i := range answered {
+		if c.seen[seqID(phase, i)] == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// await waits until every request of phase numbered in answered has
+// reached the receiver, or until limit, and returns how many have not:
+// a delivery queued (202) reaches it only once its agent is back.
+func (c *counter) await(ctx context.Context, phase string, answered []int, limit time.Duration) int {
+	deadline := time.Now().Add(limit)
+	for {
+		n := c.missing(phase, answered)
+		if n == 0 || time.Now().After(deadline) || ctx.Err() != nil {
+			return n
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 // settle waits until no request has arrived at the receiver for quiet, or
 // until limit, so that late duplicates are counted.
 func (c *counter) settle(ctx context.Context, quiet, limit time.Duration) {
@@ -174,10 +202,16 @@ func newSenderClient(conc int) *http.Client {
 type loadResult struct {
 	Sent      int
 	OK        int // 2xx answers
+	Queued    int // of which 202: no agent at that moment, the relay queued it
 	Failed    int // errors and other statuses
+	Refused   int // of which errors without an answer (the connection failed)
 	FirstErr  string
 	Elapsed   time.Duration
 	Latencies []time.Duration // sorted
+	// Answered is, with plan.keepOK, the requests answered 2xx (202
+	// included), by number, in no order: the deliveries the relay took
+	// responsibility for, which must all reach the receiver.
+	Answered []int
 }
 
 func (r loadResult) rps() float64 {
@@ -206,15 +240,42 @@ type target struct {
 // drive sends up to n signed POSTs to t from conc senders, stopping at the
 // deadline of limit, and measures each request's latency.
 func drive(ctx context.Context, t target, secret, phase string, conc, n int, limit time.Duration) loadResult {
+	return driveWith(ctx, plan{to: func(int) target { return t }}, secret, phase, conc, n, limit)
+}
+
+// plan says where each request of a phase goes, and what the senders
+// remember.
+type plan struct {
+	to func(i int) target // where request i goes
+	// refused, when not nil, is told of a request to t that got no
+	// answer (its connection failed, or it timed out).
+	refused func(t target, err error)
+	keepOK  bool          // fill loadResult.Answered
+	timeout time.Duration // the senders' client timeout; 0: 30s
+	// grace is how long the requests under way at the phase's limit may
+	// still take; 0 cuts them at the limit.
+	grace time.Duration
+}
+
+// driveWith sends up to n signed POSTs, request i to p.to(i), from conc
+// senders, stopping at the deadline of limit, and measures each request's
+// latency.
+func driveWith(ctx context.Context, p plan, secret, phase string, conc, n int, limit time.Duration) loadResult {
 	client := newSenderClient(conc)
+	if p.timeout > 0 {
+		client.Timeout = p.timeout
+	}
 	defer client.CloseIdleConnections()
-	p := newPayload()
-	ctx, cancel := context.WithTimeout(ctx, limit)
+	pl := newPayload()
+	reqCtx, cancelReqs := context.WithTimeout(ctx, limit+p.grace)
+	defer cancelReqs()
+	ctx, cancel := context.WithTimeout(reqCtx, limit)
 	defer cancel()
 
 	var next atomic.Int64
 	lat := make([][]time.Duration, conc)
-	var ok, failed atomic.Int64
+	answered := make([][]int, conc)
+	var ok, queued, failed, refused atomic.Int64
 	var errOnce sync.Once
 	var firstErr string
 	var wg sync.WaitGroup
@@ -223,14 +284,15 @@ func drive(ctx context.Context, t target, secret, phase string, conc, n int, lim
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			mine := make([]time.Duration, 0, n/conc+1)
+			mine := make([]time.Duration, 0, min(n/conc+1, 1<<16))
 			for ctx.Err() == nil {
 				i := int(next.Add(1)) - 1
 				if i >= n {
 					break
 				}
-				body := p.body(seqID(phase, i))
-				req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.URL, bytes.NewReader(body))
+				t := p.to(i)
+				body := pl.body(seqID(phase, i))
+				req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, t.URL, bytes.NewReader(body))
 				if err != nil {
 					failed.Add(1)
 					continue
@@ -249,17 +311,27 @@ func drive(ctx context.Context, t target, secret, phase string, conc, n int, lim
 				}
 				d := time.Since(t0)
 				switch {
-				case err != nil && ctx.Err() != nil:
+				case err != nil && reqCtx.Err() != nil:
 					// Cut by the phase's time limit.
 					failed.Add(1)
 				case err != nil:
 					failed.Add(1)
+					refused.Add(1)
 					errOnce.Do(func() { firstErr = err.Error() })
+					if p.refused != nil {
+						p.refused(t, err)
+					}
 				case resp.StatusCode/100 != 2:
 					failed.Add(1)
 					errOnce.Do(func() { firstErr = resp.Status })
 				default:
 					ok.Add(1)
+					if resp.StatusCode == http.StatusAccepted {
+						queued.Add(1)
+					}
+					if p.keepOK {
+						answered[w] = append(answered[w], i)
+					}
 				}
 				mine = append(mine, d)
 			}
@@ -267,9 +339,11 @@ func drive(ctx context.Context, t target, secret, phase string, conc, n int, lim
 		}()
 	}
 	wg.Wait()
-	r := loadResult{Elapsed: time.Since(start), OK: int(ok.Load()), Failed: int(failed.Load()), FirstErr: firstErr}
-	for _, l := range lat {
+	r := loadResult{Elapsed: time.Since(start), OK: int(ok.Load()), Queued: int(queued.Load()), Failed: int(failed.Load()),
+		Refused: int(refused.Load()), FirstErr: firstErr}
+	for w, l := range lat {
 		r.Latencies = append(r.Latencies, l...)
+		r.Answered = append(r.Answered, answered[w]...)
 	}
 	slices.Sort(r.Latencies)
 	r.Sent = len(r.Latencies)

@@ -42,11 +42,21 @@
 // Then, in separate processes: the inspector's list API over a store of
 // -list deliveries, and one relay holding -idle agent connections.
 //
+// With -relays, the cluster phases replace the tunnel phases: at each
+// count N of -relays, N `devhook relay --nats` instances on a NATS server
+// (bench/natsserver, a process of its own) and -agents `devhook listen`
+// processes, agent j on instance j mod N and given every instance's URL;
+// senders spread round-robin over the instances and channels (fanout.go),
+// the CPU time per delivery of the relays and of NATS measured apart.
+// Then, at the largest N, an instance crashed under load (failover.go)
+// and -storm agents dropped at once (storm.go). See scaleout.go.
+//
 //	go run ./bench                      # the full run, figures for the README
 //	go run ./bench -n 2000 -idle 1000   # a quick look
 //	go run ./bench -inproc -cpuprofile cpu.out   # relay and agent in this process, profiled
 //	go run ./bench --chisel /path/to/chisel      # also through chisel, for comparison
 //	go run ./bench --chisel ~/peers/chisel --frp ~/peers/frp --localtunnel ~/peers/lt -idle 0 -list 0
+//	go run ./bench -relays 1,2,3 -agents 6 -c 32 -idle 0 -list 0   # scale-out, failover, storm
 //
 // Every phase is bounded in count (-n) and in time (-duration); every
 // child process is killed on the way out.
@@ -67,35 +77,38 @@ import (
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/devhook/devhook/natsrelay/natstest"
 )
 
 type options struct {
-	n           int           // requests per phase
-	duration    time.Duration // cap per phase
-	conc        []int         // concurrencies
-	rounds      int           // times the load phases run, alternately; 0 is 1
-	idle        int           // idle agent connections; 0 skips
-	list        int           // deliveries stored for the inspector list phase; 0 skips
-	secret      string
-	bin         string // devhook binary; empty builds one
-	out         string // markdown or JSON file
-	inproc      bool   // relay and agent in this process
-	cluster     bool   // tunnel phases through two relays on NATS
-	chisel      string // chisel binary: a chisel phase at each concurrency; empty skips
-	frp         string // directory of frps and frpc: an frp phase likewise
-	localtunnel string // localtunnel install directory: a localtunnel phase likewise
-	cpuprofile  string // with inproc
-	memprofile  string // with inproc
-	blockprof   string // with inproc
-	stdout      io.Writer
-	logf        func(format string, args ...any)
+	n            int           // requests per phase
+	duration     time.Duration // cap per phase
+	conc         []int         // concurrencies
+	rounds       int           // times the load phases run, alternately; 0 is 1
+	idle         int           // idle agent connections; 0 skips
+	list         int           // deliveries stored for the inspector list phase; 0 skips
+	secret       string
+	bin          string        // devhook binary; empty builds one
+	out          string        // markdown or JSON file
+	inproc       bool          // relay and agent in this process
+	cluster      bool          // tunnel phases through two relays on NATS
+	relays       []int         // cluster phases: instance counts; empty skips
+	agents       int           // cluster phases: listen processes
+	failover     time.Duration // cluster phases: load while an instance is crashed; 0 skips
+	storm        int           // cluster phases: agents dropped at once; 0 skips
+	relayTimeout time.Duration // cluster phases: the relays' --timeout; 0: theirs
+	chisel       string        // chisel binary: a chisel phase at each concurrency; empty skips
+	frp          string        // directory of frps and frpc: an frp phase likewise
+	localtunnel  string        // localtunnel install directory: a localtunnel phase likewise
+	cpuprofile   string        // with inproc
+	memprofile   string        // with inproc
+	blockprof    string        // with inproc
+	stdout       io.Writer
+	logf         func(format string, args ...any)
 }
 
 func main() {
 	o := options{stdout: os.Stdout}
-	var conc string
+	var conc, relays string
 	flag.IntVar(&o.n, "n", 20000, "requests per phase")
 	flag.DurationVar(&o.duration, "duration", 60*time.Second, "longest time a phase may take")
 	flag.StringVar(&conc, "c", "1,32", "comma-separated concurrencies")
@@ -106,6 +119,11 @@ func main() {
 	flag.StringVar(&o.bin, "bin", "", "devhook binary to run (default: build ./cmd/devhook)")
 	flag.StringVar(&o.out, "out", "", "also write the report to this file (.json: JSON, else markdown)")
 	flag.BoolVar(&o.cluster, "cluster", false, "tunnel phases through a two-relay cluster on NATS (JetStream, in this process): the agent on one relay, senders posting to the other")
+	flag.StringVar(&relays, "relays", "", "cluster phases instead of the tunnel phases: comma-separated counts of devhook relay --nats instances, such as 1,2,3; at each, -agents listen processes spread over the instances, and -n requests at each concurrency spread round-robin over the instances (NATS is a process of its own); then, at the largest count (2 or more), the -failover and -storm phases")
+	flag.IntVar(&o.agents, "agents", 6, "with -relays: devhook listen processes, agent j on instance j mod N, given every instance's URL")
+	flag.DurationVar(&o.failover, "failover", 20*time.Second, "with -relays: load this long (at most 1,000,000 requests, at the largest -c) while the instance holding agents 0, N, 2N… is crashed (SIGKILL) a third of the way in; 0 skips")
+	flag.IntVar(&o.storm, "storm", 5000, "with -relays: agents (in this process) all on one instance, which is crashed and started again: how long until every one is back, and the other instances' memory; 0 skips")
+	flag.DurationVar(&o.relayTimeout, "relay-timeout", 0, "with -relays: the relay instances' --timeout, how long a sender waits for the agent's answer (default the relay's, 30s); a delivery under way through a crashed instance waits that long, and 5s more, before it is queued")
 	flag.StringVar(&o.chisel, "chisel", "", "chisel binary (github.com/jpillora/chisel): at each concurrency, also drive the load through a chisel reverse tunnel (server and client processes), to compare the tunnel with (go doc ./bench says how each peer is set up)")
 	flag.StringVar(&o.frp, "frp", "", "directory holding frp's frps and frpc binaries (github.com/fatedier/frp): likewise through an frp http proxy (frps's vhost HTTP port, plain TCP between frpc and frps)")
 	flag.StringVar(&o.localtunnel, "localtunnel", "", "localtunnel directory: likewise through localtunnel under the machine's node; it holds the client at "+ltClientJS+" (the localtunnel npm package) and localtunnel's server (github.com/localtunnel/server) at "+ltServerJS+" with its dependencies, esm 3.2.25 or later at "+ltESM+" (the 3.0 it pins fails on Node 20)")
@@ -115,12 +133,17 @@ func main() {
 	flag.StringVar(&o.blockprof, "blockprofile", "", "with -inproc: write a profile of where goroutines wait (blocking and mutex contention)")
 	flag.Parse()
 	var err error
-	if o.conc, err = parseConc(conc); err != nil {
-		fmt.Fprintln(os.Stderr, "bench:", err)
-		os.Exit(2)
+	if o.conc, err = parseConc(conc); err == nil {
+		o.relays, err = parseRelays(relays)
 	}
-	if o.rounds < 1 {
-		fmt.Fprintln(os.Stderr, "bench: -rounds must be at least 1")
+	if err == nil {
+		err = o.check()
+	}
+	if err == nil && o.rounds < 1 {
+		err = errors.New("-rounds must be at least 1")
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(2)
 	}
 	o.logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...) }
@@ -159,13 +182,54 @@ func parseConc(s string) ([]int, error) {
 	return out, nil
 }
 
+// parseRelays reads -relays: instance counts from 1 to 16.
+func parseRelays(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 || n > 16 {
+			return nil, fmt.Errorf("-relays %q: want instance counts between 1 and 16, such as 1,2,3", s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// check refuses flags that do not go together.
+func (o *options) check() error {
+	switch {
+	case len(o.relays) == 0:
+		return nil
+	case o.cluster || o.inproc:
+		return errors.New("-relays runs its own cluster phases, as processes: leave out -cluster and -inproc")
+	case o.chisel != "" || o.frp != "" || o.localtunnel != "":
+		return errors.New("-relays compares the cluster with itself at each size: leave out -chisel, -frp and -localtunnel")
+	case len(o.conc) == 0 || o.n < 1:
+		return errors.New("-relays needs requests (-n) and a concurrency (-c) for its phases")
+	case o.agents < 1 || o.agents > 1000:
+		return fmt.Errorf("-agents %d: want between 1 and 1000 listen processes", o.agents)
+	case o.storm < 0 || o.storm > 100000:
+		return fmt.Errorf("-storm %d: want between 0 and 100000 agents", o.storm)
+	case o.failover < 0 || o.failover > 10*time.Minute:
+		return fmt.Errorf("-failover %s: want between 0 and 10m", o.failover)
+	case o.relayTimeout < 0 || o.relayTimeout > 10*time.Minute:
+		return fmt.Errorf("-relay-timeout %s: want between 0 (the relay's default) and 10m", o.relayTimeout)
+	}
+	return nil
+}
+
 // run runs every phase and returns the report, partial when a phase fails.
 func run(ctx context.Context, o options) (*report, error) {
 	if o.logf == nil {
 		o.logf = func(string, ...any) {}
 	}
 	rep := &report{Started: time.Now().UTC(), CPUs: runtime.NumCPU(), GoVersion: runtime.Version(),
-		OS: runtime.GOOS + "/" + runtime.GOARCH, N: o.n, Duration: o.duration.String(), FileLimit: raiseFileLimit()}
+		OS: runtime.GOOS + "/" + runtime.GOARCH, N: o.n, Duration: o.duration.String(), FileLimit: raiseFileLimit(), LoadBefore: loadAvg()}
+	defer func() { rep.LoadAfter = loadAvg() }()
 	tmp, err := os.MkdirTemp("", "devhook-bench-")
 	if err != nil {
 		return nil, err
@@ -180,9 +244,13 @@ func run(ctx context.Context, o options) (*report, error) {
 	}
 	defer recv.Close()
 
+	// The load phases: direct and tunnel (and peers), or, with -relays,
+	// the cluster phases instead.
+	loads := len(o.conc) > 0 && o.n > 0 && len(o.relays) == 0
+
 	// Peers are always processes of their own, in-process run or not.
 	var peers []*peerTunnel
-	if len(o.conc) > 0 && o.n > 0 {
+	if loads {
 		if peers, err = startPeers(ctx, o, recv.URL, tmp, &kids); err != nil {
 			return nil, err
 		}
@@ -198,30 +266,38 @@ func run(ctx context.Context, o options) (*report, error) {
 	bin := o.bin
 	if bin == "" {
 		bin = filepath.Join(tmp, "devhook")
-		o.logf("building devhook")
-		bctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
-		out, err := exec.CommandContext(bctx, "go", "build", "-o", bin, "github.com/devhook/devhook/cmd/devhook").CombinedOutput()
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("build devhook: %v: %s", err, out)
+		if err := build(ctx, o, bin, "github.com/devhook/devhook/cmd/devhook"); err != nil {
+			return nil, err
+		}
+	}
+	var natsBin string
+	if o.cluster || len(o.relays) > 0 {
+		natsBin = filepath.Join(tmp, "natsserver")
+		if err := build(ctx, o, natsBin, "github.com/devhook/devhook/bench/natsserver"); err != nil {
+			return nil, err
+		}
+	}
+
+	if len(o.relays) > 0 {
+		if err := clusterPhases(ctx, o, rep, recv, bin, natsBin, tmp, &kids); err != nil {
+			return rep, err
 		}
 	}
 
 	var relayURL string
-	if len(o.conc) > 0 && o.n > 0 || o.list > 0 {
+	if loads || o.list > 0 {
 		var rel, ingress *child
 		var ingressURL string
 		if o.cluster {
-			ns, err := natstest.Start(filepath.Join(tmp, "nats"))
+			cl, err := startCluster(ctx, bin, natsBin, filepath.Join(tmp, "cluster"), 2, &kids)
 			if err != nil {
 				return rep, err
 			}
-			defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-			rel, ingress, relayURL, ingressURL, err = clusterRelays(ctx, bin, tmp, ns, &kids)
-			if err != nil {
-				return rep, err
-			}
-			rep.Cluster = "two relays on NATS with JetStream (in the harness's process); the agent on one, senders post to the other: relay figures are the sender's relay"
+			defer cl.stop()
+			// The agent on one relay, senders posting to the other:
+			// every delivery crosses NATS (request/reply) to reach it.
+			rel, ingress, relayURL, ingressURL = cl.relays[0], cl.relays[1], cl.urls[0], cl.urls[1]
+			rep.Cluster = "two relays on NATS with JetStream (NATS a process of its own); the agent on one, senders post to the other: relay figures are the sender's relay"
 		} else {
 			rel, relayURL, err = startRelay(ctx, bin, filepath.Join(tmp, "relay"))
 			if err != nil {
@@ -230,7 +306,7 @@ func run(ctx context.Context, o options) (*report, error) {
 			kids.add(rel)
 			ingress, ingressURL = rel, relayURL
 		}
-		if len(o.conc) > 0 && o.n > 0 {
+		if loads {
 			ag, ready, err := startListen(ctx, bin, relayURL, recv.URL, o.secret, filepath.Join(tmp, "agent"))
 			if err != nil {
 				return rep, err
@@ -258,6 +334,17 @@ func run(ctx context.Context, o options) (*report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// build builds the Go package pkg into out.
+func build(ctx context.Context, o options, out, pkg string) error {
+	o.logf("building %s", pkg)
+	bctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	if b, err := exec.CommandContext(bctx, "go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+		return fmt.Errorf("build %s: %v: %s", pkg, err, b)
+	}
+	return nil
 }
 
 // loadPhases runs, at each concurrency, the direct phase, a phase through
@@ -423,8 +510,13 @@ func startRelay(ctx context.Context, bin, dir string) (*child, string, error) {
 // startRelayArgs starts `devhook relay` on a free loopback port, with more
 // arguments.
 func startRelayArgs(ctx context.Context, bin, dir string, args ...string) (*child, string, error) {
+	return startRelayAt(ctx, bin, dir, "127.0.0.1:0", args...)
+}
+
+// startRelayAt starts `devhook relay` on addr, with more arguments.
+func startRelayAt(ctx context.Context, bin, dir, addr string, args ...string) (*child, string, error) {
 	const prefix = "devhook relay on "
-	c, line, err := startChild(ctx, "relay", bin, append([]string{"relay", "--addr", "127.0.0.1:0", "--data", dir}, args...),
+	c, line, err := startChild(ctx, "relay", bin, append([]string{"relay", "--addr", addr, "--data", dir}, args...),
 		func(l string) bool { return strings.HasPrefix(l, prefix) }, 30*time.Second)
 	if err != nil {
 		return nil, "", err

@@ -26,6 +26,7 @@ type child struct {
 	ready   func(line string) bool
 	lines   int64
 	dupes   int64
+	watch   func(line string, at time.Time) // every line after the ready one; nil: none
 	mu      sync.Mutex
 	stderr  bytes.Buffer
 	exited  chan struct{}
@@ -111,9 +112,22 @@ func (c *child) scan(r io.Reader) {
 		if strings.Contains(line, `"duplicate":true`) {
 			c.dupes++
 		}
+		watch := c.watch
 		c.mu.Unlock()
+		if watch != nil {
+			watch(line, time.Now())
+		}
 	}
 	io.Copy(io.Discard, r)
+}
+
+// setWatch makes f see every stdout line after the ready one from now on,
+// with the time it was read; nil stops it. f runs on the reading
+// goroutine: it must not block.
+func (c *child) setWatch(f func(line string, at time.Time)) {
+	c.mu.Lock()
+	c.watch = f
+	c.mu.Unlock()
 }
 
 // counts returns the stdout lines after the ready line, and those that
@@ -140,6 +154,21 @@ func (c *child) kill() {
 	case <-c.exited:
 		return
 	case <-time.After(5 * time.Second):
+	}
+	c.cmd.Process.Kill()
+	select {
+	case <-c.exited:
+	case <-time.After(5 * time.Second):
+	}
+}
+
+// crash kills the child at once (SIGKILL), as a machine that fails would
+// lose it, and waits for it.
+func (c *child) crash() {
+	select {
+	case <-c.exited:
+		return
+	default:
 	}
 	c.cmd.Process.Kill()
 	select {
@@ -234,6 +263,20 @@ func memStatus(pid int) mem {
 		}
 	}
 	return m
+}
+
+// loadAvg is the machine's load average over 1, 5 and 15 minutes, from
+// /proc/loadavg; empty where that is not available.
+func loadAvg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
 }
 
 // cpuTime returns the user and system CPU time pid has used, from

@@ -29,8 +29,16 @@ type report struct {
 	Rounds    int           `json:"rounds,omitempty"`  // load phases run this many times (above 1)
 	Peers     []peerInfo    `json:"peers,omitempty"`   // the other tunnels the run compared with
 	Phases    []phaseResult `json:"phases"`
-	List      *listResult   `json:"list,omitempty"`
-	Idle      *idleResult   `json:"idle,omitempty"`
+	// The cluster phases (-relays).
+	Scale    []scaleResult   `json:"scale_out,omitempty"`
+	Failover *failoverResult `json:"failover,omitempty"`
+	Storm    *stormResult    `json:"storm,omitempty"`
+	// The machine's load average (1, 5 and 15 minutes) as the run
+	// started and as it ended: the machine is shared.
+	LoadBefore string      `json:"loadavg_before,omitempty"`
+	LoadAfter  string      `json:"loadavg_after,omitempty"`
+	List       *listResult `json:"list,omitempty"`
+	Idle       *idleResult `json:"idle,omitempty"`
 	// Goroutines in this process before and after the tunnel phases
 	// (in-process runs only): a growing count is a leak.
 	GoroutinesBefore int `json:"goroutines_before,omitempty"`
@@ -151,7 +159,14 @@ type idleResult struct {
 }
 
 func (r *report) writeText(w io.Writer) {
-	fmt.Fprintf(w, "\n%s, %d CPUs, %s; %d requests per phase, at most %s each\n\n", r.OS, r.CPUs, r.GoVersion, r.N, r.Duration)
+	fmt.Fprintf(w, "\n%s, %d CPUs, %s; %d requests per phase, at most %s each\n", r.OS, r.CPUs, r.GoVersion, r.N, r.Duration)
+	if r.LoadBefore != "" {
+		fmt.Fprintf(w, "load average %s as the run started, %s as it ended\n", r.LoadBefore, r.LoadAfter)
+	}
+	if r.Cluster != "" {
+		fmt.Fprintln(w, r.Cluster)
+	}
+	fmt.Fprintln(w)
 	r.writeTable(w, false)
 	if r.GoroutinesAfter > 0 {
 		fmt.Fprintf(w, "\ngoroutines in the process: %d before the tunnel phases, %d after\n", r.GoroutinesBefore, r.GoroutinesAfter)
@@ -260,6 +275,7 @@ func (r *report) writeTable(w io.Writer, md bool) {
 			fmt.Fprintln(w, l)
 		}
 	}
+	r.writeCluster(w, md)
 	if l := r.List; l != nil {
 		if md {
 			fmt.Fprintf(w, "\n| inspector list, first page of %d | at %d stored | p50 %.2f ms | p99 %.2f ms | max %.2f ms | agent RSS %.1f MiB |\n|---|---|---|---|---|---|\n",
@@ -456,6 +472,12 @@ func (r *report) save(path string) error {
 		}
 	} else {
 		fmt.Fprintf(&b, "`%s` — %s, %d CPUs, %s, %s\n\n", r.Command, r.OS, r.CPUs, r.GoVersion, r.Started.Format(time.DateOnly))
+		if r.LoadBefore != "" {
+			fmt.Fprintf(&b, "Load average %s as the run started, %s as it ended.\n\n", r.LoadBefore, r.LoadAfter)
+		}
+		if r.Cluster != "" {
+			fmt.Fprintf(&b, "%s.\n\n", r.Cluster)
+		}
 		r.writeTable(&b, true)
 	}
 	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
