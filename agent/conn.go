@@ -6,8 +6,10 @@ package agent
 // the relay's hello (the public URL, the deliveries queued meanwhile);
 // Config.OnConnect reports it as a Connection, saying how long the
 // channel was down when it is a reconnection. When a connection is lost
-// the agent dials again: at once to the next of Config.RelayFallbacks, and
-// once every URL failed, after a jittered wait that doubles from
+// the agent dials again: at once to the next of Config.RelayFallbacks
+// (which each agent tries in an order of its own, so that the agents of an
+// instance that dies spread over the others rather than all landing on the
+// next one in a shared list), and once every URL failed, after a jittered wait that doubles from
 // Config.MinBackoff to Config.MaxBackoff and is back to MinBackoff after a
 // success. The relay rejecting the credentials, or another agent taking
 // the channel over, ends Run instead. The deliveries of a connection are
@@ -39,7 +41,7 @@ type Connection struct {
 func (a *Agent) stayConnected(ctx context.Context) error {
 	backoff := a.cfg.MinBackoff
 	var lost time.Time // when the last connection ended; zero before the first
-	relays := append([]string{a.cfg.RelayURL}, a.cfg.RelayFallbacks...)
+	relays := append([]string{a.cfg.RelayURL}, a.shuffled(a.cfg.RelayFallbacks)...)
 	at := 0 // the relay tried next
 	for {
 		conn, err := relay.Dial(ctx, relay.DialConfig{RelayURL: relays[at], Credentials: a.cfg.Credentials})
@@ -86,6 +88,17 @@ func (a *Agent) stayConnected(ctx context.Context) error {
 		lost = a.cfg.Now()
 		a.cfg.Logf("connection to the relay lost (%v); reconnecting", err)
 	}
+}
+
+// shuffled returns urls in a random order (Config.Rand), leaving urls as
+// it is.
+func (a *Agent) shuffled(urls []string) []string {
+	out := append([]string(nil), urls...)
+	for i := len(out) - 1; i > 0; i-- {
+		j := int(a.cfg.Rand(int64(i + 1)))
+		out[i], out[j] = out[j], out[i]
+	}
+	return out
 }
 
 // jitter returns a random wait between d/2 and 3d/2.
