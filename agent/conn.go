@@ -3,7 +3,8 @@ package agent
 // The agent's connection to the relay.
 //
 // Run keeps one connection up at a time. relay.Dial opens it and reads
-// the relay's hello (the public URL, the deliveries queued meanwhile);
+// the relay's hello (the public URL, the deliveries queued meanwhile, the
+// largest body, which the connection then accepts);
 // Config.OnConnect reports it as a Connection, saying how long the
 // channel was down when it is a reconnection. When a connection is lost
 // the agent dials again: at once to the next of Config.RelayFallbacks

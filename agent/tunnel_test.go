@@ -99,6 +99,8 @@ type tunnel struct {
 	db       *storage.DB
 	cfg      agent.Config
 
+	relayMod func(*relay.Config) // applied to the relay's Config at each start
+
 	mu      sync.Mutex
 	results []agent.Result
 	connect chan string
@@ -107,7 +109,13 @@ type tunnel struct {
 
 func newTunnel(t testing.TB, forward string, mod func(*agent.Config)) *tunnel {
 	t.Helper()
-	tn := &tunnel{t: t, dir: t.TempDir(), connect: make(chan string, 16)}
+	return newTunnelRelay(t, forward, nil, mod)
+}
+
+// newTunnelRelay is newTunnel with relayMod applied to the relay's Config.
+func newTunnelRelay(t testing.TB, forward string, relayMod func(*relay.Config), mod func(*agent.Config)) *tunnel {
+	t.Helper()
+	tn := &tunnel{t: t, dir: t.TempDir(), connect: make(chan string, 16), relayMod: relayMod}
 	tn.startRelay()
 	cr, err := tn.relay.OpenChannel(nil)
 	if err != nil {
@@ -127,8 +135,13 @@ func newTunnel(t testing.TB, forward string, mod func(*agent.Config)) *tunnel {
 			tn.results = append(tn.results, r)
 			tn.mu.Unlock()
 		},
-		OnConnect: func(c agent.Connection) { tn.connect <- c.PublicURL },
-		Logf:      t.Logf,
+		OnConnect: func(c agent.Connection) {
+			select {
+			case tn.connect <- c.PublicURL:
+			default: // an agent reconnecting again and again must not block here
+			}
+		},
+		Logf: t.Logf,
 	}
 	if mod != nil {
 		mod(&tn.cfg)
@@ -147,7 +160,11 @@ func (tn *tunnel) startRelay() {
 	if err != nil {
 		tn.t.Fatal(err)
 	}
-	srv, err := relay.NewServer(relay.Config{Store: rdb, ResponseTimeout: 10 * time.Second, PingInterval: time.Second, Logf: tn.t.Logf})
+	cfg := relay.Config{Store: rdb, ResponseTimeout: 10 * time.Second, PingInterval: time.Second, Logf: tn.t.Logf}
+	if tn.relayMod != nil {
+		tn.relayMod(&cfg)
+	}
+	srv, err := relay.NewServer(cfg)
 	if err != nil {
 		tn.t.Fatal(err)
 	}
@@ -339,6 +356,40 @@ func TestTunnelBytesExact(t *testing.T) {
 				t.Fatalf("recorded %d bytes with %d attempts", len(d.Body), len(d.Attempts))
 			}
 		})
+	}
+}
+
+// A relay's --max-body above 10 MiB reaches the agent through the hello:
+// a 16 MiB delivery goes through, live and queued, byte-exact.
+func TestTunnelBodyOverTenMiB(t *testing.T) {
+	rec, recv := newRecorder(t)
+	tn := newTunnelRelay(t, recv.URL, func(c *relay.Config) { c.MaxBody = 16 << 20 }, nil)
+	body := randomBytes(16 << 20)
+
+	// Queued while the agent is away, then sent by the drain.
+	resp, _ := tn.post("/queued", body, nil)
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("queued: sender got %s", resp.Status)
+	}
+	tn.startAgent()
+	got := rec.waitFor(t, 1)
+	if !bytes.Equal(got[0].Body, body) {
+		t.Fatalf("queued: the receiver got %d bytes, want the %d sent", len(got[0].Body), len(body))
+	}
+	waitQueueEmpty(t, tn.relayDB, tn.creds.Channel)
+
+	// Live: the sender gets the receiver's answer.
+	resp, _ = tn.post("/live", body, nil)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("live: sender got %s", resp.Status)
+	}
+	got = rec.waitFor(t, 2)
+	if !bytes.Equal(got[1].Body, body) {
+		t.Fatalf("live: the receiver got %d bytes, want the %d sent", len(got[1].Body), len(body))
+	}
+	d, err := tn.db.Delivery(resp.Header.Get("Devhook-Delivery"))
+	if err != nil || !bytes.Equal(d.Body, body) {
+		t.Fatalf("recorded: %v", err)
 	}
 }
 

@@ -416,7 +416,11 @@ func (s *Store) Counts() (relay.Counts, error) {
 	if err != nil {
 		return relay.Counts{}, fmt.Errorf("natsrelay: count queue: %w", err)
 	}
-	return relay.Counts{Channels: int(st.Values()), Queued: int(info.State.Msgs)}, nil
+	parked, err := s.parkedCount(ctx)
+	if err != nil {
+		return relay.Counts{}, fmt.Errorf("natsrelay: count parked deliveries: %w", err)
+	}
+	return relay.Counts{Channels: int(st.Values()), Queued: int(info.State.Msgs), Parked: parked}, nil
 }
 
 // QueueLen returns the number of deliveries in channel's queue.

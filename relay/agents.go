@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -48,7 +49,8 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, channel st
 	s.mu.Unlock()
 	// The agent holds the channel once it has its hello, and the hello is
 	// the first frame: deliveries routed to it meanwhile wait for the lock.
-	hh := &Header{Type: TypeHello, Channel: channel, PublicURL: s.PublicURL(r, channel)}
+	hh := &Header{Type: TypeHello, Channel: channel, PublicURL: s.PublicURL(r, channel),
+		Header: http.Header{HelloMaxBody: {strconv.FormatInt(s.cfg.MaxBody, 10)}}}
 	if qc, ok := s.cfg.Store.(QueueCounter); ok {
 		if n, err := qc.QueueLen(channel); err == nil {
 			hh.Status = n

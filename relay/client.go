@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -96,6 +97,7 @@ type Conn struct {
 	ws      *websocket.Conn
 	channel string
 	hello   Header
+	maxBody int64
 	wait    time.Duration
 
 	out       *wsWriter
@@ -110,7 +112,10 @@ type DialConfig struct {
 	// PingTimeout: the connection is dropped when the relay has sent
 	// nothing (not even a ping) for this long. Default 2×DefaultPingInterval.
 	PingTimeout time.Duration
-	MaxBody     int64 // default DefaultMaxBody
+	// MaxBody bounds the body of a delivery from the relay. Default: what
+	// the relay's hello announces (HelloMaxBody), or DefaultMaxBody from
+	// a relay that does not say.
+	MaxBody int64
 	// TLSClientConfig, when set, is used for an https relay (for
 	// example, to trust a private CA).
 	TLSClientConfig *tls.Config
@@ -128,9 +133,6 @@ func Dial(ctx context.Context, cfg DialConfig) (*Conn, error) {
 	u.Path += "/v1/channels/" + url.PathEscape(cfg.Credentials.Channel) + "/connect"
 	if cfg.PingTimeout <= 0 {
 		cfg.PingTimeout = 2 * DefaultPingInterval
-	}
-	if cfg.MaxBody <= 0 {
-		cfg.MaxBody = DefaultMaxBody
 	}
 	dial := cfg.NetDialContext
 	if dial == nil {
@@ -159,7 +161,7 @@ func Dial(ctx context.Context, cfg DialConfig) (*Conn, error) {
 		}
 		return nil, fmt.Errorf("connect to relay %s: %w", cfg.RelayURL, err)
 	}
-	ws.SetReadLimit(cfg.MaxBody + MaxHeaderSize + 4)
+	ws.SetReadLimit(4 + MaxHeaderSize) // the hello; deliveries once it says how large
 	c := &Conn{ws: ws, channel: cfg.Credentials.Channel, wait: cfg.PingTimeout}
 	c.out = newWSWriter(ws, 30*time.Second, nil)
 	ws.SetPingHandler(func(data string) error {
@@ -184,8 +186,35 @@ func Dial(ctx context.Context, cfg DialConfig) (*Conn, error) {
 		return nil, fmt.Errorf("connect to relay %s: expected hello, got %q (%v)", cfg.RelayURL, h.Type, err)
 	}
 	c.hello = h
+	c.maxBody = cfg.MaxBody
+	if c.maxBody <= 0 {
+		c.maxBody = announcedMaxBody(&h)
+	}
+	ws.SetReadLimit(4 + MaxHeaderSize + c.maxBody)
 	return c, nil
 }
+
+// maxAnnouncedBody bounds what a hello may announce, so that the read
+// limit cannot overflow.
+const maxAnnouncedBody = 1 << 40
+
+// announcedMaxBody is the largest body a relay's hello announces, or
+// DefaultMaxBody when it says nothing (an older relay) or nothing usable.
+func announcedMaxBody(h *Header) int64 {
+	vs := h.Header[HelloMaxBody]
+	if len(vs) == 0 {
+		return DefaultMaxBody
+	}
+	n, err := strconv.ParseInt(vs[0], 10, 64)
+	if err != nil || n <= 0 {
+		return DefaultMaxBody
+	}
+	return min(n, maxAnnouncedBody)
+}
+
+// MaxBody is the largest delivery body this connection accepts: the
+// relay's, as its hello announced it (see DialConfig.MaxBody).
+func (c *Conn) MaxBody() int64 { return c.maxBody }
 
 // PublicURL is the URL senders post to, as the relay announced it.
 func (c *Conn) PublicURL() string { return c.hello.PublicURL }

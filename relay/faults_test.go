@@ -131,7 +131,7 @@ func TestUnframeableQueuedDeliveryIsParked(t *testing.T) {
 		conn.Ack(d.ID)
 	}
 	waitFor(t, "the queue to empty", func() bool { n, _ := db.QueueLen(cr.Channel); return n == 0 })
-	parked, err := db.Parked(cr.Channel)
+	parked, err := db.ListParked(cr.Channel)
 	if err != nil || len(parked) != 1 || parked[0].ID != bad.ID || !strings.Contains(parked[0].Reason, "too large") {
 		t.Fatalf("parked %+v, %v", parked, err)
 	}

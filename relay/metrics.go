@@ -14,6 +14,7 @@ import (
 type Counts struct {
 	Channels int // channels opened
 	Queued   int // deliveries waiting in queues, over all channels
+	Parked   int // deliveries parked, over all channels (see Store.Park)
 }
 
 // Counter is implemented by a Store that can count what it keeps. The
@@ -101,11 +102,13 @@ type storeCollector struct {
 var (
 	descChannels = prometheus.NewDesc("devhook_relay_channels", "Channels opened (in the cluster, when clustered).", nil, nil)
 	descQueued   = prometheus.NewDesc("devhook_relay_queue_depth", "Deliveries waiting in queues for their agent, over all channels (in the cluster, when clustered).", nil, nil)
+	descParked   = prometheus.NewDesc("devhook_relay_parked_deliveries", "Deliveries parked because they can never be sent to their agent, over all channels (in the cluster, when clustered): see devhook relay parked.", nil, nil)
 )
 
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descChannels
 	ch <- descQueued
+	ch <- descParked
 }
 
 func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
@@ -117,6 +120,7 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descChannels, prometheus.GaugeValue, float64(n.Channels))
 	ch <- prometheus.MustNewConstMetric(descQueued, prometheus.GaugeValue, float64(n.Queued))
+	ch <- prometheus.MustNewConstMetric(descParked, prometheus.GaugeValue, float64(n.Parked))
 }
 
 type logAdapter func(string, ...any)

@@ -48,6 +48,48 @@ func post(t *testing.T, u, body string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
+// devhook_relay_parked_deliveries counts the parked deliveries of every
+// channel, and goes down when one is requeued or dropped.
+func TestMetricsCountParked(t *testing.T) {
+	_, hs, db := newRelay(t, relay.Config{})
+	parked := func() string {
+		t.Helper()
+		_, m := get(t, hs.URL+"/metrics")
+		return metricValue(m, "devhook_relay_parked_deliveries")
+	}
+	if got := parked(); got != "0" {
+		t.Fatalf("parked = %q, want 0", got)
+	}
+	var ids []string
+	for range 3 {
+		cr := open(t, hs)
+		st, _ := post(t, cr.PublicURL+"/hook", "x")
+		if st != http.StatusAccepted {
+			t.Fatalf("queued delivery: %d", st)
+		}
+		q, err := db.Queued(cr.Channel, "", 0)
+		if err != nil || len(q) != 1 {
+			t.Fatal(q, err)
+		}
+		if err := db.Park(cr.Channel, q[0].ID, "test"); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, q[0].ID)
+	}
+	if got := parked(); got != "3" {
+		t.Fatalf("parked = %q, want 3", got)
+	}
+	if _, err := db.Requeue(ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.DropParked(ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	if got := parked(); got != "1" {
+		t.Fatalf("parked = %q, want 1", got)
+	}
+}
+
 // /metrics counts deliveries by the status answered and the outcome, the
 // latency of each outcome, connected agents, channels, queue depth and
 // acknowledgements; each Server has its own registry.

@@ -28,20 +28,47 @@
 // tag byte and its value. Strings are a uvarint length and the bytes;
 // numbers are varints. A header field (tag 11) is a name and a uvarint
 // count of values, each a string, so repeated headers keep every value in
-// order. Unknown tags and anything that runs past the header are errors.
+// order. Anything that runs past the header is an error.
 //
-//	relay → agent  hello     {channel, public_url, status}    sent once, first
+//	relay → agent  hello     {channel, public_url, status, header} sent once, first
 //	relay → agent  deliver   {id, method, path, query, header,
 //	                          received_at, remote_addr, queued} + request body
 //	agent → relay  response  {id, status, header}             + response body
 //	agent → relay  ack       {id}                             a queued delivery is recorded
 //
-// The hello's status field (tag 12, which every decoder knows) carries the
-// number of deliveries queued for the channel when the agent connected,
-// when the relay's Store can count them (QueueCounter); it is left out
-// when 0. A new tag would have been an error for older agents; an older
-// agent decodes this one and ignores it, and a newer agent reads 0 from an
-// older relay.
+// # Additions without a flag day
+//
+// Each side ignores what it does not know, so that a newer relay works
+// with older agents and a newer agent with an older relay:
+//
+//   - Tags 1 to 11 are the fields above, with those values, in every
+//     frame type. A field added later has a tag of 12 or more, and its
+//     value is always a uvarint length and that many bytes (a number is a
+//     varint within them, a flag has none). A field whose tag a side does
+//     not know, whatever the tag, is skipped by its length.
+//   - A frame of a type a side does not know is ignored, whole
+//     (DecodeFrame returns it with an empty Type). A new frame type that
+//     needs an answer is sent only to a side that said it knows it (a
+//     relay in its hello, an agent in its connect request), since an
+//     older one answers nothing.
+//   - The version byte stays 1. A change an older side could not ignore
+//     would take a new version, which the older side refuses, saying to
+//     upgrade it.
+//
+// Devhooks from before this rule refuse a tag or type they do not know:
+// what a relay tells every agent goes in a field they know. The hello's
+// header field carries the relay's settings, by name, for that reason:
+//
+//	Devhook-Max-Body  the relay's largest delivery body (--max-body), in
+//	                  bytes, in decimal: the agent accepts deliver frames
+//	                  that large. An agent of a relay that does not say
+//	                  takes DefaultMaxBody (10 MiB).
+//
+// The hello's status field (tag 10) carries the number of deliveries
+// queued for the channel when the agent connected, when the relay's Store
+// can count them (QueueCounter); it is left out when 0. An older agent
+// decodes it and ignores it, and a newer agent reads 0 from an older
+// relay.
 //
 // A delivery stays in the relay's queue until its ack arrives. The agent
 // answers every deliver with a response (the relay passes it to a waiting
@@ -126,6 +153,7 @@ const (
 // of this file describes (the json tags name its fields, not its
 // encoding). Fields are used by the frame types as that comment says.
 type Header struct {
+	// Type is empty for a frame of a type this devhook does not know.
 	Type string `json:"type"`
 	ID   string `json:"id,omitempty"`
 
@@ -181,7 +209,12 @@ const (
 	tagQueued     // no value
 	tagStatus     // varint
 	tagHeader     // name, uvarint count, values
+	// Tags from 12 on are fields added later: a uvarint length and the
+	// value (see the top of this file).
 )
+
+// HelloMaxBody is the hello's header that announces the relay's MaxBody.
+const HelloMaxBody = "Devhook-Max-Body"
 
 // AppendFrame appends the encoding of h and payload to dst.
 func AppendFrame(dst []byte, h *Header, payload []byte) ([]byte, error) {
@@ -353,8 +386,21 @@ func (r *headerReader) str() string {
 	return s
 }
 
+// skipField skips the value of a field this devhook does not know: a
+// uvarint length and that many bytes.
+func (r *headerReader) skipField(tag byte) {
+	n := r.uvarint()
+	if n > uint64(len(r.b)) {
+		r.fail(fmt.Sprintf("field %d runs past the header", tag))
+		return
+	}
+	r.skip(int(n))
+}
+
 // DecodeFrame splits a frame into its header and payload. The payload
-// aliases msg.
+// aliases msg. Fields this devhook does not know are skipped; a frame of
+// a type it does not know is returned with an empty Type and no fields,
+// for the caller to ignore (see the top of this file).
 func DecodeFrame(msg []byte) (Header, []byte, error) {
 	var h Header
 	if len(msg) < 4 {
@@ -369,7 +415,7 @@ func DecodeFrame(msg []byte) (Header, []byte, error) {
 		return h, nil, fmt.Errorf("%w: version %d, this devhook speaks %d (upgrade the older side)", ErrMalformed, hdr[0], frameVersion)
 	}
 	if int(hdr[1]) >= len(typeNames) || typeNames[hdr[1]] == "" {
-		return h, nil, fmt.Errorf("%w: unknown type %d", ErrMalformed, hdr[1])
+		return h, msg[4+n:], nil // a type added after this devhook: ignored
 	}
 	h.Type = typeNames[hdr[1]]
 	r := headerReader{b: hdr[2:], all: string(hdr[2:])}
@@ -425,7 +471,7 @@ func DecodeFrame(msg []byte) (Header, []byte, error) {
 			}
 			h.Header[k] = vs
 		default:
-			r.fail(fmt.Sprintf("unknown field %d", tag))
+			r.skipField(tag) // a field added after this devhook
 		}
 	}
 	if r.err != nil {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/devhook/devhook"
 )
 
@@ -36,9 +38,40 @@ type Store interface {
 	Queued(channel string, after string, limit int) ([]*devhook.Delivery, error)
 	Dequeue(channel, id string) error
 	// Park moves delivery id out of channel's queue into a place kept for
-	// deliveries the relay can never send (see the relay's log for why),
-	// so that it no longer holds up the ones behind it.
+	// deliveries the relay can never send, with the reason, so that it no
+	// longer holds up the ones behind it. There it waits for an operator
+	// (devhook relay parked), who may put it back in the queue or drop it.
 	Park(channel, id, reason string) error
+}
+
+// Parked is a delivery the relay set aside because it can never be sent
+// to its agent (Store.Park).
+type Parked struct {
+	Channel string `json:"channel"`
+	ID      string `json:"id"`
+	Reason  string `json:"reason"`
+	// ReceivedAt is when the relay received the delivery: the delivery's
+	// own time, or its id's when it cannot be decoded.
+	ReceivedAt time.Time `json:"received_at"`
+	// ParkedAt is when it was parked; zero when the store does not say.
+	ParkedAt time.Time `json:"parked_at,omitzero"`
+	// Size is the body's length in bytes; -1 when the delivery cannot be
+	// decoded.
+	Size int `json:"size"`
+	// Delivery is the delivery as it was queued; nil when it cannot be
+	// decoded. A list of parked deliveries leaves the body out.
+	Delivery *devhook.Delivery `json:"delivery,omitempty"`
+}
+
+// IDTime is the time of a delivery id, a UUIDv7 as the relay makes them;
+// zero for an id that is not one.
+func IDTime(id string) time.Time {
+	u, err := uuid.Parse(id)
+	if err != nil || u.Version() != 7 {
+		return time.Time{}
+	}
+	sec, nsec := u.Time().UnixTime()
+	return time.Unix(sec, nsec).UTC()
 }
 
 // QueueCounter is a Store that can count a channel's queue cheaply. The

@@ -1,10 +1,10 @@
 package storage
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/devhook/devhook"
@@ -42,8 +42,12 @@ func (s *RelayStore) update(fn func(*bolt.Tx) error) error {
 // RelayStoreConfig configures OpenRelayStore. Zero values mean defaults.
 type RelayStoreConfig struct {
 	// LockTimeout is how long OpenRelayStore waits for another process to
-	// release the file; 0 = one second.
+	// release the file; 0 = one second. A running relay holds it for as
+	// long as it runs: the error then wraps ErrLocked.
 	LockTimeout time.Duration
+	// ReadOnly opens an existing file to read it: writes fail. It still
+	// waits for a process writing the file (a running relay) to release it.
+	ReadOnly bool
 }
 
 var (
@@ -75,11 +79,31 @@ func OpenRelayStore(path string, cfg RelayStoreConfig) (*RelayStore, error) {
 	if cfg.LockTimeout == 0 {
 		cfg.LockTimeout = time.Second
 	}
-	b, err := openFile(path, &bolt.Options{Timeout: cfg.LockTimeout, FreelistType: bolt.FreelistMapType})
+	if cfg.ReadOnly {
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("storage: open %s: %w", path, err)
+		}
+	}
+	b, err := openFile(path, &bolt.Options{Timeout: cfg.LockTimeout, FreelistType: bolt.FreelistMapType, ReadOnly: cfg.ReadOnly})
 	if err != nil {
 		return nil, err
 	}
 	s := &RelayStore{bolt: b, path: path}
+	if cfg.ReadOnly {
+		// A file of an earlier devhook may lack the parked bucket
+		// until a relay opens it to write.
+		err = b.View(func(tx *bolt.Tx) error {
+			if tx.Bucket(bucketChannels) == nil {
+				return errForeign
+			}
+			return nil
+		})
+		if err != nil {
+			b.Close()
+			return nil, corruptError(path, err)
+		}
+		return s, nil
+	}
 	err = b.Update(func(tx *bolt.Tx) error {
 		if tx.Bucket(bucketChannels) == nil {
 			empty := true
@@ -258,83 +282,6 @@ func (s *RelayStore) Dequeue(channel, id string) error {
 	return nil
 }
 
-// Park moves delivery id from channel's queue to the parked bucket, with
-// the reason. An id not in the queue is not an error.
-func (s *RelayStore) Park(channel, id, reason string) error {
-	if err := validID("channel", channel); err != nil {
-		return err
-	}
-	if err := validID("delivery", id); err != nil {
-		return err
-	}
-	err := s.update(func(tx *bolt.Tx) error {
-		q := tx.Bucket(bucketQueue).Bucket([]byte(channel))
-		if q == nil {
-			return nil
-		}
-		v := q.Get([]byte(id))
-		if v == nil {
-			return nil
-		}
-		p, err := tx.Bucket(bucketParked).CreateBucketIfNotExists([]byte(channel))
-		if err != nil {
-			return err
-		}
-		pv := binary.AppendUvarint(make([]byte, 0, 10+len(reason)+len(v)), uint64(len(reason)))
-		pv = append(append(pv, reason...), v...)
-		if err := p.Put([]byte(id), pv); err != nil {
-			return err
-		}
-		return q.Delete([]byte(id))
-	})
-	if err != nil {
-		return fmt.Errorf("storage: park delivery %s of channel %s: %w", id, channel, err)
-	}
-	return nil
-}
-
-// ParkedDelivery is a delivery the relay set aside because it could not be
-// sent.
-type ParkedDelivery struct {
-	ID     string
-	Reason string
-	// Delivery is the delivery as it was queued; nil when it cannot be
-	// decoded.
-	Delivery *devhook.Delivery
-}
-
-// Parked returns channel's parked deliveries in id order.
-func (s *RelayStore) Parked(channel string) ([]ParkedDelivery, error) {
-	if err := validID("channel", channel); err != nil {
-		return nil, err
-	}
-	var out []ParkedDelivery
-	err := s.bolt.View(func(tx *bolt.Tx) error {
-		p := tx.Bucket(bucketParked).Bucket([]byte(channel))
-		if p == nil {
-			return nil
-		}
-		return p.ForEach(func(k, v []byte) error {
-			pd := ParkedDelivery{ID: string(k)}
-			n, w := binary.Uvarint(v)
-			if w <= 0 || n > uint64(len(v)-w) {
-				out = append(out, pd)
-				return nil
-			}
-			pd.Reason = string(v[w : w+int(n)])
-			if d, err := decodeMeta(v[w+int(n):]); err == nil {
-				pd.Delivery = d
-			}
-			out = append(out, pd)
-			return nil
-		})
-	})
-	if err != nil {
-		return nil, fmt.Errorf("storage: read parked deliveries of channel %s: %w", channel, err)
-	}
-	return out, nil
-}
-
 // QueueLen returns the number of deliveries in channel's queue.
 func (s *RelayStore) QueueLen(channel string) (n int, err error) {
 	if err := validID("channel", channel); err != nil {
@@ -353,19 +300,24 @@ func (s *RelayStore) QueueLen(channel string) (n int, err error) {
 }
 
 // Counts implements relay.Counter: the channels, and the deliveries queued
-// over all channels, for /metrics.
+// and parked over all channels, for /metrics.
 func (s *RelayStore) Counts() (relay.Counts, error) {
 	var n relay.Counts
 	err := s.bolt.View(func(tx *bolt.Tx) error {
 		n.Channels = tx.Bucket(bucketChannels).Stats().KeyN
 		q := tx.Bucket(bucketQueue)
-		return q.ForEachBucket(func(k []byte) error {
+		err := q.ForEachBucket(func(k []byte) error {
 			n.Queued += q.Bucket(k).Stats().KeyN
 			return nil
 		})
+		if err != nil {
+			return err
+		}
+		n.Parked, err = parkedCount(tx)
+		return err
 	})
 	if err != nil {
-		return relay.Counts{}, fmt.Errorf("storage: count channels and queue: %w", err)
+		return relay.Counts{}, fmt.Errorf("storage: count channels, queue and parked deliveries: %w", err)
 	}
 	return n, nil
 }

@@ -66,7 +66,8 @@ func newRelayCmd() *cobra.Command {
 		Short: "Run a relay: public URLs for agents, deliveries streamed over WebSocket",
 		Long: `Relay accepts deliveries at /c/<channel>/<any path> and streams each to the channel's
 agent. With no agent connected, deliveries are kept in a queue on disk (the sender gets
-202) and delivered when the agent comes back.
+202) and delivered when the agent comes back. A queued delivery the relay can never send
+is parked, with the reason, so that the queue goes on: see devhook relay parked.
 
 Public HTTPS in one command: --domain hooks.example.com obtains and renews a certificate
 from Let's Encrypt (or --acme-directory) by itself, serves HTTPS on --https-addr (:443) and
@@ -120,6 +121,7 @@ at any instance reaches the agent wherever it is connected. See docs/DEPLOY.md.`
 	f.IntVar(&o.natsReplicas, "nats-replicas", 1, "JetStream replicas of the queue and channels (3 on a NATS cluster of three servers or more)")
 	f.DurationVar(&o.queueMaxAge, "queue-max-age", natsrelay.DefaultQueueMaxAge, "with --nats: a queued delivery older than this is dropped by JetStream")
 	f.Int64Var(&o.queueMaxBytes, "queue-max-bytes", natsrelay.DefaultQueueMaxBytes, "with --nats: bytes the queue of all channels may hold; beyond, senders get 503 and resend")
+	cmd.AddCommand(newRelayParkedCmd())
 	return cmd
 }
 
