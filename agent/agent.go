@@ -81,7 +81,7 @@ const (
 const (
 	DefaultConcurrency    = 64
 	DefaultForwardTimeout = 30 * time.Second
-	DefaultMaxResponse    = 10 << 20
+	DefaultMaxResponse    = relay.MaxAnswerBody
 	DefaultMinBackoff     = 250 * time.Millisecond
 	DefaultMaxBackoff     = 30 * time.Second
 	// DefaultRetryFor is how long a queued delivery whose forward failed

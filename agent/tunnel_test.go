@@ -828,3 +828,20 @@ func TestAnswerWithoutContentTypeKeepsNone(t *testing.T) {
 		t.Errorf("the sender got Content-Type %q, which the receiver did not send", ct)
 	}
 }
+
+// A relay whose --max-body is small still takes the receiver's answers up
+// to the agent's limit (10 MiB): its agents' frames carry answers, not
+// only deliveries.
+func TestTunnelLargeAnswerThroughASmallMaxBody(t *testing.T) {
+	rec, recv := newRecorder(t)
+	answer := randomBytes(4 << 20)
+	rec.answer = func(w http.ResponseWriter, r *http.Request) { w.Write(answer) }
+	tn := newTunnelRelay(t, recv.URL, func(c *relay.Config) { c.MaxBody = 1 << 20 }, nil)
+	tn.startAgent()
+	for i := range 2 { // the agent's connection survives the first
+		resp, body := tn.post("/big-answer", []byte("{}"), nil)
+		if resp.StatusCode != http.StatusOK || !bytes.Equal(body, answer) {
+			t.Fatalf("answer %d: %s with %d bytes, want 200 with the receiver's %d", i, resp.Status, len(body), len(answer))
+		}
+	}
+}

@@ -29,7 +29,9 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, channel st
 	if err != nil {
 		return // the upgrader has answered
 	}
-	ws.SetReadLimit(s.cfg.MaxBody + MaxHeaderSize + 4)
+	// Frames from the agent carry answers, up to MaxAnswerBody whatever
+	// this relay's MaxBody.
+	ws.SetReadLimit(max(s.cfg.MaxBody, MaxAnswerBody) + MaxHeaderSize + 4)
 	c := &agentConn{
 		s: s, ws: ws, channel: channel,
 		pending:  make(map[string]chan *Answer),

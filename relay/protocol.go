@@ -138,6 +138,11 @@ const (
 // can be sent.
 const MaxHeaderSize = 1 << 20
 
+// MaxAnswerBody is the largest answer body an agent sends in a response
+// frame: the receiver's answer, cut there by the agent. A relay reads its
+// agents' frames up to this or its own --max-body, whichever is larger.
+const MaxAnswerBody = 10 << 20
+
 // ErrHeaderTooLarge is wrapped by AppendFrame's error for a header over
 // MaxHeaderSize.
 var ErrHeaderTooLarge = errors.New("frame header too large")
