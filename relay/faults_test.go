@@ -450,11 +450,12 @@ func TestSenderNotLeftWaiting(t *testing.T) {
 		t.Fatalf("agent's 502: sender got %d after %s", r.status, r.took)
 	}
 
-	// The agent sends a response frame over the relay's limit: the relay
-	// drops the connection and the sender gets 202 at once.
+	// The agent sends a response frame over the relay's limit (the
+	// largest answer, whatever MaxBody): the relay drops the connection and
+	// the sender gets 202 at once.
 	done = send()
 	frame, _ = relay.AppendFrame(nil, &relay.Header{Type: relay.TypeResponse, ID: readID(), Status: 200},
-		make([]byte, relay.MaxHeaderSize+2000))
+		make([]byte, relay.MaxAnswerBody+relay.MaxHeaderSize+2000))
 	ws.WriteMessage(websocket.BinaryMessage, frame)
 	if r := <-done; r.status != http.StatusAccepted || r.took > 5*time.Second {
 		t.Fatalf("oversized answer: sender got %d after %s, want a prompt 202", r.status, r.took)
