@@ -42,7 +42,7 @@ type link struct {
 	wait time.Duration // Config.LostWait
 
 	mu     sync.Mutex
-	up     bool            // as the connection's handlers last said, or a call saw
+	up     bool            // as the handlers last said, or a call saw
 	lostAt time.Time       // when the connection was lost; zero while up
 	lost   context.Context // canceled with ErrNATSAway when the connection is lost
 	cancel context.CancelCauseFunc
@@ -96,7 +96,11 @@ func (l *link) markLostLocked() {
 
 func (l *link) markBack() {
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.markBackLocked()
+	l.mu.Unlock()
+}
+
+func (l *link) markBackLocked() {
 	if l.up {
 		return
 	}
@@ -109,16 +113,17 @@ func (l *link) markBack() {
 // after timeout, or when the connection is lost (its cause is then
 // ErrNATSAway). While the connection is lost, ctx waits for it as the
 // comment at the top of this file says, and returns an error wrapping
-// ErrNATSAway if it does not come back in time.
+// ErrNATSAway if it does not come back in time. The connection's status is
+// the truth; the handlers tell of changes promptly.
 func (l *link) ctx(parent context.Context, timeout time.Duration) (context.Context, context.CancelFunc, error) {
 	for {
 		l.mu.Lock()
-		st := l.nc.Status()
-		if st == nats.CLOSED {
+		switch l.nc.Status() {
+		case nats.CLOSED:
 			l.mu.Unlock()
 			return nil, nil, fmt.Errorf("%w: the connection is closed", ErrNATSAway)
-		}
-		if st == nats.CONNECTED && l.up {
+		case nats.CONNECTED:
+			l.markBackLocked() // if the reconnect handler has not run yet
 			lost := l.lost
 			l.mu.Unlock()
 			tctx, tcancel := context.WithTimeout(parent, timeout)
@@ -126,12 +131,7 @@ func (l *link) ctx(parent context.Context, timeout time.Duration) (context.Conte
 			stop := context.AfterFunc(lost, func() { cancel(ErrNATSAway) })
 			return ctx, func() { stop(); cancel(nil); tcancel() }, nil
 		}
-		if st != nats.CONNECTED {
-			// The disconnect handler may not have run yet.
-			l.markLostLocked()
-		}
-		// Connected again but not yet told by the reconnect handler:
-		// it comes soon, and closes back.
+		l.markLostLocked() // if the disconnect handler has not run yet
 		lostAt, back := l.lostAt, l.back
 		l.mu.Unlock()
 		left := time.Until(lostAt.Add(l.wait))
@@ -141,13 +141,12 @@ func (l *link) ctx(parent context.Context, timeout time.Duration) (context.Conte
 		t := time.NewTimer(left)
 		select {
 		case <-back:
-			t.Stop()
-		case <-t.C:
-			return nil, nil, fmt.Errorf("%w, and did not come back within %s", ErrNATSAway, l.wait)
+		case <-t.C: // one more look at the status
 		case <-parent.Done():
 			t.Stop()
 			return nil, nil, parent.Err()
 		}
+		t.Stop()
 	}
 }
 
