@@ -478,7 +478,8 @@ func TestDeliveryToAVanishedRelayIsQueued(t *testing.T) {
 }
 
 // The queue is bounded in bytes: beyond QueueMaxBytes, Enqueue fails and
-// the sender gets 503 with Retry-After (nothing is dropped silently).
+// the sender gets 503 with Retry-After (nothing is dropped silently); the
+// bucket of large deliveries too.
 func TestQueueBoundedBySize(t *testing.T) {
 	ns := natstest.Run(t)
 	in := startInstanceWith(t, ns, natsrelay.Config{ResponseTimeout: 10 * time.Second, QueueMaxBytes: 64 << 10})
@@ -490,6 +491,15 @@ func TestQueueBoundedBySize(t *testing.T) {
 	resp, body := send(t, in.URL+"/c/"+cr.Channel+"/x", big)
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("over the queue's bytes: %s %q", resp.Status, body)
+	}
+	if n, err := in.store.QueueLen(cr.Channel); err != nil || n != 1 {
+		t.Fatalf("queue length %d %v", n, err)
+	}
+	// A delivery over one NATS message: its object's bucket is bounded
+	// alike.
+	resp, body = send(t, in.URL+"/c/"+cr.Channel+"/x", strings.Repeat("y", 2<<20))
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("over the bucket's bytes: %s %q", resp.Status, body)
 	}
 	if n, err := in.store.QueueLen(cr.Channel); err != nil || n != 1 {
 		t.Fatalf("queue length %d %v", n, err)
