@@ -4,22 +4,34 @@
 // instance it is connected to. Relay instances given the same NATS
 // servers share channels, tokens and queues; the relay.Server code is the
 // same as for the single-process relay (storage.RelayStore, relay.Hub).
+// Any NATS server with JetStream will do, at its defaults: a delivery
+// larger than one NATS message (max_payload, 1 MiB by default) goes in
+// parts.
 //
 // # Layout in NATS (prefix "devhook", settable)
 //
 //	KV devhook_channels           channel id → relay.Channel as JSON (token hash, created)
 //	KV devhook_agents             channel id → "<instance>/<attach>" of the newest agent
 //	stream DEVHOOK_QUEUE          devhook.queue.<channel>.<delivery id>: a queued
-//	                              delivery as a deliver frame (relay.EncodeDelivery);
-//	                              file storage, bounded by QueueMaxAge and
-//	                              QueueMaxBytes (discard new: a full queue refuses,
-//	                              the sender gets 503), one message per subject,
-//	                              deduplicated by delivery id
+//	                              delivery as a deliver frame (relay.EncodeDelivery),
+//	                              or, larger than a message, pointing to its object
+//	                              (entries.go); file storage, bounded by QueueMaxAge
+//	                              and QueueMaxBytes (discard new: a full queue
+//	                              refuses, the sender gets 503), one message per
+//	                              subject, deduplicated by delivery id
 //	stream DEVHOOK_PARKED         devhook.parked.<channel>.<delivery id>: deliveries
-//	                              that can never be sent, with a Devhook-Reason header
+//	                              that can never be sent, with a Devhook-Reason
+//	                              header; entries as in the queue
+//	objects devhook_large         <channel>.<delivery id>: the deliver frame of a
+//	                              queued or parked delivery too large for one
+//	                              message, in chunks; written before its entry,
+//	                              deleted after it, TTL QueueMaxAge + 1 h for those
+//	                              a crash left behind, bounded by QueueMaxBytes
 //	devhook.agent.<channel>.deliver  request/reply: a live delivery for the agent
 //	                              of channel, answered by the instance holding it
-//	                              (queue group: one instance answers)
+//	                              (queue group: one instance answers); larger than
+//	                              a message, the delivery and the answer go in
+//	                              parts on per-delivery inboxes (parts.go)
 //	devhook.agent.<channel>.kick  the channel's queue has new deliveries
 //
 // A live delivery arriving at instance B for an agent on instance A is a
@@ -30,9 +42,14 @@
 // the bucket; an instance whose local agent holds an older revision than a
 // newer entry of another agent replaces it (close code 4001).
 //
-// A queued delivery is removed from the stream (purged by subject) when the
-// agent holding the channel acknowledges it, exactly as with the bbolt
-// store; the instance the agent is connected to reads and sends the queue.
+// A queued delivery is removed from the stream (purged by subject), and
+// then its object if it has one, when the agent holding the channel
+// acknowledges it, exactly as with the bbolt store; the instance the agent
+// is connected to reads and sends the queue.
+//
+// While the connection to NATS is lost, calls that need it fail within
+// Config.LostWait of the loss (link.go): the sender of a delivery that
+// needs NATS gets 503 with Retry-After rather than wait for timeouts.
 package natsrelay
 
 import (
@@ -57,6 +74,7 @@ const (
 	DefaultQueueMaxAge   = 7 * 24 * time.Hour
 	DefaultQueueMaxBytes = 1 << 30
 	DefaultTimeout       = 10 * time.Second
+	DefaultLostWait      = time.Second
 )
 
 // Config configures OpenStore and OpenRouter. Zero values mean defaults.
@@ -75,15 +93,20 @@ type Config struct {
 	// of all channels: beyond, Enqueue fails and senders get 503.
 	QueueMaxAge   time.Duration
 	QueueMaxBytes int64
-	// MaxBody is the relay's largest body: the NATS servers' max_payload
-	// must carry a delivery of that size with its head.
+	// MaxBody is the relay's largest body: deliveries and answers up to
+	// that size, with their heads, are taken from other instances.
 	MaxBody int64
 	// ResponseTimeout is the relay's wait for an agent's answer; a request
 	// to another instance waits that long and a little more.
 	ResponseTimeout time.Duration
-	// Timeout bounds each call to JetStream.
+	// Timeout bounds each call to JetStream, and the wait for each part
+	// of a delivery or answer passed between instances in parts.
 	Timeout time.Duration
-	Logf    func(format string, args ...any)
+	// LostWait bounds how long a call that needs NATS waits for a lost
+	// connection to come back, counted from the loss; after, such calls
+	// fail at once (the sender gets 503 and Retry-After). See link.go.
+	LostWait time.Duration
+	Logf     func(format string, args ...any)
 }
 
 func (c *Config) setDefaults() error {
@@ -114,17 +137,23 @@ func (c *Config) setDefaults() error {
 	if c.Timeout <= 0 {
 		c.Timeout = DefaultTimeout
 	}
+	if c.LostWait <= 0 {
+		c.LostWait = DefaultLostWait
+	}
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
 	}
-	// A delivery, or an answer, is one NATS message.
-	need := c.MaxBody + relay.MaxHeaderSize + 4<<10
-	if mp := c.Conn.MaxPayload(); mp < need {
-		return fmt.Errorf("natsrelay: the NATS server's max_payload is %d bytes, and a delivery of --max-body %d bytes needs %d: set max_payload: %dMB in the NATS server's configuration, or lower --max-body",
-			mp, c.MaxBody, need, (need+(1<<20)-1)>>20)
+	// Larger deliveries go in parts of max_payload less headroom; below
+	// this, parts would be mostly headers.
+	if mp := c.Conn.MaxPayload(); mp < MinMaxPayload {
+		return fmt.Errorf("natsrelay: the NATS server's max_payload is %d bytes, below the relay's minimum of %d: raise it in the NATS server's configuration (its default, 1MB, will do)",
+			mp, MinMaxPayload)
 	}
 	return nil
 }
+
+// maxFrame is the largest deliver or answer frame the relay makes.
+func (c *Config) maxFrame() int64 { return c.MaxBody + relay.MaxHeaderSize + 4<<10 }
 
 func (c *Config) upper() string { return strings.ToUpper(strings.ReplaceAll(c.Prefix, "-", "_")) }
 
@@ -143,16 +172,29 @@ func validToken(s string) bool {
 }
 
 // Store is the cluster's relay.Store: channels in a JetStream KV bucket,
-// the queue in a JetStream stream.
+// the queue in a JetStream stream, large deliveries in an object bucket.
 type Store struct {
 	cfg      Config
+	link     *link
 	js       jetstream.JetStream
 	channels jetstream.KeyValue
 	queue    jetstream.Stream
 	parked   jetstream.Stream
+	objects  jetstream.ObjectStore
+
+	// Tests only (export_test.go): called before each part of an
+	// object is read to be written, and before an entry is written.
+	beforePart  func(written int)
+	beforeEntry func()
 
 	mu   sync.Mutex
-	seqs map[string]uint64 // channel/id → stream sequence, of deliveries Queued returned
+	seqs map[string]queued // channel/id → where Queued found it
+}
+
+// queued is where Queued found a delivery.
+type queued struct {
+	seq    uint64 // its entry's stream sequence
+	object bool   // the entry points to an object
 }
 
 var (
@@ -172,7 +214,7 @@ func OpenStore(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("natsrelay: %w", err)
 	}
-	s := &Store{cfg: cfg, js: js, seqs: make(map[string]uint64)}
+	s := &Store{cfg: cfg, js: js, seqs: make(map[string]queued)}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	s.channels, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
@@ -182,13 +224,14 @@ func OpenStore(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, jsError("create the channels bucket", err)
 	}
-	maxMsg := int32(min(cfg.MaxBody+relay.MaxHeaderSize+4<<10, 1<<31-1))
+	// Entries are at most one message (max_payload): the streams need
+	// no MaxMsgSize of their own.
 	s.queue, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name: cfg.upper() + "_QUEUE", Description: "devhook relay: deliveries waiting for their agent",
 		Subjects: []string{cfg.Prefix + ".queue.>"}, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
 		Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardNew,
-		MaxAge: cfg.QueueMaxAge, MaxBytes: cfg.QueueMaxBytes, MaxMsgSize: maxMsg,
-		MaxMsgsPerSubject: 1, Duplicates: 2 * time.Minute,
+		MaxAge: cfg.QueueMaxAge, MaxBytes: cfg.QueueMaxBytes,
+		MaxMsgsPerSubject: 1, Duplicates: min(2*time.Minute, cfg.QueueMaxAge),
 	})
 	if err != nil {
 		return nil, jsError("create the queue stream", err)
@@ -197,11 +240,19 @@ func OpenStore(ctx context.Context, cfg Config) (*Store, error) {
 		Name: cfg.upper() + "_PARKED", Description: "devhook relay: deliveries that can never be sent to their agent",
 		Subjects: []string{cfg.Prefix + ".parked.>"}, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
 		Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardOld,
-		MaxAge: cfg.QueueMaxAge, MaxBytes: max(cfg.QueueMaxBytes/8, 64<<20), MaxMsgSize: maxMsg,
+		MaxAge: cfg.QueueMaxAge, MaxBytes: max(cfg.QueueMaxBytes/8, 64<<20),
 	})
 	if err != nil {
 		return nil, jsError("create the parked stream", err)
 	}
+	s.objects, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket: cfg.Prefix + "_large", Description: "devhook relay: queued and parked deliveries too large for one NATS message",
+		TTL: objectTTL(cfg.QueueMaxAge), MaxBytes: cfg.QueueMaxBytes, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
+	})
+	if err != nil {
+		return nil, jsError("create the bucket of large deliveries", err)
+	}
+	s.link = newLink(cfg.Conn, cfg.LostWait, nil)
 	return s, nil
 }
 
@@ -212,8 +263,17 @@ func jsError(what string, err error) error {
 	return fmt.Errorf("natsrelay: %s: %w", what, err)
 }
 
+// ctx is the context of a call to JetStream: Timeout, bounded by the
+// link. While NATS is away it is canceled already (its cause wraps
+// ErrNATSAway), and calls made with it fail before sending anything.
 func (s *Store) ctx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), s.cfg.Timeout)
+	ctx, cancel, err := s.link.ctx(context.Background(), s.cfg.Timeout)
+	if err != nil {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(err)
+		return ctx, func() {}
+	}
+	return ctx, cancel
 }
 
 func (s *Store) queueSubject(channel, id string) string {
@@ -232,7 +292,7 @@ func (s *Store) PutChannel(ch relay.Channel) error {
 	ctx, cancel := s.ctx()
 	defer cancel()
 	if _, err := s.channels.Put(ctx, ch.ID, v); err != nil {
-		return fmt.Errorf("natsrelay: put channel %s: %w", ch.ID, err)
+		return fmt.Errorf("natsrelay: put channel %s: %w", ch.ID, why(ctx, err))
 	}
 	return nil
 }
@@ -250,7 +310,7 @@ func (s *Store) Channel(id string) (relay.Channel, error) {
 	case errors.Is(err, jetstream.ErrKeyNotFound):
 		return relay.Channel{}, notFound
 	case err != nil:
-		return relay.Channel{}, fmt.Errorf("natsrelay: read channel %s: %w", id, err)
+		return relay.Channel{}, fmt.Errorf("natsrelay: read channel %s: %w", id, why(ctx, err))
 	}
 	var ch relay.Channel
 	if err := json.Unmarshal(e.Value(), &ch); err != nil {
@@ -260,21 +320,33 @@ func (s *Store) Channel(id string) (relay.Channel, error) {
 }
 
 // Enqueue implements relay.Store: it returns once JetStream has stored the
-// delivery (on a quorum of its replicas).
+// delivery (on a quorum of its replicas), its object first if it has one
+// (entries.go).
 func (s *Store) Enqueue(channel string, d *devhook.Delivery) error {
 	if !validToken(channel) || d == nil || !validToken(d.ID) {
 		return devhook.Errorf(devhook.EINVALID, "natsrelay: enqueue: invalid channel or delivery")
 	}
-	data, err := relay.EncodeDelivery(d)
+	frame, err := relay.EncodeDelivery(d)
 	if err != nil {
 		return fmt.Errorf("natsrelay: enqueue delivery %s: %w", d.ID, err)
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
-	_, err = s.js.PublishMsg(ctx, &nats.Msg{Subject: s.queueSubject(channel, d.ID), Data: data},
+	subject := s.queueSubject(channel, d.ID)
+	if len(frame) > partSize(s.cfg.Conn) {
+		// Queued already: kept once, its object not written again.
+		_, err := s.queue.GetLastMsgForSubject(ctx, subject)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return fmt.Errorf("natsrelay: enqueue delivery %s for channel %s: %w", d.ID, channel, why(ctx, err))
+		}
+	}
+	err = s.writeEntry(ctx, subject, channel, d.ID, frame, nil,
 		jetstream.WithMsgID(d.ID), jetstream.WithExpectStream(s.cfg.upper()+"_QUEUE"))
 	if err != nil {
-		return fmt.Errorf("natsrelay: enqueue delivery %s for channel %s: %w", d.ID, channel, err)
+		return fmt.Errorf("natsrelay: enqueue delivery %s for channel %s: %w", d.ID, channel, why(ctx, err))
 	}
 	return nil
 }
@@ -300,22 +372,13 @@ func (s *Store) Queued(channel string, after string, limit int) ([]*devhook.Deli
 			break
 		}
 		if err != nil {
-			return out, fmt.Errorf("natsrelay: read queue of channel %s: %w", channel, err)
+			return out, fmt.Errorf("natsrelay: read queue of channel %s: %w", channel, why(ctx, err))
 		}
 		start = m.Sequence + 1
-		id := m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]
-		s.mu.Lock()
-		if len(s.seqs) >= maxSeqs {
-			// Entries of deliveries acknowledged through other
-			// instances are never forgotten here: start afresh. A
-			// miss costs one lookup in the stream.
-			clear(s.seqs)
-		}
-		s.seqs[channel+"/"+id] = m.Sequence
-		s.mu.Unlock()
-		d, err := relay.DecodeDelivery(channel, m.Data)
+		s.remember(channel, idOf(m.Subject), queued{seq: m.Sequence, object: isObjectEntry(m.Header)})
+		d, err := s.readEntry(ctx, channel, m)
 		if err != nil {
-			return out, fmt.Errorf("natsrelay: read queue of channel %s: %w", channel, &relay.UnreadableError{ID: id, Err: err})
+			return out, fmt.Errorf("natsrelay: read queue of channel %s: %w", channel, why(ctx, err))
 		}
 		d.Queued = true
 		out = append(out, d)
@@ -326,13 +389,25 @@ func (s *Store) Queued(channel string, after string, limit int) ([]*devhook.Deli
 // maxSeqs bounds the sequences a Store remembers.
 const maxSeqs = 1 << 16
 
+func (s *Store) remember(channel, id string, q queued) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.seqs) >= maxSeqs {
+		// Entries of deliveries acknowledged through other
+		// instances are never forgotten here: start afresh. A
+		// miss costs one lookup in the stream.
+		clear(s.seqs)
+	}
+	s.seqs[channel+"/"+id] = q
+}
+
 // seqAfter is the stream sequence to read from after delivery id.
 func (s *Store) seqAfter(ctx context.Context, channel, id string) uint64 {
 	s.mu.Lock()
-	seq, ok := s.seqs[channel+"/"+id]
+	q, ok := s.seqs[channel+"/"+id]
 	s.mu.Unlock()
 	if ok {
-		return seq + 1
+		return q.seq + 1
 	}
 	if m, err := s.queue.GetLastMsgForSubject(ctx, s.queueSubject(channel, id)); err == nil {
 		return m.Sequence + 1
@@ -348,22 +423,55 @@ func (s *Store) forget(channel, id string) {
 	s.mu.Unlock()
 }
 
-// Dequeue implements relay.Store.
+// Dequeue implements relay.Store: the entry, then its object if it has
+// one.
 func (s *Store) Dequeue(channel, id string) error {
 	if !validToken(channel) || !validToken(id) {
 		return devhook.Errorf(devhook.EINVALID, "natsrelay: dequeue: invalid channel or delivery id")
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
+	s.mu.Lock()
+	q, ok := s.seqs[channel+"/"+id]
+	s.mu.Unlock()
+	if !ok {
+		// Not read through this Store: the entry says whether it has
+		// an object.
+		m, err := s.queue.GetLastMsgForSubject(ctx, s.queueSubject(channel, id))
+		switch {
+		case errors.Is(err, jetstream.ErrMsgNotFound):
+			return nil
+		case err != nil:
+			return fmt.Errorf("natsrelay: dequeue delivery %s of channel %s: %w", id, channel, why(ctx, err))
+		}
+		q.object = isObjectEntry(m.Header)
+	}
+	if err := s.removeEntry(ctx, channel, id); err != nil {
+		return err
+	}
+	if q.object {
+		h := nats.Header{hdrObject: {objectName(channel, id)}}
+		if err := s.deleteObjectOf(ctx, h); err != nil {
+			// Dequeued all the same: nothing points to the object.
+			s.cfg.Logf("relay: channel %s: delivery %s dequeued, but: %v (the bucket's TTL removes it)", channel, id, why(ctx, err))
+		}
+	}
+	return nil
+}
+
+// removeEntry removes delivery id's entry from channel's queue, leaving
+// its object.
+func (s *Store) removeEntry(ctx context.Context, channel, id string) error {
 	if err := s.queue.Purge(ctx, jetstream.WithPurgeSubject(s.queueSubject(channel, id))); err != nil {
-		return fmt.Errorf("natsrelay: dequeue delivery %s of channel %s: %w", id, channel, err)
+		return fmt.Errorf("natsrelay: dequeue delivery %s of channel %s: %w", id, channel, why(ctx, err))
 	}
 	s.forget(channel, id)
 	return nil
 }
 
 // Park implements relay.Store: the delivery goes to the parked stream,
-// with the reason in its Devhook-Reason header.
+// with the reason in its Devhook-Reason header, its object (if it has
+// one) kept for it.
 func (s *Store) Park(channel, id, reason string) error {
 	if !validToken(channel) || !validToken(id) {
 		return devhook.Errorf(devhook.EINVALID, "natsrelay: park: invalid channel or delivery id")
@@ -375,14 +483,18 @@ func (s *Store) Park(channel, id, reason string) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("natsrelay: park delivery %s of channel %s: %w", id, channel, err)
+		return fmt.Errorf("natsrelay: park delivery %s of channel %s: %w", id, channel, why(ctx, err))
 	}
-	pm := &nats.Msg{Subject: s.cfg.Prefix + ".parked." + channel + "." + id, Data: m.Data, Header: nats.Header{}}
-	pm.Header.Set("Devhook-Reason", strings.ToValidUTF8(strings.ReplaceAll(reason, "\n", " "), "?"))
-	if _, err := s.js.PublishMsg(ctx, pm, jetstream.WithExpectStream(s.cfg.upper()+"_PARKED")); err != nil {
-		return fmt.Errorf("natsrelay: park delivery %s of channel %s: %w", id, channel, err)
+	reason = strings.ToValidUTF8(strings.ReplaceAll(reason, "\n", " "), "?")
+	if len(reason) > maxReason {
+		reason = strings.ToValidUTF8(reason[:maxReason-3], "") + "..."
 	}
-	return s.Dequeue(channel, id)
+	hdr := nats.Header{hdrReason: {reason}}
+	err = s.copyEntry(ctx, m, s.cfg.Prefix+".parked."+channel+"."+id, channel, id, hdr, jetstream.WithExpectStream(s.cfg.upper()+"_PARKED"))
+	if err != nil {
+		return fmt.Errorf("natsrelay: park delivery %s of channel %s: %w", id, channel, why(ctx, err))
+	}
+	return s.removeEntry(ctx, channel, id)
 }
 
 // Parked returns the parked deliveries of channel: id → reason.
@@ -400,7 +512,7 @@ func (s *Store) Parked(channel string) (map[string]string, error) {
 			return nil, fmt.Errorf("natsrelay: read parked deliveries of channel %s: %w", channel, err)
 		}
 		seq = m.Sequence + 1
-		out[m.Subject[strings.LastIndexByte(m.Subject, '.')+1:]] = m.Header.Get("Devhook-Reason")
+		out[idOf(m.Subject)] = m.Header.Get(hdrReason)
 	}
 }
 

@@ -46,7 +46,10 @@ func startInstanceWith(t *testing.T, ns *server.Server, cfg natsrelay.Config, op
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Conn, cfg.Logf = nc, t.Logf
+	cfg.Conn = nc
+	if cfg.Logf == nil {
+		cfg.Logf = t.Logf
+	}
 	store, err := natsrelay.OpenStore(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -445,29 +448,6 @@ func TestHealthzReportsNATS(t *testing.T) {
 	}
 }
 
-// A NATS server whose max_payload cannot carry the relay's largest
-// delivery is refused at start, with what to change.
-func TestMaxPayloadChecked(t *testing.T) {
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: t.TempDir(), NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go ns.Start()
-	defer func() { ns.Shutdown(); ns.WaitForShutdown() }()
-	if !ns.ReadyForConnections(10 * time.Second) {
-		t.Fatal("nats server did not start")
-	}
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	_, err = natsrelay.OpenStore(context.Background(), natsrelay.Config{Conn: nc})
-	if err == nil || !strings.Contains(err.Error(), "max_payload") {
-		t.Fatalf("OpenStore with the default 1 MB max_payload: %v", err)
-	}
-}
-
 // A relay that vanished without closing its NATS connection still holds
 // the agent's subscription until the NATS server notices: a delivery sent
 // there gets no reply, and the sender's relay queues it (202) after its
@@ -498,7 +478,8 @@ func TestDeliveryToAVanishedRelayIsQueued(t *testing.T) {
 }
 
 // The queue is bounded in bytes: beyond QueueMaxBytes, Enqueue fails and
-// the sender gets 503 with Retry-After (nothing is dropped silently).
+// the sender gets 503 with Retry-After (nothing is dropped silently); the
+// bucket of large deliveries too.
 func TestQueueBoundedBySize(t *testing.T) {
 	ns := natstest.Run(t)
 	in := startInstanceWith(t, ns, natsrelay.Config{ResponseTimeout: 10 * time.Second, QueueMaxBytes: 64 << 10})
@@ -510,6 +491,15 @@ func TestQueueBoundedBySize(t *testing.T) {
 	resp, body := send(t, in.URL+"/c/"+cr.Channel+"/x", big)
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("over the queue's bytes: %s %q", resp.Status, body)
+	}
+	if n, err := in.store.QueueLen(cr.Channel); err != nil || n != 1 {
+		t.Fatalf("queue length %d %v", n, err)
+	}
+	// A delivery over one NATS message: its object's bucket is bounded
+	// alike.
+	resp, body = send(t, in.URL+"/c/"+cr.Channel+"/x", strings.Repeat("y", 2<<20))
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("over the bucket's bytes: %s %q", resp.Status, body)
 	}
 	if n, err := in.store.QueueLen(cr.Channel); err != nil || n != 1 {
 		t.Fatalf("queue length %d %v", n, err)

@@ -1,14 +1,15 @@
 package natsrelay
 
 // Parked deliveries of the cluster: the stream DEVHOOK_PARKED holds one
-// message a delivery, devhook.parked.<channel>.<delivery id>, its data the
-// queue message as it was (a deliver frame) and its Devhook-Reason header
-// why it can never be sent; the message's time is when it was parked.
+// entry a delivery, devhook.parked.<channel>.<delivery id>, as the queue
+// holds it (entries.go: the deliver frame, or a pointer to its object in
+// devhook_large), with a Devhook-Reason header saying why it can never be
+// sent; the message's time is when it was parked.
 // ListParked, ParkedDelivery, Requeue and DropParked serve devhook relay
 // parked --nats, through LookupStore, which changes nothing in NATS.
 //
-// Parked messages are read and written only through parkedMsgs,
-// parkedMsg, putQueued, deleteParked and parkedCount.
+// Parked messages are read through parkedMsgs and parkedMsg, and their
+// deliveries through readEntry; a requeue is copyEntry, as parking is.
 
 import (
 	"context"
@@ -17,7 +18,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/devhook/devhook"
@@ -26,8 +26,8 @@ import (
 
 // LookupStore returns the Store of a cluster whose relays created its
 // streams and bucket, without creating or changing anything: for a
-// command run beside the relays. Only Conn, Prefix, Timeout and Logf of
-// cfg are read.
+// command run beside the relays. Only Conn, Prefix, Timeout, LostWait and
+// Logf of cfg are read.
 func LookupStore(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Conn == nil {
 		return nil, errors.New("natsrelay: Config.Conn is required")
@@ -44,11 +44,14 @@ func LookupStore(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
+	if cfg.LostWait <= 0 {
+		cfg.LostWait = DefaultLostWait
+	}
 	js, err := jetstream.New(cfg.Conn)
 	if err != nil {
 		return nil, fmt.Errorf("natsrelay: %w", err)
 	}
-	s := &Store{cfg: cfg, js: js, seqs: make(map[string]uint64)}
+	s := &Store{cfg: cfg, js: js, seqs: make(map[string]queued)}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	missing := func(what string, err error) error {
@@ -66,18 +69,19 @@ func LookupStore(ctx context.Context, cfg Config) (*Store, error) {
 	if s.parked, err = js.Stream(ctx, cfg.upper()+"_PARKED"); err != nil {
 		return nil, missing("stream "+cfg.upper()+"_PARKED", err)
 	}
+	if s.objects, err = js.ObjectStore(ctx, cfg.Prefix+"_large"); err != nil {
+		return nil, missing("bucket "+cfg.Prefix+"_large", err)
+	}
+	s.link = newLink(cfg.Conn, cfg.LostWait, nil)
 	return s, nil
 }
-
-// hdrReason is the header of a parked message that says why.
-const hdrReason = "Devhook-Reason"
 
 // parkedMsg is one parked delivery as the stream holds it.
 type parkedMsg struct {
 	channel, id string
 	reason      string
-	at          time.Time // parked
-	data        []byte    // the queue message: a deliver frame
+	at          time.Time               // parked
+	m           *jetstream.RawStreamMsg // the entry
 }
 
 func (s *Store) parkedSubject(channel, id string) string {
@@ -88,7 +92,7 @@ func (s *Store) parkedSubject(channel, id string) string {
 func parkedOf(m *jetstream.RawStreamMsg) parkedMsg {
 	// <prefix>.parked.<channel>.<id>
 	parts := strings.Split(m.Subject, ".")
-	pm := parkedMsg{reason: m.Header.Get(hdrReason), at: m.Time.UTC(), data: m.Data}
+	pm := parkedMsg{reason: m.Header.Get(hdrReason), at: m.Time.UTC(), m: m}
 	if len(parts) >= 4 {
 		pm.channel, pm.id = parts[len(parts)-2], parts[len(parts)-1]
 	}
@@ -146,13 +150,13 @@ func (s *Store) parkedMsg(ctx context.Context, id string) (parkedMsg, error) {
 	return *found, nil
 }
 
-// putQueued puts data, the queue message of delivery id, back at the end
-// of channel's queue. It is not deduplicated by id as Enqueue is: the
-// delivery may have been queued within the stream's duplicate window.
-func (s *Store) putQueued(ctx context.Context, channel, id string, data []byte) error {
-	_, err := s.js.PublishMsg(ctx, &nats.Msg{Subject: s.queueSubject(channel, id), Data: data},
+// putQueued puts the entry of parked delivery pm back at the end of its
+// channel's queue (its object, if it has one, written again first). It
+// is not deduplicated by id as Enqueue is: the delivery may have been
+// queued within the stream's duplicate window.
+func (s *Store) putQueued(ctx context.Context, pm *parkedMsg) error {
+	return s.copyEntry(ctx, pm.m, s.queueSubject(pm.channel, pm.id), pm.channel, pm.id, nil,
 		jetstream.WithExpectStream(s.cfg.upper()+"_QUEUE"))
-	return err
 }
 
 // deleteParked removes the parked delivery id of channel.
@@ -170,11 +174,11 @@ func (s *Store) parkedCount(ctx context.Context) (int, error) {
 }
 
 // parked makes a relay.Parked of pm, with the delivery's body when body
-// is set.
-func (pm *parkedMsg) parked(body bool) relay.Parked {
+// is set. A delivery that cannot be read (its object gone) has Size -1.
+func (s *Store) parkedOf(ctx context.Context, pm *parkedMsg, body bool) relay.Parked {
 	p := relay.Parked{Channel: pm.channel, ID: pm.id, Reason: pm.reason, ParkedAt: pm.at,
 		ReceivedAt: relay.IDTime(pm.id), Size: -1}
-	d, err := relay.DecodeDelivery(pm.channel, pm.data)
+	d, err := s.readEntry(ctx, pm.channel, pm.m)
 	if err != nil {
 		return p
 	}
@@ -204,7 +208,7 @@ func (s *Store) ListParked(channel string) ([]relay.Parked, error) {
 	}
 	out := make([]relay.Parked, len(msgs))
 	for i := range msgs {
-		out[i] = msgs[i].parked(false)
+		out[i] = s.parkedOf(ctx, &msgs[i], false)
 	}
 	return out, nil
 }
@@ -221,7 +225,7 @@ func (s *Store) ParkedDelivery(id string) (relay.Parked, error) {
 	if err != nil {
 		return relay.Parked{}, fmt.Errorf("natsrelay: read parked delivery %s: %w", id, err)
 	}
-	return pm.parked(true), nil
+	return s.parkedOf(ctx, &pm, true), nil
 }
 
 // Requeue puts parked delivery id back at the end of its channel's queue,
@@ -230,7 +234,7 @@ func (s *Store) ParkedDelivery(id string) (relay.Parked, error) {
 // delivery without its body.
 func (s *Store) Requeue(id string) (relay.Parked, error) {
 	return s.takeParked(id, "requeue", func(ctx context.Context, pm *parkedMsg) error {
-		if err := s.putQueued(ctx, pm.channel, pm.id, pm.data); err != nil {
+		if err := s.putQueued(ctx, pm); err != nil {
 			return err
 		}
 		// As Router.Kick does from another instance.
@@ -256,8 +260,14 @@ func (s *Store) takeParked(id, what string, then func(ctx context.Context, pm *p
 	if err == nil {
 		err = then(ctx, &pm)
 	}
+	var p relay.Parked
 	if err == nil {
+		p = s.parkedOf(ctx, &pm, false)
 		err = s.deleteParked(ctx, pm.channel, pm.id)
+	}
+	if err == nil && what == "drop" {
+		// Its object, if it has one (a requeued entry has its own copy).
+		err = s.deleteObjectOf(ctx, pm.m.Header)
 	}
 	if err == nil {
 		err = s.cfg.Conn.FlushWithContext(ctx)
@@ -265,5 +275,5 @@ func (s *Store) takeParked(id, what string, then func(ctx context.Context, pm *p
 	if err != nil {
 		return relay.Parked{}, fmt.Errorf("natsrelay: %s parked delivery %s: %w", what, id, err)
 	}
-	return pm.parked(false), nil
+	return p, nil
 }

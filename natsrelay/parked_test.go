@@ -3,6 +3,7 @@ package natsrelay_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/natsrelay"
@@ -138,5 +140,65 @@ func TestLookupStoreFindsOnlyAnExistingCluster(t *testing.T) {
 	}
 	if _, err := lookup(t, ns.ClientURL(), ""); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A parked delivery too large for one NATS message (a server at its
+// defaults) is listed with its size, shown whole, requeued whole to an
+// agent on another relay, and dropped with its object.
+func TestParkedLargeDelivery(t *testing.T) {
+	ns := natstest.Run(t) // max_payload 1 MiB
+	a, b := startInstance(t, ns), startInstance(t, ns)
+	cr := openOn(t, a)
+	body := bytes.Repeat([]byte("0123456789abcdef"), 3<<16) // 3 MiB
+	var ids []string
+	for range 2 {
+		d := &devhook.Delivery{ID: uuid.Must(uuid.NewV7()).String(), Method: "POST", Path: "/large", Body: body, ReceivedAt: time.Now().UTC()}
+		if err := a.store.Enqueue(cr.Channel, d); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.store.Park(cr.Channel, d.ID, "test"); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, d.ID)
+	}
+	s, err := lookup(t, ns.ClientURL(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := s.ListParked(cr.Channel)
+	if err != nil || len(list) != 2 || list[0].Size != len(body) || list[0].Delivery == nil || list[0].Delivery.Body != nil {
+		t.Fatalf("ListParked = %+v, %v; want two of %d bytes, without bodies", list, err, len(body))
+	}
+	if p, err := s.ParkedDelivery(ids[0]); err != nil || !bytes.Equal(p.Delivery.Body, body) {
+		t.Fatalf("ParkedDelivery: %v (%d bytes)", err, len(p.Delivery.Body))
+	}
+	ag := dialAgent(t, b.URL, cr, 200)
+	if _, err := s.Requeue(ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if d := ag.next(t); d.ID != ids[0] || !bytes.Equal(d.Body, body) {
+		t.Fatalf("agent got %s with %d bytes, want %s whole", d.ID, len(d.Body), ids[0])
+	}
+	if _, err := s.DropParked(ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	if list, err := s.ListParked(""); err != nil || len(list) != 0 {
+		t.Fatalf("after requeue and drop: %+v, %v", list, err)
+	}
+	// The dropped delivery's object is gone; the requeued one's stays
+	// until the agent's ack removes it.
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	obj, err := js.ObjectStore(context.Background(), "devhook_large")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := obj.GetInfo(context.Background(), cr.Channel+"."+ids[1]); !errors.Is(err, jetstream.ErrObjectNotFound) {
+		t.Errorf("the dropped delivery's object: %v, want not found", err)
 	}
 }

@@ -23,6 +23,7 @@ import (
 type Router struct {
 	cfg    Config
 	id     string // this instance
+	link   *link
 	agents jetstream.KeyValue
 	ctx    context.Context // canceled by Close: deliveries for local agents from other instances
 	cancel context.CancelFunc
@@ -33,6 +34,10 @@ type Router struct {
 	nonce  uint64
 	closed bool
 	watch  jetstream.KeyWatcher
+
+	// Tests only (export_test.go): called before part i ≥ 1 of a
+	// delivery or answer in parts is sent.
+	beforePart func(i int)
 }
 
 // holder is the local agent of a channel.
@@ -88,13 +93,7 @@ func OpenRouter(ctx context.Context, cfg Config) (*Router, error) {
 	// NATS are lost: after a reconnect, every local agent's queue is read
 	// again, so that what was queued meanwhile goes out without waiting
 	// for the next kick.
-	prev := cfg.Conn.ReconnectHandler()
-	cfg.Conn.SetReconnectHandler(func(nc *nats.Conn) {
-		if prev != nil {
-			prev(nc)
-		}
-		r.kickAll()
-	})
+	r.link = newLink(cfg.Conn, cfg.LostWait, r.kickAll)
 	return r, nil
 }
 
@@ -174,11 +173,15 @@ func (r *Router) Attach(channel string, e relay.Endpoint) {
 		}
 		r.mu.Unlock()
 	}
-	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.Timeout)
+	ctx, cancel, err := r.link.ctx(r.ctx, r.cfg.Timeout)
+	if err != nil {
+		r.cfg.Logf("relay: channel %s: announce the agent to other relays: %v", channel, err)
+		return
+	}
 	defer cancel()
 	rev, err := r.agents.Put(ctx, channel, []byte(h.value))
 	if err != nil {
-		r.cfg.Logf("relay: channel %s: announce the agent to other relays: %v", channel, err)
+		r.cfg.Logf("relay: channel %s: announce the agent to other relays: %v", channel, why(ctx, err))
 		return
 	}
 	r.mu.Lock()
@@ -215,8 +218,12 @@ func (r *Router) Detach(channel string, e relay.Endpoint) {
 	if rev == 0 {
 		return
 	}
-	// Only if no agent took the channel since, anywhere.
-	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.Timeout)
+	// Only if no agent took the channel since, anywhere. Left in place
+	// when NATS is away: the next agent's Attach overwrites it.
+	ctx, cancel, err := r.link.ctx(r.ctx, r.cfg.Timeout)
+	if err != nil {
+		return
+	}
 	defer cancel()
 	r.agents.Delete(ctx, channel, jetstream.LastRevision(rev))
 }
@@ -256,7 +263,7 @@ func (r *Router) holder(channel string) relay.Endpoint {
 }
 
 // Deliver implements relay.Router: to the local agent, or by request to
-// the instance holding the channel.
+// the instance holding the channel (in parts when large, parts.go).
 func (r *Router) Deliver(ctx context.Context, d *devhook.Delivery) (*relay.Answer, error) {
 	if e := r.holder(d.Channel); e != nil {
 		return e.Deliver(ctx, d)
@@ -270,14 +277,38 @@ func (r *Router) Deliver(ctx context.Context, d *devhook.Delivery) (*relay.Answe
 	}
 	// The other instance enforces ResponseTimeout; the margin is for
 	// the answer's way back.
-	rctx, cancel := context.WithTimeout(ctx, r.cfg.ResponseTimeout+min(5*time.Second, r.cfg.ResponseTimeout))
+	rctx, cancel, err := r.link.ctx(ctx, r.cfg.ResponseTimeout+min(5*time.Second, r.cfg.ResponseTimeout))
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		// Queued, if the Store can (it cannot either, but says so to
+		// the sender: 503).
+		return nil, fmt.Errorf("%w: %w", relay.ErrNoAgent, err)
+	}
 	defer cancel()
-	reply, err := r.cfg.Conn.RequestMsgWithContext(rctx, &nats.Msg{Subject: r.subject(d.Channel, "deliver"), Data: data})
+	subject := r.subject(d.Channel, "deliver")
+	var reply *nats.Msg
+	answer := data
+	if len(data) <= partSize(r.cfg.Conn) {
+		reply, err = r.cfg.Conn.RequestMsgWithContext(rctx, &nats.Msg{Subject: subject, Data: data})
+		if err == nil {
+			answer = reply.Data
+		}
+	} else {
+		reply, answer, err = r.requestInParts(rctx, subject, data)
+	}
 	switch {
 	case errors.Is(err, nats.ErrNoResponders):
 		return nil, relay.ErrNoAgent
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
+	case errors.Is(context.Cause(rctx), ErrNATSAway):
+		// The connection was lost with the request: the other relay
+		// may have passed the delivery on, or not. Queued, it reaches
+		// the agent (perhaps twice: at least once); or the Store cannot
+		// queue it either, and the sender gets 503 and sends again.
+		return nil, fmt.Errorf("%w: %w", relay.ErrNoAgent, why(rctx, err))
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout):
 		// No reply at all, not even the other relay's "timeout": it
 		// died with the delivery, or never had it. Queued, the delivery
@@ -297,7 +328,7 @@ func (r *Router) Deliver(ctx context.Context, d *devhook.Delivery) (*relay.Answe
 	default:
 		return nil, fmt.Errorf("natsrelay: the relay holding channel %s: %s", d.Channel, reply.Header.Get(hdrError))
 	}
-	a, err := relay.DecodeAnswer(reply.Data)
+	a, err := relay.DecodeAnswer(answer)
 	if err != nil {
 		return nil, fmt.Errorf("natsrelay: answer to delivery %s from another relay: %w", d.ID, err)
 	}
@@ -310,7 +341,9 @@ func (r *Router) Kick(channel string) {
 		e.Kick()
 		return
 	}
-	if validToken(channel) {
+	// Not while NATS is away (nats.go would keep it for the
+	// reconnect): the agent's instance reads its queues again then.
+	if validToken(channel) && r.cfg.Conn.IsConnected() {
 		r.cfg.Conn.Publish(r.subject(channel, "kick"), nil)
 	}
 }
@@ -340,7 +373,18 @@ func (r *Router) serve(channel string, m *nats.Msg) {
 			replyError(m, errNoAgent)
 			return
 		}
-		d, err := relay.DecodeDelivery(channel, m.Data)
+		data := m.Data
+		if m.Header.Get(hdrParts) != "" {
+			var err error
+			if data, err = r.receiveParts(m); err != nil {
+				// Not handed to the agent: the sender's relay
+				// queues it, if it is still there.
+				r.cfg.Logf("relay: channel %s: a delivery from another relay did not come whole: %v", channel, err)
+				replyError(m, errInternal+": "+err.Error())
+				return
+			}
+		}
+		d, err := relay.DecodeDelivery(channel, data)
 		if err != nil {
 			replyError(m, errInternal+": "+err.Error())
 			return
@@ -356,12 +400,12 @@ func (r *Router) serve(channel string, m *nats.Msg) {
 			replyError(m, errNoAgent)
 			return
 		}
-		data, err := relay.EncodeAnswer(d.ID, a)
+		data, err = relay.EncodeAnswer(d.ID, a)
 		if err != nil {
 			replyError(m, errInternal+": "+err.Error())
 			return
 		}
-		if err := m.Respond(data); err != nil {
+		if err := r.respond(m, data); err != nil {
 			r.cfg.Logf("relay: channel %s: pass the answer to delivery %s back: %v", channel, d.ID, err)
 		}
 	}()

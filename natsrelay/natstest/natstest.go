@@ -1,6 +1,7 @@
 // Package natstest runs a NATS server with JetStream inside the process,
 // on a free loopback port: for the tests of the relay cluster and for the
-// load harness.
+// load harness. The server has NATS's own defaults (max_payload 1 MiB)
+// unless an Option says otherwise.
 package natstest
 
 import (
@@ -12,13 +13,26 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 )
 
+// Option changes the server's options before it starts.
+type Option func(*server.Options)
+
+// MaxPayload sets the server's max_payload, the largest message a client
+// may publish, in bytes.
+func MaxPayload(n int32) Option {
+	return func(o *server.Options) { o.MaxPayload = n }
+}
+
 // Start runs a server with its JetStream store under dir. The caller
 // shuts it down (Shutdown, then WaitForShutdown).
-func Start(dir string) (*server.Server, error) {
-	ns, err := server.NewServer(&server.Options{
+func Start(dir string, opts ...Option) (*server.Server, error) {
+	o := &server.Options{
 		Host: "127.0.0.1", Port: -1, JetStream: true, StoreDir: dir,
-		MaxPayload: 16 << 20, NoLog: true, NoSigs: true,
-	})
+		NoLog: true, NoSigs: true,
+	}
+	for _, opt := range opts {
+		opt(o)
+	}
+	ns, err := server.NewServer(o)
 	if err != nil {
 		return nil, fmt.Errorf("nats server: %w", err)
 	}
@@ -32,9 +46,9 @@ func Start(dir string) (*server.Server, error) {
 
 // Run starts a server whose store is in a temporary directory of tb, and
 // shuts it down when tb ends.
-func Run(tb testing.TB) *server.Server {
+func Run(tb testing.TB, opts ...Option) *server.Server {
 	tb.Helper()
-	ns, err := Start(tb.TempDir())
+	ns, err := Start(tb.TempDir(), opts...)
 	if err != nil {
 		tb.Fatal(err)
 	}
