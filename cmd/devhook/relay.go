@@ -310,6 +310,10 @@ func (c *relayCluster) close() {
 func (o *relayOptions) openCluster(ctx context.Context, logger *log.Logger) (*relayCluster, error) {
 	opts := []nats.Option{
 		nats.Name("devhook relay"), nats.MaxReconnects(-1), nats.ReconnectWait(time.Second),
+		// A network that silently drops everything is seen after two
+		// unanswered pings (10-20 s) rather than nats.go's 4 minutes: from
+		// then on deliveries that need NATS get 503 at once.
+		nats.PingInterval(10 * time.Second), nats.MaxPingsOutstanding(2),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			logger.Printf("relay: NATS connection lost (%v); reconnecting. Meanwhile deliveries can be neither queued nor passed to other relays", err)
 		}),
