@@ -614,3 +614,57 @@ func TestSimultaneousAgentsOneWins(t *testing.T) {
 		}
 	}
 }
+
+// A delivery passed to an instance that then dies is not left waiting for
+// the relay's timeout: when the channel's agent attaches elsewhere, the
+// sender gets 202 at once and the agent gets the delivery where it is.
+func TestDeliveryWithADeadInstanceFollowsTheAgent(t *testing.T) {
+	ns := natstest.Run(t)
+	cfg := natsrelay.Config{ResponseTimeout: 20 * time.Second}
+	a, b := startInstanceWith(t, ns, cfg), startInstanceWith(t, ns, cfg)
+	cr := openOn(t, a)
+	// An agent on A that takes deliveries and never answers: A holds the
+	// delivery when it dies.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	mute, err := relay.Dial(ctx, relay.DialConfig{RelayURL: a.URL, Credentials: cr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mute.Close()
+	took := make(chan *devhook.Delivery, 1)
+	go func() {
+		if d, err := mute.Receive(); err == nil {
+			took <- d
+		}
+	}()
+	type result struct {
+		status int
+		after  time.Duration
+	}
+	done := make(chan result, 1)
+	go func() {
+		start := time.Now()
+		resp, _ := send(t, b.URL+"/c/"+cr.Channel+"/follow", "follow me")
+		done <- result{resp.StatusCode, time.Since(start)}
+	}()
+	select {
+	case <-took:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the agent on A never got the delivery")
+	}
+	a.stop()
+	start := time.Now()
+	ag := dialAgent(t, b.URL, cr, http.StatusOK)
+	select {
+	case r := <-done:
+		if r.status != http.StatusAccepted {
+			t.Fatalf("sender got %d, want 202 (queued)", r.status)
+		}
+	case <-time.After(5 * time.Second): // the relay's timeout would be 25 s
+		t.Fatalf("the sender still waits %s after its agent attached on B", time.Since(start))
+	}
+	if d := ag.next(t); string(d.Body) != "follow me" || !d.Queued {
+		t.Fatalf("agent on B got %+v, want the delivery, queued", d)
+	}
+}

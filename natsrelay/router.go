@@ -29,16 +29,27 @@ type Router struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // watcher, and deliveries from other instances
 
-	mu     sync.Mutex
-	local  map[string]*holder
-	nonce  uint64
-	closed bool
-	watch  jetstream.KeyWatcher
+	mu      sync.Mutex
+	local   map[string]*holder
+	waiting map[string]map[*waiter]struct{} // deliveries passed to another instance, by channel
+	nonce   uint64
+	closed  bool
+	watch   jetstream.KeyWatcher
 
 	// Tests only (export_test.go): called before part i ≥ 1 of a
 	// delivery or answer in parts is sent.
 	beforePart func(i int)
 }
+
+// waiter is a delivery passed to the instance holding its channel's agent,
+// waiting for the answer. When the channel's agent attaches anew anywhere
+// (a put in the agents bucket), the waiter is canceled with errAgentMoved:
+// the instance it waits on may have died with the delivery, and nothing
+// would answer it before the relay's timeout (35 s by default). Deliver
+// then has it queued, and the agent gets it where it is now.
+type waiter struct{ cancel context.CancelCauseFunc }
+
+var errAgentMoved = errors.New("the channel's agent attached anew while the delivery was with another relay")
 
 // holder is the local agent of a channel.
 type holder struct {
@@ -71,7 +82,7 @@ func OpenRouter(ctx context.Context, cfg Config) (*Router, error) {
 	}
 	var b [8]byte
 	rand.Read(b[:])
-	r := &Router{cfg: cfg, id: hex.EncodeToString(b[:]), local: make(map[string]*holder)}
+	r := &Router{cfg: cfg, id: hex.EncodeToString(b[:]), local: make(map[string]*holder), waiting: make(map[string]map[*waiter]struct{})}
 	cctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	r.agents, err = js.CreateOrUpdateKeyValue(cctx, jetstream.KeyValueConfig{
@@ -228,7 +239,31 @@ func (r *Router) Detach(channel string, e relay.Endpoint) {
 	r.agents.Delete(ctx, channel, jetstream.LastRevision(rev))
 }
 
-// watchLoop replaces a local agent when a newer one attached elsewhere.
+// wait registers a delivery of channel passed to another instance: the
+// context it returns is canceled with errAgentMoved when the channel's
+// agent attaches anew. stop unregisters it.
+func (r *Router) wait(ctx context.Context, channel string) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	w := &waiter{cancel: cancel}
+	r.mu.Lock()
+	if r.waiting[channel] == nil {
+		r.waiting[channel] = make(map[*waiter]struct{})
+	}
+	r.waiting[channel][w] = struct{}{}
+	r.mu.Unlock()
+	return ctx, func() {
+		r.mu.Lock()
+		delete(r.waiting[channel], w)
+		if len(r.waiting[channel]) == 0 {
+			delete(r.waiting, channel)
+		}
+		r.mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// watchLoop replaces a local agent when a newer one attached elsewhere,
+// and lets deliveries waiting on another instance for the channel go.
 func (r *Router) watchLoop() {
 	for e := range r.watch.Updates() {
 		if e == nil || e.Operation() != jetstream.KeyValuePut {
@@ -236,6 +271,9 @@ func (r *Router) watchLoop() {
 		}
 		channel, value, rev := e.Key(), string(e.Value()), e.Revision()
 		r.mu.Lock()
+		for w := range r.waiting[channel] {
+			w.cancel(errAgentMoved)
+		}
 		h := r.local[channel]
 		var replaced relay.Endpoint
 		switch {
@@ -287,6 +325,8 @@ func (r *Router) Deliver(ctx context.Context, d *devhook.Delivery) (*relay.Answe
 		return nil, fmt.Errorf("%w: %w", relay.ErrNoAgent, err)
 	}
 	defer cancel()
+	rctx, stop := r.wait(rctx, d.Channel)
+	defer stop()
 	subject := r.subject(d.Channel, "deliver")
 	var reply *nats.Msg
 	answer := data
@@ -303,6 +343,12 @@ func (r *Router) Deliver(ctx context.Context, d *devhook.Delivery) (*relay.Answe
 		return nil, relay.ErrNoAgent
 	case ctx.Err() != nil:
 		return nil, ctx.Err()
+	case errors.Is(context.Cause(rctx), errAgentMoved):
+		// Queued, the delivery reaches the agent where it attached now
+		// (perhaps twice, if the instance it was with is alive after
+		// all and passed it on: at least once).
+		r.cfg.Logf("relay: channel %s: its agent attached anew while delivery %s was with another relay; queuing it", d.Channel, d.ID)
+		return nil, relay.ErrNoAgent
 	case errors.Is(context.Cause(rctx), ErrNATSAway):
 		// The connection was lost with the request: the other relay
 		// may have passed the delivery on, or not. Queued, it reaches
