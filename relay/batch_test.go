@@ -273,7 +273,14 @@ func TestCorkConnWaitIsBoundedByTheDeadline(t *testing.T) {
 		_, err := c.Write(make([]byte, 64<<20)) // fills both socket buffers and blocks
 		stuck <- err
 	}()
-	time.Sleep(200 * time.Millisecond)
+	// Wait until the stuck write holds the lock (not a fixed sleep: on a
+	// loaded machine its goroutine may not have run yet).
+	for deadline := time.Now().Add(10 * time.Second); len(c.lock) == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("the first write never took the lock")
+		}
+		time.Sleep(time.Millisecond) // polling the lock's state
+	}
 	c.deadline.Store(time.Now().Add(200 * time.Millisecond).UnixNano())
 	start := time.Now()
 	_, err = c.Write([]byte("ping"))
