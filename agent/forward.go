@@ -20,26 +20,6 @@ import (
 	"github.com/devhook/devhook/signature"
 )
 
-// TargetURL joins a forward target and a delivery's path and query: the
-// target's path is a prefix, the delivery's path suffix follows it.
-func TargetURL(t *url.URL, path, rawQuery string) string {
-	u := *t
-	base := strings.TrimSuffix(u.EscapedPath(), "/")
-	if path == "" {
-		path = "/"
-	}
-	if base != "" && path == "/" {
-		path = ""
-	}
-	u.RawPath = ""
-	u.Path = ""
-	s := u.String() + base + path
-	if rawQuery != "" {
-		s += "?" + rawQuery
-	}
-	return s
-}
-
 // attempt forwards d (or req, when it differs from d) to target and
 // records the attempt. It returns the recorded attempt.
 func (a *Agent) attempt(ctx context.Context, d *devhook.Delivery, target *url.URL, kind string, resign bool, req *devhook.Request, to string) *devhook.Attempt {
@@ -81,7 +61,7 @@ func (a *Agent) forward(ctx context.Context, d *devhook.Delivery, target *url.UR
 		req.Header = header
 	}
 	if to == "" {
-		to = TargetURL(target, path, query)
+		to = devhook.TargetURL(target, path, query)
 	}
 	at := devhook.Attempt{Kind: kind, Target: to, StartedAt: a.cfg.Now().UTC(), Request: req}
 	a.send(ctx, &at, method, header, body)

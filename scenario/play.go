@@ -185,7 +185,7 @@ func Play(ctx context.Context, s *Scenario, cfg Config) (*Report, error) {
 				}
 			}
 		}
-		res := Result{N: i + 1, Label: label(e), Target: targetURL(base, e.Path, e.Query)}
+		res := Result{N: i + 1, Label: label(e), Target: devhook.TargetURL(base, e.Path, e.Query)}
 		res.Sent = fmt.Sprintf("%s %s +%s", e.Method, e.Path, (time.Duration(e.OffsetMS) * time.Millisecond).String())
 		if cfg.Secret != "" {
 			res.Sent += ", signed"
@@ -298,25 +298,6 @@ func label(e *Entry) string {
 		return ""
 	}
 	return strings.TrimSpace(strings.Join([]string{ev.Type, ev.StatusV2, ev.RunID}, " "))
-}
-
-// targetURL joins the handler's URL and a delivery's path and query as
-// devhook replay --to does: the URL's path is a prefix.
-func targetURL(t *url.URL, path, rawQuery string) string {
-	u := *t
-	base := strings.TrimSuffix(u.EscapedPath(), "/")
-	if path == "" {
-		path = "/"
-	}
-	if base != "" && path == "/" {
-		path = ""
-	}
-	u.RawPath, u.Path, u.RawQuery, u.Fragment = "", "", "", ""
-	s := u.String() + base + path
-	if rawQuery != "" {
-		s += "?" + rawQuery
-	}
-	return s
 }
 
 func firstLine(b []byte) string {
