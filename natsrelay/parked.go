@@ -26,26 +26,11 @@ import (
 
 // LookupStore returns the Store of a cluster whose relays created its
 // streams and bucket, without creating or changing anything: for a
-// command run beside the relays. Only Conn, Prefix, Timeout, LostWait and
-// Logf of cfg are read.
+// command run beside the relays. Of cfg, Conn, Prefix, Timeout, LostWait
+// and Logf matter.
 func LookupStore(ctx context.Context, cfg Config) (*Store, error) {
-	if cfg.Conn == nil {
-		return nil, errors.New("natsrelay: Config.Conn is required")
-	}
-	if cfg.Prefix == "" {
-		cfg.Prefix = DefaultPrefix
-	}
-	if !validToken(cfg.Prefix) {
-		return nil, fmt.Errorf("natsrelay: prefix %q must be one subject token (letters, digits, - and _)", cfg.Prefix)
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = DefaultTimeout
-	}
-	if cfg.Logf == nil {
-		cfg.Logf = func(string, ...any) {}
-	}
-	if cfg.LostWait <= 0 {
-		cfg.LostWait = DefaultLostWait
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
 	}
 	js, err := jetstream.New(cfg.Conn)
 	if err != nil {
