@@ -501,19 +501,15 @@ func (s *Store) Park(channel, id, reason string) error {
 func (s *Store) Parked(channel string) (map[string]string, error) {
 	ctx, cancel := s.ctx()
 	defer cancel()
-	out := map[string]string{}
-	filter := s.cfg.Prefix + ".parked." + channel + ".*"
-	for seq := uint64(1); ; {
-		m, err := s.parked.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(filter))
-		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("natsrelay: read parked deliveries of channel %s: %w", channel, err)
-		}
-		seq = m.Sequence + 1
-		out[idOf(m.Subject)] = m.Header.Get(hdrReason)
+	msgs, err := s.parkedMsgs(ctx, channel)
+	if err != nil {
+		return nil, fmt.Errorf("natsrelay: read parked deliveries of channel %s: %w", channel, err)
 	}
+	out := make(map[string]string, len(msgs))
+	for _, pm := range msgs {
+		out[pm.id] = pm.reason
+	}
+	return out, nil
 }
 
 // Counts implements relay.Counter: over the whole cluster.
