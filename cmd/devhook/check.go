@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -121,9 +120,7 @@ func (o *checkOptions) run(ctx context.Context) error {
 		}
 	}
 	if o.json {
-		enc := json.NewEncoder(o.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
+		if err := printJSON(o.stdout, rep); err != nil {
 			return err
 		}
 	} else if err := rep.WriteText(o.stdout); err != nil {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -168,9 +167,7 @@ receiver itself answered 502; one it did not answer (the sender got 502 from dev
 
 func printSummaries(w io.Writer, items []devhook.Summary, asJSON bool) error {
 	if asJSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(items)
+		return printJSON(w, items)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tRECEIVED\tMETHOD\tPATH\tRUN\tSTATUS_V2\tVERDICT\tSTATUS\tDURATION")
@@ -238,9 +235,7 @@ func newDeliveriesShowCmd() *cobra.Command {
 			}
 			w := cmd.OutOrStdout()
 			if asJSON {
-				enc := json.NewEncoder(w)
-				enc.SetIndent("", "  ")
-				return enc.Encode(d)
+				return printJSON(w, d)
 			}
 			printDelivery(w, d)
 			return nil

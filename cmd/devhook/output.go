@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"io"
 	"sync"
 	"time"
@@ -116,4 +117,12 @@ func (l *lineWriter) Close() error {
 		return l.drain()
 	}
 	return l.err
+}
+
+// printJSON writes v as indented JSON, the --json output of the commands
+// that print one document.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -275,12 +274,6 @@ func printParked(w io.Writer, p *relay.Parked) {
 	fmt.Fprintln(w, "\nheaders")
 	printHeader(w, d.Header)
 	fmt.Fprintf(w, "\nbody      %s (--json for the bytes)\n", formatSize(p.Size))
-}
-
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 // formatWhen is a time for a person: local, to the second.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -175,9 +174,7 @@ func (o *scenarioPlayOptions) run(ctx context.Context, file string, stdout, stde
 		return err
 	}
 	if o.json {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		err = enc.Encode(rep)
+		err = printJSON(stdout, rep)
 	} else {
 		err = rep.WriteText(stdout, file)
 	}
