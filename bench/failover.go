@@ -74,9 +74,10 @@ func failoverPhase(ctx context.Context, o options, recv *receiverServer, cl *clu
 		o.failover, c, len(cl.urls), crashed, moved, len(agents), o.failover/3)
 	const phase = "f"
 	p := newFanout(cl.urls, paths).plan()
-	// A delivery under way through the crashed instance may wait for
-	// its relay's answer timeout (30 s, then 5 s more across NATS)
-	// before it is queued: let it, and see it.
+	// A delivery under way through the crashed instance is queued when
+	// its agent attaches elsewhere, or, if it never does, after its
+	// relay's answer timeout (30 s, then 5 s more across NATS): let it
+	// wait that long, and see it.
 	p.timeout, p.grace = 2*time.Minute, 2*time.Minute
 	done := make(chan loadResult, 1)
 	start := time.Now()
