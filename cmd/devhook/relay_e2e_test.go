@@ -256,3 +256,33 @@ func TestRelay_MaxConns(t *testing.T) {
 		t.Fatalf("/healthz: %s", resp.Status)
 	}
 }
+
+// DEVHOOK_RELAY_TOKEN is the relay's open token and listen's relay token,
+// read when the command runs; --help never prints it.
+func TestRelayTokenFromTheEnvironment(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs devhook relay and listen processes")
+	}
+	t.Setenv("DEVHOOK_RELAY_TOKEN", "env-open-token")
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) }))
+	defer recv.Close()
+	_, base := relayProc(t)
+	resp, err := http.Post(base+"/v1/channels", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("opening a channel without the token from the environment: %s, want 401", resp.Status)
+	}
+	_, ready := listenProc(t, base, t.TempDir(), recv.URL)
+	if pub, _ := ready["public_url"].(string); !strings.HasPrefix(pub, base+"/c/") {
+		t.Fatalf("listen with the token from the environment: ready %v", ready)
+	}
+	for _, cmd := range []string{"relay", "listen"} {
+		out, _, err := devhookCmd(t, cmd, "--help")
+		if err != nil || strings.Contains(out, "env-open-token") {
+			t.Errorf("devhook %s --help: %v, prints the token: %v", cmd, err, strings.Contains(out, "env-open-token"))
+		}
+	}
+}
