@@ -25,10 +25,6 @@ import (
 // the open-files limit).
 const docDefault = "devhook_docs_default"
 
-// manDate is the date in the man pages' footer. A fixed date keeps them the
-// same on every machine and every day; git says when a page last changed.
-var manDate = time.Date(2026, time.November, 25, 0, 0, 0, 0, time.UTC)
-
 func newGenDocsCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:    "gen-docs DIR",
@@ -61,6 +57,9 @@ func writeDocs(dir string) error {
 	if err := os.WriteFile(filepath.Join(md, "README.md"), commandIndex(root), 0o644); err != nil {
 		return err
 	}
+	// The man pages' footer date is fixed, so that they are the same on
+	// every machine and every day; git says when a page last changed.
+	manDate := time.Date(2026, time.November, 25, 0, 0, 0, 0, time.UTC)
 	header := &doc.GenManHeader{Title: "DEVHOOK", Section: "1", Date: &manDate, Source: "devhook", Manual: "devhook manual"}
 	if err := doc.GenManTree(root, header, man); err != nil {
 		return fmt.Errorf("man pages: %w", err)

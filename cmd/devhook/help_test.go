@@ -29,7 +29,7 @@ func TestCommandsAreGrouped(t *testing.T) {
 	if err := root.Execute(); err != nil {
 		t.Fatal(err)
 	}
-	for _, g := range commandGroups {
+	for _, g := range commandGroups() {
 		if !strings.Contains(help.String(), "\n"+g.group.Title+"\n") {
 			t.Errorf("devhook --help has no heading %q:\n%s", g.group.Title, help.String())
 		}

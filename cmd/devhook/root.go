@@ -57,16 +57,21 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	return root
 }
 
-// commandGroups sorts the commands of devhook --help under headings, as gh
-// does: a new command gets its place here (a test fails for one without).
-var commandGroups = []struct {
+// commandGroup is a heading of devhook --help and the commands under it.
+type commandGroup struct {
 	group    cobra.Group
 	commands []string
-}{
-	{cobra.Group{ID: "start", Title: "Getting started:"}, []string{"listen", "emulate", "deliveries", "replay"}},
-	{cobra.Group{ID: "service", Title: "The service:"}, []string{"login", "logout", "token", "orgs", "sso", "webhooks", "conversations", "trigger", "apps", "runs"}},
-	{cobra.Group{ID: "relay", Title: "The relay:"}, []string{"relay"}},
-	{cobra.Group{ID: "tools", Title: "Tools:"}, []string{"check", "scenario", "receive", "send", "version"}},
+}
+
+// commandGroups sorts the commands of devhook --help under headings, as gh
+// does: a new command gets its place here (a test fails for one without).
+func commandGroups() []commandGroup {
+	return []commandGroup{
+		{cobra.Group{ID: "start", Title: "Getting started:"}, []string{"listen", "emulate", "deliveries", "replay"}},
+		{cobra.Group{ID: "service", Title: "The service:"}, []string{"login", "logout", "token", "orgs", "sso", "webhooks", "conversations", "trigger", "apps", "runs"}},
+		{cobra.Group{ID: "relay", Title: "The relay:"}, []string{"relay"}},
+		{cobra.Group{ID: "tools", Title: "Tools:"}, []string{"check", "scenario", "receive", "send", "version"}},
+	}
 }
 
 func groupCommands(root *cobra.Command) {
@@ -74,7 +79,7 @@ func groupCommands(root *cobra.Command) {
 	for _, c := range root.Commands() {
 		byName[c.Name()] = c
 	}
-	for _, g := range commandGroups {
+	for _, g := range commandGroups() {
 		root.AddGroup(&g.group)
 		for _, name := range g.commands {
 			if c := byName[name]; c != nil {
