@@ -13,8 +13,9 @@
 //   - RootCAs and UseSystemCerts: the operating system's certificate store
 //     or the built-in Mozilla root bundle.
 //
-// The OAuth mechanics (authorization URL, code exchange, refresh) are
-// golang.org/x/oauth2's.
+// The authorization URL is golang.org/x/oauth2's; the code exchange and
+// the refresh are plain form POSTs here (token.go), so that every field of
+// the token response is kept.
 //
 //	c, err := auth.New(auth.Config{DiscoveryURL: "https://127.0.0.1:4010/.well-known/openid-configuration"})
 //	tokens, err := c.Login(ctx, auth.LoginOptions{})
@@ -30,7 +31,6 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"strings"
 	"sync"
 	"time"
 
@@ -281,49 +281,12 @@ func (c *Client) oauthConfig(e Endpoints, redirectURI string) *oauth2.Config {
 	}
 }
 
-// oauthContext carries the HTTP client to x/oauth2.
-func (c *Client) oauthContext(ctx context.Context) context.Context {
-	return context.WithValue(ctx, oauth2.HTTPClient, c.cfg.HTTPClient)
-}
-
-// tokens turns a token answer into a record: expires_at is now +
-// expires_in (DefaultExpiresIn when absent); a refresh answer without a
-// refresh token keeps oldRefresh.
-func (c *Client) tokens(t *oauth2.Token, tokenURL, oldRefresh string) *Tokens {
-	in := time.Duration(t.ExpiresIn) * time.Second
-	if t.ExpiresIn <= 0 {
-		in = DefaultExpiresIn
-	}
-	out := &Tokens{
-		AccessToken: t.AccessToken, RefreshToken: t.RefreshToken, TokenType: t.TokenType,
-		ExpiresAt: c.cfg.Now().Add(in).UTC().Truncate(time.Second), TokenEndpoint: tokenURL, ClientID: c.cfg.ClientID,
-	}
-	if out.RefreshToken == "" {
-		out.RefreshToken = oldRefresh
-	}
-	if out.TokenType == "" || strings.EqualFold(out.TokenType, "bearer") {
-		out.TokenType = "Bearer"
-	}
-	if id, ok := t.Extra("id_token").(string); ok {
-		out.IDToken = id
-	}
-	return out
-}
-
-// tokenError turns x/oauth2's error into an *HTTPError when the token
-// endpoint answered.
-func tokenError(op, tokenURL string, err error) error {
-	var re *oauth2.RetrieveError
-	if errors.As(err, &re) && re.Response != nil {
-		return &HTTPError{Op: op, URL: tokenURL, Status: re.Response.StatusCode, Body: compactJSON(re.Body), Code: re.ErrorCode}
-	}
-	return fmt.Errorf("%s at %s: %w", op, tokenURL, err)
-}
-
 // Refresh trades old's refresh token for new tokens, at old's token
 // endpoint and client (when it has them; the discovered endpoint and the
 // configured client otherwise). An answer without refresh_token keeps the
-// old one; old's other fields are carried over. A 400 invalid_grant is an
+// old one. What it returns is the whole answer (every field, known or
+// not) plus expires_at; old's other fields are carried over where the
+// answer does not have them. A 400 invalid_grant is an
 // *HTTPError matching ErrInvalidGrant; any other non-2xx is an *HTTPError
 // too.
 func (c *Client) Refresh(ctx context.Context, old *Tokens) (*Tokens, error) {
@@ -338,20 +301,32 @@ func (c *Client) Refresh(ctx context.Context, old *Tokens) (*Tokens, error) {
 		}
 		tokenURL = e.Token
 	}
-	oc := c.oauthConfig(Endpoints{Token: tokenURL}, "")
+	clientID := c.cfg.ClientID
 	if old.ClientID != "" {
-		oc.ClientID = old.ClientID
+		clientID = old.ClientID
 	}
-	t, err := oc.TokenSource(c.oauthContext(ctx), &oauth2.Token{RefreshToken: old.RefreshToken}).Token()
+	form := url.Values{"grant_type": {"refresh_token"}, "refresh_token": {old.RefreshToken}, "client_id": {clientID}}
+	nt, err := c.tokenRequest(ctx, "refresh the tokens", tokenURL, form)
 	if err != nil {
-		return nil, tokenError("refresh the tokens", tokenURL, err)
+		return nil, err
 	}
-	nt := c.tokens(t, tokenURL, old.RefreshToken)
-	nt.ClientID = oc.ClientID
+	nt.ClientID = clientID
+	if nt.RefreshToken == "" {
+		nt.RefreshToken = old.RefreshToken
+	}
 	if nt.IDToken == "" {
 		nt.IDToken = old.IDToken
 	}
-	nt.Extra = old.Extra
+	// The old record's other fields stay, under the answer's own.
+	for k, v := range old.Extra {
+		if _, ok := nt.Extra[k]; ok {
+			continue
+		}
+		if nt.Extra == nil {
+			nt.Extra = make(map[string]json.RawMessage)
+		}
+		nt.Extra[k] = v
+	}
 	return nt, nil
 }
 

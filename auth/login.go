@@ -109,11 +109,9 @@ func (c *Client) Login(ctx context.Context, opts LoginOptions) (*Tokens, error) 
 	if res.err != nil {
 		return nil, res.err
 	}
-	t, err := oc.Exchange(c.oauthContext(ctx), res.code, oauth2.VerifierOption(verifier))
-	if err != nil {
-		return nil, tokenError("exchange the authorization code for tokens", e.Token, err)
-	}
-	return c.tokens(t, e.Token, ""), nil
+	form := url.Values{"grant_type": {"authorization_code"}, "code": {res.code}, "redirect_uri": {redirectURI},
+		"client_id": {c.cfg.ClientID}, "code_verifier": {verifier}}
+	return c.tokenRequest(ctx, "exchange the authorization code for tokens", e.Token, form)
 }
 
 // chain builds the end-session URL that clears the provider's session and

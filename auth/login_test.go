@@ -706,14 +706,99 @@ func TestCheckSSO(t *testing.T) {
 			}
 		})
 	}
-	// Another non-2xx answer is an HTTP error.
+	// Any non-2xx answer is an HTTP error: 404 is not "no single
+	// sign-on" (that is 200 without domain_identifier).
+	for _, status := range []int{http.StatusNotFound, http.StatusBadGateway, http.StatusUnauthorized} {
+		srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, http.StatusText(status), status)
+		}))
+		got, err := auth.CheckSSO(ctx(t), srv.Client(), srv.URL, "corp.test")
+		srv.Close()
+		var he *auth.HTTPError
+		if !errors.As(err, &he) || he.Status != status {
+			t.Errorf("CheckSSO with a %d = %+v, %v; want an *HTTPError", status, got, err)
+		}
+	}
+	// 200 with {} is a domain without single sign-on.
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		http.Error(w, "down", http.StatusBadGateway)
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte("{}"))
 	}))
 	defer srv.Close()
-	_, err := auth.CheckSSO(ctx(t), srv.Client(), srv.URL, "corp.test")
-	var he *auth.HTTPError
-	if !errors.As(err, &he) || he.Status != 502 {
-		t.Errorf("CheckSSO with a 502 = %v, want an *HTTPError", err)
+	got, err := auth.CheckSSO(ctx(t), srv.Client(), srv.URL, "corp.test")
+	if err != nil || got != (auth.SSO{Domain: "corp.test"}) {
+		t.Errorf("CheckSSO of {} = %+v, %v; want not enabled", got, err)
+	}
+}
+
+// TestRefreshKeepsEveryField: refresh returns the token response body
+// plus expires_at, so every field of the answer (scope, expires_in, ones
+// devhook has no name for) is in what Refresh returns and in what a
+// session stores; the old record's own extra fields stay where the answer
+// does not have them.
+func TestRefreshKeepsEveryField(t *testing.T) {
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	var form url.Values
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.ParseForm()
+		form = r.PostForm
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"access_token":"at2","token_type":"bearer","expires_in":"120","scope":"openid email","id_token":"idt",
+			"custom":{"nested":[1,2]},"session_state":"s-1"}`)
+	}))
+	defer srv.Close()
+	c, err := auth.New(auth.Config{HTTPClient: srv.Client(), Now: func() time.Time { return now }, ClientID: "cli"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := &auth.Tokens{AccessToken: "at1", RefreshToken: "rt1", TokenType: "Bearer", TokenEndpoint: srv.URL,
+		Extra: map[string]json.RawMessage{"scope": json.RawMessage(`"old"`), "written_by": json.RawMessage(`"another client"`)}}
+	nt, err := c.Refresh(ctx(t), old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if form.Get("grant_type") != "refresh_token" || form.Get("refresh_token") != "rt1" || form.Get("client_id") != "cli" {
+		t.Errorf("refresh form %v", form)
+	}
+	if nt.AccessToken != "at2" || nt.RefreshToken != "rt1" || nt.TokenType != "Bearer" || nt.IDToken != "idt" || !nt.ExpiresAt.Equal(now.Add(2*time.Minute)) {
+		t.Errorf("refreshed %+v", nt)
+	}
+	b, err := json.Marshal(nt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	json.Unmarshal(b, &got)
+	for k, want := range map[string]any{
+		"scope": "openid email", "expires_in": "120", "session_state": "s-1", "written_by": "another client",
+		"expires_at": "2026-11-26T12:02:00+00:00", "id_token": "idt", "refresh_token": "rt1",
+	} {
+		if got[k] != want {
+			t.Errorf("%s = %v, want %v (record %s)", k, got[k], want, b)
+		}
+	}
+	if c, ok := got["custom"].(map[string]any); !ok || len(c["nested"].([]any)) != 2 {
+		t.Errorf("custom = %v, want the answer's object (record %s)", got["custom"], b)
+	}
+
+	// What a session saves after its refresh is that same record.
+	s := mustStore(t, t.TempDir())
+	old.ExpiresAt = now
+	if err := s.Save("s", old); err != nil {
+		t.Fatal(err)
+	}
+	sess, err := c.Session(s, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tok, err := sess.Token(ctx(t)); err != nil || tok != "at2" {
+		t.Fatalf("Token = %q, %v", tok, err)
+	}
+	saved, err := s.Load("s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(saved.Extra["session_state"]) != `"s-1"` || string(saved.Extra["custom"]) == "" || string(saved.Extra["expires_in"]) != `"120"` {
+		t.Errorf("saved extra fields %s", saved.Extra)
 	}
 }

@@ -49,8 +49,9 @@ type SSO struct {
 }
 
 // CheckSSO asks {endpoint}/v1/enterprise/sso/domain whether the e-mail
-// domain has single sign-on. It needs no credential. 404 means it has
-// not; another non-2xx is an *HTTPError. The endpoint must be HTTPS.
+// domain has single sign-on. It needs no credential. The check answers
+// 200 with or without domain_identifier; any non-2xx answer (404 too) is
+// an *HTTPError. The endpoint must be HTTPS.
 func CheckSSO(ctx context.Context, hc *http.Client, endpoint, domain string) (SSO, error) {
 	domain = strings.ToLower(strings.TrimSpace(domain))
 	out := SSO{Domain: domain}
@@ -78,10 +79,7 @@ func CheckSSO(ctx context.Context, hc *http.Client, endpoint, domain string) (SS
 	if err != nil {
 		return out, fmt.Errorf("check single sign-on for %s: reading the answer: %w", domain, err)
 	}
-	switch {
-	case resp.StatusCode == http.StatusNotFound:
-		return out, nil
-	case resp.StatusCode/100 != 2:
+	if resp.StatusCode/100 != 2 {
 		return out, &HTTPError{Op: "check single sign-on for " + domain, URL: u.String(), Status: resp.StatusCode, Body: compactJSON(b)}
 	}
 	var m struct {

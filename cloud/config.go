@@ -28,7 +28,10 @@ const (
 type Profile struct {
 	APIKey      string `yaml:"apikey"`
 	Endpoint    string `yaml:"endpoint"`
-	AuthSession string `yaml:"auth_session"`
+	// AuthSession is nil when the profile has no auth_session key, so
+	// that an empty value (an error) is told from an absent one (the
+	// reserved name default).
+	AuthSession *string `yaml:"auth_session"`
 	SystemCerts bool   `yaml:"system_certs"`
 	SSODomain   string `yaml:"sso_domain"`
 	Team        string `yaml:"team"`
@@ -167,6 +170,27 @@ func Resolve(s Settings) (Resolved, error) {
 	// The environment says yes, or else the profile decides.
 	r.SystemCerts = auth.UseSystemCerts(getenv(EnvSystemCerts), p.SystemCerts)
 	return r, nil
+}
+
+// Session returns the sign-in session name: the flag's when given
+// (flagSet), else the profile's auth_session, else auth.DefaultSession. A
+// name that is empty or not one plain path element is an error naming
+// where it came from; the caller must then touch no token file.
+func (r Resolved) Session(flag string, flagSet bool) (string, error) {
+	if flagSet {
+		if err := auth.ValidSession(flag); err != nil {
+			return "", fmt.Errorf("--session: %w", err)
+		}
+		return flag, nil
+	}
+	if r.ProfileData.AuthSession == nil {
+		return auth.DefaultSession, nil
+	}
+	name := *r.ProfileData.AuthSession
+	if err := auth.ValidSession(name); err != nil {
+		return "", fmt.Errorf("auth_session of profile %s in %s: %w", cmpStr(r.Profile, "default"), cmpStr(r.ConfigPath, "the configuration file"), err)
+	}
+	return name, nil
 }
 
 func first(a, b string) string {

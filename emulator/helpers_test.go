@@ -268,7 +268,7 @@ func checkSignature(secret, header string, body []byte, nowMS, skewMS int64) (in
 	if err != nil {
 		return 401, "Unauthorized: Invalid Signature Format"
 	}
-	if !(nowMS-300000 < t && t < nowMS+skewMS) {
+	if !(nowMS-300000 < t && t <= nowMS+skewMS) {
 		return 401, "Unauthorized: Invalid Time Value"
 	}
 	if secret == "" {

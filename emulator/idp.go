@@ -51,7 +51,10 @@ func (e *Emulator) ssoDomain(w http.ResponseWriter, r *http.Request, c *call) er
 			return nil
 		}
 	}
-	return errorf(http.StatusNotFound, "single sign-on is not enabled for domain %q", domain)
+	// A domain without single sign-on is 200 with an empty object, as
+	// DECISIONS.md says: the check's non-2xx answers are errors only.
+	writeJSON(w, http.StatusOK, map[string]string{})
+	return nil
 }
 
 func (e *Emulator) discovery(w http.ResponseWriter, r *http.Request, c *call) error {

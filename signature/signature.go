@@ -149,7 +149,7 @@ func (v Verifier) Verify(secret, header string, body []byte) devhook.Verdict {
 		return devhook.Verdict{Result: devhook.VerdictInvalidTime, Status: 401, Text: TextTime, T: p.T,
 			Reason: fmt.Sprintf("t is %s old; the receiver accepts signatures newer than %s (replay it re-signed)",
 				age(nowMS-p.T), Window)}
-	case p.T >= nowMS+skew.Milliseconds():
+	case p.T > nowMS+skew.Milliseconds():
 		return devhook.Verdict{Result: devhook.VerdictInvalidTime, Status: 401, Text: TextTime, T: p.T,
 			Reason: fmt.Sprintf("t is %s ahead of this clock; at most %s ahead is accepted (check the clocks)",
 				age(p.T-nowMS), skew)}

@@ -30,10 +30,13 @@ type signInFlags struct {
 	timeout      time.Duration
 	// configPath is the configuration file; "" means ~/.service/config.yaml.
 	configPath string
+	// flags tells a --session given empty from one not given.
+	flags *pflag.FlagSet
 }
 
 func (f *signInFlags) register(fs *pflag.FlagSet, provider bool) {
 	fs.StringVar(&f.profile, "profile", "", "profile of ~/.service/config.yaml (or "+cloud.EnvProfile+"; default: the top-level keys)")
+	f.flags = fs
 	fs.StringVar(&f.session, "session", "", "sign-in session: tokens in ~/.service/auth/SESSION/tokens.json (default: the profile's auth_session, else default)")
 	fs.DurationVar(&f.timeout, "api-timeout", auth.DefaultTimeout, "how long each call to the identity provider or the service may take")
 	if provider {
@@ -62,8 +65,8 @@ func (f *signInFlags) resolve(endpoint string, mod func(*auth.Config)) (*signIn,
 	if err != nil {
 		return nil, err
 	}
-	s := &signIn{resolved: r, session: first(f.session, r.ProfileData.AuthSession, auth.DefaultSession)}
-	if err := auth.ValidSession(s.session); err != nil {
+	s := &signIn{resolved: r}
+	if s.session, err = r.Session(f.session, f.flags != nil && f.flags.Changed("session")); err != nil {
 		return nil, err
 	}
 	if s.store, err = tokenStore(path); err != nil {
@@ -104,9 +107,9 @@ func tokenStore(configPath string) (*auth.Store, error) {
 // credentials, or nil when it has no stored tokens, so that the caller's
 // "no API key" error stands.
 func storedSession(r cloud.Resolved, timeout time.Duration) (cloud.Credentials, error) {
-	name := first(r.ProfileData.AuthSession, auth.DefaultSession)
-	if err := auth.ValidSession(name); err != nil {
-		return nil, fmt.Errorf("auth_session of the profile: %w", err)
+	name, err := r.Session("", false)
+	if err != nil {
+		return nil, err
 	}
 	path := r.ConfigPath
 	if path == "" {

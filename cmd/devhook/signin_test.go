@@ -129,7 +129,7 @@ func TestSignInSessions(t *testing.T) {
 	browse := func(u string) { testBrowser(t, http.DefaultClient, u) }
 	os.MkdirAll(filepath.Join(home, ".service"), 0o700)
 	os.WriteFile(filepath.Join(home, ".service", "config.yaml"),
-		[]byte("endpoint: "+base+"\nprofiles:\n  work:\n    endpoint: "+base+"\n    auth_session: work-session\n  evil:\n    auth_session: ../../escape\n"), 0o600)
+		[]byte("endpoint: "+base+"\nprofiles:\n  work:\n    endpoint: "+base+"\n    auth_session: work-session\n  evil:\n    auth_session: ../../escape\n  empty:\n    auth_session: \"\"\n"), 0o600)
 
 	for _, tc := range []struct {
 		name    string
@@ -144,6 +144,8 @@ func TestSignInSessions(t *testing.T) {
 		{"dot dot", []string{"--session", ".."}, "", "invalid session name"},
 		{"backslash", []string{"--session", `a\b`}, "", "invalid session name"},
 		{"profile traversal", []string{"--profile", "evil"}, "", "invalid session name"},
+		{"empty flag", []string{"--session", ""}, "", "--session: invalid session name \"\": it is empty"},
+		{"empty in the profile", []string{"--profile", "empty"}, "", "auth_session of profile empty in "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := login(t, browse, append([]string{"--oidc-discovery-url", disc}, tc.args...)...)
@@ -166,8 +168,20 @@ func TestSignInSessions(t *testing.T) {
 	runSteps(t, []step{
 		{args: []string{"webhooks", "list", "--profile", "work"}, want: []string{"no webhooks"}},
 		{args: []string{"logout", "--session", "../x"}, wantErr: []string{"invalid session name"}},
-		{args: []string{"token", "--session", ""}, wantErr: []string{"not signed in"}}, // "" means the default
 	})
+
+	// An empty session name is an error wherever it comes from, and
+	// nothing is deleted: the default session's tokens stay.
+	if _, err := login(t, browse, "--oidc-discovery-url", disc); err != nil {
+		t.Fatal(err)
+	}
+	runSteps(t, []step{
+		{args: []string{"logout", "--session", ""}, wantErr: []string{"--session", "invalid session name", "empty"}},
+		{args: []string{"logout", "--profile", "empty"}, wantErr: []string{"auth_session of profile empty", "empty"}},
+		{args: []string{"token", "--session", ""}, wantErr: []string{"invalid session name"}},
+		{args: []string{"webhooks", "list", "--profile", "empty", "--endpoint", base}, wantErr: []string{"auth_session of profile empty"}},
+	})
+	readTokens(t, home, "default")
 }
 
 // TestSignInErrors: each failure says what went wrong and what to do.
