@@ -119,6 +119,24 @@ type Event struct {
 	StatusV2 string `json:"status_v2,omitempty"`
 }
 
+// StatusNote explains the two status fields of a run.status event for a
+// reader: status_v2 is the run's state; status is the legacy field, which
+// the first delivery of a run fills with "running" while status_v2 says
+// "queued". Empty when the event has no status_v2.
+func (e Event) StatusNote() string {
+	switch {
+	case e.StatusV2 == "":
+		return ""
+	case e.Status == "":
+		return "status_v2 " + e.StatusV2 + " is the run's state (the legacy status field is absent)"
+	case e.Status == e.StatusV2:
+		return "status_v2 " + e.StatusV2 + " is the run's state; status, the legacy field, says the same"
+	case e.StatusV2 == "queued" && e.Status == "running":
+		return "status_v2 queued is the run's state; status running is the legacy field, which the first delivery of a run fills with running: read status_v2"
+	}
+	return "status_v2 " + e.StatusV2 + " is the run's state; status " + e.Status + " is the legacy field, and differs: read status_v2"
+}
+
 // LastAttempt returns the most recent attempt, or nil.
 func (d *Delivery) LastAttempt() *Attempt {
 	if len(d.Attempts) == 0 {

@@ -128,6 +128,28 @@ func TestInBrowser(t *testing.T) {
 		)
 	})
 
+	// Issue 30: where the signature failed, a re-signed replay carries a
+	// new, valid signature; the page says so and offers the replay as it
+	// arrived first.
+	t.Run("a failed signature offers the replay as it arrived first", func(t *testing.T) {
+		tab.Run(t,
+			inspectortest.WaitText("#replay-asis", "Replay as it arrived"),
+			inspectortest.WaitText("#replay", "Replay with a new valid signature"),
+			inspectortest.WaitText("#replay-hint", "A replay re-signed carries a new, valid signature"),
+			// status beside status_v2, explained.
+			inspectortest.WaitText("#status-note", "status running is the legacy field, which the first delivery of a run fills with running: read status_v2"),
+			inspectortest.WaitJS(`document.querySelector("#replay-panel .actions button").id === "replay-asis"`, "the replay as it arrived to come first"),
+			inspectortest.WaitJS(`document.querySelector("#replay-asis").classList.contains("primary") && !document.querySelector("#replay").classList.contains("primary")`, "the replay as it arrived to be the main button"),
+		)
+		tab.Screenshot(t, "inspector-replay-failed-signature")
+		// A delivery whose signature was valid keeps the re-signed replay first.
+		tab.Run(t,
+			chromedp.Navigate(f.HTTP.URL+"/#/d/"+queued.ID),
+			inspectortest.WaitText("#replay", "Replay (re-signed)"),
+			inspectortest.WaitJS(`document.querySelector("#replay-panel .actions button").id === "replay"`, "the re-signed replay to come first"),
+		)
+	})
+
 	t.Run("replay adds an attempt the receiver saw", func(t *testing.T) {
 		before := len(f.Receiver.requests())
 		tab.Run(t,
