@@ -243,6 +243,22 @@ func TestInBrowser(t *testing.T) {
 			inspectortest.WaitSelector(`#timeline .step.missing[data-step="running"]`),
 		)
 		tab.Screenshot(t, "inspector-run-out-of-order")
+
+		// A gap with a part of a millisecond reads the same in the
+		// timeline and in the table: 589.2 ms from .9 ms past a millisecond
+		// is +589 ms in both (whole milliseconds of the two times would
+		// make it +590 ms).
+		at = time.Now().Add(-time.Minute).Truncate(time.Second).Add(900 * time.Microsecond)
+		put(t, f.DB, newDelivery(at, 2100, runStatusBody(t, "run-round", "queued", at), true), 200)
+		put(t, f.DB, newDelivery(at.Add(589200*time.Microsecond), 2101, runStatusBody(t, "run-round", "running", at), true), 200)
+		tab.Run(t,
+			chromedp.Navigate(f.HTTP.URL+"/#/runs/run-round"),
+			inspectortest.WaitCount("#run-deliveries tbody tr", 2),
+		)
+		gaps = inspectortest.Eval[[]string](t, tab, `[document.querySelector("#timeline .gap").textContent, document.querySelectorAll("#run-deliveries tbody tr")[1].children[2].textContent]`)
+		if gaps[0] != "+589 ms" || gaps[1] != "+589 ms" {
+			t.Errorf("the timeline says %q and the table %q for one gap of 589.2 ms; want +589 ms both", gaps[0], gaps[1])
+		}
 	})
 
 	t.Run("save as scenario", func(t *testing.T) {
