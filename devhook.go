@@ -18,6 +18,12 @@ import (
 // SignatureHeader is the header the service signs its deliveries with.
 const SignatureHeader = "service-signature"
 
+// AnswerHeader marks an answer devhook made itself rather than the
+// receiver's: "agent" (devhook listen: the receiver could not be reached,
+// or --verify enforce refused the delivery) or "relay" (the relay: no such
+// channel, busy, too large). A sender reading it knows who answered.
+const AnswerHeader = "Devhook-Answer"
+
 // Verdict names. They are stable: they appear in JSON output, in the
 // inspector and in filters.
 const (
