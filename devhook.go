@@ -18,6 +18,12 @@ import (
 // SignatureHeader is the header the service signs its deliveries with.
 const SignatureHeader = "service-signature"
 
+// AnswerHeader marks an answer devhook made itself rather than the
+// receiver's: "agent" (devhook listen: the receiver could not be reached,
+// or --verify enforce refused the delivery) or "relay" (the relay: no such
+// channel, busy, too large). A sender reading it knows who answered.
+const AnswerHeader = "Devhook-Answer"
+
 // Verdict names. They are stable: they appear in JSON output, in the
 // inspector and in filters.
 const (
@@ -117,6 +123,24 @@ type Event struct {
 	RunID    string `json:"run_id,omitempty"`
 	Status   string `json:"status,omitempty"` // legacy status
 	StatusV2 string `json:"status_v2,omitempty"`
+}
+
+// StatusNote explains the two status fields of a run.status event for a
+// reader: status_v2 is the run's state; status is the legacy field, which
+// the first delivery of a run fills with "running" while status_v2 says
+// "queued". Empty when the event has no status_v2.
+func (e Event) StatusNote() string {
+	switch {
+	case e.StatusV2 == "":
+		return ""
+	case e.Status == "":
+		return "status_v2 " + e.StatusV2 + " is the run's state (the legacy status field is absent)"
+	case e.Status == e.StatusV2:
+		return "status_v2 " + e.StatusV2 + " is the run's state; status, the legacy field, says the same"
+	case e.StatusV2 == "queued" && e.Status == "running":
+		return "status_v2 queued is the run's state; status running is the legacy field, which the first delivery of a run fills with running: read status_v2"
+	}
+	return "status_v2 " + e.StatusV2 + " is the run's state; status " + e.Status + " is the legacy field, and differs: read status_v2"
 }
 
 // LastAttempt returns the most recent attempt, or nil.

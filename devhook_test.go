@@ -103,3 +103,21 @@ func TestErrorCode(t *testing.T) {
 		t.Fatal("plain error is not internal")
 	}
 }
+
+func TestEventStatusNote(t *testing.T) {
+	for _, tc := range []struct {
+		ev   devhook.Event
+		want string
+	}{
+		{devhook.Event{}, ""},
+		{devhook.Event{Status: "running"}, ""},
+		{devhook.Event{StatusV2: "queued", Status: "running"}, "status_v2 queued is the run's state; status running is the legacy field, which the first delivery of a run fills with running: read status_v2"},
+		{devhook.Event{StatusV2: "running", Status: "running"}, "status_v2 running is the run's state; status, the legacy field, says the same"},
+		{devhook.Event{StatusV2: "succeeded"}, "status_v2 succeeded is the run's state (the legacy status field is absent)"},
+		{devhook.Event{StatusV2: "failed", Status: "succeeded"}, "status_v2 failed is the run's state; status succeeded is the legacy field, and differs: read status_v2"},
+	} {
+		if got := tc.ev.StatusNote(); got != tc.want {
+			t.Errorf("%+v.StatusNote() = %q, want %q", tc.ev, got, tc.want)
+		}
+	}
+}

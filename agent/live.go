@@ -176,7 +176,7 @@ func answer(p processed) (int, http.Header, []byte) {
 }
 
 func text(code int, msg string) (int, http.Header, []byte) {
-	return code, http.Header{"Content-Type": {"text/plain; charset=utf-8"}}, []byte(msg + "\n")
+	return code, http.Header{"Content-Type": {"text/plain; charset=utf-8"}, devhook.AnswerHeader: {"agent"}}, []byte(msg + "\n")
 }
 
 // unframable says why an answer with this status and header cannot be

@@ -101,13 +101,13 @@ func TestTriggerScenario_Refused(t *testing.T) {
 	v.createWebhook("a", rc.srv.URL)
 	file, _ := scenarioFile(t)
 	get := strings.Replace(string(file), `"method": "POST"`, `"method": "GET"`, 1)
-	v2 := strings.Replace(string(file), `"devhook_scenario": 1`, `"devhook_scenario": 2`, 1)
+	v3 := strings.Replace(string(file), `"devhook_scenario": 1`, `"devhook_scenario": 3`, 1)
 	tests := []struct {
 		name string
 		body map[string]any
 		want string
 	}{
-		{"another version", map[string]any{"event_type": "run.status", "scenario": json.RawMessage(v2)}, "scenario in the request: it is version 2"},
+		{"another version", map[string]any{"event_type": "run.status", "scenario": json.RawMessage(v3)}, "scenario in the request: it is version 3"},
 		{"a GET", map[string]any{"event_type": "run.status", "scenario": json.RawMessage(get)}, "delivery 1 is a GET; the service sends only POST"},
 		{"no object", map[string]any{"event_type": "run.status", "scenario": "run.json"}, "not a JSON object"},
 		{"negative speed", map[string]any{"event_type": "run.status", "scenario": json.RawMessage(file), "speed": -1}, "speed -1"},

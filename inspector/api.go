@@ -276,6 +276,8 @@ type DetailView struct {
 	Resign bool `json:"resign"`
 	// ReplayAvailable is false when the inspector has no replayer.
 	ReplayAvailable bool `json:"replay_available"`
+	// StatusNote explains status beside status_v2 for a run.status body.
+	StatusNote string `json:"status_note,omitempty"`
 }
 
 // AttemptView holds the decoded bodies of one attempt.
@@ -299,6 +301,7 @@ func (s *Server) handleDelivery(w http.ResponseWriter, r *http.Request) {
 		Target:          s.defaultTarget(d),
 		Resign:          s.secretKnown(),
 		ReplayAvailable: s.cfg.Replayer != nil,
+		StatusNote:      d.Event.StatusNote(),
 	}}
 	rs, err := s.cfg.Store.Retries([]string{d.ID})
 	if err != nil {

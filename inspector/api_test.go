@@ -746,13 +746,10 @@ func TestEventStream(t *testing.T) {
 
 	// A page that goes away leaves no stream behind.
 	c1.res.Body.Close()
-	deadline := time.Now().Add(5 * time.Second)
-	for f.Server.Subscribers() != 1 {
-		if time.Now().After(deadline) {
-			t.Fatalf("subscribers = %d after a client left, want 1", f.Server.Subscribers())
-		}
-		f.Server.Publish(devhook.Change{Kind: devhook.ChangeDelivery, Summary: s}) // a write notices the gone client
-		time.Sleep(10 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.Server.WaitSubscribers(ctx, 1); err != nil {
+		t.Fatalf("after a client left: %v", err)
 	}
 }
 
@@ -765,8 +762,10 @@ func TestSlowSubscriberDoesNotBlockPublish(t *testing.T) {
 	}
 	defer conn.Close()
 	io.WriteString(conn, "GET /api/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-	for f.Server.Subscribers() != 1 {
-		time.Sleep(5 * time.Millisecond) // waits for the server's side; nothing to synchronise on
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.Server.WaitSubscribers(ctx, 1); err != nil {
+		t.Fatalf("the stream did not open: %v", err)
 	}
 	big := devhook.Summary{ID: "x", Path: "/" + strings.Repeat("p", 64<<10)}
 	done := make(chan struct{})
@@ -781,12 +780,8 @@ func TestSlowSubscriberDoesNotBlockPublish(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("Publish blocked on a subscriber that does not read")
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for f.Server.Subscribers() != 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the slow subscriber was not disconnected")
-		}
-		time.Sleep(10 * time.Millisecond)
+	if err := f.Server.WaitSubscribers(ctx, 0); err != nil {
+		t.Fatalf("the slow subscriber was not disconnected: %v", err)
 	}
 }
 

@@ -128,6 +128,28 @@ func TestInBrowser(t *testing.T) {
 		)
 	})
 
+	// Issue 30: where the signature failed, a re-signed replay carries a
+	// new, valid signature; the page says so and offers the replay as it
+	// arrived first.
+	t.Run("a failed signature offers the replay as it arrived first", func(t *testing.T) {
+		tab.Run(t,
+			inspectortest.WaitText("#replay-asis", "Replay as it arrived"),
+			inspectortest.WaitText("#replay", "Replay with a new valid signature"),
+			inspectortest.WaitText("#replay-hint", "A replay re-signed carries a new, valid signature"),
+			// status beside status_v2, explained.
+			inspectortest.WaitText("#status-note", "status running is the legacy field, which the first delivery of a run fills with running: read status_v2"),
+			inspectortest.WaitJS(`document.querySelector("#replay-panel .actions button").id === "replay-asis"`, "the replay as it arrived to come first"),
+			inspectortest.WaitJS(`document.querySelector("#replay-asis").classList.contains("primary") && !document.querySelector("#replay").classList.contains("primary")`, "the replay as it arrived to be the main button"),
+		)
+		tab.Screenshot(t, "inspector-replay-failed-signature")
+		// A delivery whose signature was valid keeps the re-signed replay first.
+		tab.Run(t,
+			chromedp.Navigate(f.HTTP.URL+"/#/d/"+queued.ID),
+			inspectortest.WaitText("#replay", "Replay (re-signed)"),
+			inspectortest.WaitJS(`document.querySelector("#replay-panel .actions button").id === "replay"`, "the re-signed replay to come first"),
+		)
+	})
+
 	t.Run("replay adds an attempt the receiver saw", func(t *testing.T) {
 		before := len(f.Receiver.requests())
 		tab.Run(t,
@@ -221,6 +243,22 @@ func TestInBrowser(t *testing.T) {
 			inspectortest.WaitSelector(`#timeline .step.missing[data-step="running"]`),
 		)
 		tab.Screenshot(t, "inspector-run-out-of-order")
+
+		// A gap with a part of a millisecond reads the same in the
+		// timeline and in the table: 589.2 ms from .9 ms past a millisecond
+		// is +589 ms in both (whole milliseconds of the two times would
+		// make it +590 ms).
+		at = time.Now().Add(-time.Minute).Truncate(time.Second).Add(900 * time.Microsecond)
+		put(t, f.DB, newDelivery(at, 2100, runStatusBody(t, "run-round", "queued", at), true), 200)
+		put(t, f.DB, newDelivery(at.Add(589200*time.Microsecond), 2101, runStatusBody(t, "run-round", "running", at), true), 200)
+		tab.Run(t,
+			chromedp.Navigate(f.HTTP.URL+"/#/runs/run-round"),
+			inspectortest.WaitCount("#run-deliveries tbody tr", 2),
+		)
+		gaps = inspectortest.Eval[[]string](t, tab, `[document.querySelector("#timeline .gap").textContent, document.querySelectorAll("#run-deliveries tbody tr")[1].children[2].textContent]`)
+		if gaps[0] != "+589 ms" || gaps[1] != "+589 ms" {
+			t.Errorf("the timeline says %q and the table %q for one gap of 589.2 ms; want +589 ms both", gaps[0], gaps[1])
+		}
 	})
 
 	t.Run("save as scenario", func(t *testing.T) {

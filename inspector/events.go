@@ -1,7 +1,9 @@
 package inspector
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
@@ -19,6 +21,9 @@ type hub struct {
 	subs   map[*subscriber]struct{}
 	closed bool
 	done   chan struct{} // closed by close
+	// changed is closed, and replaced, each time subs changes, so that
+	// wait can wake on it.
+	changed chan struct{}
 }
 
 type subscriber struct {
@@ -27,7 +32,30 @@ type subscriber struct {
 }
 
 func newHub(buffer int) *hub {
-	return &hub{buffer: buffer, subs: make(map[*subscriber]struct{}), done: make(chan struct{})}
+	return &hub{buffer: buffer, subs: make(map[*subscriber]struct{}), done: make(chan struct{}), changed: make(chan struct{})}
+}
+
+// notify wakes the waiters on subs; h.mu is held.
+func (h *hub) notify() {
+	close(h.changed)
+	h.changed = make(chan struct{})
+}
+
+// wait returns once n streams are live, or ctx ends.
+func (h *hub) wait(ctx context.Context, n int) error {
+	for {
+		h.mu.Lock()
+		got, changed := len(h.subs), h.changed
+		h.mu.Unlock()
+		if got == n {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("%d live streams, not %d: %w", got, n, ctx.Err())
+		}
+	}
 }
 
 // subscribe returns a new subscriber, or nil when the hub is closed.
@@ -39,13 +67,17 @@ func (h *hub) subscribe() *subscriber {
 	}
 	s := &subscriber{ch: make(chan devhook.Change, h.buffer), dropped: make(chan struct{})}
 	h.subs[s] = struct{}{}
+	h.notify()
 	return s
 }
 
 func (h *hub) unsubscribe(s *subscriber) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	delete(h.subs, s)
+	if _, ok := h.subs[s]; ok {
+		delete(h.subs, s)
+		h.notify()
+	}
 }
 
 func (h *hub) publish(c devhook.Change) {
@@ -57,6 +89,7 @@ func (h *hub) publish(c devhook.Change) {
 		default:
 			delete(h.subs, s)
 			close(s.dropped)
+			h.notify()
 		}
 	}
 }
@@ -70,6 +103,7 @@ func (h *hub) close() {
 	h.closed = true
 	close(h.done)
 	h.subs = make(map[*subscriber]struct{})
+	h.notify()
 }
 
 // subscribers returns how many streams are live.

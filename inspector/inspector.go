@@ -162,6 +162,12 @@ func (s *Server) Subscribers() int {
 	return s.hub.subscribers()
 }
 
+// WaitSubscribers returns once n live event streams are open (a page
+// connected, or one went away), or with an error when ctx ends first.
+func (s *Server) WaitSubscribers(ctx context.Context, n int) error {
+	return s.hub.wait(ctx, n)
+}
+
 // Close ends every live event stream and refuses new ones, so that
 // http.Server.Shutdown can finish. Other requests are still served.
 func (s *Server) Close() error {

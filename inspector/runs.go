@@ -22,6 +22,10 @@ type Step struct {
 	// SincePrevious is the time since the previous delivery of the run, in
 	// milliseconds; 0 for the first.
 	SincePrevious devhook.Duration `json:"since_previous_ms"`
+	// Offset is the time since the run's first delivery, in milliseconds.
+	// The page draws every gap (the timeline's and the table's) as the
+	// difference of two offsets, so that the same gap reads the same.
+	Offset devhook.Duration `json:"offset_ms"`
 	// Flags: "out_of_order" (arrived after a later step), "duplicate" (a
 	// status_v2 seen before), "unknown_status".
 	Flags []string `json:"flags,omitempty"`
@@ -50,7 +54,7 @@ func AnalyzeRun(runID string, items []devhook.Summary) Timeline {
 	seen := map[string]bool{}
 	highest := -1
 	for i, it := range items {
-		st := Step{Summary: it}
+		st := Step{Summary: it, Offset: devhook.Duration(it.ReceivedAt.Sub(items[0].ReceivedAt))}
 		if i > 0 {
 			st.SincePrevious = devhook.Duration(it.ReceivedAt.Sub(items[i-1].ReceivedAt))
 		}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/gorilla/websocket"
+
+	"github.com/devhook/devhook"
 )
 
 // Defaults of Config.
@@ -201,6 +203,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func httpError(w http.ResponseWriter, code int, msg string) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set(devhook.AnswerHeader, "relay")
 	w.WriteHeader(code)
 	io.WriteString(w, "devhook relay: "+msg+"\n")
 }

@@ -38,7 +38,14 @@ func Build(deliveries []*devhook.Delivery, opt Options) (*Scenario, []string, er
 	first := ds[0].ReceivedAt
 	for _, d := range ds {
 		e := Entry{OffsetMS: d.ReceivedAt.Sub(first).Milliseconds(), Method: d.Method, Path: d.Path,
-			Query: d.RawQuery, Header: keptHeader(d.Header), Body: slices.Clone(d.Body)}
+			Query: d.RawQuery, Header: keptHeader(d.Header), Body: slices.Clone(d.Body), Signature: signatureKind(d.Verdict.Result)}
+		if e.Signature == SignatureMalformed {
+			for k, v := range d.Header {
+				if strings.EqualFold(k, devhook.SignatureHeader) {
+					e.Header[k] = slices.Clone(v)
+				}
+			}
+		}
 		if e.Path == "" {
 			e.Path = "/"
 		}
@@ -62,6 +69,23 @@ func keptHeader(h http.Header) http.Header {
 		out[k] = slices.Clone(v)
 	}
 	return out
+}
+
+// signatureKind is what a recorded verdict says of the signature, for
+// play to reproduce: "" for a valid one, and for one that could not be
+// checked (no secret, verification off), which play signs afresh.
+func signatureKind(verdict string) string {
+	switch verdict {
+	case devhook.VerdictInvalidSignature:
+		return SignatureInvalid
+	case devhook.VerdictMissingSignature:
+		return SignatureMissing
+	case devhook.VerdictInvalidFormat:
+		return SignatureMalformed
+	case devhook.VerdictInvalidTime:
+		return SignatureExpired
+	}
+	return ""
 }
 
 // recorded is the receiver's last answer to d as it was received: the

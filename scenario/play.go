@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,7 +26,12 @@ type Config struct {
 	URL string // the handler; each delivery's path and query are appended to it; required
 	// Secret signs each delivery afresh (service-signature, t in Unix
 	// milliseconds, at the moment it is sent); empty sends them unsigned.
+	// A delivery whose signature failed when recorded (Entry.Signature)
+	// is sent as it failed, unless Resign.
 	Secret string
+	// Resign signs every delivery afresh with Secret, also those whose
+	// signature failed when recorded.
+	Resign bool
 	// Speed divides the recorded spacing: 2 plays twice as fast; default 1.
 	Speed float64
 	// NoWait sends each delivery as soon as the previous one is answered.
@@ -96,18 +102,21 @@ func (x Expect) want(e *Entry) (string, func(int) bool) {
 
 // Result is one played delivery.
 type Result struct {
-	N        int              `json:"delivery"` // 1-based, in the file's order
-	Label    string           `json:"label"`    // the event, when the body is one: run.status queued run-…
-	Sent     string           `json:"sent"`     // POST /hook +1.250s, signed
-	Target   string           `json:"target"`
-	At       time.Time        `json:"sent_at"`
-	Expected string           `json:"expected"`
-	Status   int              `json:"status"`          // 0: no answer
-	Text     string           `json:"text,omitempty"`  // the answer body's first line
-	Error    string           `json:"error,omitempty"` // why there was no answer
-	Duration devhook.Duration `json:"duration_ms"`
-	Pass     bool             `json:"pass"`
-	Reason   string           `json:"reason,omitempty"` // why it did not pass
+	N     int    `json:"delivery"` // 1-based, in the file's order
+	Label string `json:"label"`    // the event, when the body is one: run.status queued run-…
+	Sent  string `json:"sent"`     // POST /hook +1.250s, signed
+	// Signature is how the delivery was signed when it failed when
+	// recorded and is reproduced: invalid, missing, malformed, expired.
+	Signature string           `json:"signature,omitempty"`
+	Target    string           `json:"target"`
+	At        time.Time        `json:"sent_at"`
+	Expected  string           `json:"expected"`
+	Status    int              `json:"status"`          // 0: no answer
+	Text      string           `json:"text,omitempty"`  // the answer body's first line
+	Error     string           `json:"error,omitempty"` // why there was no answer
+	Duration  devhook.Duration `json:"duration_ms"`
+	Pass      bool             `json:"pass"`
+	Reason    string           `json:"reason,omitempty"` // why it did not pass
 	// Hint says what to do when the handler refused a delivery that
 	// devhook's own verifier accepts, as devhook listen says it.
 	Hint string `json:"hint,omitempty"`
@@ -187,7 +196,13 @@ func Play(ctx context.Context, s *Scenario, cfg Config) (*Report, error) {
 		}
 		res := Result{N: i + 1, Label: label(e), Target: devhook.TargetURL(base, e.Path, e.Query)}
 		res.Sent = fmt.Sprintf("%s %s +%s", e.Method, e.Path, (time.Duration(e.OffsetMS) * time.Millisecond).String())
-		if cfg.Secret != "" {
+		if !cfg.Resign {
+			res.Signature = e.Signature
+		}
+		switch {
+		case res.Signature != "":
+			res.Sent += ", " + sentAs(res.Signature)
+		case cfg.Secret != "":
 			res.Sent += ", signed"
 		}
 		res.Expected, _ = cfg.Expect.want(e)
@@ -232,14 +247,33 @@ func sendOne(ctx context.Context, cfg Config, e *Entry, res *Result) (sig string
 		req.Header["User-Agent"] = []string{""} // none, rather than Go's own
 	}
 	res.At = cfg.Now()
-	if cfg.Secret != "" {
+	drop := func() {
 		for k := range req.Header {
 			if strings.EqualFold(k, devhook.SignatureHeader) {
 				delete(req.Header, k)
 			}
 		}
-		sig = signature.Sign(cfg.Secret, res.At, e.Body)
-		req.Header[http.CanonicalHeaderKey(devhook.SignatureHeader)] = []string{sig}
+	}
+	set := func(v string) { req.Header[http.CanonicalHeaderKey(devhook.SignatureHeader)] = []string{v} }
+	switch res.Signature {
+	case SignatureMalformed:
+		// The header as recorded, in e.Header.
+	case SignatureMissing:
+		drop()
+	case SignatureInvalid:
+		drop()
+		set(signature.Sign(notTheSecret(cfg.Secret), res.At, e.Body))
+	case SignatureExpired:
+		// The time check comes before the signature's, so the t decides
+		// whatever the key.
+		drop()
+		set(signature.Sign(cmp.Or(cfg.Secret, notTheSecret("")), res.At.Add(-expiredBy), e.Body))
+	default:
+		if cfg.Secret != "" {
+			drop()
+			sig = signature.Sign(cfg.Secret, res.At, e.Body)
+			set(sig)
+		}
 	}
 	start := time.Now()
 	resp, err := cfg.Client.Do(req)
@@ -264,6 +298,32 @@ func sendOne(ctx context.Context, cfg Config, e *Entry, res *Result) (sig string
 	return sig, b
 }
 
+// sentAs is how a delivery whose signature failed when recorded is sent,
+// in the report's words.
+func sentAs(kind string) string {
+	switch kind {
+	case SignatureInvalid:
+		return "signed with another secret, as recorded"
+	case SignatureMissing:
+		return "unsigned, as recorded"
+	case SignatureMalformed:
+		return "its malformed signature, as recorded"
+	case SignatureExpired:
+		return "signed 10m ago, as recorded (expired)"
+	}
+	return kind
+}
+
+// expiredBy is how old the t of a delivery played as expired is: twice
+// the receivers' 5-minute window.
+const expiredBy = 2 * signature.Window
+
+// notTheSecret is a key that is not secret, for a delivery played as
+// signed with another secret.
+func notTheSecret(secret string) string {
+	return "devhook-scenario-another-secret-than-" + secret + "-x"
+}
+
 // judge compares res's answer with the expectation and adds the hint.
 func judge(res *Result, cfg Config, e *Entry, verifier signature.Verifier, sig string, answer []byte) {
 	_, ok := cfg.Expect.want(e)
@@ -278,7 +338,7 @@ func judge(res *Result, cfg Config, e *Entry, verifier signature.Verifier, sig s
 	default:
 		res.Pass = true
 	}
-	if res.Status != 401 && res.Status != 403 {
+	if res.Status != 401 && res.Status != 403 || res.Signature != "" {
 		return
 	}
 	if sig == "" {

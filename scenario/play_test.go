@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -299,5 +300,81 @@ func TestPlay_NoAnswerLater(t *testing.T) {
 	}
 	if rep.Failed != 2 || !rep.Results[0].Pass || rep.Results[1].Status != 0 || !strings.HasPrefix(rep.Results[1].Reason, "no answer: ") {
 		t.Fatalf("report %+v", rep.Results)
+	}
+}
+
+// A delivery whose signature failed when recorded keeps what it was, and
+// play reproduces it: the reference receiver refuses each for the same
+// reason as then. Resign signs them all afresh.
+func TestPlay_FailedSignaturesAsRecorded(t *testing.T) {
+	ds := append(runDeliveries(t, "run-a"), runDeliveries(t, "run-b")[:2]...)
+	verdicts := []string{devhook.VerdictOK, devhook.VerdictInvalidSignature, devhook.VerdictMissingSignature,
+		devhook.VerdictInvalidFormat, devhook.VerdictInvalidTime}
+	kinds := []string{"", scenario.SignatureInvalid, scenario.SignatureMissing, scenario.SignatureMalformed, scenario.SignatureExpired}
+	for i, d := range ds {
+		d.ID = fmt.Sprintf("%s-%d", d.ID, i)
+		d.ReceivedAt = epoch.Add(time.Duration(i) * time.Second)
+		d.Verdict = devhook.Verdict{Result: verdicts[i]}
+		if i > 0 {
+			d.Attempts = []devhook.Attempt{{Seq: 1, Kind: devhook.AttemptForward, StartedAt: d.ReceivedAt, Status: 401}}
+		}
+		if kinds[i] == scenario.SignatureMalformed {
+			d.Header.Set(devhook.SignatureHeader, "t=x,v1=00")
+		}
+	}
+	s, _, err := scenario.Build(ds, scenario.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range s.Deliveries {
+		hasSig := e.Header.Get(devhook.SignatureHeader) != ""
+		if e.Signature != kinds[i] || hasSig != (kinds[i] == scenario.SignatureMalformed) {
+			t.Errorf("delivery %d: signature %q, header kept %v; want %q", i+1, e.Signature, hasSig, kinds[i])
+		}
+	}
+	b, err := s.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(b, []byte("{\n  \"devhook_scenario\": 2,")) || !bytes.Contains(b, []byte(`"signature": "expired"`)) {
+		t.Fatalf("marshalled:\n%s", b)
+	}
+	back, err := scenario.Parse("sig.json", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	srv, got := referenceServer(t)
+	clk := &clock{now: time.Now()}
+	rep, err := scenario.Play(context.Background(), back, scenario.Config{URL: srv.URL, Secret: secret, NoWait: true, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Pass {
+		t.Fatalf("report %+v", rep)
+	}
+	want := []string{devhook.VerdictOK, devhook.VerdictInvalidSignature, devhook.VerdictMissingSignature, devhook.VerdictInvalidFormat, devhook.VerdictInvalidTime}
+	for i := range want {
+		if got.v[i].Result != want[i] || rep.Results[i].Signature != kinds[i] || rep.Results[i].Hint != "" {
+			t.Errorf("delivery %d: the receiver's verdict %s, result %+v; want %s", i+1, got.v[i].Result, rep.Results[i], want[i])
+		}
+	}
+	var text strings.Builder
+	rep.WriteText(&text, "sig.json")
+	if !strings.Contains(text.String(), "4 with the failed signature they were recorded with (--resign signs them too)") {
+		t.Errorf("text:\n%s", text.String())
+	}
+
+	rep, err = scenario.Play(context.Background(), back, scenario.Config{URL: srv.URL, Secret: secret, NoWait: true, Now: clk.Now, Resign: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Failed != 4 {
+		t.Errorf("resigned: %d failed, want the 4 recorded as refused", rep.Failed)
+	}
+	for i := 5; i < 10; i++ {
+		if got.v[i].Result != devhook.VerdictOK {
+			t.Errorf("resigned delivery %d: verdict %s", i-4, got.v[i].Result)
+		}
 	}
 }

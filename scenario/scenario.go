@@ -27,6 +27,7 @@
 //	      },
 //	      "body_encoding": "base64",         // only for a body that is not UTF-8
 //	      "body": "{\"event_type\":…}",      // the body: its text, or base64 with the marker
+//	      "signature": "invalid",            // version 2, optional: see below
 //	      "recorded": {                      // optional: the receiver's answer then
 //	        "status": 200,
 //	        "body": "…"                      // the same two forms as the request's
@@ -38,9 +39,22 @@
 // A body that is valid UTF-8 is a JSON string, and decodes to the exact
 // bytes received; any other body is standard base64 (padded) with
 // "body_encoding": "base64". "utf-8" is accepted as an explicit marker of
-// the first form. The service-signature header is not kept: a played
-// delivery is signed afresh. Neither is Content-Length: the sender frames
-// the body, so an edited body needs no edited header.
+// the first form. Content-Length is not kept: the sender frames the body,
+// so an edited body needs no edited header.
+//
+// The service-signature header is not kept either: a delivery whose
+// signature was valid when recorded is signed afresh when played. One
+// whose signature failed keeps what it was, so that play reproduces it
+// and the handler's recorded refusal is expected again:
+//
+//	"signature": "invalid"    // signed with another secret: played signed with a key that is not the secret
+//	"signature": "missing"    // no header: played without one
+//	"signature": "malformed"  // the header as recorded is in "headers", and played as it is
+//	"signature": "expired"    // t outside the window: played with a t 10 minutes old
+//
+// Absent means valid (or not verified when recorded): signed afresh. A
+// file that has a "signature" is version 2, so that a devhook that reads
+// only version 1 says to upgrade; one without is version 1, as before.
 //
 // "recorded" is the last answer the receiver gave to the delivery as
 // received (replays left out): absent when it never answered.
@@ -60,12 +74,29 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/devhook/devhook"
 )
 
-// Version is the version of the file format this package writes and reads.
-const Version = 1
+// Version is the newest version of the file format this package reads;
+// it writes version 1 unless a delivery has a Signature (see above).
+const Version = 2
+
+// What a delivery's signature was when recorded, when it was not valid.
+const (
+	SignatureInvalid   = "invalid"
+	SignatureMissing   = "missing"
+	SignatureMalformed = "malformed"
+	SignatureExpired   = "expired"
+)
+
+// signatureKinds are the values of an entry's "signature".
+func signatureKinds() []string {
+	return []string{SignatureInvalid, SignatureMissing, SignatureMalformed, SignatureExpired}
+}
 
 // About is the line Build puts in a scenario for a reader who finds the file.
 const About = "devhook scenario: recorded webhook deliveries, played back with `devhook scenario play`; format: docs/SCENARIOS.md"
@@ -78,6 +109,9 @@ const (
 
 // Scenario is a parsed scenario file.
 type Scenario struct {
+	// Version is the file's version when read; Marshal writes the lowest
+	// version that holds the deliveries.
+	Version    int
 	About      string
 	Redacted   []string // the JSON paths redacted when it was saved
 	Deliveries []Entry
@@ -92,6 +126,10 @@ type Entry struct {
 	Header   http.Header
 	Body     []byte
 	Recorded *Answer
+	// Signature is what the delivery's signature was when recorded: ""
+	// (valid, or not verified) or one of the Signature* kinds. A
+	// malformed one keeps its header in Header.
+	Signature string
 }
 
 // Answer is a receiver's answer as recorded.
@@ -116,6 +154,7 @@ type entryJSON struct {
 	Headers      map[string][]string `json:"headers"`
 	BodyEncoding string              `json:"body_encoding,omitempty"`
 	Body         json.RawMessage     `json:"body"`
+	Signature    string              `json:"signature,omitempty"`
 	Recorded     *answerJSON         `json:"recorded,omitempty"`
 }
 
@@ -127,12 +166,17 @@ type answerJSON struct {
 
 // Marshal writes s in the file format.
 func (s *Scenario) Marshal() ([]byte, error) {
-	v := Version
+	v := 1
+	for i := range s.Deliveries {
+		if s.Deliveries[i].Signature != "" {
+			v = 2
+		}
+	}
 	f := fileJSON{Version: &v, About: s.About, Redacted: s.Redacted, Deliveries: make([]json.RawMessage, 0, len(s.Deliveries))}
 	for i := range s.Deliveries {
 		e := &s.Deliveries[i]
 		off := e.OffsetMS
-		w := entryJSON{OffsetMS: &off, Method: e.Method, Path: e.Path, Query: e.Query, Headers: e.Header}
+		w := entryJSON{OffsetMS: &off, Method: e.Method, Path: e.Path, Query: e.Query, Headers: e.Header, Signature: e.Signature}
 		if w.Headers == nil {
 			w.Headers = map[string][]string{}
 		}
@@ -278,8 +322,8 @@ func Parse(name string, data []byte) (*Scenario, error) {
 	if err := json.Unmarshal(*version.Version, &v); err != nil {
 		return nil, fail(0, "\"devhook_scenario\" is %s, not a version number", *version.Version)
 	}
-	if v != Version {
-		msg := fmt.Sprintf("it is version %d of the scenario format; this devhook reads version %d", v, Version)
+	if v < 1 || v > Version {
+		msg := fmt.Sprintf("it is version %d of the scenario format; this devhook reads versions 1 to %d", v, Version)
 		if v > Version {
 			msg += ": a newer devhook wrote it, upgrade devhook to play it"
 		}
@@ -294,11 +338,14 @@ func Parse(name string, data []byte) (*Scenario, error) {
 	if len(f.Deliveries) == 0 {
 		return nil, fail(0, "it has no deliveries")
 	}
-	s := &Scenario{About: f.About, Redacted: f.Redacted}
+	s := &Scenario{Version: v, About: f.About, Redacted: f.Redacted}
 	for i, raw := range f.Deliveries {
 		e, err := parseEntry(raw)
 		if err != nil {
 			return nil, fail(i+1, "%v", err)
+		}
+		if e.Signature != "" && v < 2 {
+			return nil, fail(i+1, "\"signature\" is a field of version 2; the file says version %d", v)
 		}
 		s.Deliveries = append(s.Deliveries, *e)
 	}
@@ -340,7 +387,17 @@ func parseEntry(raw json.RawMessage) (*Entry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("body: %w", err)
 	}
-	e := &Entry{OffsetMS: *w.OffsetMS, Method: w.Method, Path: w.Path, Query: w.Query, Header: http.Header(w.Headers), Body: body}
+	e := &Entry{OffsetMS: *w.OffsetMS, Method: w.Method, Path: w.Path, Query: w.Query, Header: http.Header(w.Headers), Body: body, Signature: w.Signature}
+	hasSig := false
+	for name := range w.Headers {
+		hasSig = hasSig || strings.EqualFold(name, devhook.SignatureHeader)
+	}
+	switch {
+	case w.Signature != "" && !slices.Contains(signatureKinds(), w.Signature):
+		return nil, fmt.Errorf("\"signature\" %q is unknown; it is one of %s, or absent (valid)", w.Signature, strings.Join(signatureKinds(), ", "))
+	case w.Signature == SignatureMalformed && !hasSig:
+		return nil, fmt.Errorf("\"signature\" is malformed but the headers have no %s to send as recorded", devhook.SignatureHeader)
+	}
 	if a := w.Recorded; a != nil {
 		if a.Status < 100 || a.Status > 999 {
 			return nil, fmt.Errorf("recorded status %d is not an HTTP status", a.Status)

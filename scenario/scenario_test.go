@@ -153,7 +153,11 @@ func TestParse_Refuses(t *testing.T) {
 		entry int
 		want  string
 	}{
-		{"another version", edit(`"devhook_scenario": 1`, `"devhook_scenario": 2`), 0, "version 2 of the scenario format; this devhook reads version 1: a newer devhook"},
+		{"another version", edit(`"devhook_scenario": 1`, `"devhook_scenario": 3`), 0, "version 3 of the scenario format; this devhook reads versions 1 to 2: a newer devhook"},
+		{"version 0", edit(`"devhook_scenario": 1`, `"devhook_scenario": 0`), 0, "version 0 of the scenario format"},
+		{"a signature in version 1", edit(second, `"signature": "invalid", `+second), 2, `"signature" is a field of version 2; the file says version 1`},
+		{"an unknown signature", strings.Replace(edit(second, `"signature": "forged", `+second), `"devhook_scenario": 1`, `"devhook_scenario": 2`, 1), 2, `"signature" "forged" is unknown`},
+		{"malformed without its header", strings.Replace(edit(second, `"signature": "malformed", `+second), `"devhook_scenario": 1`, `"devhook_scenario": 2`, 1), 2, "no service-signature to send as recorded"},
 		{"a version that is no number", edit(`"devhook_scenario": 1`, `"devhook_scenario": "1"`), 0, "not a version number"},
 		{"no version", edit(`"devhook_scenario": 1,`, ``), 0, `no "devhook_scenario" field`},
 		{"truncated", string(good[:len(good)/2]), 0, "ends early (a truncated file?)"},

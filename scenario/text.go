@@ -25,6 +25,15 @@ func (r *Report) WriteText(w io.Writer, file string) error {
 	if !r.Signed {
 		signed = "unsigned (no secret)"
 	}
+	asRecorded := 0
+	for _, res := range r.Results {
+		if res.Signature != "" {
+			asRecorded++
+		}
+	}
+	if asRecorded > 0 {
+		signed = fmt.Sprintf("%s but %d with the failed signature they were recorded with (--resign signs them too)", signed, asRecorded)
+	}
 	fmt.Fprintf(w, "devhook scenario play %s → %s\n%d deliveries, %s, %s; expecting %s\n\n", file, r.URL, len(r.Results), signed, pace, expectWords(r.Expect))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "DELIVERY\tSENT\tEXPECTED\tGOT\tRESULT")
@@ -98,13 +107,17 @@ func (res *Result) got() string {
 
 // WriteList writes s's deliveries as devhook scenario show lists them.
 func (s *Scenario) WriteList(w io.Writer, file string) error {
-	fmt.Fprintf(w, "%s: devhook scenario version %d, %d deliveries", file, Version, len(s.Deliveries))
+	v := s.Version
+	if v == 0 {
+		v = 1
+	}
+	fmt.Fprintf(w, "%s: devhook scenario version %d, %d deliveries", file, v, len(s.Deliveries))
 	if len(s.Redacted) > 0 {
 		fmt.Fprintf(w, ", redacted %s", strings.Join(s.Redacted, " "))
 	}
 	fmt.Fprint(w, "\n\n")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "#\tOFFSET\tMETHOD\tPATH\tRUN\tSTATUS_V2\tSIZE\tRECORDED")
+	fmt.Fprintln(tw, "#\tOFFSET\tMETHOD\tPATH\tRUN\tSTATUS_V2\tSIZE\tSIGNATURE\tRECORDED")
 	for i, e := range s.Deliveries {
 		ev := devhook.ParseEvent(e.Body)
 		path := e.Path
@@ -115,10 +128,20 @@ func (s *Scenario) WriteList(w io.Writer, file string) error {
 		if e.Recorded != nil {
 			rec = strconv.Itoa(e.Recorded.Status)
 		}
-		fmt.Fprintf(tw, "%d\t+%s\t%s\t%s\t%s\t%s\t%d\t%s\n", i+1, time.Duration(e.OffsetMS)*time.Millisecond, e.Method,
-			clip(path), dash(ev.RunID), dash(ev.StatusV2), len(e.Body), rec)
+		sig := "afresh"
+		if e.Signature != "" {
+			sig = e.Signature + " (as recorded)"
+		}
+		fmt.Fprintf(tw, "%d\t+%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", i+1, time.Duration(e.OffsetMS)*time.Millisecond, e.Method,
+			clip(path), dash(ev.RunID), dash(ev.StatusV2), len(e.Body), sig, rec)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if n := s.FailedSignatures(); n > 0 {
+		fmt.Fprintf(w, "\n%s\n", failedSignaturesNote(n))
+	}
+	return nil
 }
 
 func dash(s string) string {
@@ -126,4 +149,34 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// FailedSignatures counts the deliveries whose signature failed when
+// recorded, which play sends as they were.
+func (s *Scenario) FailedSignatures() int {
+	n := 0
+	for i := range s.Deliveries {
+		if s.Deliveries[i].Signature != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// failedSignaturesNote says what play does with them, for save and show.
+func failedSignaturesNote(n int) string {
+	which := "1 delivery's signature"
+	if n > 1 {
+		which = strconv.Itoa(n) + " deliveries' signatures"
+	}
+	return which + " failed when recorded: play sends them as they failed (another secret, none, the malformed header, an expired t), so the handler's recorded refusal is expected again; --resign signs them afresh instead."
+}
+
+// SaveNote is what devhook scenario save says of the scenario beyond the
+// count, or "".
+func (s *Scenario) SaveNote() string {
+	if n := s.FailedSignatures(); n > 0 {
+		return failedSignaturesNote(n)
+	}
+	return ""
 }

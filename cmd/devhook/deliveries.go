@@ -255,6 +255,12 @@ func printDelivery(w io.Writer, d *devhook.Delivery) {
 	if d.Queued {
 		fmt.Fprintln(w, "          (waited in the relay's queue)")
 	}
+	if note := d.Event.StatusNote(); d.Event.RunID != "" || note != "" {
+		fmt.Fprintf(w, "run       %s\n", dash(d.Event.RunID))
+		if note != "" {
+			fmt.Fprintf(w, "          %s\n", note)
+		}
+	}
 	fmt.Fprintf(w, "verdict   %s: %s\n", d.Verdict.Result, d.Verdict.Reason)
 	if d.Verdict.Result != devhook.VerdictUnchecked {
 		fmt.Fprintf(w, "          the reference receiver answers %d %q\n", d.Verdict.Status, d.Verdict.Text)

@@ -89,6 +89,9 @@ func TestDeliveries_ExplicitData(t *testing.T) {
 	if err != nil || !strings.Contains(out, seeded.ID) {
 		t.Fatalf("deliveries show --data %s: %v\n%s", other, err, out)
 	}
+	if !strings.Contains(out, "run       run-seed\n          status_v2 succeeded is the run's state (the legacy status field is absent)") {
+		t.Errorf("deliveries show does not explain status_v2:\n%s", out)
+	}
 	// The directory the running listen records in goes through it (its
 	// store is locked: opening it would fail).
 	out, stderr, err = devhookCmd(t, "deliveries", "list", "--data", running, "--inspect", inspect)

@@ -88,7 +88,15 @@ func (o *scenarioSaveOptions) run(cmd *cobra.Command, file string) error {
 	for _, w := range warnings {
 		fmt.Fprintln(cmd.ErrOrStderr(), "devhook: warning:", w)
 	}
+	s, err := scenario.Parse(file, b)
+	if err != nil {
+		return fmt.Errorf("the scenario does not read back: %w", err)
+	}
+	note := s.SaveNote()
 	if file == "-" {
+		if note != "" {
+			fmt.Fprintln(cmd.ErrOrStderr(), "devhook:", note)
+		}
 		_, err := cmd.OutOrStdout().Write(b)
 		return err
 	}
@@ -96,6 +104,9 @@ func (o *scenarioSaveOptions) run(cmd *cobra.Command, file string) error {
 		return err
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "saved %d deliveries to %s (play them: devhook scenario play %s --to URL)\n", len(ids), file, file)
+	if note != "" {
+		fmt.Fprintln(cmd.OutOrStdout(), note)
+	}
 	return nil
 }
 
@@ -103,7 +114,7 @@ type scenarioPlayOptions struct {
 	to, secret, expect, junit string
 	speed                     float64
 	timeout                   time.Duration
-	json                      bool
+	json, resign              bool
 }
 
 func newScenarioPlayCmd() *cobra.Command {
@@ -114,7 +125,10 @@ func newScenarioPlayCmd() *cobra.Command {
 		Long: `Play sends each delivery of FILE to the handler at URL (the delivery's path and query
 are appended to it), in order, signed afresh (service-signature, t in Unix milliseconds)
 when the secret is given, and waits the recorded spacing divided by --speed between them
-(--speed 0: no waiting). Each answer is compared with --expect: recorded (the same status
+(--speed 0: no waiting). A delivery whose signature failed when it was recorded (another
+secret, none, a malformed header, an expired t) is sent as it failed, so that the handler's
+recorded refusal is expected again; --resign signs those afresh too. Each answer is
+compared with --expect: recorded (the same status
 class as the answer recorded; 2xx where none was), 2xx (or another class), or one status.
 A delivery the handler refuses (401, 403) although devhook's own verifier accepts it
 carries the hint devhook listen gives.
@@ -138,6 +152,7 @@ handler cannot be reached or FILE cannot be read (then nothing is sent).`,
 	f.Float64Var(&o.speed, "speed", 1, "divide the recorded spacing by this; 0 sends without waiting")
 	f.StringVar(&o.expect, "expect", "recorded", "what each answer must be: recorded, 2xx (or another class), or a status")
 	f.DurationVar(&o.timeout, "timeout", scenario.DefaultTimeout, "how long each delivery waits for the answer")
+	f.BoolVar(&o.resign, "resign", false, "sign every delivery afresh, also those whose signature failed when recorded")
 	f.BoolVar(&o.json, "json", false, "print the report as JSON")
 	f.StringVar(&o.junit, "junit", "", "also write the report as JUnit XML to this file")
 	cmd.MarkFlagRequired("to")
@@ -164,7 +179,7 @@ func (o *scenarioPlayOptions) run(ctx context.Context, file string, stdout, stde
 	if o.secret == "" {
 		fmt.Fprintln(stderr, "devhook: no --secret (or DEVHOOK_SECRET): the deliveries are sent without service-signature")
 	}
-	cfg := scenario.Config{URL: target.String(), Secret: o.secret, Speed: o.speed, NoWait: o.speed == 0, Expect: expect, Timeout: o.timeout}
+	cfg := scenario.Config{URL: target.String(), Secret: o.secret, Resign: o.resign, Speed: o.speed, NoWait: o.speed == 0, Expect: expect, Timeout: o.timeout}
 	rep, err := scenario.Play(ctx, s, cfg)
 	var unreachable *scenario.UnreachableError
 	switch {

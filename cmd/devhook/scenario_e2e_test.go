@@ -247,7 +247,7 @@ func TestScenario_RecordSavePlay(t *testing.T) {
 		path string
 		want string
 	}{
-		{bad("v2.json", strings.Replace(string(file), `"devhook_scenario": 1`, `"devhook_scenario": 2`, 1)), "is version 2 of the scenario format"},
+		{bad("v3.json", strings.Replace(string(file), `"devhook_scenario": 1`, `"devhook_scenario": 3`, 1)), "is version 3 of the scenario format"},
 		{bad("cut.json", string(file[:len(file)-40])), "ends early (a truncated file?)"},
 		{bad("text.json", "not json at all\n"), "not valid JSON"},
 		{bad("b64.json", string(file[:second])+`"body_encoding": "base64", `+string(file[second:])), "delivery 2: body: \"body_encoding\" is base64 but the body is not standard padded base64"},

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -134,7 +135,24 @@ func (o *sendOptions) run(ctx context.Context) error {
 		fmt.Fprintln(o.stdout)
 	}
 	if resp.StatusCode >= 300 {
-		return fmt.Errorf("the receiver answered %s", resp.Status)
+		return answeredError(resp.Status, resp.Header, rb)
 	}
 	return nil
+}
+
+// answeredError says who answered a status over 299: devhook's own
+// answers say so in devhook.AnswerHeader, with the reason in their first
+// line; any other is the receiver's.
+func answeredError(status string, h http.Header, body []byte) error {
+	reason := strings.TrimSpace(string(body))
+	if i := strings.IndexByte(reason, '\n'); i >= 0 {
+		reason = reason[:i]
+	}
+	switch h.Get(devhook.AnswerHeader) {
+	case "agent":
+		return fmt.Errorf("devhook listen answered %s, not the receiver: %s", status, reason)
+	case "relay":
+		return fmt.Errorf("the devhook relay answered %s, not the receiver: %s", status, reason)
+	}
+	return fmt.Errorf("the receiver answered %s", status)
 }

@@ -62,7 +62,7 @@ function drawDetail(D, highlightSeq) {
     h('dl', { class: 'facts' },
       h('dt', null, 'Received'), h('dd', null, fmtTime(d.received_at, true)),
       h('dt', null, 'Id'), h('dd', { class: 'mono', id: 'delivery-id' }, d.id),
-      ev.run_id ? [h('dt', null, 'Run'), h('dd', null, runLink(ev.run_id), ' ', h('span', { class: 'muted' }, ev.status ? 'status ' + ev.status : ''))] : null,
+      ev.run_id ? [h('dt', null, 'Run'), h('dd', null, runLink(ev.run_id), ' ', h('span', { class: 'muted', id: 'status-note' }, d.view.status_note || (ev.status ? 'status ' + ev.status : '')))] : null,
       d.remote_addr ? [h('dt', null, 'From'), h('dd', { class: 'mono' }, d.remote_addr)] : null));
 
   const sig = h('section', { class: 'panel signature sig-' + ((VERDICTS[v.result] || [0, 'neutral'])[1]), id: 'signature' },

@@ -6,6 +6,7 @@ import { replay, curl } from '../api.js';
 import { h, append, $$, toast, copyText } from '../dom.js';
 import { fmtMs, pathText } from '../format.js';
 import { state } from '../state.js';
+import { VERDICTS } from '../badges.js';
 
 // replayPanel draws the panel for the delivery D shows. reload fetches the
 // delivery again, with the attempt a replay added.
@@ -15,23 +16,42 @@ export function replayPanel(D, reload) {
   const avail = d.view.replay_available;
   const resign = d.view.resign;
   const editor = h('div', { class: 'editor', id: 'replay-editor', hidden: !D.editorOpen });
+  // Where the signature failed when the delivery came, a re-signed replay
+  // carries a new, valid signature: its answer says nothing of the
+  // original failure. Replaying it as it arrived comes first then.
+  const failed = sigFailed(d.verdict);
+  const asIs = h('button', {
+    type: 'button', class: 'button' + (failed ? ' primary' : ''), id: 'replay-asis', disabled: !avail,
+    title: 'Send again with the original signature header (or none, as it came)',
+    on: { click: () => doReplay(D, { resign: false }, reload) },
+  }, failed ? 'Replay as it arrived' : 'Replay as-is');
+  const resigned = h('button', {
+    type: 'button', class: 'button' + (failed ? '' : ' primary'), id: 'replay', disabled: !avail,
+    title: resign ? (failed ? 'Send again with a new, valid signature (the original one failed)' : 'Send again, signed with a fresh t') : 'Send again exactly as it arrived',
+    on: { click: () => doReplay(D, {}, reload) },
+  }, resign ? (failed ? 'Replay with a new valid signature' : 'Replay (re-signed)') : 'Replay');
+  let hint;
+  if (!avail) hint = 'Replay is not available: no agent is running with this inspector.';
+  else if (resign && failed) hint = 'This delivery\'s signature failed when it came (' + (VERDICTS[d.verdict.result] || [d.verdict.result])[0] + '). "Replay as it arrived" sends the same signature again, so the receiver\'s answer shows how it treats that failure. A replay re-signed carries a new, valid signature: a 200 then does not mean the original problem is gone. Every replay is recorded as an attempt.';
+  else if (resign) hint = 'Re-signed with a fresh t, so the receiver\'s 5-minute window accepts it. Every replay is recorded as an attempt.';
+  else hint = (s.secret_known ? '' : 'No secret known: replays carry the original signature, which a receiver rejects after 5 minutes. ') + 'Every replay is recorded as an attempt.';
+  const first = resign && failed ? [asIs, resigned] : resign ? [resigned, asIs] : [resigned];
   const panel = h('section', { class: 'panel replay', id: 'replay-panel' },
     h('h2', null, 'Replay'),
-    h('div', { class: 'actions' },
-      h('button', {
-        type: 'button', class: 'button primary', id: 'replay', disabled: !avail,
-        title: resign ? 'Send again, signed with a fresh t' : 'Send again exactly as it arrived',
-        on: { click: () => doReplay(D, {}, reload) },
-      }, resign ? 'Replay (re-signed)' : 'Replay'),
-      resign ? h('button', { type: 'button', class: 'button', id: 'replay-asis', disabled: !avail, title: 'Send again with the original signature header', on: { click: () => doReplay(D, { resign: false }, reload) } }, 'Replay as-is') : null,
+    h('div', { class: 'actions' }, ...first,
       h('button', { type: 'button', class: 'button', id: 'replay-edit', disabled: !avail, on: { click: () => { D.editorOpen = !D.editorOpen; editor.hidden = !D.editorOpen; } } }, 'Edit & replay…'),
       h('button', { type: 'button', class: 'button ghost', id: 'copy-curl', on: { click: () => copyCurl(d) } }, 'Copy as curl')),
-    h('p', { class: 'hint' }, !avail ? 'Replay is not available: no agent is running with this inspector.'
-      : resign ? 'Re-signed with a fresh t, so the receiver\'s 5-minute window accepts it. Every replay is recorded as an attempt.'
-        : (s.secret_known ? '' : 'No secret known: replays carry the original signature, which a receiver rejects after 5 minutes. ') + 'Every replay is recorded as an attempt.'),
+    h('p', { class: 'hint', id: 'replay-hint' }, hint),
     editor);
   buildEditor(D, editor, reload);
   return panel;
+}
+
+// sigFailed tells a verdict that says the signature itself failed
+// (missing, malformed, expired, not matching) from one that says nothing
+// of it (no secret, verification off).
+function sigFailed(v) {
+  return !!v && ['missing_signature', 'invalid_format', 'invalid_time', 'invalid_signature'].includes(v.result);
 }
 
 function headerLines(header) {

@@ -67,7 +67,7 @@ export async function renderRun(view, runID) {
       const p = firstOf[t.expected[i - 1]];
       let label = '', cls = 'gap';
       if (s && p) {
-        const diff = new Date(s.received_at) - new Date(p.received_at);
+        const diff = gapMs(p, s);
         label = diff >= 0 ? '+' + fmtMs(diff) : fmtMs(-diff) + ' earlier';
         cls += diff >= 0 ? ' done' : ' back';
       }
@@ -92,7 +92,7 @@ export async function renderRun(view, runID) {
     h('tbody', null, t.steps.map((s, i) => h('tr', { class: 'row' + (s.flags ? ' flagged' : ''), 'data-id': s.id, on: { click: () => { location.hash = deliveryHref(s.id); } } },
       h('td', { class: 'num' }, String(i + 1)),
       h('td', { class: 'mono' }, fmtTime(s.received_at)),
-      h('td', { class: 'mono num' }, i ? '+' + fmtMs(s.since_previous_ms) : ''),
+      h('td', { class: 'mono num', 'data-gap': i ? String(gapMs(t.steps[i - 1], s)) : '' }, i ? '+' + fmtMs(gapMs(t.steps[i - 1], s)) : ''),
       h('td', null, stepChip((s.event || {}).status_v2)),
       h('td', null, verdictBadge(s.verdict)),
       h('td', null, s.attempts ? statusBadge(s.status, s.error) : h('span', { class: 'muted' }, 'pending')),
@@ -128,4 +128,12 @@ export function onRunsChange(c) {
     clearTimeout(runsTimer);
     runsTimer = setTimeout(() => { if (state.route.name === 'runs') renderRuns($('#view')); }, 300);
   }
+}
+
+// gapMs is the time from step a to step b, from the server's offsets at
+// full precision: the timeline and the table compute every gap this one
+// way, so that the same gap is never shown rounded two ways (received_at
+// through Date keeps whole milliseconds only).
+function gapMs(a, b) {
+  return b.offset_ms - a.offset_ms;
 }

@@ -1,0 +1,252 @@
+package lifecycle_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/devhook/devhook/lifecycle"
+)
+
+// journal records what the parts did, in order.
+type journal struct {
+	mu      sync.Mutex
+	log     []string
+	changed chan struct{} // a token for each entry
+}
+
+func newJournal() *journal { return &journal{changed: make(chan struct{}, 100)} }
+
+func (j *journal) add(s string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.log = append(j.log, s)
+	j.changed <- struct{}{}
+}
+
+func (j *journal) get() []string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return slices.Clone(j.log)
+}
+
+// blocking is a part that runs until stopped, or until fail is closed,
+// when it returns err.
+func blocking(j *journal, name string, fail <-chan struct{}, err error) (func(context.Context) error, func(context.Context) error) {
+	stopped := make(chan struct{})
+	var once sync.Once
+	run := func(ctx context.Context) error {
+		j.add("start " + name)
+		select {
+		case <-stopped:
+			return nil
+		case <-fail:
+			return err
+		}
+	}
+	stop := func(context.Context) error {
+		j.add("stop " + name)
+		once.Do(func() { close(stopped) })
+		return nil
+	}
+	return run, stop
+}
+
+// waitFor waits for n more entries.
+func waitFor(t *testing.T, j *journal, n int) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for range n {
+		select {
+		case <-deadline:
+			t.Fatalf("only %v happened", j.get())
+		case <-j.changed:
+		}
+	}
+}
+
+// noLeak fails when goroutines started by the test are still running.
+func noLeak(t *testing.T) {
+	before := runtime.NumGoroutine()
+	t.Cleanup(func() {
+		// Goroutines that were told to end take a moment to go: yield to
+		// them, up to a deadline.
+		deadline := time.Now().Add(5 * time.Second)
+		for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+			runtime.Gosched()
+		}
+		if n := runtime.NumGoroutine(); n > before {
+			t.Errorf("%d goroutines left running (%d before)", n, before)
+		}
+	})
+}
+
+func TestRun_ContextEndStopsAllInReverse(t *testing.T) {
+	noLeak(t)
+	j := newJournal()
+	var g lifecycle.Group
+	g.Close("store", func() error { j.add("close store"); return nil })
+	run, stop := blocking(j, "relay", nil, nil)
+	g.Go("relay", run, stop)
+	run, stop = blocking(j, "inspector", nil, nil)
+	g.Go("inspector", run, stop)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- g.Run(ctx) }()
+	waitFor(t, j, 2)
+	cancel()
+	if err := <-errc; err != nil {
+		t.Fatalf("Run after the context ended = %v, want nil", err)
+	}
+	got := j.get()
+	want := []string{"stop inspector", "stop relay", "close store"}
+	if !slices.Equal(got[2:], want) {
+		t.Errorf("stopping order %v, want %v", got[2:], want)
+	}
+}
+
+func TestRun_AFailingPartStopsTheOthers(t *testing.T) {
+	noLeak(t)
+	j := newJournal()
+	var g lifecycle.Group
+	g.Close("store", func() error { j.add("close store"); return errors.New("final flush failed") })
+	fail := make(chan struct{})
+	run, stop := blocking(j, "relay", fail, errors.New("listener broke"))
+	g.Go("relay", run, stop)
+	run, stop = blocking(j, "inspector", nil, nil)
+	g.Go("inspector", run, stop)
+	errc := make(chan error, 1)
+	go func() { errc <- g.Run(context.Background()) }()
+	waitFor(t, j, 2)
+	close(fail)
+	var err error
+	select {
+	case err = <-errc:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a failed part did not stop the group")
+	}
+	if err == nil || !strings.Contains(err.Error(), "relay: listener broke") || !strings.Contains(err.Error(), "close store: final flush failed") {
+		t.Fatalf("Run = %v, want the relay's error and the store's", err)
+	}
+	if !strings.HasPrefix(err.Error(), "relay: listener broke") {
+		t.Errorf("the error that stopped the group does not come first: %v", err)
+	}
+	got := j.get()
+	if want := []string{"stop inspector", "stop relay", "close store"}; !slices.Equal(got[2:], want) {
+		t.Errorf("stopping order %v, want %v", got[2:], want)
+	}
+}
+
+func TestRun_APartThatEndsOnItsOwn(t *testing.T) {
+	noLeak(t)
+	var g lifecycle.Group
+	g.Go("agent", func(context.Context) error { return nil }, nil)
+	g.Go("waiter", func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }, nil)
+	err := g.Run(context.Background())
+	var se *lifecycle.StoppedError
+	if !errors.As(err, &se) || se.Name != "agent" {
+		t.Fatalf("Run = %v, want a StoppedError of the agent", err)
+	}
+}
+
+func TestRun_APartThatDoesNotStop(t *testing.T) {
+	noLeak(t)
+	release := make(chan struct{})
+	defer close(release)
+	g := lifecycle.Group{StopTimeout: 20 * time.Millisecond}
+	g.Go("stuck", func(context.Context) error { <-release; return nil }, func(context.Context) error { return nil })
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := g.Run(ctx)
+	if err == nil || !strings.Contains(err.Error(), "stop stuck: it did not end within 40ms") {
+		t.Fatalf("Run = %v, want the stuck part named", err)
+	}
+}
+
+func TestRun_ErrorsWhileStoppingCount(t *testing.T) {
+	noLeak(t)
+	var g lifecycle.Group
+	stopped := make(chan struct{})
+	g.Go("recorder", func(context.Context) error {
+		<-stopped
+		return errors.New("the last batch was not written")
+	}, func(context.Context) error { close(stopped); return nil })
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := g.Run(ctx); err == nil || err.Error() != "recorder: the last batch was not written" {
+		t.Fatalf("Run = %v, want the recorder's error while stopping", err)
+	}
+}
+
+// A real server: its listener closed under it stops the group with an
+// error; a request in flight at the end of the context completes.
+func TestServe(t *testing.T) {
+	noLeak(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g lifecycle.Group
+	g.Serve("the inspector", &http.Server{Handler: http.NotFoundHandler()}, ln)
+	errc := make(chan error, 1)
+	go func() { errc <- g.Run(context.Background()) }()
+	resp, err := http.Get("http://" + ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	ln.Close()
+	select {
+	case err = <-errc:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a server whose listener broke did not stop the group")
+	}
+	if err == nil || !strings.HasPrefix(err.Error(), "the inspector: ") {
+		t.Fatalf("Run = %v, want the server's error", err)
+	}
+	http.DefaultClient.CloseIdleConnections()
+
+	ln, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	inflight, release := make(chan struct{}), make(chan struct{})
+	var g2 lifecycle.Group
+	g2.Serve("the relay", &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(inflight)
+		<-release
+		io.WriteString(w, "done")
+	})}, ln)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { errc <- g2.Run(ctx) }()
+	got := make(chan string, 1)
+	go func() {
+		resp, err := http.Get("http://" + ln.Addr().String())
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		got <- string(b)
+	}()
+	<-inflight
+	cancel()
+	close(release)
+	if err := <-errc; err != nil {
+		t.Errorf("Run after the context ended = %v", err)
+	}
+	if s := <-got; s != "done" {
+		t.Errorf("the request in flight got %q", s)
+	}
+	http.DefaultClient.CloseIdleConnections()
+}
