@@ -18,6 +18,7 @@ import (
 	"github.com/devhook/devhook/cloud"
 	"github.com/devhook/devhook/inspector"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/running"
 	"github.com/devhook/devhook/storage"
 )
 
@@ -267,13 +268,14 @@ func (o *listenOptions) run(ctx context.Context) error {
 	case c := <-connected:
 		out.connection(c, o.stderr)
 	}
-	var webhook, webhookNote string
+	var webhook, webhookNote, secret string
 	if service != nil {
 		reg, err := o.connectService(ctx, service, creds.PublicURL, ag)
 		if err != nil {
 			return err
 		}
-		webhook, webhookNote = reg.id, reg.note(creds.PublicURL, o.dataDir)
+		webhook, webhookNote, secret = reg.id, reg.note(creds.PublicURL, o.dataDir), reg.secret
+		out.setWebhook(webhook)
 		// Undone before the agent stops, while ctx is cancelled.
 		defer func() {
 			if err := reg.undo(context.WithoutCancel(ctx)); err != nil {
@@ -283,9 +285,18 @@ func (o *listenOptions) run(ctx context.Context) error {
 			}
 		}()
 	}
+	// Where the other commands find this listen: written before the
+	// ready line, so that a script that waits for it finds the file.
+	remove, err := running.Write(o.dataDir, running.Listen{PID: os.Getpid(), Data: absDir(o.dataDir),
+		InspectorURL: inspectURL, PublicURL: creds.PublicURL, RelayURL: relayURL, Channel: creds.Channel,
+		Webhook: webhook, StartedAt: time.Now().UTC()})
+	if err != nil {
+		return err
+	}
+	defer remove()
 	out.ready(readyInfo{PublicURL: creds.PublicURL, InspectorURL: inspectURL, Channel: creds.Channel,
 		Forward: ag.Targets(), Local: local != nil, SecretKnown: ag.SecretKnown(), Verify: o.verify, Data: o.dataDir,
-		Webhook: webhook, webhookNote: webhookNote})
+		Webhook: webhook, Secret: secret, webhookNote: webhookNote})
 
 	select {
 	case <-ctx.Done():
