@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -38,6 +39,19 @@ func TestCommandsFindTheRunningListen(t *testing.T) {
 	other := t.TempDir()
 	b := startListen(t, "--forward", recv.URL, "--secret", secret, "--inspect", "127.0.0.1:0", "--data", other)
 	bReady := b.next(t, "ready")
+
+	// A second listen of a directory in use says which one uses it.
+	second := startListen(t, "--forward", recv.URL, "--secret", secret)
+	select {
+	case err := <-second.done:
+		second.cancel = nil
+		if err == nil || !errors.Is(err, storage.ErrLocked) || !strings.Contains(err.Error(), fmt.Sprintf("devhook listen (pid %d, %s) already records in", os.Getpid(), aReady["public_url"])) ||
+			!strings.Contains(err.Error(), "another --data") {
+			t.Errorf("a second listen of %s: %v", home, err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a second listen of the same directory did not stop")
+	}
 
 	// send without a URL: to the listen of ~/.devhook, or of --data.
 	if out, stderr, err := devhookCmd(t, "send", "--secret", secret, "--run-id", "run-a"); err != nil || !strings.Contains(out, "200 OK") {

@@ -187,6 +187,9 @@ func (o *listenOptions) run(ctx context.Context) error {
 	// What the store finds wrong (a damaged journal set aside, a full
 	// disk) is printed like the agent's own messages.
 	db, err := storage.Open(filepath.Join(o.dataDir, "deliveries.db"), storage.Config{Logf: out.logf(o.stderr)})
+	if errors.Is(err, storage.ErrLocked) {
+		return o.dataInUse()
+	}
 	if err != nil {
 		return err
 	}
@@ -306,6 +309,15 @@ func (o *listenOptions) run(ctx context.Context) error {
 		agentErr <- err
 		return o.agentStopped(err, creds)
 	}
+}
+
+// dataInUse is the short error for a data directory whose store another
+// process holds: the listen that says so in its listen.json, named.
+func (o *listenOptions) dataInUse() error {
+	if l, err := running.Read(o.dataDir); err == nil {
+		return fmt.Errorf("devhook listen (pid %d, %s) already records in %s (%w): stop it, or give this one another --data", l.PID, l.PublicURL, o.dataDir, storage.ErrLocked)
+	}
+	return fmt.Errorf("another devhook uses %s (%w): stop it, or give this listen another --data", o.dataDir, storage.ErrLocked)
 }
 
 // agentStopped says why the agent stopped on its own.
