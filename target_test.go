@@ -14,7 +14,11 @@ func TestTargetURL(t *testing.T) {
 		{"http://localhost:8080/webhooks", "/", "", "http://localhost:8080/webhooks"},
 		{"http://localhost:8080/webhooks/", "/run", "", "http://localhost:8080/webhooks/run"},
 		{"https://h.example/a%2Fb", "/c", "", "https://h.example/a%2Fb/c"},
-		{"http://localhost:8080/x?drop=1#frag", "/y", "", "http://localhost:8080/x/y"},
+		{"http://localhost:8080/x?keep=1#frag", "/y", "", "http://localhost:8080/x/y?keep=1"},
+		{"http://localhost:8080/hooks?token=abc", "/x", "y=1", "http://localhost:8080/hooks/x?token=abc&y=1"},
+		{"http://localhost:8080/hooks?token=abc", "/", "", "http://localhost:8080/hooks?token=abc"},
+		{"http://localhost:8080?token=a%26b", "/x", "y=1&y=2", "http://localhost:8080/x?token=a%26b&y=1&y=2"},
+		{"http://localhost:8080/hooks?token=abc&", "/x", "y=1", "http://localhost:8080/hooks/x?token=abc&y=1"},
 	} {
 		u, err := url.Parse(tt.target)
 		if err != nil {

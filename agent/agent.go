@@ -313,7 +313,9 @@ func ParseTarget(s string) (*url.URL, error) {
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
 		return nil, fmt.Errorf("--forward %q is not a receiver address; use host:port or an http(s) URL", s)
 	}
-	u.RawQuery, u.Fragment = "", ""
+	// The query is kept: each delivery's own query follows it
+	// (devhook.TargetURL).
+	u.Fragment, u.RawFragment = "", ""
 	return u, nil
 }
 

@@ -1,6 +1,7 @@
 package check
 
 import (
+	"strconv"
 	"strings"
 	"time"
 
@@ -8,29 +9,79 @@ import (
 	"github.com/devhook/devhook/signature"
 )
 
+// The kinds of Advice. A view of many deliveries (listen's terminal) shows
+// each kind once: the fix is the same for every delivery.
+const (
+	// HintOldSignature: a delivery sent with its original signature after
+	// the receiver's window; the receiver is right.
+	HintOldSignature = "old-signature"
+	// HintAnotherSecret: the receiver says Invalid signature to a
+	// delivery devhook verified with the webhook's secret.
+	HintAnotherSecret = "another-secret"
+	// HintRefusedValid: the receiver refused a delivery devhook verified,
+	// for another reason or none it names.
+	HintRefusedValid = "refused-valid"
+	// HintNotVerifying: the receiver accepted a delivery whose signature
+	// failed devhook's verification.
+	HintNotVerifying = "not-verifying"
+)
+
+// HintContext is what the one who shows a hint knows beyond the delivery.
+type HintContext struct {
+	// Webhook is the id of the service's webhook whose secret devhook
+	// verifies with (listen --register or --webhook); "" when the secret
+	// came from --secret or is not known.
+	Webhook string
+}
+
+// Advice is a hint and its kind.
+type Advice struct {
+	Kind string
+	Text string
+}
+
 // Hint says what to do when a receiver refused (401 or 403) a delivery
 // whose signature devhook verified, and the most likely cause when the
-// answer's text names it. It returns "" for any other delivery or attempt.
-// It is computed where it is shown, from what is recorded: nothing new is
-// stored.
+// answer's text names it; or that the receiver does not check signatures
+// when it accepted (2xx) one that failed verification. It returns "" for
+// any other delivery or attempt. It is computed where it is shown, from
+// what is recorded: nothing new is stored.
 func Hint(d *devhook.Delivery, a *devhook.Attempt) string {
-	if d == nil || a == nil || !d.Verdict.OK() || (a.Status != 401 && a.Status != 403) {
-		return ""
+	return Advise(d, a, HintContext{}).Text
+}
+
+// Advise is Hint with what the caller knows (the webhook), and the hint's
+// kind.
+func Advise(d *devhook.Delivery, a *devhook.Attempt, hc HintContext) Advice {
+	if d == nil || a == nil {
+		return Advice{}
+	}
+	if a.Status >= 200 && a.Status < 300 {
+		return notVerifying(d, a, hc)
+	}
+	if !d.Verdict.OK() || (a.Status != 401 && a.Status != 403) {
+		return Advice{}
 	}
 	resigned := a.Request != nil && a.Request.Resigned
 	if !resigned && d.Verdict.T > 0 && !a.StartedAt.IsZero() {
 		// A replay sent with the original signature after the window:
 		// the receiver is right.
 		if age := time.Duration(a.StartedAt.UnixMilli()-d.Verdict.T) * time.Millisecond; age >= signature.Window {
-			return "the receiver refused a signature that was " + age.Round(time.Second).String() +
-				" old when sent; receivers accept 5 minutes: replay it re-signed (devhook replay " + d.ID + " --resign)"
+			return Advice{HintOldSignature, "the receiver refused a signature that was " + age.Round(time.Second).String() +
+				" old when sent; receivers accept 5 minutes: replay it re-signed (devhook replay " + d.ID + " --resign)"}
 		}
 	}
-	h := "your receiver refused a delivery whose signature is valid; run `devhook check " + a.Target + " --secret …` to find out why"
 	body := strings.ToLower(string(a.Body))
 	if len(body) > 4096 {
 		body = body[:4096]
 	}
+	if hc.Webhook != "" && strings.Contains(body, "signature") && !strings.Contains(body, "missing") && !strings.Contains(body, "format") {
+		// devhook verified with the webhook's own secret, so the
+		// receiver's is another: the one fix, named.
+		return Advice{HintAnotherSecret, "your receiver has another secret than webhook " + hc.Webhook + "'s (it says Invalid signature to deliveries signed with it): " +
+			"give it the secret that `devhook webhooks secret " + hc.Webhook + "` prints"}
+	}
+	h := "your receiver refused a delivery whose signature is valid; run `devhook check " + a.Target + " --secret …` to find out why"
 	switch {
 	case strings.Contains(body, "time"):
 		h += " (it says Invalid Time Value: most likely it reads t as seconds, the interface's t is Unix milliseconds; or its clock is off)"
@@ -41,5 +92,37 @@ func Hint(d *devhook.Delivery, a *devhook.Attempt) string {
 	case strings.Contains(body, "signature"):
 		h += " (it says Invalid signature: it has another secret, uses the secret decoded, or verifies a re-serialized body instead of the raw bytes)"
 	}
-	return h
+	return Advice{HintRefusedValid, h}
+}
+
+// notVerifying is the hint for a receiver that accepted (2xx) a delivery
+// whose signature failed verification, as it was sent to it: not one
+// devhook re-signed on the way (a queued delivery past its window, a
+// replay), which carried a valid signature.
+func notVerifying(d *devhook.Delivery, a *devhook.Attempt, hc HintContext) Advice {
+	if r := a.Request; r != nil && (r.Resigned ||
+		(r.Header != nil && r.Header.Get(devhook.SignatureHeader) != d.Header.Get(devhook.SignatureHeader))) {
+		// Re-signed, or sent with another signature header (edit &
+		// replay, --header): not the signature that was verified.
+		return Advice{}
+	}
+	arrow := " (" + d.Verdict.Result + " → " + strconv.Itoa(a.Status) + ")"
+	var h string
+	switch d.Verdict.Result {
+	case devhook.VerdictMissingSignature:
+		h = "your receiver accepted a delivery without a signature" + arrow + ": it does not check signatures"
+	case devhook.VerdictInvalidFormat:
+		h = "your receiver accepted a malformed signature" + arrow + ": it does not check signatures"
+	case devhook.VerdictInvalidTime:
+		h = "your receiver accepted a signature outside the 5-minute window" + arrow + ": it does not check t, or signatures at all"
+	case devhook.VerdictInvalidSignature:
+		whose := "devhook's --secret"
+		if hc.Webhook != "" {
+			whose = "webhook " + hc.Webhook + "'s secret"
+		}
+		h = "your receiver accepted a signature that does not match " + whose + arrow + ": it does not check signatures, or has another secret"
+	default:
+		return Advice{}
+	}
+	return Advice{HintNotVerifying, h}
 }

@@ -336,11 +336,11 @@ func (s *Server) defaultTarget(d *devhook.Delivery) string {
 }
 
 func joinTarget(base, path, rawQuery string) string {
-	t := strings.TrimSuffix(base, "/") + path
-	if rawQuery != "" {
-		t += "?" + rawQuery
+	u, err := url.Parse(base)
+	if err != nil {
+		return strings.TrimSuffix(base, "/") + path
 	}
-	return t
+	return devhook.TargetURL(u, path, rawQuery)
 }
 
 func (s *Server) handleRequestBody(w http.ResponseWriter, r *http.Request) {

@@ -138,6 +138,39 @@ type Selection struct {
 // listPage is the most an inspector lists at once (a store, 1000).
 const listPage = 500
 
+// ResolveRunID returns the run id whose short form (devhook.ShortRunID,
+// as devhook listen shows it) is short, looking through the recorded
+// deliveries (list, newest first, paged by Filter.Before); short itself
+// when no run has it as its short form. Two runs with the same short id
+// are an error naming both.
+func ResolveRunID(ctx context.Context, list func(context.Context, devhook.Filter) ([]devhook.Summary, error), short string) (string, error) {
+	var found []string
+	f := devhook.Filter{Limit: listPage}
+	for {
+		items, err := list(ctx, f)
+		if err != nil {
+			return "", err
+		}
+		for _, it := range items {
+			id := it.Event.RunID
+			if id != short && devhook.ShortRunID(id) == short && !slices.Contains(found, id) {
+				found = append(found, id)
+			}
+		}
+		if len(items) < f.Limit {
+			break
+		}
+		f.Before = items[len(items)-1].ID
+	}
+	switch len(found) {
+	case 0:
+		return short, nil
+	case 1:
+		return found[0], nil
+	}
+	return "", fmt.Errorf("the short run id %s names %d runs: %s; give the whole id", short, len(found), strings.Join(found, ", "))
+}
+
 // Select returns the ids of the deliveries sel names, through list (a
 // store's or an inspector's, newest first, paging by Filter.Before).
 func Select(ctx context.Context, list func(context.Context, devhook.Filter) ([]devhook.Summary, error), sel Selection) ([]string, error) {
@@ -173,6 +206,17 @@ func Select(ctx context.Context, list func(context.Context, devhook.Filter) ([]d
 			break
 		}
 		f.Before = items[len(items)-1].ID
+	}
+	if len(ids) == 0 && sel.RunID != "" && len(sel.RunID) <= devhook.ShortRunIDLen {
+		// The short id devhook listen shows: the run it names.
+		full, err := ResolveRunID(ctx, list, sel.RunID)
+		if err != nil {
+			return nil, err
+		}
+		if full != sel.RunID {
+			sel.RunID = full
+			return Select(ctx, list, sel)
+		}
 	}
 	if len(ids) == 0 {
 		if sel.RunID != "" {

@@ -245,3 +245,30 @@ func TestCloudSettings(t *testing.T) {
 	writeServiceConfig("apikey: k\nendpoint: [oops\n")
 	runSteps(t, []step{{args: []string{"webhooks", "list"}, wantErr: []string{filepath.Join(home, ".service", "config.yaml"), "line"}}})
 }
+
+// runs start --wait prints the run's id once: in the result, not also
+// before it and on every status line.
+func TestRunsStartWaitPrintsTheIDOnce(t *testing.T) {
+	base, _ := newTestService(t)
+	t.Setenv(cloud.EnvEndpoint, base)
+	t.Setenv(cloud.EnvAPIKey, svcKey)
+	if _, _, err := runCmd(t, "", "apps", "create", "app"); err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err := runCmd(t, `{"x":1}`, "runs", "start", "app", "--input", "-", "--wait", "--poll", "10ms")
+	if err != nil {
+		t.Fatalf("%v\n%s%s", err, out, stderr)
+	}
+	var id string
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) == 2 && f[0] == "run" {
+			id = f[1]
+		}
+	}
+	if id == "" || strings.Count(out+stderr, id) != 1 {
+		t.Fatalf("run id %q printed %d times, want once:\n%s\n%s", id, strings.Count(out+stderr, id), out, stderr)
+	}
+	if !strings.Contains(stderr, "succeeded") && !strings.Contains(out, "succeeded") {
+		t.Errorf("no status shown:\n%s%s", out, stderr)
+	}
+}

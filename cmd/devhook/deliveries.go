@@ -22,13 +22,17 @@ import (
 	"github.com/devhook/devhook/agent"
 	"github.com/devhook/devhook/check"
 	"github.com/devhook/devhook/inspector"
+	"github.com/devhook/devhook/running"
+	"github.com/devhook/devhook/scenario"
 	"github.com/devhook/devhook/signature"
 	"github.com/devhook/devhook/storage"
 )
 
-// historyOptions find the recorded deliveries: through the inspector of a
-// running listen, or in the store when none runs. An explicit --data means
-// that directory: a running listen is used only when it records there.
+// historyOptions find the recorded deliveries: through the inspector of
+// the devhook listen that records in the data directory (--data, default
+// ~/.devhook; listen says where it is in the directory's listen.json), or
+// in the store when none runs there. --inspect ADDR names an inspector
+// instead; with --data too, it is used only when it records there.
 type historyOptions struct {
 	dataDir string
 	dataSet bool // --data was given
@@ -37,8 +41,8 @@ type historyOptions struct {
 }
 
 func (h *historyOptions) flags(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&h.dataDir, "data", defaultDataDir(), "data directory of devhook listen (a running listen is asked only when it records there)")
-	cmd.Flags().StringVar(&h.inspect, "inspect", "127.0.0.1:4040", "inspector of a running devhook listen")
+	cmd.Flags().StringVar(&h.dataDir, "data", defaultDataDir(), "data directory of devhook listen: the listen recording there is found by itself")
+	cmd.Flags().StringVar(&h.inspect, "inspect", "", "address of a running devhook listen's inspector (default: the one of the listen recording in --data)")
 }
 
 // history is the part of the store or the inspector the commands use.
@@ -48,21 +52,40 @@ type history interface {
 	Replay(ctx context.Context, id string, opt devhook.ReplayOptions) (devhook.Attempt, error)
 }
 
-// open returns the running inspector's client if one answers (and, with
-// --data, records in that directory), else the store, opened directly.
-// It creates nothing: a directory without a store is an error. close
-// releases it. live says whether a running listen answers.
+// inspectorClient is the client of the inspector at base (http://host:port).
+func inspectorClient(base string) *inspector.Client {
+	return &inspector.Client{BaseURL: strings.TrimSuffix(base, "/"), HTTP: &http.Client{Timeout: 60 * time.Second}}
+}
+
+// open returns the client of the running listen's inspector when one
+// answers for the data directory (or at --inspect), else the store,
+// opened directly. It creates nothing: a directory without a store is an
+// error. close releases it. live says whether a running listen answers.
 func (h *historyOptions) open(cmd *cobra.Command) (hist history, close func(), live bool, err error) {
 	ctx := cmd.Context()
 	h.dataSet = cmd.Flags().Changed("data")
-	c := &inspector.Client{BaseURL: "http://" + h.inspect, HTTP: &http.Client{Timeout: 60 * time.Second}}
-	if s, err := c.Settings(ctx); err == nil {
-		if !h.dataSet || (s.Data != "" && s.Data == absDir(h.dataDir)) {
-			return c, func() {}, true, nil
+	var noInspector *running.Listen // a listen records there with --inspect off
+	if h.inspect != "" {
+		c := inspectorClient("http://" + h.inspect)
+		if s, err := c.Settings(ctx); err == nil {
+			if !h.dataSet || (s.Data != "" && s.Data == absDir(h.dataDir)) {
+				return c, func() {}, true, nil
+			}
+			// Another listen's: read the directory asked for.
+		} else if !errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, nil, false, fmt.Errorf("%w (is another program on --inspect %s?)", err, h.inspect)
 		}
-		// Another listen's: read the directory asked for.
-	} else if !errors.Is(err, syscall.ECONNREFUSED) {
-		return nil, nil, false, fmt.Errorf("%w (is another program on --inspect %s?)", err, h.inspect)
+	} else if l, err := running.Read(h.dataDir); err == nil {
+		if l.InspectorURL == "" {
+			noInspector = &l
+		} else {
+			c := inspectorClient(l.InspectorURL)
+			if s, err := c.Settings(ctx); err == nil && s.Data == l.Data {
+				return c, func() {}, true, nil
+			}
+			// Not answering for this directory: the listen is stopping,
+			// or its pid was reused. The store's lock tells.
+		}
 	}
 	path := filepath.Join(h.dataDir, "deliveries.db")
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
@@ -72,8 +95,7 @@ func (h *historyOptions) open(cmd *cobra.Command) (hist history, close func(), l
 	}
 	db, err := storage.Open(path, storage.Config{})
 	if errors.Is(err, storage.ErrLocked) {
-		// A listen records there, its inspector elsewhere than --inspect.
-		return nil, nil, false, fmt.Errorf("%w; if a devhook listen records in %s, read through it: pass its inspector's address with --inspect (listen prints it)", err, h.dataDir)
+		return nil, nil, false, lockedError(h.dataDir, noInspector)
 	}
 	if err != nil {
 		return nil, nil, false, err
@@ -84,6 +106,16 @@ func (h *historyOptions) open(cmd *cobra.Command) (hist history, close func(), l
 		return nil, nil, false, err
 	}
 	return offline{db: db, ag: ag}, func() { db.Close() }, false, nil
+}
+
+// lockedError is the short error for a store another process holds: a
+// listen without an inspector (l), or a devhook that says nothing of
+// itself in listen.json.
+func lockedError(dir string, l *running.Listen) error {
+	if l != nil {
+		return fmt.Errorf("devhook listen (pid %d) records in %s with --inspect off (%w): restart it with an inspector to read while it runs", l.PID, dir, storage.ErrLocked)
+	}
+	return fmt.Errorf("another devhook uses %s (%w): stop it, or pass its inspector's address with --inspect", dir, storage.ErrLocked)
 }
 
 type offline struct {
@@ -138,6 +170,14 @@ receiver itself answered 502; one it did not answer (the sender got 502 from dev
 			}
 			defer done()
 			items, err := hist.List(cmd.Context(), f)
+			if err == nil && len(items) == 0 && f.RunID != "" && len(f.RunID) <= devhook.ShortRunIDLen {
+				// The short run id listen shows: the run it names.
+				var full string
+				if full, err = scenario.ResolveRunID(cmd.Context(), hist.List, f.RunID); err == nil && full != f.RunID {
+					f.RunID = full
+					items, err = hist.List(cmd.Context(), f)
+				}
+			}
 			if err != nil {
 				return err
 			}
@@ -158,7 +198,7 @@ receiver itself answered 502; one it did not answer (the sender got 502 from dev
 	fl.StringVar(&f.Before, "before", "", "only deliveries older than this id")
 	fl.StringVar(&f.Verdict, "verdict", "", "only this signature verdict (ok, invalid_signature, ...)")
 	fl.StringVar(&status, "status", "", "only this receiver status: a number, or none (it gave no status: no answer, or not forwarded)")
-	fl.StringVar(&f.RunID, "run-id", "", "only this run")
+	fl.StringVar(&f.RunID, "run-id", "", "only this run (its id, or the short id listen shows)")
 	fl.StringVar(&f.StatusV2, "status-v2", "", "only this status_v2")
 	fl.StringVar(&f.Text, "q", "", "only bodies containing this text")
 	fl.BoolVar(&asJSON, "json", false, "print JSON")
@@ -330,9 +370,9 @@ func newReplayCmd() *cobra.Command {
 		Short: "Send a recorded delivery to the receiver again and record the attempt",
 		Example: `  devhook replay ID
   devhook replay ID --to http://localhost:9090 --no-resign`,
-		Long: `Replay sends a recorded delivery again: through the running devhook listen when its
-inspector answers (and, with --data, records in that directory), else directly from the
-data directory. By default it is re-signed with a fresh t when the secret is known, so
+		Long: `Replay sends a recorded delivery again: through the devhook listen recording in --data
+when one runs (found by itself; --inspect ADDR names one by its inspector), else directly
+from the data directory. By default it is re-signed with a fresh t when the secret is known, so
 the receiver's 5-minute window accepts it; without a known secret the original signature
 is sent as is. --to URL sends it elsewhere: the delivery's path and query are appended to
 URL, as to a --forward target.

@@ -184,4 +184,8 @@ func TestDeliveries_LockedStoreSaysInspect(t *testing.T) {
 	if err == nil || !errors.Is(err, storage.ErrLocked) || !strings.Contains(err.Error(), "--inspect") {
 		t.Fatalf("deliveries list of a locked store: %v; want the lock named and --inspect suggested", err)
 	}
+	// One short line: the directory, the lock, the fix.
+	if msg := strings.Replace(err.Error(), other, "DIR", 1); len(msg) > 140 || strings.Contains(msg, "\n") {
+		t.Errorf("the locked-store error is %d characters, want one short line: %s", len(msg), msg)
+	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/devhook/devhook/cloud"
 	"github.com/devhook/devhook/inspector"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/running"
 	"github.com/devhook/devhook/storage"
 )
 
@@ -186,6 +187,9 @@ func (o *listenOptions) run(ctx context.Context) error {
 	// What the store finds wrong (a damaged journal set aside, a full
 	// disk) is printed like the agent's own messages.
 	db, err := storage.Open(filepath.Join(o.dataDir, "deliveries.db"), storage.Config{Logf: out.logf(o.stderr)})
+	if errors.Is(err, storage.ErrLocked) {
+		return o.dataInUse()
+	}
 	if err != nil {
 		return err
 	}
@@ -267,13 +271,14 @@ func (o *listenOptions) run(ctx context.Context) error {
 	case c := <-connected:
 		out.connection(c, o.stderr)
 	}
-	var webhook, webhookNote string
+	var webhook, webhookNote, secret string
 	if service != nil {
 		reg, err := o.connectService(ctx, service, creds.PublicURL, ag)
 		if err != nil {
 			return err
 		}
-		webhook, webhookNote = reg.id, reg.note(creds.PublicURL, o.dataDir)
+		webhook, webhookNote, secret = reg.id, reg.note(creds.PublicURL, o.dataDir), reg.secret
+		out.setWebhook(webhook)
 		// Undone before the agent stops, while ctx is cancelled.
 		defer func() {
 			if err := reg.undo(context.WithoutCancel(ctx)); err != nil {
@@ -283,9 +288,18 @@ func (o *listenOptions) run(ctx context.Context) error {
 			}
 		}()
 	}
+	// Where the other commands find this listen: written before the
+	// ready line, so that a script that waits for it finds the file.
+	remove, err := running.Write(o.dataDir, running.Listen{PID: os.Getpid(), Data: absDir(o.dataDir),
+		InspectorURL: inspectURL, PublicURL: creds.PublicURL, RelayURL: relayURL, Channel: creds.Channel,
+		Webhook: webhook, StartedAt: time.Now().UTC()})
+	if err != nil {
+		return err
+	}
+	defer remove()
 	out.ready(readyInfo{PublicURL: creds.PublicURL, InspectorURL: inspectURL, Channel: creds.Channel,
 		Forward: ag.Targets(), Local: local != nil, SecretKnown: ag.SecretKnown(), Verify: o.verify, Data: o.dataDir,
-		Webhook: webhook, webhookNote: webhookNote})
+		Webhook: webhook, Secret: secret, webhookNote: webhookNote})
 
 	select {
 	case <-ctx.Done():
@@ -295,6 +309,15 @@ func (o *listenOptions) run(ctx context.Context) error {
 		agentErr <- err
 		return o.agentStopped(err, creds)
 	}
+}
+
+// dataInUse is the short error for a data directory whose store another
+// process holds: the listen that says so in its listen.json, named.
+func (o *listenOptions) dataInUse() error {
+	if l, err := running.Read(o.dataDir); err == nil {
+		return fmt.Errorf("devhook listen (pid %d, %s) already records in %s (%w): stop it, or give this one another --data", l.PID, l.PublicURL, o.dataDir, storage.ErrLocked)
+	}
+	return fmt.Errorf("another devhook uses %s (%w): stop it, or give this listen another --data", o.dataDir, storage.ErrLocked)
 }
 
 // agentStopped says why the agent stopped on its own.

@@ -34,7 +34,10 @@ type readyInfo struct {
 	Verify       string   `json:"verify"`
 	Data         string   `json:"data"`
 	Webhook      string   `json:"webhook,omitempty"`
-	webhookNote  string   // the human line about the webhook
+	// Secret is the webhook's signing secret, fetched from the service
+	// (--register, --webhook), for the receiver; "" with --secret.
+	Secret      string `json:"secret,omitempty"`
+	webhookNote string // the human line about the webhook
 }
 
 // printer writes listen's output: human lines or one JSON object a line.
@@ -57,6 +60,42 @@ type printer struct {
 	isReady        atomic.Bool
 	gate           sync.Mutex
 	early          [][]byte
+
+	// Hints: each kind once in the human lines (the fix is the same for
+	// every delivery); webhook is the one whose secret listen verifies
+	// with, which the hints name.
+	hintMu  sync.Mutex
+	hinted  map[string]bool
+	webhook string
+}
+
+// setWebhook tells the hints which webhook's secret listen verifies with.
+func (p *printer) setWebhook(id string) {
+	p.hintMu.Lock()
+	p.webhook = id
+	p.hintMu.Unlock()
+}
+
+// advice is the hint on attempt a of d, and whether the human lines
+// showed its kind already.
+func (p *printer) advice(d *devhook.Delivery, a *devhook.Attempt) (adv check.Advice, shown bool) {
+	p.hintMu.Lock()
+	defer p.hintMu.Unlock()
+	adv = check.Advise(d, a, check.HintContext{Webhook: p.webhook})
+	if adv.Text == "" {
+		return adv, false
+	}
+	return adv, p.hinted[adv.Kind]
+}
+
+// hintShown notes that the human lines showed a hint of kind.
+func (p *printer) hintShown(kind string) {
+	p.hintMu.Lock()
+	defer p.hintMu.Unlock()
+	if p.hinted == nil {
+		p.hinted = map[string]bool{}
+	}
+	p.hinted[kind] = true
 }
 
 // write sends one or more whole lines to w, or keeps them until the ready
@@ -134,6 +173,9 @@ func (p *printer) ready(r readyInfo) {
 		secret = "secret known, verify=" + r.Verify
 	}
 	fmt.Fprintf(&b, "  signature   %s\n", secret)
+	if r.Secret != "" {
+		fmt.Fprintf(&b, "  secret      %s  (webhook %s's: give your receiver this one)\n", r.Secret, r.Webhook)
+	}
 	fmt.Fprintf(&b, "  recording   %s\n\n", r.Data)
 	p.writeReady(b.Bytes())
 }
@@ -157,9 +199,10 @@ func (p *printer) result(r agent.Result) {
 		dur = r.Attempt.Duration
 	}
 	if p.json {
+		adv, _ := p.advice(d, r.Attempt)
 		l := deliveryLine{"delivery", d.ID, d.Method, d.Path, d.Event.RunID, d.Event.StatusV2, d.Verdict.Result, status, receiverStatus(r.Attempt),
 			float64(dur) / float64(time.Millisecond), d.Queued, r.Cut, r.Duplicate, r.Owed && p.retryFor > 0, cmp.Or(r.Error, attemptError(r.Attempt)),
-			check.Hint(d, r.Attempt), failedCopies(r.Copies)}
+			adv.Text, failedCopies(r.Copies)}
 		p.write(l.appendJSON(make([]byte, 0, 256)))
 		return
 	}
@@ -223,8 +266,11 @@ func (p *printer) humanLine(r agent.Result) []byte {
 	case r.Owed && p.retryFor > 0:
 		b.WriteString("  (owed: retried for up to " + agent.FormatDuration(p.retryFor) + ")")
 	}
-	if h := check.Hint(d, r.Attempt); h != "" {
-		b.WriteString("\n              hint: " + h)
+	// A hint once per kind: the next deliveries with the same cause
+	// would repeat the same fix.
+	if adv, shown := p.advice(d, r.Attempt); adv.Text != "" && !shown {
+		p.hintShown(adv.Kind)
+		b.WriteString("\n              hint: " + adv.Text)
 	}
 	b.WriteByte('\n')
 	for _, c := range r.Copies {
@@ -249,20 +295,19 @@ func statusWord(status int) string {
 	return strconv.Itoa(status)
 }
 
-// runColumn is the run id and its status_v2, clipped to n by cutting the
-// run id: status_v2 always shows.
+// runColumn is the run's short id (devhook.ShortRunID: at most 12
+// characters, the same for a run every time, accepted by scenario save
+// --run), padded to 12 so that the status_v2 column lines up, then its
+// status_v2, within n.
 func runColumn(ev devhook.Event, n int) string {
 	if ev.RunID == "" {
 		return "-"
 	}
+	short := devhook.ShortRunID(ev.RunID)
 	if ev.StatusV2 == "" {
-		return clip(ev.RunID, n)
+		return short
 	}
-	keep := n - 1 - len(ev.StatusV2)
-	if keep < 4 {
-		return clip(ev.RunID+" "+ev.StatusV2, n)
-	}
-	return clip(ev.RunID, keep) + " " + ev.StatusV2
+	return clip(fmt.Sprintf("%-*s %s", devhook.ShortRunIDLen, short, ev.StatusV2), n)
 }
 
 // pathQuery is a path with its query string, as the sender posted it.

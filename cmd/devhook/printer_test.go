@@ -31,7 +31,7 @@ func TestPrinterHumanGolden(t *testing.T) {
 		// A live delivery the receiver did not answer: the record says none, the sender got 502.
 		{Delivery: &devhook.Delivery{ReceivedAt: at, Method: "POST", Path: "/hook", RawQuery: "a=1", Verdict: devhook.Verdict{Result: "ok"}},
 			Attempt: &devhook.Attempt{Error: "connection refused: is your receiver running at http://localhost:8080/hook?a=1?", Duration: devhook.Duration(700 * time.Microsecond)}, Status: 502},
-		// UUID run ids: status_v2 stays visible, the run id is cut.
+		// UUID run ids: a short id of fixed width, status_v2 lined up.
 		{Delivery: &devhook.Delivery{ReceivedAt: at, Method: "POST", Path: "/hook", Event: devhook.Event{RunID: "0190a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b", StatusV2: "succeeded"}, Verdict: devhook.Verdict{Result: "ok"}},
 			Attempt: &devhook.Attempt{Status: 200, Duration: devhook.Duration(5004380 * time.Microsecond)}, Status: 200},
 		// A second --forward target that failed.
@@ -43,6 +43,12 @@ func TestPrinterHumanGolden(t *testing.T) {
 			Attempt: &devhook.Attempt{Error: "canceled: devhook is stopping", Duration: devhook.Duration(3 * time.Millisecond)}, Status: 502, Owed: true, Cut: true},
 		{Delivery: &devhook.Delivery{ReceivedAt: at, Method: "POST", Path: "/hook", Verdict: devhook.Verdict{Result: "ok"}},
 			Attempt: &devhook.Attempt{Status: 200, Duration: devhook.Duration(4 * time.Second)}, Status: 200, Cut: true},
+		// A receiver that accepts deliveries whose signature failed: the
+		// hint once, not on the second.
+		{Delivery: &devhook.Delivery{ReceivedAt: at, Method: "POST", Path: "/hook", Verdict: devhook.Verdict{Result: "invalid_signature"}},
+			Attempt: &devhook.Attempt{Status: 200, Target: "http://localhost:8080/hook", Duration: devhook.Duration(time.Millisecond)}, Status: 200},
+		{Delivery: &devhook.Delivery{ReceivedAt: at, Method: "POST", Path: "/hook", Verdict: devhook.Verdict{Result: "invalid_signature"}},
+			Attempt: &devhook.Attempt{Status: 200, Target: "http://localhost:8080/hook", Duration: devhook.Duration(time.Millisecond)}, Status: 200},
 		// Replays asked for from the inspector or devhook replay.
 		{Delivery: &devhook.Delivery{ID: "01a20000-0000-7000-8000-000000000001", ReceivedAt: at, Method: "POST", Path: "/hook", RawQuery: "a=1"}, Replay: true,
 			Attempt: &devhook.Attempt{Seq: 3, StartedAt: at.Add(time.Minute), Status: 401, Duration: devhook.Duration(900 * time.Microsecond)}, Status: 401},

@@ -147,13 +147,12 @@ func (s *runsStartOptions) run(ctx context.Context, c *cloud.Client, app string)
 		fmt.Fprintln(s.stdout, r.ID)
 		return nil
 	}
-	if !s.json {
-		fmt.Fprintln(s.stdout, r.ID)
-	}
+	// The id shows once, in the result; the lines while waiting say
+	// only the status.
 	wctx, cancel := context.WithTimeout(ctx, s.waitTimeout)
 	defer cancel()
 	done, err := c.WaitRun(wctx, app, r.ID, s.poll, func(r cloud.Run) {
-		fmt.Fprintf(s.stderr, "%s  run %s %s\n", time.Now().Format("15:04:05.000"), r.ID, r.Status())
+		fmt.Fprintf(s.stderr, "%s  %s\n", time.Now().Format("15:04:05.000"), r.Status())
 	})
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {

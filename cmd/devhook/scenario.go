@@ -46,8 +46,8 @@ func newScenarioSaveCmd() *cobra.Command {
 		Long: `Save writes recorded deliveries, in the order received, to FILE (- for standard output):
 method, path and query, every header value but the signature, the body byte for byte,
 each one's time after the first, and the receiver's recorded answer. The same deliveries
-give the same bytes. It reads through a running devhook listen's inspector when one
-answers (also while it records), else the data directory.
+give the same bytes. It reads through the inspector of the devhook listen recording in
+--data when one runs (found by itself), else the data directory.
 
 --redact JSONPATH replaces what the path names in each body ($.data.run_id, $..email,
 $.items[*].id) with a pseudonym, the same wherever the same value is in the file; a path
@@ -60,7 +60,7 @@ that names nothing is a warning. docs/SCENARIOS.md says what is replaced and how
 	}
 	o.history.flags(cmd)
 	f := cmd.Flags()
-	f.StringVar(&o.sel.RunID, "run", "", "the deliveries of this run")
+	f.StringVar(&o.sel.RunID, "run", "", "the deliveries of this run (its id, or the short id listen shows)")
 	f.StringSliceVar(&o.sel.IDs, "id", nil, "these deliveries (comma-separated or repeated)")
 	f.IntVar(&o.sel.Last, "last", 0, "the last N deliveries received")
 	f.StringArrayVar(&o.redact, "redact", nil, "replace what this JSON path names in the bodies with a pseudonym (repeatable)")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/inspector"
+	"github.com/devhook/devhook/running"
 	"github.com/devhook/devhook/signature"
 )
 
@@ -28,6 +30,7 @@ type sendOptions struct {
 	bodyFile string
 	timeout  time.Duration
 	inspect  string
+	dataDir  string
 	stdout   io.Writer
 }
 
@@ -37,8 +40,9 @@ func newSendCmd() *cobra.Command {
 		Use:   "send [URL] --secret S",
 		Short: "Post one signed run.status delivery, as the service would, and print the answer",
 		Long: `Send posts one signed run.status delivery to URL, as the service would, and prints the
-answer. Without URL it goes to the public URL of the devhook listen whose inspector answers
-at --inspect.`,
+answer. Without URL it goes to the public URL of the devhook listen that records in --data
+(default ~/.devhook), wherever its relay and inspector listen; --inspect ADDR names a listen
+by its inspector's address instead.`,
 		Example: `  devhook send --secret whsec_demo --status succeeded
   devhook send http://127.0.0.1:4041/c/CHANNEL --secret whsec_demo --run-id run-1
   devhook send http://localhost:8080/hook --secret whsec_demo --body payload.json`,
@@ -48,7 +52,7 @@ at --inspect.`,
 			if len(args) == 1 {
 				o.url = args[0]
 			} else {
-				u, err := listenPublicURL(cmd.Context(), o.inspect)
+				u, err := o.listenPublicURL(cmd.Context())
 				if err != nil {
 					return err
 				}
@@ -66,19 +70,32 @@ at --inspect.`,
 	f.StringVar(&o.runID, "run-id", "", "run id (default: a new one)")
 	f.StringVar(&o.bodyFile, "body", "", "send this file's bytes as the body instead")
 	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "how long to wait for the answer")
-	f.StringVar(&o.inspect, "inspect", "127.0.0.1:4040", "without URL: the inspector of the running devhook listen to send to")
+	f.StringVar(&o.dataDir, "data", defaultDataDir(), "without URL: the data directory of the devhook listen to send to")
+	f.StringVar(&o.inspect, "inspect", "", "without URL: the inspector address of the devhook listen to send to (default: the listen recording in --data)")
 	return cmd
 }
 
 // listenPublicURL is the public URL of the devhook listen whose inspector
-// answers at addr.
-func listenPublicURL(ctx context.Context, addr string) (string, error) {
-	c := &inspector.Client{BaseURL: "http://" + addr, HTTP: &http.Client{Timeout: 5 * time.Second}}
-	s, err := c.Settings(ctx)
-	if err != nil || s.PublicURL == "" {
-		return "", fmt.Errorf("no URL given, and no devhook listen answers at %s (start one, or give the public URL it printed)", addr)
+// answers at --inspect, or else of the one recording in --data.
+func (o *sendOptions) listenPublicURL(ctx context.Context) (string, error) {
+	if o.inspect != "" {
+		c := &inspector.Client{BaseURL: "http://" + o.inspect, HTTP: &http.Client{Timeout: 5 * time.Second}}
+		s, err := c.Settings(ctx)
+		if err != nil || s.PublicURL == "" {
+			return "", fmt.Errorf("no URL given, and no devhook listen answers at %s (start one, or give the public URL it printed)", o.inspect)
+		}
+		return s.PublicURL, nil
 	}
-	return s.PublicURL, nil
+	l, err := running.Read(o.dataDir)
+	switch {
+	case err == nil:
+		return l.PublicURL, nil
+	case errors.Is(err, running.ErrStale):
+		return "", fmt.Errorf("no URL given, and the devhook listen that recorded in %s (pid %d) is gone: start it again, or give the public URL", o.dataDir, l.PID)
+	case errors.Is(err, running.ErrNotRunning):
+		return "", fmt.Errorf("no URL given, and no devhook listen records in %s: start one, name its directory with --data, or give the public URL it printed", o.dataDir)
+	}
+	return "", fmt.Errorf("no URL given, and %w: give the public URL devhook listen printed", err)
 }
 
 func (o *sendOptions) run(ctx context.Context) error {

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/devhook/devhook/cloud"
+	"github.com/devhook/devhook/running"
 	"github.com/devhook/devhook/scenario"
 )
 
@@ -209,16 +210,31 @@ func newWebhooksDeleteCmd(o *cloudCmd) *cobra.Command {
 }
 
 func newWebhooksSecretCmd(o *cloudCmd) *cobra.Command {
+	var dataDir string
 	cmd := &cobra.Command{
-		Use:     "secret ID",
-		Short:   "Print a webhook's signing secret",
-		Example: `  devhook listen --forward localhost:8080 --secret "$(devhook webhooks secret my-hook)"`,
-		Args:    cobra.ExactArgs(1),
+		Use:   "secret [ID]",
+		Short: "Print a webhook's signing secret (without ID: the webhook of the running devhook listen)",
+		Long: `Secret prints a webhook's signing secret, the one its deliveries are signed with and a
+receiver verifies them with. Without ID it is the webhook of the devhook listen --register
+(or --webhook) that records in --data (default ~/.devhook).`,
+		Example: `  devhook listen --forward localhost:8080 --secret "$(devhook webhooks secret my-hook)"
+  devhook receive --secret "$(devhook webhooks secret)"`,
+		Args: cobra.MaximumNArgs(1),
 	}
+	cmd.Flags().StringVar(&dataDir, "data", defaultDataDir(), "without ID: the data directory of the devhook listen whose webhook it is")
 	cmd.RunE = o.bind(func(ctx context.Context, c *cloud.Client, args []string) error {
-		s, err := c.WebhookSecret(ctx, args[0])
+		var id string
+		if len(args) == 1 {
+			id = args[0]
+		} else {
+			var err error
+			if id, err = listenWebhook(dataDir); err != nil {
+				return err
+			}
+		}
+		s, err := c.WebhookSecret(ctx, id)
 		if err != nil {
-			return fmt.Errorf("get the secret of webhook %s: %w", args[0], err)
+			return fmt.Errorf("get the secret of webhook %s: %w", id, err)
 		}
 		if o.json {
 			return printRaw(o.stdout, s.Raw)
@@ -227,6 +243,22 @@ func newWebhooksSecretCmd(o *cloudCmd) *cobra.Command {
 		return nil
 	})
 	return cmd
+}
+
+// listenWebhook is the webhook of the devhook listen recording in dir.
+func listenWebhook(dir string) (string, error) {
+	l, err := running.Read(dir)
+	switch {
+	case err == nil && l.Webhook != "":
+		return l.Webhook, nil
+	case err == nil:
+		return "", fmt.Errorf("no ID given, and the devhook listen recording in %s uses no webhook (it runs without --register or --webhook): give the webhook's id (devhook webhooks list)", dir)
+	case errors.Is(err, running.ErrStale):
+		return "", fmt.Errorf("no ID given, and the devhook listen that recorded in %s (pid %d) is gone: give the webhook's id (devhook webhooks list)", dir, l.PID)
+	case errors.Is(err, running.ErrNotRunning):
+		return "", fmt.Errorf("no ID given, and no devhook listen records in %s: give the webhook's id (devhook webhooks list), or name the listen's directory with --data", dir)
+	}
+	return "", fmt.Errorf("no ID given, and %w: give the webhook's id (devhook webhooks list)", err)
 }
 
 func newConversationsCmd() *cobra.Command {
