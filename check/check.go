@@ -21,7 +21,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -64,6 +66,10 @@ type Answer struct {
 	Status int    `json:"status"`          // 0: no answer
 	Text   string `json:"text,omitempty"`  // the body's first line, cut to 200 bytes
 	Error  string `json:"error,omitempty"` // why there was no answer
+	// unreachable: no connection was made, or no answer came in time;
+	// otherwise a missing answer is the handler's (it closed the
+	// connection: it crashed on the request).
+	unreachable bool
 }
 
 // Accepted reports a 2xx answer.
@@ -87,16 +93,18 @@ type Result struct {
 	BodySize int    `json:"body_size"`
 }
 
-// Finding is one line of the diagnosis.
+// Finding is one line of the diagnosis: a rule of the table (Rules) that
+// holds for the answers and that no rule before it explains.
 type Finding struct {
-	// ID names the mistake or the observation: t-seconds,
-	// time-in-signature-check, parsed-json, no-window, missing-accepted,
-	// decoded-secret, wrong-secret, ... (see diagnose.go).
+	// ID is the rule's: no-verification, t-seconds, parsed-json,
+	// wrong-secret, ... (every id and its meaning: Rules, docs/CHECK.md).
 	ID string `json:"id"`
 	// Kind is "mistake" (it makes a required case fail), "info" or
 	// "unobservable" (what the answers cannot tell).
 	Kind string `json:"kind"`
 	Text string `json:"text"`
+	// Cases are the failing cases the finding explains.
+	Cases []string `json:"cases,omitempty"`
 }
 
 // Finding kinds.
@@ -154,6 +162,7 @@ type caseDef struct {
 type suite struct {
 	cfg  Config
 	base []byte // the run.status body most cases send
+	text []byte // a failed run's body, its error text in TextError
 	last map[string]request
 }
 
@@ -205,6 +214,9 @@ func cases(cfg Config) []caseDef {
 		{"valid-sorted", "the same JSON, keys sorted, signed", true, func(s *suite, now int64) (request, bool, string) {
 			return s.signed(sortKeys(s.base))(s, now)
 		}},
+		{"layout-python", "a body with <>& and non-ASCII text as Python's json.dumps writes it, signed", true, relaid(layoutPython())},
+		{"layout-js", "that body as JavaScript's JSON.stringify writes it, signed", true, relaid(layoutJS())},
+		{"layout-go-map", "that body as Go's json.Marshal of a map writes it, signed", true, relaid(layoutGoMap())},
 		{"non-utf8", "a body that is not UTF-8, signed", true, func(s *suite, now int64) (request, bool, string) {
 			return s.signed(bytes.Replace(s.base, []byte(`"error":null`), []byte("\"error\":\"solver stopped: caf\xe9 \xff\""), 1))(s, now)
 		}},
@@ -249,6 +261,23 @@ func cases(cfg Config) []caseDef {
 		}},
 	}
 }
+
+// relaid builds a case signed correctly over the suite's text body laid
+// out as l's encoder writes it.
+func relaid(l layout) func(*suite, int64) (request, bool, string) {
+	return func(s *suite, now int64) (request, bool, string) {
+		body, err := relayout(s.text, l)
+		if err != nil {
+			return request{}, false, err.Error()
+		}
+		return s.signed(body)(s, now)
+	}
+}
+
+// TextError is the error of the run in the suite's text body: characters
+// that the three re-encoding layouts write differently (<, >, & escaped by
+// Go; non-ASCII escaped by Python; both kept by JavaScript).
+const TextError = "solver stopped: gap < 1% & bound > 0 — café ✓"
 
 // decodedKey builds a case signed with the secret decoded, as a handler
 // that decodes it would expect: the whole secret, or the part after a
@@ -306,7 +335,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &suite{cfg: cfg, base: base, last: map[string]request{}}
+	failed := devhook.NewRunStatus("run-check-0003", "app-devhook-check", "failed", started.Add(-3*time.Second))
+	failed.Data.Error = new(string)
+	*failed.Data.Error = TextError
+	text, err := json.Marshal(failed)
+	if err != nil {
+		return nil, err
+	}
+	s := &suite{cfg: cfg, base: base, text: text, last: map[string]request{}}
 	ref := signature.Verifier{Skew: cfg.Skew, Now: cfg.Now}
 	rep := &Report{URL: cfg.URL, Started: started, SkewMS: cfg.Skew.Milliseconds(), WindowMS: signature.Window.Milliseconds()}
 	for i, c := range cases(cfg) {
@@ -326,7 +362,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			res.Reference.Text = "accepted"
 		}
 		res.Handler = s.send(ctx, req)
-		if i == 0 && res.Handler.Status == 0 {
+		if i == 0 && res.Handler.Status == 0 && res.Handler.unreachable {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
@@ -342,7 +378,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	rep.Conformed = rep.Failed == 0
-	rep.Findings = diagnose(rep, cfg)
+	rep.Findings = Diagnose(rep)
 	return rep, nil
 }
 
@@ -383,9 +419,19 @@ func (s *suite) send(ctx context.Context, r request) Answer {
 	resp, err := s.cfg.Client.Do(req)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return Answer{Error: "no answer within " + s.cfg.Timeout.String()}
+			return Answer{Error: "no answer within " + s.cfg.Timeout.String(), unreachable: true}
 		}
-		return Answer{Error: err.Error()}
+		var op *net.OpError
+		dial := errors.As(err, &op) && op.Op == "dial"
+		msg := err.Error()
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			msg = ue.Err.Error() // not the method and URL again
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			msg = "the connection was closed without an answer"
+		}
+		return Answer{Error: msg, unreachable: dial}
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
