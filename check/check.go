@@ -214,9 +214,9 @@ func cases(cfg Config) []caseDef {
 		{"valid-sorted", "the same JSON, keys sorted, signed", true, func(s *suite, now int64) (request, bool, string) {
 			return s.signed(sortKeys(s.base))(s, now)
 		}},
-		{"layout-python", "a body with <>& and non-ASCII text as Python's json.dumps writes it, signed", true, relaid(layoutPython())},
-		{"layout-js", "that body as JavaScript's JSON.stringify writes it, signed", true, relaid(layoutJS())},
-		{"layout-go-map", "that body as Go's json.Marshal of a map writes it, signed", true, relaid(layoutGoMap())},
+		{"layout-python", "the text body as json.dumps writes it, signed", true, relaid(layoutPython())},
+		{"layout-js", "the text body as JSON.stringify writes it, signed", true, relaid(layoutJS())},
+		{"layout-go-map", "the text body as a Go map encodes it, signed", true, relaid(layoutGoMap())},
 		{"non-utf8", "a body that is not UTF-8, signed", true, func(s *suite, now int64) (request, bool, string) {
 			return s.signed(bytes.Replace(s.base, []byte(`"error":null`), []byte("\"error\":\"solver stopped: caf\xe9 \xff\""), 1))(s, now)
 		}},
