@@ -26,6 +26,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/devhook/devhook"
@@ -70,6 +71,8 @@ type Answer struct {
 	// otherwise a missing answer is the handler's (it closed the
 	// connection: it crashed on the request).
 	unreachable bool
+	// gone: no connection was made.
+	gone bool
 }
 
 // Accepted reports a 2xx answer.
@@ -215,6 +218,7 @@ func cases(cfg Config) []caseDef {
 			return s.signed(sortKeys(s.base))(s, now)
 		}},
 		{"layout-python", "the text body as json.dumps writes it, signed", true, relaid(layoutPython())},
+		{"layout-python-utf8", "the text body as json.dumps(ensure_ascii=False) writes it, signed", true, relaid(layoutPythonUTF8())},
 		{"layout-js", "the text body as JSON.stringify writes it, signed", true, relaid(layoutJS())},
 		{"layout-go-map", "the text body as a Go map encodes it, signed", true, relaid(layoutGoMap())},
 		{"non-utf8", "a body that is not UTF-8, signed", true, func(s *suite, now int64) (request, bool, string) {
@@ -280,15 +284,16 @@ func relaid(l layout) func(*suite, int64) (request, bool, string) {
 const TextError = "solver stopped: gap < 1% & bound > 0 — café ✓"
 
 // decodedKey builds a case signed with the secret decoded, as a handler
-// that decodes it would expect: the whole secret, or the part after a
-// prefix such as whsec_.
+// that decodes it would expect: the part after a prefix such as whsec_
+// (handlers that decode strip it), else the whole secret.
 func decodedKey(what string, decode func(string) ([]byte, error)) func(*suite, int64) (request, bool, string) {
 	return func(s *suite, now int64) (request, bool, string) {
 		secret := s.cfg.Secret
-		candidates := []string{secret}
+		var candidates []string
 		if i := strings.LastIndexByte(secret, '_'); i >= 0 {
 			candidates = append(candidates, secret[i+1:])
 		}
+		candidates = append(candidates, secret)
 		for _, c := range candidates {
 			key, err := decode(c)
 			if err != nil || len(key) == 0 || string(key) == secret {
@@ -428,10 +433,13 @@ func (s *suite) send(ctx context.Context, r request) Answer {
 		if errors.As(err, &ue) {
 			msg = ue.Err.Error() // not the method and URL again
 		}
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		switch {
+		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
 			msg = "the connection was closed without an answer"
+		case errors.Is(err, syscall.ECONNRESET):
+			msg = "the connection was reset without an answer"
 		}
-		return Answer{Error: msg, unreachable: dial}
+		return Answer{Error: msg, unreachable: dial, gone: dial}
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))

@@ -13,9 +13,9 @@ import (
 var (
 	// The cases the reference accepts: correctly signed, inside the window.
 	validCases = []string{"valid", "valid-old", "valid-ahead", "valid-spaced", "valid-sorted",
-		"layout-python", "layout-js", "layout-go-map", "non-utf8", "large"}
+		"layout-python", "layout-python-utf8", "layout-js", "layout-go-map", "non-utf8", "large"}
 	// The same JSON, correctly signed, in the layouts of several encoders.
-	layoutCases = []string{"valid", "valid-spaced", "valid-sorted", "layout-python", "layout-js", "layout-go-map"}
+	layoutCases = []string{"valid", "valid-spaced", "valid-sorted", "layout-python", "layout-python-utf8", "layout-js", "layout-go-map"}
 	// Headers the reference refuses as malformed.
 	malformedCases = []string{"one-part", "no-equals", "t-fraction", "extra-part"}
 	// Well-formed headers, inside the window, whose signature is wrong.
@@ -26,9 +26,10 @@ var (
 // encoders names the encoder whose layout each layout case is in.
 func encoders() map[string]string {
 	return map[string]string{
-		"layout-python": "Python's json.dumps",
-		"layout-js":     "JavaScript's JSON.stringify",
-		"layout-go-map": "Go's json.Marshal of a map",
+		"layout-python":      "Python's json.dumps",
+		"layout-python-utf8": "Python's json.dumps with ensure_ascii=False",
+		"layout-js":          "JavaScript's JSON.stringify",
+		"layout-go-map":      "Go's json.Marshal of a map",
 	}
 }
 
@@ -242,9 +243,9 @@ func rules() []Rule {
 		{ID: "no-verification", Kind: KindMistake,
 			Looks: "missing, empty; one-part, no-equals, t-fraction, extra-part; wrong-signature, other-body",
 			Means: "it accepts a delivery without a signature, with a malformed one and with a wrong one: it verifies nothing. Everything else it accepts follows from that, so nothing is said about secrets, layouts or clocks.",
-			Explains: []string{"no-signature-check", "header-name", "t-seconds", "decoded-secret", "parsed-json",
+			Explains: []string{"no-signature-check", "server-error", "header-name", "t-seconds", "decoded-secret", "parsed-json",
 				"time-in-signature-check", "header-format", "clock", "wrong-secret", "no-window", "future",
-				"missing-accepted", "prefix-compare", "lenient-format"},
+				"narrow-window", "missing-accepted", "prefix-compare", "lenient-format", "body-bytes", "body-size"},
 			match: noVerification},
 		{ID: "no-signature-check", Kind: KindMistake,
 			Looks:    "wrong-signature, other-body (and the other cases signed wrongly)",
@@ -272,7 +273,7 @@ func rules() []Rule {
 			Explains: []string{"clock", "wrong-secret"},
 			match:    decodedSecret},
 		{ID: "parsed-json", Kind: KindMistake,
-			Looks:    "reserialized, reordered; valid, valid-spaced, valid-sorted, layout-python, layout-js, layout-go-map; non-utf8, large",
+			Looks:    "reserialized, reordered; valid, valid-spaced, valid-sorted, layout-python, layout-python-utf8, layout-js, layout-go-map; non-utf8, large",
 			Means:    "it accepts the body re-serialized under the original signature, or a correctly signed body only in one encoder's layout: it verifies JSON it parsed and encoded again, not the raw bytes. The layout it accepts names the encoder (Python's json.dumps, JavaScript's JSON.stringify, Go's json.Marshal of a map). A failure on a body it cannot parse (non-utf8) is part of it.",
 			Explains: []string{"header-format", "clock", "wrong-secret", "body-bytes", "body-size"},
 			match:    parsedJSON},
@@ -376,8 +377,15 @@ func noVerification(e *evidence) (string, []string, bool) {
 			cases = append(cases, r.Case)
 		}
 	}
-	return fmt.Sprintf("accepts a delivery without a signature (%s), with a malformed one (%s) and with a wrong one (%s) → it does not verify service-signature at all: anyone who knows its URL can post to it, and nothing it accepted says anything about its secret, its clock or the body's layout. Verify before acting on a delivery: refuse a missing or malformed header, a t outside the window, and a v1 other than the HMAC-SHA256 of t, \".\" and the raw body keyed with the secret; answer 401.",
-		join(missing), join(bad), join(wrong)), cases, true
+	msg := fmt.Sprintf("accepts a delivery without a signature (%s), with a malformed one (%s) and with a wrong one (%s) → it does not verify service-signature at all: anyone who knows its URL can post to it, and nothing it accepted says anything about its secret, its clock or the body's layout. Verify before acting on a delivery: refuse a missing or malformed header, a t outside the window, and a v1 other than the HMAC-SHA256 of t, \".\" and the raw body keyed with the secret; answer 401.",
+		join(missing), join(bad), join(wrong))
+	// What it does with a body is worth reading again once it verifies
+	// (the raw bytes, before parsing).
+	if f := a.refused(validCases...); len(f) > 0 {
+		msg += " Nor does it accept every correctly signed body (" + a.withAnswers(f) + "): once it verifies the raw bytes before reading them, see whether it still refuses these."
+		cases = append(cases, f...)
+	}
+	return msg, cases, true
 }
 
 func noSignatureCheck(e *evidence) (string, []string, bool) {
@@ -505,7 +513,7 @@ func parsedJSON(e *evidence) (string, []string, bool) {
 	}
 	msg := strings.Join(said, ", and ") + " → it verifies JSON it parsed and encoded again, not the raw body bytes"
 	var names []string
-	for _, c := range []string{"layout-python", "layout-js", "layout-go-map"} {
+	for _, c := range []string{"layout-python", "layout-python-utf8", "layout-js", "layout-go-map"} {
 		if a.acc(c) {
 			names = append(names, c)
 		}
@@ -651,16 +659,25 @@ func lenientFormat(e *evidence) (string, []string, bool) {
 }
 
 func crash(e *evidence) (string, []string, bool) {
-	var said, cases []string
-	for _, r := range e.unexplained(func(r Result) bool { return r.Reference.Refused() && e.a.broke(r.Case) }) {
-		said = append(said, r.Case+" ("+e.a.answer(r.Case)+")")
-		cases = append(cases, r.Case)
+	var said, cases, gone []string
+	for _, r := range e.results {
+		switch {
+		case len(cases) > 0 && r.Handler.gone && r.Outcome == Fail:
+			// After a failure that ended its process, nothing answers.
+			gone = append(gone, r.Case)
+		case r.Outcome == Fail && !e.explained[r.Case] && r.Reference.Refused() && e.a.broke(r.Case) && !r.Handler.gone:
+			said = append(said, r.Case+" ("+e.a.answer(r.Case)+")")
+			cases = append(cases, r.Case)
+		}
 	}
 	if len(cases) == 0 {
 		return "", nil, false
 	}
-	return "fails where it should refuse: " + strings.Join(said, ", ") + " → it does not expect that input (its log shows where it fails). Refuse it with 401, as the reference does.",
-		cases, true
+	msg := "fails where it should refuse: " + strings.Join(said, ", ") + " → it does not expect that input (its log shows where it fails). Refuse it with 401, as the reference does."
+	if len(gone) > 0 {
+		msg += fmt.Sprintf(" After that nothing took a connection (%d cases: %s): the failure ended its process, so those cases tell nothing yet.", len(gone), join(gone))
+	}
+	return msg, append(cases, gone...), true
 }
 
 func bodyBytes(e *evidence) (string, []string, bool) {
@@ -668,7 +685,11 @@ func bodyBytes(e *evidence) (string, []string, bool) {
 	if !a.acc("valid") || !a.sent("non-utf8") || a.acc("non-utf8") || e.explained["non-utf8"] {
 		return "", nil, false
 	}
-	return "does not accept a correctly signed body that is not UTF-8 (" + a.answer("non-utf8") + ") → it decodes the body as text before verifying; verify the raw bytes.",
+	if textCheck(a.text("non-utf8")) == "signature" {
+		return "refuses a correctly signed body that is not UTF-8 (" + a.answer("non-utf8") + ") → it verifies the body decoded as text (invalid bytes replaced), not the raw bytes.",
+			[]string{"non-utf8"}, true
+	}
+	return "does not accept a correctly signed body that is not UTF-8 (" + a.answer("non-utf8") + ") → it reads the body as text or JSON and fails on these bytes; verify the raw bytes first, and answer a validly signed body it cannot read with 2xx (and log it) or 400, not a failure.",
 		[]string{"non-utf8"}, true
 }
 
@@ -743,7 +764,7 @@ func conforms(e *evidence) (string, []string, bool) {
 func replay(e *evidence) (string, []string, bool) {
 	a := e.a
 	switch {
-	case !a.sent("replay") || !a.acc("valid"):
+	case !a.sent("replay") || !a.acc("valid") || a["replay"].Handler.Status == 0:
 		return "", nil, false
 	case a.acc("replay"):
 		return "accepts the same delivery sent twice inside the window, as the reference does: make what it does with a delivery idempotent (run_id and status_v2 say which step it is).", nil, true

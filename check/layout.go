@@ -23,11 +23,15 @@ type layout struct {
 	escapeHTML      bool // <, >, & and U+2028, U+2029 as \uXXXX (Go)
 }
 
-// The layouts of the suite's three re-encoding cases: Python's json.dumps
-// with its defaults; JavaScript's JSON.stringify (compact, key order kept,
+// The layouts of the suite's re-encoding cases: Python's json.dumps with
+// its defaults; JavaScript's JSON.stringify (compact, key order kept,
 // UTF-8 as is); Go's json.Marshal of a map[string]any.
 func layoutPython() layout { return layout{itemSep: ", ", keySep: ": ", asciiOnly: true} }
 func layoutJS() layout     { return layout{itemSep: ",", keySep: ":"} }
+
+// layoutPythonUTF8 is json.dumps with ensure_ascii=False: Python's
+// separators, non-ASCII as it is.
+func layoutPythonUTF8() layout { return layout{itemSep: ", ", keySep: ": "} }
 func layoutGoMap() layout {
 	return layout{itemSep: ",", keySep: ":", sortKeys: true, escapeHTML: true}
 }

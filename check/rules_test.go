@@ -25,7 +25,7 @@ var (
 func signed(a check.Answer) map[string]check.Answer {
 	m := map[string]check.Answer{}
 	for _, c := range []string{"valid", "valid-old", "valid-ahead", "valid-spaced", "valid-sorted",
-		"layout-python", "layout-js", "layout-go-map", "non-utf8", "large"} {
+		"layout-python", "layout-python-utf8", "layout-js", "layout-go-map", "non-utf8", "large"} {
 		m[c] = a
 	}
 	return m

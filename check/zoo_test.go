@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -56,6 +57,7 @@ func zoo() []zooEntry {
 		{name: "javascript/missing header accepted", want: "missing-accepted", say: "missing, empty", script: "missing_accepted.js"},
 		{name: "javascript/no time window", want: "no-window", say: "no replay protection", script: "no_window.js"},
 		{name: "javascript/secret hex-decoded", want: "decoded-secret", say: "hex-decoded", script: "secret_hex.js"},
+		{name: "javascript/crash on a missing header, the process ends", want: "crash", say: "the failure ended its process", script: "crash_missing_header.js"},
 	}
 }
 
@@ -153,8 +155,10 @@ func startScript(t *testing.T, script string) string {
 	})
 	port := make(chan string, 1)
 	go func() {
-		line, _ := bufio.NewReader(out).ReadString('\n')
+		r := bufio.NewReader(out)
+		line, _ := r.ReadString('\n')
 		port <- strings.TrimSpace(line)
+		io.Copy(io.Discard, r) // what it prints next; ends when it does
 	}()
 	select {
 	case p := <-port:
@@ -203,11 +207,12 @@ func TestLayoutCasesAreTheEncoders(t *testing.T) {
 		argv []string
 	}{
 		{"layout-python", []string{"/usr/bin/python3", "-c", "import json, sys; sys.stdout.write(json.dumps(json.loads(sys.stdin.buffer.read())))"}},
+		{"layout-python-utf8", []string{"/usr/bin/python3", "-c", "import json, sys; sys.stdout.buffer.write(json.dumps(json.loads(sys.stdin.buffer.read()), ensure_ascii=False).encode())"}},
 		{"layout-js", []string{"node", "-e", "let b = []; process.stdin.on('data', (c) => b.push(c)); process.stdin.on('end', () => process.stdout.write(JSON.stringify(JSON.parse(Buffer.concat(b).toString()))))"}},
 	}
 	for _, e := range encoders {
 		t.Run(e.c, func(t *testing.T) {
-			cmd := exec.Command(interpreter(t, map[string]string{"layout-python": "x.py", "layout-js": "x.js"}[e.c]), e.argv[1:]...)
+			cmd := exec.Command(interpreter(t, map[string]string{"layout-python": "x.py", "layout-python-utf8": "x.py", "layout-js": "x.js"}[e.c]), e.argv[1:]...)
 			// The bodies in the run's key order: an encoder keeps it.
 			for _, in := range [][]byte{got["layout-python"], got["layout-js"]} {
 				cmd := exec.Command(cmd.Path, e.argv[1:]...)
@@ -225,8 +230,9 @@ func TestLayoutCasesAreTheEncoders(t *testing.T) {
 	if !bytes.Equal(goMap, got["layout-go-map"]) {
 		t.Errorf("json.Marshal of a map writes\n%s\nlayout-go-map sends\n%s", goMap, got["layout-go-map"])
 	}
-	for _, a := range []string{"layout-python", "layout-js", "layout-go-map"} {
-		for _, b := range []string{"layout-python", "layout-js", "layout-go-map", "valid"} {
+	layouts := []string{"layout-python", "layout-python-utf8", "layout-js", "layout-go-map"}
+	for _, a := range layouts {
+		for _, b := range append(layouts, "valid", "valid-spaced", "valid-sorted") {
 			if a != b && bytes.Equal(got[a], got[b]) {
 				t.Errorf("%s and %s send the same body: they cannot tell the encoders apart", a, b)
 			}
