@@ -259,6 +259,7 @@ func cases(cfg Config) []caseDef {
 		}},
 		{"key-hex", "keyed with the secret hex-decoded", true, decodedKey("hex", hex.DecodeString)},
 		{"key-base64", "keyed with the secret base64-decoded", true, decodedKey("base64", decodeBase64)},
+		{"key-base64-tail", "keyed with the secret after its prefix, base64-decoded", true, tailKey},
 		{"replay", "valid's request sent again", false, func(s *suite, _ int64) (request, bool, string) {
 			r, ok := s.last["valid"]
 			return r, ok, "valid was not sent"
@@ -284,25 +285,49 @@ func relaid(l layout) func(*suite, int64) (request, bool, string) {
 const TextError = "solver stopped: gap < 1% & bound > 0 — café ✓"
 
 // decodedKey builds a case signed with the secret decoded, as a handler
-// that decodes it would expect: the part after a prefix such as whsec_
-// (handlers that decode strip it), else the whole secret.
+// that decodes it would expect: the whole secret, or the part after a
+// prefix such as whsec_.
 func decodedKey(what string, decode func(string) ([]byte, error)) func(*suite, int64) (request, bool, string) {
 	return func(s *suite, now int64) (request, bool, string) {
 		secret := s.cfg.Secret
-		var candidates []string
+		candidates := []string{secret}
 		if i := strings.LastIndexByte(secret, '_'); i >= 0 {
 			candidates = append(candidates, secret[i+1:])
 		}
-		candidates = append(candidates, secret)
 		for _, c := range candidates {
 			key, err := decode(c)
 			if err != nil || len(key) == 0 || string(key) == secret {
 				continue
 			}
-			return request{header: "t=" + strconv.FormatInt(now, 10) + ",v1=" + hmacHex(key, strconv.FormatInt(now, 10), s.base), body: s.base}, true, ""
+			return s.keyed(key, now), true, ""
 		}
 		return request{}, false, "secret is not " + what
 	}
+}
+
+// tailKey builds a case signed with the part of the secret after its
+// prefix (whsec_) base64-decoded, as a handler that strips the prefix
+// expects, where the whole secret decodes too (key-base64 sends that).
+func tailKey(s *suite, now int64) (request, bool, string) {
+	secret := s.cfg.Secret
+	i := strings.LastIndexByte(secret, '_')
+	if i < 0 {
+		return request{}, false, "secret has no prefix"
+	}
+	key, err := decodeBase64(secret[i+1:])
+	if err != nil || len(key) == 0 {
+		return request{}, false, "secret is not base64 after its prefix"
+	}
+	if whole, err := decodeBase64(secret); err != nil || string(whole) == string(key) {
+		return request{}, false, "key-base64 sends it"
+	}
+	return s.keyed(key, now), true, ""
+}
+
+// keyed is the base body signed now with key as the HMAC key.
+func (s *suite) keyed(key []byte, now int64) request {
+	t := strconv.FormatInt(now, 10)
+	return request{header: "t=" + t + ",v1=" + hmacHex(key, t, s.base), body: s.base}
 }
 
 func decodeBase64(s string) ([]byte, error) {

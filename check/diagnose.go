@@ -20,7 +20,7 @@ var (
 	malformedCases = []string{"one-part", "no-equals", "t-fraction", "extra-part"}
 	// Well-formed headers, inside the window, whose signature is wrong.
 	wrongCases = []string{"wrong-signature", "other-body", "v1-not-hex", "v1-empty", "v1-short",
-		"reserialized", "reordered", "key-hex", "key-base64"}
+		"reserialized", "reordered", "key-hex", "key-base64", "key-base64-tail"}
 )
 
 // encoders names the encoder whose layout each layout case is in.
@@ -268,7 +268,7 @@ func rules() []Rule {
 			Explains: []string{"header-format", "clock", "wrong-secret"},
 			match:    headerName},
 		{ID: "decoded-secret", Kind: KindMistake,
-			Looks:    "key-hex, key-base64, valid",
+			Looks:    "key-hex, key-base64, key-base64-tail, valid",
 			Means:    "it accepts a signature keyed with the secret hex- or base64-decoded: it decodes the secret before using it as the HMAC key.",
 			Explains: []string{"clock", "wrong-secret"},
 			match:    decodedSecret},
@@ -471,11 +471,12 @@ func decodedSecret(e *evidence) (string, []string, bool) {
 		return "", nil, false
 	}
 	var decoded []string
-	for _, c := range []string{"key-hex", "key-base64"} {
+	for c, what := range map[string]string{"key-hex": "hex-decoded", "key-base64": "base64-decoded", "key-base64-tail": "base64-decoded after its prefix"} {
 		if a.acc(c) {
-			decoded = append(decoded, strings.TrimPrefix(c, "key-")+"-decoded")
+			decoded = append(decoded, what)
 		}
 	}
+	slices.Sort(decoded)
 	if len(decoded) == 0 {
 		return "", nil, false
 	}
@@ -484,7 +485,7 @@ func decodedSecret(e *evidence) (string, []string, bool) {
 		msg += ", and refuses one keyed with the secret as it is"
 	}
 	return msg + " → it decodes the secret before using it as the HMAC key; the interface's key is the secret's bytes as they are, not decoded.",
-		append([]string{"key-hex", "key-base64"}, validCases...), true
+		append([]string{"key-hex", "key-base64", "key-base64-tail"}, validCases...), true
 }
 
 func parsedJSON(e *evidence) (string, []string, bool) {
@@ -571,7 +572,7 @@ func clockRule(e *evidence) (string, []string, bool) {
 
 func wrongSecret(e *evidence) (string, []string, bool) {
 	text, ok := refusesEverySigned(e.a)
-	if !ok || len(e.a.accepted("key-hex", "key-base64", "t-seconds")) > 0 {
+	if !ok || len(e.a.accepted("key-hex", "key-base64", "key-base64-tail", "t-seconds")) > 0 {
 		return "", nil, false // decoded-secret, t-seconds
 	}
 	if c := textCheck(text); c != "signature" && c != "" {

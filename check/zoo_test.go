@@ -21,11 +21,16 @@ import (
 // process of their own (testdata/zoo).
 type zooEntry struct {
 	name   string
+	secret string // the handler's and the suite's; default secret
 	want   string // the root cause's rule id; "" for a correct handler
 	say    string // words the root cause's text says
 	h      http.Handler
 	script string // under testdata/zoo
 }
+
+// prefixed is a secret as some services write them: a prefix, then base64
+// that also decodes whole as URL-safe base64.
+const prefixed = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 func zoo() []zooEntry {
 	all := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
@@ -35,6 +40,7 @@ func zoo() []zooEntry {
 		{name: "go/t in seconds", want: "t-seconds", say: "clock in seconds", h: handler{secret: secret, seconds: true}},
 		{name: "go/secret hex-decoded", want: "decoded-secret", say: "hex-decoded", h: handler{secret: secret, hexKey: true}},
 		{name: "go/secret base64-decoded", want: "decoded-secret", say: "base64-decoded", h: handler{secret: secret, base64Key: true}},
+		{name: "go/secret after whsec_ base64-decoded", secret: prefixed, want: "decoded-secret", say: "base64-decoded after its prefix", h: handler{secret: prefixed, base64Key: true, stripPrefix: true}},
 		{name: "go/json.Marshal of a map", want: "parsed-json", say: "Go's json.Marshal of a map", h: handler{secret: secret, reencodeMap: true}},
 		{name: "go/json.Marshal of a struct, 400 on unknown fields", want: "parsed-json", say: "large: 400", h: handler{secret: secret, reserialize: true, strictStruct: true}},
 		{name: "go/no time window", want: "no-window", say: "no replay protection", h: handler{secret: secret, noWindow: true}},
@@ -68,7 +74,7 @@ func TestZoo(t *testing.T) {
 		t.Run(z.name, func(t *testing.T) {
 			var rep *check.Report
 			if z.h != nil {
-				rep = run(t, z.h, check.Config{})
+				rep = run(t, z.h, check.Config{Secret: z.secret})
 			} else {
 				// The handler's own clock: the suite's is the real one too.
 				rep = runURL(t, check.Config{URL: startScript(t, z.script) + "/webhooks", Timeout: 10 * time.Second})
