@@ -241,8 +241,8 @@ func Rules() []Rule { return rules() }
 func rules() []Rule {
 	return []Rule{
 		{ID: "no-verification", Kind: KindMistake,
-			Looks: "missing, empty; one-part, no-equals, t-fraction, extra-part; wrong-signature, other-body",
-			Means: "it accepts a delivery without a signature, with a malformed one and with a wrong one: it verifies nothing. Everything else it accepts follows from that, so nothing is said about secrets, layouts or clocks.",
+			Looks: "one-part, no-equals, t-fraction, extra-part; wrong-signature, other-body; missing, empty",
+			Means: "it accepts a delivery with a malformed signature and with a wrong one (and, most often, without one): it verifies nothing. Everything else it accepts follows from that, so nothing is said about secrets, layouts or clocks.",
 			Explains: []string{"no-signature-check", "server-error", "header-name", "t-seconds", "decoded-secret", "parsed-json",
 				"time-in-signature-check", "header-format", "clock", "wrong-secret", "no-window", "future",
 				"narrow-window", "missing-accepted", "prefix-compare", "lenient-format", "body-bytes", "body-size"},
@@ -368,7 +368,9 @@ func rules() []Rule {
 func noVerification(e *evidence) (string, []string, bool) {
 	a := e.a
 	missing, bad, wrong := a.accepted("missing", "empty"), a.accepted(malformedCases...), a.accepted("wrong-signature", "other-body")
-	if len(missing) == 0 || len(bad) == 0 || len(wrong) == 0 {
+	// A header without a v1 to compare, or with a wrong one: nothing is
+	// verified, whether or not the header must be there.
+	if len(bad) == 0 || len(wrong) == 0 {
 		return "", nil, false
 	}
 	var cases []string
@@ -377,8 +379,13 @@ func noVerification(e *evidence) (string, []string, bool) {
 			cases = append(cases, r.Case)
 		}
 	}
-	msg := fmt.Sprintf("accepts a delivery without a signature (%s), with a malformed one (%s) and with a wrong one (%s) → it does not verify service-signature at all: anyone who knows its URL can post to it, and nothing it accepted says anything about its secret, its clock or the body's layout. Verify before acting on a delivery: refuse a missing or malformed header, a t outside the window, and a v1 other than the HMAC-SHA256 of t, \".\" and the raw body keyed with the secret; answer 401.",
+	msg := fmt.Sprintf("accepts a delivery without a signature (%s), with a malformed one (%s) and with a wrong one (%s) → it does not verify service-signature at all: anyone who knows its URL can post to it",
 		join(missing), join(bad), join(wrong))
+	if len(missing) == 0 {
+		msg = fmt.Sprintf("refuses a delivery without a signature, but accepts one with a malformed signature (%s) and with a wrong one (%s) → it looks only whether the header is there and does not verify it: anyone who knows its URL can post to it",
+			join(bad), join(wrong))
+	}
+	msg += ", and nothing it accepted says anything about its secret, its clock or the body's layout. Verify before acting on a delivery: refuse a missing or malformed header, a t outside the window, and a v1 other than the HMAC-SHA256 of t, \".\" and the raw body keyed with the secret; answer 401."
 	// What it does with a body is worth reading again once it verifies
 	// (the raw bytes, before parsing).
 	if f := a.refused(validCases...); len(f) > 0 {
@@ -578,7 +585,7 @@ func wrongSecret(e *evidence) (string, []string, bool) {
 	if c := textCheck(text); c != "signature" && c != "" {
 		return "", nil, false
 	}
-	return fmt.Sprintf("refuses every correctly signed delivery (%s) → the handler verifies with another secret than the one given here: check which webhook's secret it reads (and that it is not trimmed, decoded or URL-escaped).",
+	return fmt.Sprintf("refuses every correctly signed delivery (%s) → the handler verifies with another secret than the one given here: check which webhook's secret it reads (and that it is not trimmed, decoded or URL-escaped). Less likely, it verifies JSON it parsed and encoded again in a layout none of the layout cases has.",
 		e.a.answer("valid")), validCases, true
 }
 
@@ -660,21 +667,20 @@ func lenientFormat(e *evidence) (string, []string, bool) {
 }
 
 func crash(e *evidence) (string, []string, bool) {
-	var said, cases, gone []string
+	var cases, gone []string
 	for _, r := range e.results {
 		switch {
 		case len(cases) > 0 && r.Handler.gone && r.Outcome == Fail:
 			// After a failure that ended its process, nothing answers.
 			gone = append(gone, r.Case)
 		case r.Outcome == Fail && !e.explained[r.Case] && r.Reference.Refused() && e.a.broke(r.Case) && !r.Handler.gone:
-			said = append(said, r.Case+" ("+e.a.answer(r.Case)+")")
 			cases = append(cases, r.Case)
 		}
 	}
 	if len(cases) == 0 {
 		return "", nil, false
 	}
-	msg := "fails where it should refuse: " + strings.Join(said, ", ") + " → it does not expect that input (its log shows where it fails). Refuse it with 401, as the reference does."
+	msg := "fails where it should refuse (" + e.a.withAnswers(cases) + ") → it does not expect that input (its log shows where it fails). Refuse it with 401, as the reference does."
 	if len(gone) > 0 {
 		msg += fmt.Sprintf(" After that nothing took a connection (%d cases: %s): the failure ended its process, so those cases tell nothing yet.", len(gone), join(gone))
 	}

@@ -171,7 +171,7 @@ func TestEachRuleOnItsOwn(t *testing.T) {
 		"crash": {
 			holds: map[string]check.Answer{"missing": closed},
 			not:   map[string]check.Answer{"non-utf8": closed},
-			say:   "missing (the connection was closed"},
+			say:   "missing: the connection was closed"},
 		"body-bytes": {
 			holds: map[string]check.Answer{"non-utf8": {Status: 400, Text: "bad body"}},
 			not:   map[string]check.Answer{"large": {Status: 400}},

@@ -34,9 +34,17 @@ const prefixed = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 func zoo() []zooEntry {
 	all := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
+	presence := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("service-signature") == "" {
+			http.Error(w, "Unauthorized: Missing Signature", http.StatusUnauthorized)
+			return
+		}
+		w.Write([]byte("ok"))
+	})
 	return []zooEntry{
 		{name: "go/correct", h: handler{secret: secret}},
 		{name: "go/accepts everything", want: "no-verification", h: all},
+		{name: "go/looks only whether the header is there", want: "no-verification", say: "looks only whether the header is there", h: presence},
 		{name: "go/t in seconds", want: "t-seconds", say: "clock in seconds", h: handler{secret: secret, seconds: true}},
 		{name: "go/secret hex-decoded", want: "decoded-secret", say: "hex-decoded", h: handler{secret: secret, hexKey: true}},
 		{name: "go/secret base64-decoded", want: "decoded-secret", say: "base64-decoded", h: handler{secret: secret, base64Key: true}},
@@ -47,7 +55,7 @@ func zoo() []zooEntry {
 		{name: "go/missing header accepted", want: "missing-accepted", say: "only when the header is there", h: handler{secret: secret, acceptMissing: true}},
 		{name: "go/prefix compare", want: "prefix-compare", say: "v1-empty, v1-short", h: handler{secret: secret, prefixCompare: true}},
 		{name: "go/another secret", want: "wrong-secret", say: "another secret", h: handler{secret: "whsec_another_one"}},
-		{name: "go/crash on a missing header", want: "crash", say: "missing (the connection was closed without an answer)", h: handler{secret: secret, crashOnMissing: true}},
+		{name: "go/crash on a missing header", want: "crash", say: "missing: the connection was closed without an answer", h: handler{secret: secret, crashOnMissing: true}},
 
 		{name: "python/correct", script: "correct.py"},
 		{name: "python/accepts everything", want: "no-verification", script: "accepts_everything.py"},
@@ -56,7 +64,7 @@ func zoo() []zooEntry {
 		{name: "python/json.dumps", want: "parsed-json", say: "Python's json.dumps", script: "json_dumps.py"},
 		{name: "python/json.dumps, crashes on a body it cannot parse", want: "parsed-json", say: "non-utf8: the connection was closed without an answer", script: "json_dumps_crash.py"},
 		{name: "python/prefix compare", want: "prefix-compare", say: "v1-empty, v1-short", script: "prefix_compare.py"},
-		{name: "python/crash on a missing header", want: "crash", say: "missing (the connection was closed without an answer)", script: "crash_missing_header.py"},
+		{name: "python/crash on a missing header", want: "crash", say: "missing: the connection was closed without an answer", script: "crash_missing_header.py"},
 
 		{name: "javascript/correct", script: "correct.js"},
 		{name: "javascript/JSON.stringify", want: "parsed-json", say: "JavaScript's JSON.stringify", script: "json_stringify.js"},
