@@ -160,20 +160,23 @@ func startScript(t *testing.T, script string) string {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", script, err)
 	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("%s's standard error:\n%s", script, stderr.String())
-		}
-	})
 	port := make(chan string, 1)
+	read := make(chan struct{})
 	go func() {
+		defer close(read)
 		r := bufio.NewReader(out)
 		line, _ := r.ReadString('\n')
 		port <- strings.TrimSpace(line)
 		io.Copy(io.Discard, r) // what it prints next; ends when it does
 	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-read // its standard output closed: then Wait may close the pipe
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("%s's standard error:\n%s", script, stderr.String())
+		}
+	})
 	select {
 	case p := <-port:
 		if p == "" {
