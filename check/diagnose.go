@@ -417,9 +417,9 @@ func serverError(e *evidence) (string, []string, bool) {
 			cases = append(cases, r.Case)
 		}
 	}
-	how := fmt.Sprintf("answers %s", a.answer("valid"))
+	how := "answers " + a.answer("valid")
 	if a["valid"].Handler.Status == 0 {
-		how = "closes the connection without an answer (" + a["valid"].Handler.Error + ")"
+		how = "gives no answer (" + a.answer("valid") + ")"
 	}
 	return how + " to a correctly signed delivery → it fails while verifying: it has no secret configured, or its code fails there (see its log). The reference answers 500 only when it has no secret.",
 		cases, true
@@ -514,7 +514,7 @@ func parsedJSON(e *evidence) (string, []string, bool) {
 	}
 	var said []string
 	if byLayout {
-		said = append(said, "accepts a correctly signed body in one layout ("+join(good)+") but not the same JSON correctly signed in another ("+a.withAnswers(bad)+")")
+		said = append(said, "accepts a correctly signed body in some layouts ("+join(good)+") but not the same JSON correctly signed in others ("+a.withAnswers(bad)+")")
 	}
 	if len(reser) > 0 {
 		said = append(said, "accepts the body re-serialized under the original signature ("+join(reser)+")")
