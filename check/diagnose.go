@@ -421,8 +421,9 @@ func serverError(e *evidence) (string, []string, bool) {
 	if a["valid"].Handler.Status == 0 {
 		how = "gives no answer (" + a.answer("valid") + ")"
 	}
-	return how + " to a correctly signed delivery → it fails while verifying: it has no secret configured, or its code fails there (see its log). The reference answers 500 only when it has no secret.",
-		cases, true
+	end, gone := e.ended([]string{"valid"})
+	return how + " to a correctly signed delivery → it fails while verifying: it has no secret configured, or its code fails there (see its log). The reference answers 500 only when it has no secret." + end,
+		append(cases, gone...), true
 }
 
 func tSeconds(e *evidence) (string, []string, bool) {
@@ -666,25 +667,37 @@ func lenientFormat(e *evidence) (string, []string, bool) {
 		f, true
 }
 
-func crash(e *evidence) (string, []string, bool) {
-	var cases, gone []string
+// ended returns the failing cases, after the first of cases, to which no
+// connection could be made, and a sentence that says so: the failure on
+// that case ended the handler's process.
+func (e *evidence) ended(cases []string) (string, []string) {
+	var gone []string
+	after := false
 	for _, r := range e.results {
 		switch {
-		case len(cases) > 0 && r.Handler.gone && r.Outcome == Fail:
-			// After a failure that ended its process, nothing answers.
+		case slices.Contains(cases, r.Case):
+			after = true
+		case after && r.Handler.gone && r.Outcome == Fail:
 			gone = append(gone, r.Case)
-		case r.Outcome == Fail && !e.explained[r.Case] && r.Reference.Refused() && e.a.broke(r.Case) && !r.Handler.gone:
-			cases = append(cases, r.Case)
 		}
+	}
+	if len(gone) == 0 {
+		return "", nil
+	}
+	return fmt.Sprintf(" After that nothing took a connection (%d cases: %s): the failure ended its process, so those cases tell nothing yet.", len(gone), join(gone)), gone
+}
+
+func crash(e *evidence) (string, []string, bool) {
+	var cases []string
+	for _, r := range e.unexplained(func(r Result) bool { return r.Reference.Refused() && e.a.broke(r.Case) && !r.Handler.gone }) {
+		cases = append(cases, r.Case)
 	}
 	if len(cases) == 0 {
 		return "", nil, false
 	}
-	msg := "fails where it should refuse (" + e.a.withAnswers(cases) + ") → it does not expect that input (its log shows where it fails). Refuse it with 401, as the reference does."
-	if len(gone) > 0 {
-		msg += fmt.Sprintf(" After that nothing took a connection (%d cases: %s): the failure ended its process, so those cases tell nothing yet.", len(gone), join(gone))
-	}
-	return msg, append(cases, gone...), true
+	end, gone := e.ended(cases)
+	return "fails where it should refuse (" + e.a.withAnswers(cases) + ") → it does not expect that input (its log shows where it fails). Refuse it with 401, as the reference does." + end,
+		append(cases, gone...), true
 }
 
 func bodyBytes(e *evidence) (string, []string, bool) {
@@ -696,8 +709,9 @@ func bodyBytes(e *evidence) (string, []string, bool) {
 		return "refuses a correctly signed body that is not UTF-8 (" + a.answer("non-utf8") + ") → it verifies the body decoded as text (invalid bytes replaced), not the raw bytes.",
 			[]string{"non-utf8"}, true
 	}
-	return "does not accept a correctly signed body that is not UTF-8 (" + a.answer("non-utf8") + ") → it reads the body as text or JSON and fails on these bytes; verify the raw bytes first, and answer a validly signed body it cannot read with 2xx (and log it) or 400, not a failure.",
-		[]string{"non-utf8"}, true
+	end, gone := e.ended([]string{"non-utf8"})
+	return "does not accept a correctly signed body that is not UTF-8 (" + a.answer("non-utf8") + ") → it reads the body as text or JSON and fails on these bytes; verify the raw bytes first, and answer a validly signed body it cannot read with 2xx (and log it) or 400, not a failure." + end,
+		append([]string{"non-utf8"}, gone...), true
 }
 
 func bodySize(e *evidence) (string, []string, bool) {
@@ -711,15 +725,25 @@ func bodySize(e *evidence) (string, []string, bool) {
 }
 
 func unanswered(e *evidence) (string, []string, bool) {
-	var said, cases []string
+	var cases, gone []string
 	for _, r := range e.unexplained(func(r Result) bool { return r.Handler.Status == 0 }) {
-		said = append(said, r.Case+" ("+r.Handler.Error+")")
-		cases = append(cases, r.Case)
+		if r.Handler.gone {
+			gone = append(gone, r.Case)
+		} else {
+			cases = append(cases, r.Case)
+		}
 	}
-	if len(cases) == 0 {
+	var said []string
+	if len(cases) > 0 {
+		said = append(said, "gave no answer to "+e.a.withAnswers(cases))
+	}
+	if len(gone) > 0 {
+		said = append(said, fmt.Sprintf("took no connection for %d cases (%s): its process ended, or stopped listening", len(gone), join(gone)))
+	}
+	if len(said) == 0 {
 		return "", nil, false
 	}
-	return "gave no answer to " + strings.Join(said, ", ") + ".", cases, true
+	return strings.Join(said, "; then it ") + ".", append(cases, gone...), true
 }
 
 func misleadingText(e *evidence) (string, []string, bool) {
