@@ -21,9 +21,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/devhook/devhook"
@@ -64,6 +67,12 @@ type Answer struct {
 	Status int    `json:"status"`          // 0: no answer
 	Text   string `json:"text,omitempty"`  // the body's first line, cut to 200 bytes
 	Error  string `json:"error,omitempty"` // why there was no answer
+	// unreachable: no connection was made, or no answer came in time;
+	// otherwise a missing answer is the handler's (it closed the
+	// connection: it crashed on the request).
+	unreachable bool
+	// gone: no connection was made.
+	gone bool
 }
 
 // Accepted reports a 2xx answer.
@@ -87,16 +96,18 @@ type Result struct {
 	BodySize int    `json:"body_size"`
 }
 
-// Finding is one line of the diagnosis.
+// Finding is one line of the diagnosis: a rule of the table (Rules) that
+// holds for the answers and that no rule before it explains.
 type Finding struct {
-	// ID names the mistake or the observation: t-seconds,
-	// time-in-signature-check, parsed-json, no-window, missing-accepted,
-	// decoded-secret, wrong-secret, ... (see diagnose.go).
+	// ID is the rule's: no-verification, t-seconds, parsed-json,
+	// wrong-secret, ... (every id and its meaning: Rules, docs/CHECK.md).
 	ID string `json:"id"`
 	// Kind is "mistake" (it makes a required case fail), "info" or
 	// "unobservable" (what the answers cannot tell).
 	Kind string `json:"kind"`
 	Text string `json:"text"`
+	// Cases are the failing cases the finding explains.
+	Cases []string `json:"cases,omitempty"`
 }
 
 // Finding kinds.
@@ -154,6 +165,7 @@ type caseDef struct {
 type suite struct {
 	cfg  Config
 	base []byte // the run.status body most cases send
+	text []byte // a failed run's body, its error text in TextError
 	last map[string]request
 }
 
@@ -205,6 +217,10 @@ func cases(cfg Config) []caseDef {
 		{"valid-sorted", "the same JSON, keys sorted, signed", true, func(s *suite, now int64) (request, bool, string) {
 			return s.signed(sortKeys(s.base))(s, now)
 		}},
+		{"layout-python", "the text body as json.dumps writes it, signed", true, relaid(layoutPython())},
+		{"layout-python-utf8", "the text body as json.dumps(ensure_ascii=False)", true, relaid(layoutPythonUTF8())},
+		{"layout-js", "the text body as JSON.stringify writes it, signed", true, relaid(layoutJS())},
+		{"layout-go-map", "the text body as a Go map encodes it, signed", true, relaid(layoutGoMap())},
 		{"non-utf8", "a body that is not UTF-8, signed", true, func(s *suite, now int64) (request, bool, string) {
 			return s.signed(bytes.Replace(s.base, []byte(`"error":null`), []byte("\"error\":\"solver stopped: caf\xe9 \xff\""), 1))(s, now)
 		}},
@@ -243,12 +259,30 @@ func cases(cfg Config) []caseDef {
 		}},
 		{"key-hex", "keyed with the secret hex-decoded", true, decodedKey("hex", hex.DecodeString)},
 		{"key-base64", "keyed with the secret base64-decoded", true, decodedKey("base64", decodeBase64)},
+		{"key-base64-tail", "keyed with the secret after its prefix, base64-decoded", true, tailKey},
 		{"replay", "valid's request sent again", false, func(s *suite, _ int64) (request, bool, string) {
 			r, ok := s.last["valid"]
 			return r, ok, "valid was not sent"
 		}},
 	}
 }
+
+// relaid builds a case signed correctly over the suite's text body laid
+// out as l's encoder writes it.
+func relaid(l layout) func(*suite, int64) (request, bool, string) {
+	return func(s *suite, now int64) (request, bool, string) {
+		body, err := relayout(s.text, l)
+		if err != nil {
+			return request{}, false, err.Error()
+		}
+		return s.signed(body)(s, now)
+	}
+}
+
+// TextError is the error of the run in the suite's text body: characters
+// that the three re-encoding layouts write differently (<, >, & escaped by
+// Go; non-ASCII escaped by Python; both kept by JavaScript).
+const TextError = "solver stopped: gap < 1% & bound > 0 — café ✓"
 
 // decodedKey builds a case signed with the secret decoded, as a handler
 // that decodes it would expect: the whole secret, or the part after a
@@ -265,17 +299,52 @@ func decodedKey(what string, decode func(string) ([]byte, error)) func(*suite, i
 			if err != nil || len(key) == 0 || string(key) == secret {
 				continue
 			}
-			return request{header: "t=" + strconv.FormatInt(now, 10) + ",v1=" + hmacHex(key, strconv.FormatInt(now, 10), s.base), body: s.base}, true, ""
+			return s.keyed(key, now), true, ""
 		}
 		return request{}, false, "secret is not " + what
 	}
 }
 
+// tailKey builds a case signed with the part of the secret after its
+// prefix (whsec_) base64-decoded, as a handler that strips the prefix
+// expects, where the whole secret decodes too (key-base64 sends that).
+func tailKey(s *suite, now int64) (request, bool, string) {
+	secret := s.cfg.Secret
+	i := strings.LastIndexByte(secret, '_')
+	if i < 0 {
+		return request{}, false, "secret has no prefix"
+	}
+	key, err := decodeBase64(secret[i+1:])
+	if err != nil || len(key) == 0 {
+		return request{}, false, "secret is not base64 after its prefix"
+	}
+	if whole, err := decodeBase64(secret); err != nil || string(whole) == string(key) {
+		return request{}, false, "key-base64 sends it"
+	}
+	return s.keyed(key, now), true, ""
+}
+
+// keyed is the base body signed now with key as the HMAC key.
+func (s *suite) keyed(key []byte, now int64) request {
+	t := strconv.FormatInt(now, 10)
+	return request{header: "t=" + t + ",v1=" + hmacHex(key, t, s.base), body: s.base}
+}
+
+// decodeBase64 decodes s as a handler's base64 decoder would: standard or
+// URL-safe, padded or not; and, as Node's Buffer.from(s, "base64") does,
+// both alphabets at once, a last lone character ignored.
 func decodeBase64(s string) ([]byte, error) {
 	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
 		if b, err := enc.DecodeString(s); err == nil {
 			return b, nil
 		}
+	}
+	lenient := strings.NewReplacer("-", "+", "_", "/").Replace(strings.TrimRight(s, "="))
+	if len(lenient)%4 == 1 {
+		lenient = lenient[:len(lenient)-1]
+	}
+	if b, err := base64.RawStdEncoding.DecodeString(lenient); err == nil {
+		return b, nil
 	}
 	return nil, errors.New("not base64")
 }
@@ -306,7 +375,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &suite{cfg: cfg, base: base, last: map[string]request{}}
+	failed := devhook.NewRunStatus("run-check-0003", "app-devhook-check", "failed", started.Add(-3*time.Second))
+	failed.Data.Error = new(string)
+	*failed.Data.Error = TextError
+	text, err := json.Marshal(failed)
+	if err != nil {
+		return nil, err
+	}
+	s := &suite{cfg: cfg, base: base, text: text, last: map[string]request{}}
 	ref := signature.Verifier{Skew: cfg.Skew, Now: cfg.Now}
 	rep := &Report{URL: cfg.URL, Started: started, SkewMS: cfg.Skew.Milliseconds(), WindowMS: signature.Window.Milliseconds()}
 	for i, c := range cases(cfg) {
@@ -326,7 +402,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			res.Reference.Text = "accepted"
 		}
 		res.Handler = s.send(ctx, req)
-		if i == 0 && res.Handler.Status == 0 {
+		if i == 0 && res.Handler.Status == 0 && res.Handler.unreachable {
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
@@ -342,7 +418,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	rep.Conformed = rep.Failed == 0
-	rep.Findings = diagnose(rep, cfg)
+	rep.Findings = Diagnose(rep)
 	return rep, nil
 }
 
@@ -383,9 +459,22 @@ func (s *suite) send(ctx context.Context, r request) Answer {
 	resp, err := s.cfg.Client.Do(req)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return Answer{Error: "no answer within " + s.cfg.Timeout.String()}
+			return Answer{Error: "no answer within " + s.cfg.Timeout.String(), unreachable: true}
 		}
-		return Answer{Error: err.Error()}
+		var op *net.OpError
+		dial := errors.As(err, &op) && op.Op == "dial"
+		msg := err.Error()
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			msg = ue.Err.Error() // not the method and URL again
+		}
+		switch {
+		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+			msg = "the connection was closed without an answer"
+		case errors.Is(err, syscall.ECONNRESET):
+			msg = "the connection was reset without an answer"
+		}
+		return Answer{Error: msg, unreachable: dial, gone: dial}
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))

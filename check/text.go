@@ -8,10 +8,11 @@ import (
 	"time"
 )
 
-// WriteText writes the report for a person: the table, then the diagnosis.
+// WriteText writes the report for a person: the table, then the diagnosis,
+// each finding after its rule's id (docs/CHECK.md says what each means).
 func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(w, "devhook check %s\n", r.URL)
-	fmt.Fprintf(w, "t in Unix milliseconds; the reference accepts t newer than %s ago and less than %s ahead\n\n",
+	fmt.Fprintf(w, "t in Unix milliseconds; the reference accepts t newer than %s ago and at most %s ahead\n\n",
 		time.Duration(r.WindowMS)*time.Millisecond, time.Duration(r.SkewMS)*time.Millisecond)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CASE\tSENT\tREFERENCE\tHANDLER\tRESULT")
@@ -44,7 +45,7 @@ func (r *Report) WriteText(w io.Writer) error {
 		case KindUnobservable:
 			mark = "?"
 		}
-		fmt.Fprintf(w, "  %s %s\n", mark, wrap(f.Text, 96, "    "))
+		fmt.Fprintf(w, "  %s %s\n", mark, wrap("["+f.ID+"] "+f.Text, 96, "    "))
 	}
 	return nil
 }

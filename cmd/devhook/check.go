@@ -34,13 +34,15 @@ func newCheckCmd() *cobra.Command {
 		Use:   "check URL --secret S",
 		Short: "Prove a webhook handler verifies service-signature as the interface says, and say why when it does not",
 		Long: `Check sends a fixed suite of deliveries to a running handler: real signed run.status
-deliveries (now, 4m59s old, just inside the skew ahead, other layouts, a body that is
-not UTF-8, 1 MiB) and deliberate corruptions of them (expired, too far ahead, t in
-seconds, no header, empty header, malformed headers, wrong signature, another body's
-signature, the body re-serialized under the original signature, the secret decoded
-as the key, the same delivery twice). It prints what each case sent, what the
-reference receiver answers, what the handler answered, and a diagnosis in plain words
-from the pattern of answers.
+deliveries (now, 4m59s old, just inside the skew ahead, other layouts, the layouts
+Python's json.dumps, JavaScript's JSON.stringify and Go's json.Marshal of a map write,
+a body that is not UTF-8, 1 MiB) and deliberate corruptions of them (expired, too far
+ahead, t in seconds, no header, empty header, malformed headers, wrong signature,
+another body's signature, the body re-serialized under the original signature, the
+secret decoded as the key, the same delivery twice). It prints what each case sent,
+what the reference receiver answers, what the handler answered, and a diagnosis from
+the pattern of answers: named rules (docs/CHECK.md), the root cause first, and nothing
+that a rule before it explains. --json carries each finding's id and kind.
 
 Exit status: 0 when every required case is answered as the reference answers it
 (the same status, any 2xx for an acceptance, and a refusal text that does not name

@@ -79,9 +79,9 @@ func TestCheckCommand(t *testing.T) {
 		wantErr []string // in the error
 	}{
 		{name: "self", args: []string{"check", "--self"}, code: 0,
-			want: []string{"CASE", "valid-ahead", "PASS: every required case", "answers every required case as the reference receiver does", "cannot be seen from the answers"}},
+			want: []string{"CASE", "valid-ahead", "PASS: every required case", "answers every required case as the reference receiver does", "[constant-time] whether the signature is compared in constant time"}},
 		{name: "self, strict skew", args: []string{"check", "--self", "--skew", "5s"}, code: 0,
-			want: []string{"less than 5s ahead", "PASS"}},
+			want: []string{"at most 5s ahead", "PASS"}},
 		{name: "a handler reading t as seconds", args: []string{"check", wrong.URL, "--secret", checkSecret}, code: 1,
 			want:    []string{"t-seconds", "FAIL", "401 Invalid Time Value", "compares t with a", "clock in seconds"},
 			wantErr: []string{wrong.URL, "differently from the reference receiver"}},
@@ -137,6 +137,38 @@ func TestCheckJSON(t *testing.T) {
 		if r.Case == "valid" && (r.Handler.Status != 401 || r.Handler.Text != "Unauthorized: Invalid Time Value" || r.Outcome != check.Fail) {
 			t.Fatalf("valid: %+v", r)
 		}
+	}
+}
+
+// The commonest first handler answers 200 to everything: --json names one
+// root cause, no-verification, with its id and kind, and no claim about
+// secrets, layouts or clocks.
+func TestCheckJSONKeepsTheRootCause(t *testing.T) {
+	all := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer all.Close()
+	out, _, err := runCmd(t, "", "check", all.URL, "--secret", checkSecret, "--json")
+	if exitCode(err) != 1 {
+		t.Fatalf("exit status %d: %v", exitCode(err), err)
+	}
+	var doc struct {
+		Diagnosis []map[string]any `json:"diagnosis"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("--json printed no report: %v\n%s", err, out)
+	}
+	var mistakes []string
+	for _, f := range doc.Diagnosis {
+		if f["kind"] == check.KindMistake {
+			id, _ := f["id"].(string)
+			mistakes = append(mistakes, id)
+		}
+	}
+	if len(mistakes) != 1 || mistakes[0] != "no-verification" {
+		t.Fatalf("mistakes %v, want no-verification alone:\n%s", mistakes, out)
+	}
+	first := doc.Diagnosis[0]
+	if cases, _ := first["cases"].([]any); first["id"] != "no-verification" || len(cases) == 0 {
+		t.Fatalf("first finding %v", first)
 	}
 }
 
