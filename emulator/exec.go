@@ -105,15 +105,12 @@ func (e *Emulator) execute(ctx context.Context, key string, rn *run, wake <-chan
 		return fail(fmt.Sprintf("cannot start the %s application (%s): %v", rn.Binary.Type, strings.Join(args, " "), startErr))
 	}
 
+	// GET …/logs reads it while the run executes, until finish (or
+	// forgetLogs) keeps its text in the run.
 	logs := &tailBuffer{max: int(e.cfg.MaxLogBytes)}
 	e.mu.Lock()
 	e.logs[key] = logs
 	e.mu.Unlock()
-	defer func() {
-		e.mu.Lock()
-		delete(e.logs, key)
-		e.mu.Unlock()
-	}()
 
 	// The pipes' goroutines: this function waits for each of them.
 	var pipes sync.WaitGroup
@@ -210,6 +207,13 @@ func (e *Emulator) execute(ctx context.Context, key string, rn *run, wake <-chan
 	var compact bytes.Buffer
 	json.Compact(&compact, out) // valid, so it compacts
 	return outcome{status: statusSucceeded, output: json.RawMessage(compact.Bytes()), logs: res.logs}
+}
+
+// forgetLogs drops the live log of the run at key.
+func (e *Emulator) forgetLogs(key string) {
+	e.mu.Lock()
+	delete(e.logs, key)
+	e.mu.Unlock()
 }
 
 // commandLine is the executable and its arguments for an application of

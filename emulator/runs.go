@@ -403,6 +403,7 @@ func (e *Emulator) schedule(key string, first *devhook.RunStatus) {
 					run := *rn
 					res := e.execute(ctx, key, &run, wake)
 					if ctx.Err() != nil {
+						e.forgetLogs(key)
 						return // Close: the run goes on when an emulator starts again
 					}
 					ev, moved, err := e.finish(key, res)
@@ -478,6 +479,7 @@ func (e *Emulator) transition(key, from, to string) (ev devhook.RunStatus, moved
 func (e *Emulator) finish(key string, res outcome) (ev devhook.RunStatus, moved bool, err error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	defer delete(e.logs, key) // the run keeps them from now on
 	old := e.st.runs[key]
 	rn := *old
 	rn.Logs = res.logs
