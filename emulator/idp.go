@@ -51,7 +51,10 @@ func (e *Emulator) ssoDomain(w http.ResponseWriter, r *http.Request, c *call) er
 			return nil
 		}
 	}
-	return errorf(http.StatusNotFound, "single sign-on is not enabled for domain %q", domain)
+	// No single sign-on: 200 with no domain_identifier (DECISIONS.md); a
+	// non-2xx answer would be an HTTP error to the client.
+	writeJSON(w, http.StatusOK, map[string]string{})
+	return nil
 }
 
 func (e *Emulator) discovery(w http.ResponseWriter, r *http.Request, c *call) error {

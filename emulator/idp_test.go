@@ -391,11 +391,13 @@ func TestOrganizationsAndSSO(t *testing.T) {
 	for _, tc := range []struct {
 		query string
 		want  int
-	}{{"domain=corp.test", 200}, {"domain=CORP.TEST", 200}, {"domain=other.test", 404}, {"", 400}, {"domain=", 400}} {
+		body  string // of a 200
+	}{{"domain=corp.test", 200, `{"domain_identifier":"corp-idp"}`}, {"domain=CORP.TEST", 200, `{"domain_identifier":"corp-idp"}`},
+		{"domain=other.test", 200, `{}`}, {"", 400, ""}, {"domain=", 400, ""}} {
 		status, _, b := v.request("", "GET", "/v1/enterprise/sso/domain?"+tc.query, nil)
 		if tc.want == 200 {
-			if status != 200 || strings.TrimSpace(string(b)) != `{"domain_identifier":"corp-idp"}` {
-				t.Errorf("sso %s: %d %s", tc.query, status, b)
+			if status != 200 || strings.TrimSpace(string(b)) != tc.body {
+				t.Errorf("sso %s: %d %s, want 200 %s", tc.query, status, b, tc.body)
 			}
 			continue
 		}
