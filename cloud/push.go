@@ -28,11 +28,14 @@ type Requirements struct {
 	Runtime        string `json:"runtime"`
 }
 
+// BinaryUpload is the answer of GET …/binary.
+type BinaryUpload struct {
+	UploadURL string `json:"upload_url"`
+}
+
 // BinaryUploadURL asks for the URL to PUT an application's package to.
 func (c *Client) BinaryUploadURL(ctx context.Context, app string) (string, error) {
-	var a struct {
-		UploadURL string `json:"upload_url"`
-	}
+	var a BinaryUpload
 	raw, err := c.call(ctx, http.MethodGet, path("v1", "applications", app, "binary"), nil, nil, &a)
 	if err != nil {
 		return "", err

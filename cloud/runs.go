@@ -214,12 +214,15 @@ func (c *Client) CancelRun(ctx context.Context, app, id string) (Run, error) {
 	return r, nil
 }
 
+// RunLog is the answer of GET …/logs; Log is nil when it has no log.
+type RunLog struct {
+	Log *string `json:"log"`
+}
+
 // RunLogs reads a run's log: what a pushed application wrote to standard
 // error, so far while it runs.
 func (c *Client) RunLogs(ctx context.Context, app, id string) (string, error) {
-	var l struct {
-		Log *string `json:"log"`
-	}
+	var l RunLog
 	raw, err := c.call(ctx, http.MethodGet, path("v1", "applications", app, "runs", id, "logs"), nil, nil, &l)
 	if err != nil {
 		return "", err

@@ -224,7 +224,7 @@ func printRun(w io.Writer, r cloud.Run) error {
 	m := r.Metadata
 	fields(w, "run", r.ID, "status", r.Status(), "application", m.ApplicationID, "instance", m.ApplicationInstanceID,
 		"runtime", m.Runtime, "created_at", m.CreatedAt, "duration", string(m.Duration), "output_size", string(m.OutputSize),
-		"error", r.ErrorText())
+		"error", strings.ReplaceAll(r.ErrorText(), "\n", "\n"+strings.Repeat(" ", len("application  "))))
 	if len(r.Output) > 0 && string(r.Output) != "null" {
 		fmt.Fprintln(w, "\noutput:")
 		return printRaw(w, r.Output)
