@@ -544,3 +544,69 @@ func waitGone(t *testing.T, pids ...int) {
 		return true
 	}, "processes %v to be killed", pids)
 }
+
+// TestPushKeptWithData: with a data directory the pushed package and its
+// activation survive a restart, and a package PUT as some clients send it
+// (application/octet-stream, with their API key) is taken alike. A text
+// input reaches the application as its text.
+func TestPushKeptWithData(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig()
+	cfg.DataDir = dir
+	e, err := emulator.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &env{t: t, e: e, srv: httptestServer(t, e)}
+	v.newApp("app")
+	var u struct {
+		UploadURL string `json:"upload_url"`
+	}
+	v.do("GET", "/v1/applications/app/binary", nil, 200, &u)
+	req, _ := http.NewRequest("PUT", u.UploadURL, bytes.NewReader(pythonPackage(t)))
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	resp, err := noRedirect.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("PUT as octet-stream: %d", resp.StatusCode)
+	}
+	v.do("PUT", "/v1/applications/app/binary", map[string]any{"requirements": map[string]string{"executable_type": "python", "runtime": "py"}}, 200, nil)
+	v.srv.Close()
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	e, err = emulator.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v = &env{t: t, e: e, srv: httptestServer(t, e)}
+	t.Cleanup(func() { e.Close() })
+	r := v.startRun("app", "latest", map[string]any{"input": map[string]int{"n": 7}})
+	done, raw := v.waitFinal("app", r.ID)
+	if done.Metadata.StatusV2 != "succeeded" || done.Metadata.Runtime != "py" {
+		t.Fatalf("run after a restart: %s %q", done.Metadata.StatusV2, done.Metadata.Error)
+	}
+	if b, _ := json.Marshal(solutionOf(t, raw).Input); string(b) != `{"n":7}` {
+		t.Errorf("input %s", b)
+	}
+
+	// A text input, uploaded.
+	var up struct {
+		UploadID  string `json:"upload_id"`
+		UploadURL string `json:"upload_url"`
+	}
+	v.do("POST", "/v1/applications/app/runs/uploadurl", nil, 200, &up)
+	if status, body := v.put(up.UploadURL, "plain words"); status != 200 {
+		t.Fatalf("PUT input: %d %s", status, body)
+	}
+	r = v.startRun("app", "latest", map[string]any{"upload_id": up.UploadID})
+	done, raw = v.waitFinal("app", r.ID)
+	if b, _ := json.Marshal(solutionOf(t, raw).Input); done.Metadata.StatusV2 != "succeeded" || string(b) != `{"text":"plain words"}` {
+		t.Errorf("text input run %s read %s", done.Metadata.StatusV2, b)
+	}
+}
