@@ -10,9 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -102,7 +104,14 @@ func (e *Emulator) execute(ctx context.Context, key string, rn *run, wake <-chan
 		inW.Close()
 		outR.Close()
 		errR.Close()
-		return fail(fmt.Sprintf("cannot start the %s application (%s): %v", rn.Binary.Type, strings.Join(args, " "), startErr))
+		hint := ""
+		switch {
+		case errors.Is(startErr, syscall.ENOEXEC) || errors.Is(startErr, exec.ErrNotFound) && rn.Binary.Type == "go":
+			hint = fmt.Sprintf("; build main for this machine (GOOS=%s GOARCH=%s) and push again", runtime.GOOS, runtime.GOARCH)
+		case errors.Is(startErr, exec.ErrNotFound):
+			hint = "; install it, or point devhook emulate at it"
+		}
+		return fail(fmt.Sprintf("cannot start the %s application (%s): %v%s", rn.Binary.Type, strings.Join(args, " "), startErr, hint))
 	}
 
 	// GET …/logs reads it while the run executes, until finish (or

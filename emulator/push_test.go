@@ -447,6 +447,17 @@ func TestPushedRunFailures(t *testing.T) {
 		lastDelivery(r.ID)
 	})
 
+	t.Run("not an executable of this machine", func(t *testing.T) {
+		v.newApp("bad")
+		v.push("bad", "go", makePackage(t, pkgFile{name: "main", body: []byte("\x7fELF but not really"), mode: 0o755}))
+		r := v.startRun("bad", "latest", map[string]any{"input": 1})
+		done, _ := v.waitFinal("bad", r.ID)
+		if m := done.Metadata; m.StatusV2 != "failed" || !strings.Contains(m.Error, "build main for this machine") {
+			t.Errorf("run %s %q", m.StatusV2, m.Error)
+		}
+		lastDelivery(r.ID)
+	})
+
 	t.Run("cancel", func(t *testing.T) {
 		r := v.startRun("app", "latest", map[string]any{"input": map[string]string{"mode": "sleep"}})
 		pids := waitPIDs(t, v, r.ID)
