@@ -26,6 +26,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -134,6 +135,10 @@ type Config struct {
 	// how much of its standard error is kept; 0 = the defaults.
 	MaxOutputBytes int64
 	MaxLogBytes    int64
+	// MaxParallelRuns bounds the runs of pushed applications executing at
+	// once; more stay queued until one ends. 0 = the number of CPUs, at
+	// least 2.
+	MaxParallelRuns int
 	// Python and Java are the commands that run python and java
 	// applications; empty means python3 and java, found on PATH.
 	Python, Java string
@@ -184,6 +189,8 @@ type Emulator struct {
 	// so that GET …/logs shows them while they run. Guarded by mu.
 	logs map[string]*tailBuffer
 	pkgs *packageStore
+	// slots holds one token per run of a pushed application executing.
+	slots chan struct{}
 }
 
 // New validates cfg, opens the data directory when one is given, resumes
@@ -224,6 +231,9 @@ func New(cfg Config) (*Emulator, error) {
 	setDefaultN(&cfg.MaxUnpackedBytes, DefaultMaxUnpackedBytes)
 	setDefaultN(&cfg.MaxOutputBytes, DefaultMaxOutputBytes)
 	setDefaultN(&cfg.MaxLogBytes, DefaultMaxLogBytes)
+	if cfg.MaxParallelRuns <= 0 {
+		cfg.MaxParallelRuns = max(2, runtime.NumCPU())
+	}
 	if cfg.Python == "" {
 		cfg.Python = "python3"
 	}
@@ -264,7 +274,7 @@ func New(cfg Config) (*Emulator, error) {
 	}
 	e := &Emulator{cfg: cfg, transport: transport, keys: map[string]string{}, teams: map[string]bool{}, st: newState(),
 		codes: map[string]*authCode{}, sessions: map[string]identity{}, wake: map[string]chan struct{}{},
-		logs: map[string]*tailBuffer{}}
+		logs: map[string]*tailBuffer{}, slots: make(chan struct{}, cfg.MaxParallelRuns)}
 	for _, k := range e.cfg.APIKeys {
 		if k == "" || strings.ContainsAny(k, " \t\r\n") {
 			return nil, fmt.Errorf("emulator: API key %q must be non-empty and contain no white space", k)

@@ -621,3 +621,28 @@ func TestPushKeptWithData(t *testing.T) {
 		t.Errorf("text input run %s read %s", done.Metadata.StatusV2, b)
 	}
 }
+
+// TestParallelRunsBound: past MaxParallelRuns, runs of a pushed
+// application stay queued until one ends.
+func TestParallelRunsBound(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxParallelRuns = 1
+	v := newEnv(t, cfg)
+	v.newApp("app")
+	v.push("app", "python", pythonPackage(t))
+	first := v.startRun("app", "latest", map[string]any{"input": map[string]string{"mode": "sleep"}})
+	waitPIDs(t, v, first.ID)
+	second := v.startRun("app", "latest", map[string]any{"input": map[string]string{"mode": "ok"}})
+	// A run of devint started after the second one executes nothing and
+	// is not bound: once it has succeeded, the second run's queue time
+	// has passed too, and it must still be queued.
+	control := v.startRun("app", "devint", map[string]any{"input": 1})
+	v.pollSucceeded("app", control.ID)
+	if s := v.metadata("app", second.ID).Metadata.StatusV2; s != "queued" {
+		t.Fatalf("second run is %s while the first holds the only slot", s)
+	}
+	v.do("PATCH", "/v1/applications/app/runs/"+first.ID+"/cancel", nil, 200, nil)
+	if done, _ := v.waitFinal("app", second.ID); done.Metadata.StatusV2 != "succeeded" {
+		t.Errorf("second run after the first was canceled: %s %q", done.Metadata.StatusV2, done.Metadata.Error)
+	}
+}

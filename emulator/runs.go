@@ -388,6 +388,15 @@ func (e *Emulator) schedule(key string, first *devhook.RunStatus) {
 		if first != nil {
 			events <- *first
 		}
+		// A run of a pushed application holds one of MaxParallelRuns
+		// slots from leaving queued to its end: past them, runs stay
+		// queued.
+		holding := false
+		defer func() {
+			if holding {
+				<-e.slots
+			}
+		}()
 		for {
 			e.mu.Lock()
 			rn := e.st.runs[key]
@@ -400,12 +409,24 @@ func (e *Emulator) schedule(key string, first *devhook.RunStatus) {
 				next, wait = statusRunning, e.cfg.QueueTime
 			case statusRunning:
 				if rn.Binary != nil {
+					if !holding { // resumed after a restart while running
+						select {
+						case e.slots <- struct{}{}:
+							holding = true
+						case <-ctx.Done():
+							return
+						case <-wake:
+							continue
+						}
+					}
 					run := *rn
 					res := e.execute(ctx, key, &run, wake)
 					if ctx.Err() != nil {
 						e.forgetLogs(key)
 						return // Close: the run goes on when an emulator starts again
 					}
+					<-e.slots
+					holding = false
 					ev, moved, err := e.finish(key, res)
 					if err != nil {
 						return
@@ -431,6 +452,16 @@ func (e *Emulator) schedule(key string, first *devhook.RunStatus) {
 				t.Stop()
 				continue // canceled: the next turn sends it
 			case <-t.C:
+			}
+			if status == statusQueued && rn.Binary != nil && !holding {
+				select {
+				case e.slots <- struct{}{}:
+					holding = true
+				case <-ctx.Done():
+					return
+				case <-wake:
+					continue
+				}
 			}
 			ev, moved, err := e.transition(key, status, next)
 			if err != nil {

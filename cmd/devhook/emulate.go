@@ -33,6 +33,7 @@ type emulateOptions struct {
 	runTimeout time.Duration
 	maxPackage int64
 	maxOutput  int64
+	parallel   int
 	stdout     io.Writer
 }
 
@@ -64,6 +65,7 @@ func newEmulateCmd() *cobra.Command {
 	f.DurationVar(&o.runTimeout, "run-timeout", emulator.DefaultRunTimeout, "time limit of a run of a pushed application: past it the run is killed and fails with error \"timeout\"")
 	f.Int64Var(&o.maxPackage, "max-package", emulator.DefaultMaxPackageBytes, "largest pushed package (gzip'd tar) taken, in bytes")
 	f.Int64Var(&o.maxOutput, "max-output", emulator.DefaultMaxOutputBytes, "most bytes a run of a pushed application may print on standard output: beyond it the run is killed and fails")
+	f.IntVar(&o.parallel, "parallel-runs", 0, "most runs of pushed applications executing at once; more stay queued (default: the number of CPUs, at least 2)")
 	f.BoolVar(&o.noRotate, "no-rotate-refresh", false, "keep refresh tokens good until they expire and answer refreshes without a new one (default: each refresh token is good once)")
 	return cmd
 }
@@ -119,7 +121,7 @@ func (o *emulateOptions) run(ctx context.Context) error {
 		APIKeys: o.apiKeys, DataDir: o.dataDir, BaseURL: base,
 		QueueTime: o.queueTime, RunTime: o.runTime, RetryDelays: o.retries,
 		Teams: teams, SSODomains: sso, UserEmail: o.userEmail, NoRotateRefresh: o.noRotate,
-		RunTimeout: o.runTimeout, MaxPackageBytes: o.maxPackage, MaxOutputBytes: o.maxOutput,
+		RunTimeout: o.runTimeout, MaxPackageBytes: o.maxPackage, MaxOutputBytes: o.maxOutput, MaxParallelRuns: o.parallel,
 	})
 	if err != nil {
 		ln.Close()
