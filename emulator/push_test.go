@@ -646,3 +646,38 @@ func TestParallelRunsBound(t *testing.T) {
 		t.Errorf("second run after the first was canceled: %s %q", done.Metadata.StatusV2, done.Metadata.Error)
 	}
 }
+
+// TestRunResumesAfterRestart: a run executing when the emulator closes is
+// killed, stays running in the data directory, and executes again when an
+// emulator starts with it; then it ends as usual.
+func TestRunResumesAfterRestart(t *testing.T) {
+	cfg := testConfig()
+	cfg.DataDir = t.TempDir()
+	e, err := emulator.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &env{t: t, e: e, srv: httptestServer(t, e)}
+	v.newApp("app")
+	v.push("app", "python", pythonPackage(t))
+	marker := filepath.Join(t.TempDir(), "ran-once")
+	r := v.startRun("app", "latest", map[string]any{"input": map[string]string{"mode": "once", "marker": marker}})
+	pids := waitPIDs(t, v, r.ID)
+	v.srv.Close()
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, pids...)
+
+	e, err = emulator.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	v = &env{t: t, e: e, srv: httptestServer(t, e)}
+	done, raw := v.waitFinal("app", r.ID)
+	if done.Metadata.StatusV2 != "succeeded" {
+		t.Fatalf("resumed run %s %q", done.Metadata.StatusV2, done.Metadata.Error)
+	}
+	checkRunRecord(t, raw, shapeFull)
+}

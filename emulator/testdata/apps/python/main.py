@@ -1,8 +1,10 @@
 # The python application of devhook's emulator tests. Its input's "mode"
 # says what it does: ok (the default) prints its input, arguments and
 # process facts as the run's output; fail writes lines on standard error
-# and exits 3; sleep starts a child process and sleeps; flood prints
-# without end; silent exits 0 printing nothing.
+# and exits 3; sleep starts a child process and sleeps; once sleeps like
+# sleep the first time (it leaves the file "marker" behind) and prints its
+# output the next; flood prints without end; silent exits 0 printing
+# nothing.
 import json
 import os
 import subprocess
@@ -23,6 +25,10 @@ if mode == "fail":
         print(f"line {i}", file=sys.stderr)
     print("boom: the solver gave up", file=sys.stderr)
     sys.exit(3)
+if mode == "once":
+    if not os.path.exists(data["marker"]):
+        open(data["marker"], "w").close()
+        mode = "sleep"
 if mode == "sleep":
     child = subprocess.Popen(["sleep", "1000"])
     print(f"started pid={os.getpid()} child={child.pid}", file=sys.stderr, flush=True)
