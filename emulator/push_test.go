@@ -681,3 +681,39 @@ func TestRunResumesAfterRestart(t *testing.T) {
 	}
 	checkRunRecord(t, raw, shapeFull)
 }
+
+// TestPushedPackageGone: when the unpacked package has gone from the data
+// directory, a run fails saying to push again.
+func TestPushedPackageGone(t *testing.T) {
+	cfg := testConfig()
+	cfg.DataDir = t.TempDir()
+	e, err := emulator.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &env{t: t, e: e, srv: httptestServer(t, e)}
+	v.newApp("app")
+	v.push("app", "python", pythonPackage(t))
+	v.srv.Close()
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	pkgs, _ := filepath.Glob(filepath.Join(cfg.DataDir, "pushed", "packages", "*"))
+	if len(pkgs) != 1 {
+		t.Fatalf("packages in the data directory: %v", pkgs)
+	}
+	if err := os.RemoveAll(pkgs[0]); err != nil {
+		t.Fatal(err)
+	}
+	e, err = emulator.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	v = &env{t: t, e: e, srv: httptestServer(t, e)}
+	r := v.startRun("app", "latest", map[string]any{"input": 1})
+	done, _ := v.waitFinal("app", r.ID)
+	if m := done.Metadata; m.StatusV2 != "failed" || !strings.Contains(m.Error, "push the application again") {
+		t.Errorf("run %s %q", m.StatusV2, m.Error)
+	}
+}
