@@ -27,7 +27,7 @@ app.yaml:
 
   type: python                 # python (main.py), go (main, built) or java (main.jar)
   runtime: python:3.11         # the image the service runs it in
-  build:                       # optional
+  build:                       # optional; split at spaces, run without a shell
     command: go build -o main .
     environment: {CGO_ENABLED: "0"}
   pre-push: ./generate.sh      # optional, run with sh -c
