@@ -19,15 +19,19 @@ type ApplicationInput struct {
 	Description string `json:"description"`
 }
 
-// Application is an application record.
+// Application is an application record, every field of the interface.
 type Application struct {
-	ID              string          `json:"id"`
-	Name            string          `json:"name"`
-	Description     string          `json:"description"`
-	Type            string          `json:"type"`
-	DefaultInstance string          `json:"default_instance"`
-	CreatedAt       string          `json:"created_at"`
-	Raw             json.RawMessage `json:"-"`
+	ID                        string          `json:"id"`
+	Name                      string          `json:"name"`
+	Description               string          `json:"description"`
+	Type                      string          `json:"type"`
+	DefaultInstance           string          `json:"default_instance"`
+	DefaultExperimentInstance string          `json:"default_experiment_instance"`
+	SubscriptionID            string          `json:"subscription_id"`
+	Locked                    bool            `json:"locked"`
+	CreatedAt                 string          `json:"created_at"`
+	UpdatedAt                 string          `json:"updated_at"`
+	Raw                       json.RawMessage `json:"-"`
 }
 
 // CreateApplication creates an application (and its instance latest).
@@ -55,26 +59,66 @@ type RunInput struct {
 }
 
 // Run is a run record, or the answer to starting one. ID is run_id when
-// the answer has one, else id.
+// the answer has one, else id. Output is the run's output as the service
+// sent it: for a pushed application, the JSON it printed.
 type Run struct {
-	ID       string          `json:"-"`
-	RunID    string          `json:"run_id"`
-	RecordID string          `json:"id"`
-	Name     string          `json:"name"`
-	Metadata RunMetadata     `json:"metadata"`
-	Output   json.RawMessage `json:"output"`
-	Raw      json.RawMessage `json:"-"`
+	ID          string          `json:"-"`
+	RunID       string          `json:"run_id"`
+	RecordID    string          `json:"id"`
+	Name        string          `json:"name"`
+	Description string          `json:"description"`
+	UserEmail   string          `json:"user_email"`
+	ConsoleURL  string          `json:"console_url"`
+	Metadata    RunMetadata     `json:"metadata"`
+	Output      json.RawMessage `json:"output"`
+	Raw         json.RawMessage `json:"-"`
 }
 
-// RunMetadata is the part of a run's metadata devhook reads.
+// RunMetadata is a run's metadata, every field of the interface.
+// Durations are milliseconds and sizes bytes (DECISIONS.md).
 type RunMetadata struct {
 	ApplicationID         string      `json:"application_id"`
 	ApplicationInstanceID string      `json:"application_instance_id"`
+	ApplicationVersionID  string      `json:"application_version_id"`
 	CreatedAt             string      `json:"created_at"`
+	InitiatedAt           string      `json:"initiated_at"`
 	Duration              json.Number `json:"duration"`
+	ExecutionDuration     json.Number `json:"execution_duration"`
+	InputSize             json.Number `json:"input_size"`
+	OutputSize            json.Number `json:"output_size"`
 	Error                 any         `json:"error"`
-	Status                string      `json:"status"`
-	StatusV2              string      `json:"status_v2"`
+	ExecutionClass        string      `json:"execution_class"`
+	Format                struct {
+		Input  RunFormat `json:"input"`
+		Output RunFormat `json:"output"`
+	} `json:"format"`
+	Metrics         map[string]any `json:"metrics"`
+	Options         RunOptions     `json:"options"`
+	QueuingDisabled bool           `json:"queuing_disabled"`
+	QueuingPriority int            `json:"queuing_priority"`
+	RunType         struct {
+		Type         string `json:"type"`
+		DefinitionID string `json:"definition_id"`
+		ReferenceID  string `json:"reference_id"`
+	} `json:"run_type"`
+	Runtime  string `json:"runtime"`
+	Status   string `json:"status"`
+	StatusV2 string `json:"status_v2"`
+}
+
+// RunFormat is the format of a run's input or output.
+type RunFormat struct {
+	Type string `json:"type"`
+}
+
+// RunOptions are a run's options as its metadata lists them.
+type RunOptions struct {
+	ActiveOptions  map[string]string `json:"active_options"`
+	OptionsSummary []struct {
+		Name   string `json:"name"`
+		Source string `json:"source"`
+		Value  string `json:"value"`
+	} `json:"options_summary"`
 }
 
 // Status is status_v2, or the legacy status when there is no status_v2.
@@ -153,6 +197,40 @@ func (c *Client) GetRun(ctx context.Context, app, id string) (Run, error) {
 		r.ID = id
 	}
 	return r, nil
+}
+
+// CancelRun cancels a queued or running run (PATCH …/cancel) and returns
+// the record the answer carries, without output.
+func (c *Client) CancelRun(ctx context.Context, app, id string) (Run, error) {
+	var r Run
+	raw, err := c.call(ctx, http.MethodPatch, path("v1", "applications", app, "runs", id, "cancel"), nil, nil, &r)
+	if err != nil {
+		return r, err
+	}
+	r.fill(raw)
+	if r.ID == "" {
+		r.ID = id
+	}
+	return r, nil
+}
+
+// RunLog is the answer of GET …/logs; Log is nil when it has no log.
+type RunLog struct {
+	Log *string `json:"log"`
+}
+
+// RunLogs reads a run's log: what a pushed application wrote to standard
+// error, so far while it runs.
+func (c *Client) RunLogs(ctx context.Context, app, id string) (string, error) {
+	var l RunLog
+	raw, err := c.call(ctx, http.MethodGet, path("v1", "applications", app, "runs", id, "logs"), nil, nil, &l)
+	if err != nil {
+		return "", err
+	}
+	if l.Log == nil {
+		return "", fmt.Errorf("GET the logs of run %s: the answer has no log: %s", id, raw)
+	}
+	return *l.Log, nil
 }
 
 // WaitRun reads the run every interval (0 means 500 ms) until its status

@@ -26,6 +26,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -44,10 +45,23 @@ const (
 	DefaultMaxInputBytes  = 8 << 20
 	DefaultMaxUploadBytes = 64 << 20
 	DefaultUploadTTL      = time.Hour
-	DefaultTokenTTL       = time.Hour
-	DefaultRefreshTTL     = 30 * 24 * time.Hour
-	DefaultCodeTTL        = 5 * time.Minute
-	DefaultUserEmail      = "developer@devhook.test"
+	// DefaultRunTimeout is the time limit of a run that executes a pushed
+	// application.
+	DefaultRunTimeout = 5 * time.Minute
+	// DefaultMaxPackageBytes bounds a pushed package (the gzip'd tar);
+	// DefaultMaxUnpackedBytes what it unpacks to.
+	DefaultMaxPackageBytes  = 256 << 20
+	DefaultMaxUnpackedBytes = 1 << 30
+	// DefaultMaxOutputBytes bounds what an executed run prints on standard
+	// output: beyond it the run is killed and fails.
+	DefaultMaxOutputBytes = 16 << 20
+	// DefaultMaxLogBytes is how much of an executed run's standard error
+	// is kept: its end.
+	DefaultMaxLogBytes = 1 << 20
+	DefaultTokenTTL    = time.Hour
+	DefaultRefreshTTL  = 30 * 24 * time.Hour
+	DefaultCodeTTL     = 5 * time.Minute
+	DefaultUserEmail   = "developer@devhook.test"
 	// MaxResponseBody is how much of a receiver's answer a conversation keeps.
 	MaxResponseBody = 64 << 10
 	// UserAgent is the User-Agent of deliveries.
@@ -110,8 +124,28 @@ type Config struct {
 	// run; 0 = DefaultUploadTTL.
 	UploadTTL time.Duration
 
+	// RunTimeout is the time limit of a run that executes a pushed
+	// application; 0 = DefaultRunTimeout.
+	RunTimeout time.Duration
+	// MaxPackageBytes bounds a pushed package and MaxUnpackedBytes what it
+	// unpacks to; 0 = the defaults.
+	MaxPackageBytes  int64
+	MaxUnpackedBytes int64
+	// MaxOutputBytes bounds an executed run's standard output, MaxLogBytes
+	// how much of its standard error is kept; 0 = the defaults.
+	MaxOutputBytes int64
+	MaxLogBytes    int64
+	// MaxParallelRuns bounds the runs of pushed applications executing at
+	// once; more stay queued until one ends. 0 = the number of CPUs, at
+	// least 2.
+	MaxParallelRuns int
+	// Python and Java are the commands that run python and java
+	// applications; empty means python3 and java, found on PATH.
+	Python, Java string
+
 	// DataDir keeps the state in a bbolt file (emulator.db) in this
-	// directory, across restarts. Empty means in memory.
+	// directory, across restarts, and pushed packages under pushed/.
+	// Empty means in memory, and packages in a temporary directory.
 	DataDir string
 
 	// BaseURL is the address the emulator is reachable at, for the identity
@@ -151,6 +185,12 @@ type Emulator struct {
 	wake     map[string]chan struct{} // run key → its schedule, woken by a cancel
 	db       *boltStore               // nil in memory
 	closed   bool
+	// logs are the standard error of the runs executing now, by run key,
+	// so that GET …/logs shows them while they run. Guarded by mu.
+	logs map[string]*tailBuffer
+	pkgs *packageStore
+	// slots holds one token per run of a pushed application executing.
+	slots chan struct{}
 }
 
 // New validates cfg, opens the data directory when one is given, resumes
@@ -186,6 +226,20 @@ func New(cfg Config) (*Emulator, error) {
 		cfg.MaxUploadBytes = DefaultMaxUploadBytes
 	}
 	setDefault(&cfg.UploadTTL, DefaultUploadTTL)
+	setDefault(&cfg.RunTimeout, DefaultRunTimeout)
+	setDefaultN(&cfg.MaxPackageBytes, DefaultMaxPackageBytes)
+	setDefaultN(&cfg.MaxUnpackedBytes, DefaultMaxUnpackedBytes)
+	setDefaultN(&cfg.MaxOutputBytes, DefaultMaxOutputBytes)
+	setDefaultN(&cfg.MaxLogBytes, DefaultMaxLogBytes)
+	if cfg.MaxParallelRuns <= 0 {
+		cfg.MaxParallelRuns = max(2, runtime.NumCPU())
+	}
+	if cfg.Python == "" {
+		cfg.Python = "python3"
+	}
+	if cfg.Java == "" {
+		cfg.Java = "java"
+	}
 	var transport *http.Transport
 	if cfg.Client == nil {
 		transport = http.DefaultTransport.(*http.Transport).Clone()
@@ -219,7 +273,8 @@ func New(cfg Config) (*Emulator, error) {
 		cfg.BaseURL = strings.TrimSuffix(cfg.BaseURL, "/")
 	}
 	e := &Emulator{cfg: cfg, transport: transport, keys: map[string]string{}, teams: map[string]bool{}, st: newState(),
-		codes: map[string]*authCode{}, sessions: map[string]identity{}, wake: map[string]chan struct{}{}}
+		codes: map[string]*authCode{}, sessions: map[string]identity{}, wake: map[string]chan struct{}{},
+		logs: map[string]*tailBuffer{}, slots: make(chan struct{}, cfg.MaxParallelRuns)}
 	for _, k := range e.cfg.APIKeys {
 		if k == "" || strings.ContainsAny(k, " \t\r\n") {
 			return nil, fmt.Errorf("emulator: API key %q must be non-empty and contain no white space", k)
@@ -254,6 +309,14 @@ func New(cfg Config) (*Emulator, error) {
 		sum := sha256.Sum256([]byte(k))
 		e.keys[k] = "key-" + hex.EncodeToString(sum[:8])
 	}
+	pkgs, err := openPackages(cfg.DataDir)
+	if err != nil {
+		if e.db != nil {
+			e.db.close()
+		}
+		return nil, err
+	}
+	e.pkgs = pkgs
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.handler = e.routes()
 	e.resumeRuns()
@@ -263,6 +326,12 @@ func New(cfg Config) (*Emulator, error) {
 func setDefault(d *time.Duration, def time.Duration) {
 	if *d <= 0 {
 		*d = def
+	}
+}
+
+func setDefaultN(n *int64, def int64) {
+	if *n <= 0 {
+		*n = def
 	}
 }
 
@@ -298,8 +367,9 @@ func (e *Emulator) Teams() []Team { return append([]Team(nil), e.cfg.Teams...) }
 // ServeHTTP serves the service's API and identity provider.
 func (e *Emulator) ServeHTTP(w http.ResponseWriter, r *http.Request) { e.handler.ServeHTTP(w, r) }
 
-// Close stops every run schedule and delivery, waits for them, and closes
-// the data file. Requests served after Close start no new work.
+// Close stops every run schedule and delivery, kills the process group of
+// every executing run, waits for them, and closes the data file. Requests
+// served after Close start no new work.
 func (e *Emulator) Close() error {
 	e.mu.Lock()
 	if e.closed {
@@ -313,10 +383,13 @@ func (e *Emulator) Close() error {
 	if e.transport != nil {
 		e.transport.CloseIdleConnections()
 	}
+	err := e.pkgs.close()
 	if e.db != nil {
-		return e.db.close()
+		if cerr := e.db.close(); cerr != nil {
+			err = cerr
+		}
 	}
-	return nil
+	return err
 }
 
 // goroutine runs f as a goroutine the emulator owns, unless it is closed.

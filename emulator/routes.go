@@ -44,6 +44,7 @@ func (e *Emulator) routes() http.Handler {
 		{segs: split("/v1/events/trigger"), methods: map[string]handlerFunc{"POST": e.trigger}},
 		{segs: split("/v1/applications"), methods: map[string]handlerFunc{"POST": e.createApplication}},
 		{segs: split("/v1/applications/{application_id}"), methods: map[string]handlerFunc{"GET": e.getApplication}},
+		{segs: split("/v1/applications/{application_id}/binary"), methods: map[string]handlerFunc{"GET": e.binaryUploadURL, "PUT": e.activateBinary}},
 		{segs: split("/v1/applications/{application_id}/runs"), methods: map[string]handlerFunc{"POST": e.startRun}},
 		// uploadurl before {run_id}, which would take it for a run id.
 		{segs: split("/v1/applications/{application_id}/runs/uploadurl"), methods: map[string]handlerFunc{"POST": e.createUploadURL}},
@@ -52,6 +53,7 @@ func (e *Emulator) routes() http.Handler {
 		{segs: split("/v1/applications/{application_id}/runs/{run_id}/logs"), methods: map[string]handlerFunc{"GET": e.getRunLogs}},
 		{segs: split("/v1/applications/{application_id}/runs/{run_id}/cancel"), methods: map[string]handlerFunc{"PATCH": e.cancelRun}},
 		{segs: split(pathUploads + "/{token}"), public: true, methods: map[string]handlerFunc{"PUT": e.putUpload}},
+		{segs: split(pathPackages + "/{token}"), public: true, methods: map[string]handlerFunc{"PUT": e.putPackage}},
 		{segs: split("/v1/internal/me/organization"), methods: map[string]handlerFunc{"GET": e.organizations}},
 		{segs: split("/v1/enterprise/sso/domain"), public: true, methods: map[string]handlerFunc{"GET": e.ssoDomain}},
 		{segs: split(pathDiscovery), public: true, methods: map[string]handlerFunc{"GET": e.discovery}},

@@ -20,17 +20,21 @@ const defaultInstance = "latest"
 
 var instances = []string{defaultInstance, "devint"}
 
-// Run states (status_v2). A run goes queued → running → succeeded; PATCH
+// Run states (status_v2). A run goes queued → running → succeeded, or
+// failed when it executes a pushed application that fails (exec.go); PATCH
 // …/cancel moves a run that is queued or running to canceled.
 const (
 	statusQueued    = "queued"
 	statusRunning   = "running"
 	statusSucceeded = "succeeded"
+	statusFailed    = "failed"
 	statusCanceled  = "canceled"
 )
 
 // final says a run has reached a state it never leaves.
-func final(status string) bool { return status == statusSucceeded || status == statusCanceled }
+func final(status string) bool {
+	return status == statusSucceeded || status == statusFailed || status == statusCanceled
+}
 
 // legacyStatus is the legacy status field paired with a status_v2 value.
 // The interface pairs queued with running and shows running and succeeded
@@ -187,6 +191,10 @@ func (e *Emulator) startRun(w http.ResponseWriter, r *http.Request, c *call) err
 	k := acctKey(c.account, id)
 	ops := []op{{bucketRuns, k, rn}}
 	e.mu.Lock()
+	if a := e.st.apps[acctKey(c.account, appID)]; a != nil && a.Binary != nil && instance == defaultInstance {
+		b := *a.Binary
+		rn.Binary = &b
+	}
 	var upKey string
 	if in.UploadID != nil {
 		u, uk, err := e.upload(c.account, appID, *in.UploadID)
@@ -255,20 +263,30 @@ func (e *Emulator) getRunMetadata(w http.ResponseWriter, r *http.Request, c *cal
 	return nil
 }
 
-// getRunLogs answers {"log": text}. The emulated execution prints nothing
-// of its own, so its log is one line for each state the run has reached.
+// getRunLogs answers {"log": text}. A run of a pushed application logs
+// what it writes to standard error, so far while it runs. The emulated
+// execution prints nothing of its own, so its log is one line for each
+// state the run has reached.
 func (e *Emulator) getRunLogs(w http.ResponseWriter, r *http.Request, c *call) error {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	_, rn, err := e.lookupRun(c)
+	k, rn, err := e.lookupRun(c)
+	live := e.logs[k]
+	e.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"log": rn.log()})
+	text := rn.log()
+	if live != nil {
+		text = live.String()
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"log": text})
 	return nil
 }
 
 func (rn *run) log() string {
+	if rn.Binary != nil {
+		return rn.Logs
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s queued on instance %s, input %d bytes\n", rn.CreatedAt.Format(timeMillis), rn.InstanceID, rn.inputSize())
 	if !rn.InitiatedAt.IsZero() {
@@ -370,6 +388,15 @@ func (e *Emulator) schedule(key string, first *devhook.RunStatus) {
 		if first != nil {
 			events <- *first
 		}
+		// A run of a pushed application holds one of MaxParallelRuns
+		// slots from leaving queued to its end: past them, runs stay
+		// queued.
+		holding := false
+		defer func() {
+			if holding {
+				<-e.slots
+			}
+		}()
 		for {
 			e.mu.Lock()
 			rn := e.st.runs[key]
@@ -381,6 +408,34 @@ func (e *Emulator) schedule(key string, first *devhook.RunStatus) {
 			case statusQueued:
 				next, wait = statusRunning, e.cfg.QueueTime
 			case statusRunning:
+				if rn.Binary != nil {
+					if !holding { // resumed after a restart while running
+						select {
+						case e.slots <- struct{}{}:
+							holding = true
+						case <-ctx.Done():
+							return
+						case <-wake:
+							continue
+						}
+					}
+					run := *rn
+					res := e.execute(ctx, key, &run, wake)
+					if ctx.Err() != nil {
+						e.forgetLogs(key)
+						return // Close: the run goes on when an emulator starts again
+					}
+					<-e.slots
+					holding = false
+					ev, moved, err := e.finish(key, res)
+					if err != nil {
+						return
+					}
+					if moved {
+						events <- ev
+					}
+					continue // a cancel's turn sends it
+				}
 				next, wait = statusSucceeded, e.cfg.RunTime
 			case statusCanceled:
 				events <- ev
@@ -397,6 +452,16 @@ func (e *Emulator) schedule(key string, first *devhook.RunStatus) {
 				t.Stop()
 				continue // canceled: the next turn sends it
 			case <-t.C:
+			}
+			if status == statusQueued && rn.Binary != nil && !holding {
+				select {
+				case e.slots <- struct{}{}:
+					holding = true
+				case <-ctx.Done():
+					return
+				case <-wake:
+					continue
+				}
 			}
 			ev, moved, err := e.transition(key, status, next)
 			if err != nil {
@@ -439,6 +504,28 @@ func (e *Emulator) transition(key, from, to string) (ev devhook.RunStatus, moved
 	return rn.event(), true, nil
 }
 
+// finish records how the execution of the running run at key ended and
+// returns the event to send. moved is false when the run is no longer
+// running (a cancel came first): it then keeps only the logs.
+func (e *Emulator) finish(key string, res outcome) (ev devhook.RunStatus, moved bool, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	defer delete(e.logs, key) // the run keeps them from now on
+	old := e.st.runs[key]
+	rn := *old
+	rn.Logs = res.logs
+	moved = old.Status == statusRunning && res.status != ""
+	if moved {
+		rn.Status, rn.FinishedAt = res.status, e.now()
+		rn.Output, rn.Error = res.output, res.errMsg
+	}
+	if err := e.persist(op{bucketRuns, key, &rn}); err != nil {
+		return devhook.RunStatus{}, false, err
+	}
+	e.st.runs[key] = &rn
+	return rn.event(), moved, nil
+}
+
 // solution is the emulated execution's output: the input, copied.
 func (rn *run) solution() json.RawMessage {
 	if rn.Status != statusSucceeded || string(rn.Input) == "null" {
@@ -465,7 +552,11 @@ func (rn *run) durations() (total, execution, outputSize int64) {
 	if !rn.InitiatedAt.IsZero() {
 		execution = rn.FinishedAt.Sub(rn.InitiatedAt).Milliseconds()
 	}
-	if rn.Status == statusSucceeded {
+	switch {
+	case rn.Status != statusSucceeded:
+	case rn.Binary != nil:
+		outputSize = int64(len(rn.Output))
+	default:
 		outputSize = int64(len(rn.solution()))
 	}
 	return total, execution, outputSize
@@ -473,8 +564,11 @@ func (rn *run) durations() (total, execution, outputSize int64) {
 
 // errorText is the run's error: "" when none.
 func (rn *run) errorText() string {
-	if rn.Status == statusCanceled {
+	switch rn.Status {
+	case statusCanceled:
 		return canceledError
+	case statusFailed:
+		return rn.Error
 	}
 	return ""
 }
@@ -531,11 +625,24 @@ func (rn *run) record(withOutput bool) map[string]any {
 			"options":          map[string]any{"active_options": rn.Options, "options_summary": summary},
 			"queuing_disabled": false, "queuing_priority": 0,
 			"run_type": map[string]string{"type": "standard", "definition_id": "", "reference_id": ""},
-			"runtime":  "default", "status": legacyStatus(rn.Status), "status_v2": rn.Status,
+			"runtime":  rn.runtime(), "status": legacyStatus(rn.Status), "status_v2": rn.Status,
 		},
 	}
 	if withOutput {
-		rec["output"] = map[string]any{"options": rn.Options, "solution": rn.solution(), "metrics": map[string]any{}}
+		if rn.Binary != nil && rn.Status == statusSucceeded {
+			rec["output"] = rn.Output // what the application printed
+		} else {
+			rec["output"] = map[string]any{"options": rn.Options, "solution": rn.solution(), "metrics": map[string]any{}}
+		}
 	}
 	return rec
+}
+
+// runtime is the runtime of the pushed executable the run executes, or
+// "default" for the emulated execution.
+func (rn *run) runtime() string {
+	if rn.Binary != nil && rn.Binary.Runtime != "" {
+		return rn.Binary.Runtime
+	}
+	return "default"
 }

@@ -70,7 +70,7 @@ const (
 // legacyOf pairs status_v2 with the legacy status: queued goes with
 // running as in the interface's first delivery; the official clients'
 // legacy values are failed, running and succeeded, so canceled is failed.
-var legacyOf = map[string]string{"queued": "running", "running": "running", "succeeded": "succeeded", "canceled": "failed"}
+var legacyOf = map[string]string{"queued": "running", "running": "running", "succeeded": "succeeded", "failed": "failed", "canceled": "failed"}
 
 // checkRunRecord checks the run record has every field of the interface,
 // each of its type, in the given shape.
@@ -116,8 +116,8 @@ func checkRunRecord(t *testing.T, raw []byte, shape runShape) {
 	if want, ok := legacyOf[m.StatusV2]; !ok || m.Status != want {
 		t.Errorf("status %q with status_v2 %q, want %q", m.Status, m.StatusV2, want)
 	}
-	if (m.StatusV2 == "canceled") != (m.Error != "") {
-		t.Errorf("status_v2 %q with error %q: only a canceled run has an error here", m.StatusV2, m.Error)
+	if (m.StatusV2 == "canceled" || m.StatusV2 == "failed") != (m.Error != "") {
+		t.Errorf("status_v2 %q with error %q: only a canceled or failed run has an error", m.StatusV2, m.Error)
 	}
 	if r.ID == "" || r.UserEmail == "" || !strings.HasPrefix(r.ConsoleURL, "http") {
 		t.Errorf("run id %q user_email %q console_url %q", r.ID, r.UserEmail, r.ConsoleURL)

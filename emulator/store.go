@@ -22,6 +22,8 @@ type state struct {
 	runs     map[string]*run          // acctKey(account, id)
 	tokens   map[string]*token        // tokenKey(token)
 	uploads  map[string]*upload       // acctKey(account, id)
+	// pkgUploads are the upload URLs of packages, by their token's hash.
+	pkgUploads map[string]*packageUpload
 	// uploadTokens maps the hash of an upload URL's token to its key in
 	// uploads; it is not stored, New rebuilds it.
 	uploadTokens map[string]string
@@ -31,7 +33,7 @@ func newState() *state {
 	return &state{
 		webhooks: map[string]*webhook{}, convs: map[string]*conversation{},
 		apps: map[string]*application{}, runs: map[string]*run{}, tokens: map[string]*token{},
-		uploads: map[string]*upload{}, uploadTokens: map[string]string{},
+		uploads: map[string]*upload{}, uploadTokens: map[string]string{}, pkgUploads: map[string]*packageUpload{},
 	}
 }
 
@@ -77,6 +79,10 @@ type application struct {
 	Description string    `json:"description"`
 	CreatedAt   time.Time `json:"created_at"`
 	UpdatedAt   time.Time `json:"updated_at"`
+	// Package is the newest package PUT to an upload URL of the
+	// application; Binary the one assigned to the instance latest.
+	Package *packageInfo `json:"package,omitempty"`
+	Binary  *binary      `json:"binary,omitempty"`
 }
 
 type run struct {
@@ -96,6 +102,15 @@ type run struct {
 	CreatedAt   time.Time         `json:"created_at"`
 	InitiatedAt time.Time         `json:"initiated_at"`
 	FinishedAt  time.Time         `json:"finished_at"`
+	// Binary is the pushed executable the run executes, fixed when the
+	// run starts; nil for the emulated execution that copies the input.
+	Binary *binary `json:"binary,omitempty"`
+	// Output is what an executed run printed (JSON), once it succeeded.
+	Output json.RawMessage `json:"output,omitempty"`
+	// Logs is what an executed run wrote to standard error (its end, when
+	// longer than MaxLogBytes); Error the error of a failed run.
+	Logs  string `json:"logs,omitempty"`
+	Error string `json:"error,omitempty"`
 }
 
 // token is an access, id or refresh token the identity provider issued.
@@ -118,10 +133,12 @@ const (
 	bucketRuns     = "runs"
 	bucketTokens   = "tokens"
 	bucketUploads  = "uploads"
-	bucketMeta     = "meta"
+	// bucketPackageUploads holds packageUploads by their token's hash.
+	bucketPackageUploads = "package_uploads"
+	bucketMeta           = "meta"
 )
 
-var buckets = []string{bucketWebhooks, bucketConvs, bucketApps, bucketRuns, bucketTokens, bucketUploads, bucketMeta}
+var buckets = []string{bucketWebhooks, bucketConvs, bucketApps, bucketRuns, bucketTokens, bucketUploads, bucketPackageUploads, bucketMeta}
 
 type boltStore struct{ db *bolt.DB }
 
@@ -195,6 +212,7 @@ func (s *boltStore) load(st *state) error {
 			each(bucketRuns, func(k string, v []byte) error { return loadInto(st.runs, k, v) }),
 			each(bucketTokens, func(k string, v []byte) error { return loadInto(st.tokens, k, v) }),
 			each(bucketUploads, func(k string, v []byte) error { return loadInto(st.uploads, k, v) }),
+			each(bucketPackageUploads, func(k string, v []byte) error { return loadInto(st.pkgUploads, k, v) }),
 		)
 	})
 	if err != nil {

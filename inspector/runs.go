@@ -9,11 +9,32 @@ import (
 	"github.com/devhook/devhook"
 )
 
-// RunSteps is the order of a run's status_v2 values.
+// RunSteps is the order of a successful run's status_v2 values.
 func RunSteps() []string { return []string{"queued", "running", "succeeded"} }
 
+// FinalSteps are the status_v2 values a run ends with: succeeded, failed
+// (a pushed application that failed or ran out of time) or canceled.
+func FinalSteps() []string { return []string{"succeeded", "failed", "canceled"} }
+
+// stepRank is a status_v2's place in a run: queued 0, running 1, any
+// final step 2; -1 for one devhook does not know.
 func stepRank(statusV2 string) int {
+	if slices.Contains(FinalSteps(), statusV2) {
+		return 2
+	}
 	return slices.Index(RunSteps(), statusV2)
+}
+
+// expectedSteps is the order of steps of a run that ended with final
+// ("" while it has not): a run canceled while queued never ran.
+func expectedSteps(final string, ran bool) []string {
+	switch {
+	case final == "":
+		return RunSteps()
+	case final == "canceled" && !ran:
+		return []string{"queued", final}
+	}
+	return []string{"queued", "running", final}
 }
 
 // Step is one delivery on a run's timeline.
@@ -50,8 +71,9 @@ type Timeline struct {
 
 // AnalyzeRun builds the timeline of a run from its deliveries, oldest first.
 func AnalyzeRun(runID string, items []devhook.Summary) Timeline {
-	t := Timeline{RunID: runID, Steps: make([]Step, 0, len(items)), Expected: RunSteps(), Missing: []string{}, Issues: []string{}}
+	t := Timeline{RunID: runID, Steps: make([]Step, 0, len(items)), Missing: []string{}, Issues: []string{}}
 	seen := map[string]bool{}
+	final := "" // the first final step that arrived
 	highest := -1
 	for i, it := range items {
 		st := Step{Summary: it, Offset: devhook.Duration(it.ReceivedAt.Sub(items[0].ReceivedAt))}
@@ -62,13 +84,23 @@ func AnalyzeRun(runID string, items []devhook.Summary) Timeline {
 		switch {
 		case rank < 0:
 			st.Flags = append(st.Flags, "unknown_status")
-			st.Note = fmt.Sprintf("status_v2 %q is not one of queued, running, succeeded", it.Event.StatusV2)
+			st.Note = fmt.Sprintf("status_v2 %q is not one of queued, running, succeeded, failed, canceled", it.Event.StatusV2)
 		case seen[it.Event.StatusV2]:
 			st.Flags = append(st.Flags, "duplicate")
 			st.Note = fmt.Sprintf("%s arrived again", it.Event.StatusV2)
+		case rank == 2 && final != "":
+			st.Flags = append(st.Flags, "duplicate")
+			st.Note = fmt.Sprintf("%s arrived after the run had ended %s", it.Event.StatusV2, final)
 		case rank < highest:
 			st.Flags = append(st.Flags, "out_of_order")
-			st.Note = fmt.Sprintf("%s arrived after %s", it.Event.StatusV2, RunSteps()[highest])
+			later := RunSteps()[highest]
+			if highest == 2 {
+				later = final
+			}
+			st.Note = fmt.Sprintf("%s arrived after %s", it.Event.StatusV2, later)
+		}
+		if rank == 2 && final == "" {
+			final = it.Event.StatusV2
 		}
 		if st.Note != "" {
 			t.Issues = append(t.Issues, fmt.Sprintf("delivery %s: %s", it.ID, st.Note))
@@ -79,13 +111,14 @@ func AnalyzeRun(runID string, items []devhook.Summary) Timeline {
 		}
 		t.Steps = append(t.Steps, st)
 	}
-	for i, name := range RunSteps() {
-		if i < highest && !seen[name] {
+	t.Expected = expectedSteps(final, seen["running"])
+	for _, name := range t.Expected {
+		if r := stepRank(name); r < highest && !seen[name] {
 			t.Missing = append(t.Missing, name)
 			t.Issues = append(t.Issues, fmt.Sprintf("no %s delivery arrived, but a later step did", name))
 		}
 	}
-	t.Complete = seen[RunSteps()[len(RunSteps())-1]]
+	t.Complete = final != ""
 	if n := len(items); n > 1 {
 		t.Total = devhook.Duration(items[n-1].ReceivedAt.Sub(items[0].ReceivedAt))
 	}

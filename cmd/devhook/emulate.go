@@ -29,7 +29,12 @@ type emulateOptions struct {
 	sso       []string // domain=identifier
 	userEmail string
 	noRotate  bool
-	stdout    io.Writer
+	// Pushed applications' runs.
+	runTimeout time.Duration
+	maxPackage int64
+	maxOutput  int64
+	parallel   int
+	stdout     io.Writer
 }
 
 func newEmulateCmd() *cobra.Command {
@@ -38,7 +43,8 @@ func newEmulateCmd() *cobra.Command {
 		Use:   "emulate",
 		Short: "Run the service locally: webhook API, signed deliveries, applications and runs, sign-in",
 		Example: `  devhook emulate --api-key devkey
-  devhook emulate --api-key devkey --data ./emulator --run-time 2s`,
+  devhook emulate --api-key devkey --data ./emulator --run-time 2s
+  devhook emulate --api-key devkey --run-timeout 30s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.stdout = cmd.OutOrStdout()
@@ -56,6 +62,10 @@ func newEmulateCmd() *cobra.Command {
 	f.StringArrayVar(&o.teams, "team", nil, "a team of the signed-in user, as ID=NAME (repeatable; default one team, printed)")
 	f.StringArrayVar(&o.sso, "sso-domain", nil, "an e-mail domain with single sign-on, as DOMAIN=IDENTIFIER (repeatable; default sso.devhook.test=devhook-sso)")
 	f.StringVar(&o.userEmail, "user-email", emulator.DefaultUserEmail, "e-mail of the user who signs in")
+	f.DurationVar(&o.runTimeout, "run-timeout", emulator.DefaultRunTimeout, "time limit of a run of a pushed application: past it the run is killed and fails with error \"timeout\"")
+	f.Int64Var(&o.maxPackage, "max-package", emulator.DefaultMaxPackageBytes, "largest pushed package (gzip'd tar) taken, in bytes")
+	f.Int64Var(&o.maxOutput, "max-output", emulator.DefaultMaxOutputBytes, "most bytes a run of a pushed application may print on standard output: beyond it the run is killed and fails")
+	f.IntVar(&o.parallel, "parallel-runs", 0, "most runs of pushed applications executing at once; more stay queued (default: the number of CPUs, at least 2)")
 	f.BoolVar(&o.noRotate, "no-rotate-refresh", false, "keep refresh tokens good until they expire and answer refreshes without a new one (default: each refresh token is good once)")
 	return cmd
 }
@@ -111,6 +121,7 @@ func (o *emulateOptions) run(ctx context.Context) error {
 		APIKeys: o.apiKeys, DataDir: o.dataDir, BaseURL: base,
 		QueueTime: o.queueTime, RunTime: o.runTime, RetryDelays: o.retries,
 		Teams: teams, SSODomains: sso, UserEmail: o.userEmail, NoRotateRefresh: o.noRotate,
+		RunTimeout: o.runTimeout, MaxPackageBytes: o.maxPackage, MaxOutputBytes: o.maxOutput, MaxParallelRuns: o.parallel,
 	})
 	if err != nil {
 		ln.Close()

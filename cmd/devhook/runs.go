@@ -19,9 +19,10 @@ func newAppsCmd() *cobra.Command {
 	o := &cloudCmd{}
 	cmd := &cobra.Command{
 		Use:   "apps",
-		Short: "Create and read the service's applications",
+		Short: "Create, read and push the service's applications",
 		Example: `  devhook apps create my-app --name "My app" --endpoint http://127.0.0.1:4010 --api-key devkey
-  devhook apps get my-app`,
+  devhook apps get my-app
+  devhook apps push ./my-app --app my-app`,
 		Long: cloudHelp,
 	}
 	o.register(cmd.PersistentFlags(), true)
@@ -58,7 +59,7 @@ func newAppsCmd() *cobra.Command {
 		return fields(o.stdout, "id", a.ID, "name", a.Name, "description", a.Description, "type", a.Type,
 			"default_instance", a.DefaultInstance, "created_at", a.CreatedAt)
 	})
-	cmd.AddCommand(create, get)
+	cmd.AddCommand(create, get, newAppsPushCmd(o))
 	return groupCmd(cmd)
 }
 
@@ -79,9 +80,10 @@ func newRunsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "runs",
 		Short: "Start runs of an application and read them",
-		Long:  "Each status change of a run (queued, running, succeeded) is a run.status delivery.\n\n" + cloudHelp,
+		Long:  "Each status change of a run (queued, running, then succeeded, failed or canceled) is a run.status delivery.\n\n" + cloudHelp,
 		Example: `  echo '{"hello":"world"}' | devhook runs start my-app --input - --wait
-  devhook runs get my-app RUN_ID`,
+  devhook runs get my-app RUN_ID
+  devhook runs logs my-app RUN_ID`,
 	}
 	o.register(cmd.PersistentFlags(), true)
 
@@ -119,7 +121,32 @@ func newRunsCmd() *cobra.Command {
 		}
 		return printRun(o.stdout, r)
 	})
-	cmd.AddCommand(start, get)
+	logs := &cobra.Command{Use: "logs APP RUN", Short: "Print a run's log: what the application wrote to standard error", Args: cobra.ExactArgs(2),
+		Example: `  devhook runs logs my-app RUN_ID`}
+	logs.RunE = o.bind(func(ctx context.Context, c *cloud.Client, args []string) error {
+		text, err := c.RunLogs(ctx, args[0], args[1])
+		if err != nil {
+			return fmt.Errorf("get the logs of run %s of %s: %w", args[1], args[0], err)
+		}
+		if o.json {
+			return printJSON(o.stdout, map[string]string{"log": text})
+		}
+		_, err = io.WriteString(o.stdout, text)
+		return err
+	})
+	cancel := &cobra.Command{Use: "cancel APP RUN", Short: "Cancel a queued or running run", Args: cobra.ExactArgs(2),
+		Example: `  devhook runs cancel my-app RUN_ID`}
+	cancel.RunE = o.bind(func(ctx context.Context, c *cloud.Client, args []string) error {
+		r, err := c.CancelRun(ctx, args[0], args[1])
+		if err != nil {
+			return fmt.Errorf("cancel run %s of %s: %w", args[1], args[0], err)
+		}
+		if o.json {
+			return printRaw(o.stdout, r.Raw)
+		}
+		return printRun(o.stdout, r)
+	})
+	cmd.AddCommand(start, get, logs, cancel)
 	return groupCmd(cmd)
 }
 
@@ -195,7 +222,8 @@ func (s *runsStartOptions) readInput() (json.RawMessage, error) {
 func printRun(w io.Writer, r cloud.Run) error {
 	m := r.Metadata
 	fields(w, "run", r.ID, "status", r.Status(), "application", m.ApplicationID, "instance", m.ApplicationInstanceID,
-		"created_at", m.CreatedAt, "duration", string(m.Duration), "error", r.ErrorText())
+		"runtime", m.Runtime, "created_at", m.CreatedAt, "duration", string(m.Duration), "output_size", string(m.OutputSize),
+		"error", strings.ReplaceAll(r.ErrorText(), "\n", "\n"+strings.Repeat(" ", len("application  "))))
 	if len(r.Output) > 0 && string(r.Output) != "null" {
 		fmt.Fprintln(w, "\noutput:")
 		return printRaw(w, r.Output)

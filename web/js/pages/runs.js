@@ -85,7 +85,7 @@ export async function renderRun(view, runID) {
 
   const issues = t.issues.length
     ? h('div', { class: 'issues bad', id: 'run-issues' }, h('strong', null, 'Look at this: '), h('ul', null, t.issues.map((x) => h('li', null, x))))
-    : h('div', { class: 'issues good', id: 'run-issues' }, t.complete ? 'All three steps arrived in order.' : 'Steps so far arrived in order; the run has not finished.');
+    : h('div', { class: 'issues good', id: 'run-issues' }, t.complete ? (t.expected.length === 3 ? 'All three steps arrived in order.' : 'Every step arrived in order.') : 'Steps so far arrived in order; the run has not finished.');
 
   const arrivals = h('table', { class: 'list', id: 'run-deliveries' },
     h('thead', null, h('tr', null, ['#', 'Time', '+ since previous', 'status_v2', 'Signature', 'Receiver', 'Note'].map((c) => h('th', null, c)))),

@@ -1,0 +1,719 @@
+package emulator_test
+
+import (
+	"archive/tar"
+	"archive/zip"
+	"bytes"
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/devhook/devhook/emulator"
+)
+
+// pkgFile is one entry of a test package.
+type pkgFile struct {
+	name string
+	body []byte
+	mode int64
+	typ  byte // tar.TypeReg when 0
+	link string
+}
+
+// makePackage builds a gzip'd tar, as the service's clients do.
+func makePackage(t *testing.T, files ...pkgFile) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	tw := tar.NewWriter(zw)
+	for _, f := range files {
+		h := &tar.Header{Name: f.name, Mode: f.mode, Size: int64(len(f.body)), Typeflag: f.typ, Linkname: f.link, ModTime: t0}
+		if h.Typeflag == 0 {
+			h.Typeflag = tar.TypeReg
+		}
+		if h.Mode == 0 {
+			h.Mode = 0o644
+		}
+		if h.Typeflag != tar.TypeReg {
+			h.Size = 0
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			tw.Write(f.body)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	zw.Close()
+	return b.Bytes()
+}
+
+func readApp(t *testing.T, kind, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "apps", kind, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// pythonPackage is the python test application as a package.
+func pythonPackage(t *testing.T) []byte {
+	return makePackage(t, pkgFile{name: "app.yaml", body: readApp(t, "python", "app.yaml")},
+		pkgFile{name: "main.py", body: readApp(t, "python", "main.py")})
+}
+
+// goPackage builds the go test application and packages it.
+func goPackage(t *testing.T) []byte {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "main")
+	cmd := exec.Command("go", "build", "-o", out, "./testdata/apps/go")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, b)
+	}
+	bin, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return makePackage(t, pkgFile{name: "app.yaml", body: readApp(t, "go", "app.yaml")}, pkgFile{name: "main", body: bin, mode: 0o755})
+}
+
+// javaPackage compiles the java test application into main.jar; it skips
+// when java is not installed.
+func javaPackage(t *testing.T) []byte {
+	t.Helper()
+	if _, err := exec.LookPath("java"); err != nil {
+		t.Skip("java is not installed")
+	}
+	javac, err := exec.LookPath("javac")
+	if err != nil {
+		t.Fatal("java is installed but javac is not: install a JDK to build the test application")
+	}
+	dir := t.TempDir()
+	if b, err := exec.Command(javac, "--release", "8", "-d", dir, filepath.Join("testdata", "apps", "java", "Main.java")).CombinedOutput(); err != nil {
+		t.Fatalf("javac: %v\n%s", err, b)
+	}
+	class, err := os.ReadFile(filepath.Join(dir, "Main.class"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var jar bytes.Buffer
+	zw := zip.NewWriter(&jar)
+	for name, body := range map[string][]byte{"META-INF/MANIFEST.MF": []byte("Manifest-Version: 1.0\r\nMain-Class: Main\r\n\r\n"), "Main.class": class} {
+		w, _ := zw.Create(name)
+		w.Write(body)
+	}
+	zw.Close()
+	return makePackage(t, pkgFile{name: "app.yaml", body: readApp(t, "java", "app.yaml")}, pkgFile{name: "main.jar", body: jar.Bytes()})
+}
+
+// push uploads pkg as the service's clients do and activates it; it
+// returns the activation's answer.
+func (v *env) push(app, typ string, pkg []byte) map[string]string {
+	v.t.Helper()
+	var u struct {
+		UploadURL string `json:"upload_url"`
+	}
+	raw := v.do("GET", "/v1/applications/"+app+"/binary", nil, 200, &u)
+	sameKeys(v.t, "binary upload answer", raw, "upload_url")
+	if status, body := v.putPackage(u.UploadURL, pkg); status != 200 {
+		v.t.Fatalf("PUT package: %d %s", status, body)
+	}
+	var obj map[string]string
+	v.do("PUT", "/v1/applications/"+app+"/binary",
+		map[string]any{"requirements": map[string]string{"executable_type": typ, "runtime": typ + ":test"}}, 200, &obj)
+	return obj
+}
+
+// putPackage PUTs a package to an upload URL with no credential.
+func (v *env) putPackage(u string, pkg []byte) (int, []byte) {
+	v.t.Helper()
+	req, err := http.NewRequest("PUT", u, bytes.NewReader(pkg))
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/gzip")
+	resp, err := noRedirect.Do(req)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var b bytes.Buffer
+	b.ReadFrom(resp.Body)
+	return resp.StatusCode, b.Bytes()
+}
+
+// waitFinal polls the metadata until the run is final and returns the
+// full record, checked.
+func (v *env) waitFinal(app, id string) (runRecord, []byte) {
+	v.t.Helper()
+	eventually(v.t, func() bool {
+		s := v.metadata(app, id).Metadata.StatusV2
+		return s == "succeeded" || s == "failed" || s == "canceled"
+	}, "run %s to end", id)
+	var r runRecord
+	raw := v.do("GET", "/v1/applications/"+app+"/runs/"+id, nil, 200, &r)
+	return r, raw
+}
+
+func (v *env) logs(app, id string) string {
+	v.t.Helper()
+	var l map[string]string
+	v.do("GET", "/v1/applications/"+app+"/runs/"+id+"/logs", nil, 200, &l)
+	return l["log"]
+}
+
+// TestPushEndpoints: the three steps answer as DECISIONS.md says, and each
+// refusal says why.
+func TestPushEndpoints(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxPackageBytes = 64 << 10
+	v := newEnv(t, cfg)
+	v.newApp("app")
+
+	status, _, body := v.request(testKey, "GET", "/v1/applications/nope/binary", nil)
+	wantError(t, "upload URL of an unknown app", status, body, 404)
+	status, _, body = v.request(testKey, "PUT", "/v1/applications/nope/binary", `{"requirements":{"executable_type":"python","runtime":"x"}}`)
+	wantError(t, "activate an unknown app", status, body, 404)
+	status, _, body = v.request("", "GET", "/v1/applications/app/binary", nil)
+	wantError(t, "upload URL without a credential", status, body, 401)
+
+	status, _, body = v.request(testKey, "PUT", "/v1/applications/app/binary", `{"requirements":{"executable_type":"python","runtime":"x"}}`)
+	wantError(t, "activate before any upload", status, body, 400)
+
+	uploadURL := func() string {
+		var u struct {
+			UploadURL string `json:"upload_url"`
+		}
+		v.do("GET", "/v1/applications/app/binary", nil, 200, &u)
+		if !strings.HasPrefix(u.UploadURL, v.srv.URL+"/") {
+			t.Fatalf("upload_url %q is not an absolute URL of the emulator", u.UploadURL)
+		}
+		return u.UploadURL
+	}
+	big := make([]byte, 200<<10)
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for i := range big {
+		big[i] = byte(rnd.Uint32())
+	}
+	refusals := []struct {
+		name   string
+		pkg    []byte
+		status int
+		reason string
+	}{
+		{"not gzip", []byte("print('hello')\n"), 400, "not gzip"},
+		{"gzip but not tar", gz(t, []byte(strings.Repeat("not a tar ", 100))), 400, "not a valid tar"},
+		{"empty", nil, 400, "empty"},
+		{"climbs out", makePackage(t, pkgFile{name: "../main.py", body: []byte("x")}), 400, "leaves the package"},
+		{"absolute", makePackage(t, pkgFile{name: "/etc/main.py", body: []byte("x")}), 400, "leaves the package"},
+		{"symlink", makePackage(t, pkgFile{name: "main.py", body: []byte("x")}, pkgFile{name: "link", typ: tar.TypeSymlink, link: "/etc/passwd"}), 400, "links and devices"},
+		{"no executable", makePackage(t, pkgFile{name: "app.yaml", body: []byte("type: python\n")}), 400, "no executable"},
+		{"too large", makePackage(t, pkgFile{name: "main.py", body: big}), 413, "larger than"},
+	}
+	for _, r := range refusals {
+		status, body := v.putPackage(uploadURL(), r.pkg)
+		wantError(t, r.name, status, body, r.status)
+		if !strings.Contains(string(body), r.reason) {
+			t.Errorf("%s: answer %s does not say %q", r.name, body, r.reason)
+		}
+	}
+	status, _, body = v.request(testKey, "PUT", "/v1/applications/app/binary", `{"requirements":{"executable_type":"python","runtime":"x"}}`)
+	wantError(t, "activate after refused uploads only", status, body, 400)
+
+	// A good package; its URL is then used up.
+	u := uploadURL()
+	if status, body := v.putPackage(u, pythonPackage(t)); status != 200 || len(body) != 0 {
+		t.Fatalf("PUT a good package: %d %s", status, body)
+	}
+	status, body = v.putPackage(u, pythonPackage(t))
+	wantError(t, "second PUT to the same URL", status, body, 404)
+	status, body = v.putPackage(v.srv.URL+"/packages/unknown", pythonPackage(t))
+	wantError(t, "PUT to an unknown URL", status, body, 404)
+
+	for _, bad := range []string{`{}`, `{"requirements":{"executable_type":"rust","runtime":"x"}}`, `not json`} {
+		status, _, body = v.request(testKey, "PUT", "/v1/applications/app/binary", bad)
+		wantError(t, "activate with "+bad, status, body, 400)
+	}
+	status, _, body = v.request(testKey, "PUT", "/v1/applications/app/binary", `{"requirements":{"executable_type":"go","runtime":"x"}}`)
+	wantError(t, "activate a python package as go", status, body, 400)
+	if !strings.Contains(string(body), "lacks main") {
+		t.Errorf("activation of a package without main: %s", body)
+	}
+	var obj map[string]string
+	raw := v.do("PUT", "/v1/applications/app/binary", map[string]any{"requirements": map[string]string{"executable_type": "python", "runtime": "python:3.11"}}, 200, &obj)
+	sameKeys(t, "push object", raw, "app_id", "endpoint", "instance_url")
+	host := strings.TrimPrefix(v.srv.URL, "http://")
+	if obj["app_id"] != "app" || obj["endpoint"] != host || obj["instance_url"] != v.srv.URL+"/v1/applications/app/runs?instance_id=latest" {
+		t.Errorf("push object %v", obj)
+	}
+	// Another account sees no such application.
+	status, _, body = v.request("test-key-2", "GET", "/v1/applications/app/binary", nil)
+	wantError(t, "upload URL of another account's app", status, body, 404)
+}
+
+func gz(t *testing.T, b []byte) []byte {
+	var out bytes.Buffer
+	zw := gzip.NewWriter(&out)
+	zw.Write(b)
+	zw.Close()
+	return out.Bytes()
+}
+
+// solution decodes an executed run's output.solution.
+type appSolution struct {
+	Input any      `json:"input"`
+	Args  []string `json:"args"`
+	Cwd   string   `json:"cwd"`
+	PID   int      `json:"pid"`
+	PGID  int      `json:"pgid"`
+}
+
+func solutionOf(t *testing.T, raw []byte) appSolution {
+	t.Helper()
+	var r struct {
+		Output struct {
+			Solution appSolution `json:"solution"`
+		} `json:"output"`
+	}
+	if err := json.Unmarshal(raw, &r); err != nil {
+		t.Fatalf("run record %s: %v", raw, err)
+	}
+	return r.Output.Solution
+}
+
+// TestPushedRunsExecute: a pushed python, go and java application runs
+// for real on latest: input on stdin, options as -name value, output from
+// stdout, logs from stderr, in a working copy of its own that is removed
+// after, in a process group of its own; its three deliveries carry the
+// real output size. devint and runs started before the push still copy
+// the input.
+func TestPushedRunsExecute(t *testing.T) {
+	kinds := []struct {
+		typ  string
+		pkg  func(*testing.T) []byte
+		logs string
+	}{
+		{"python", pythonPackage, "python app: read"},
+		{"go", goPackage, "go app: read"},
+		{"java", javaPackage, "java app: read"},
+	}
+	for _, k := range kinds {
+		t.Run(k.typ, func(t *testing.T) {
+			pkg := k.pkg(t)
+			v := newEnv(t, testConfig())
+			rc := newReceiver(t)
+			v.createWebhook("hook", rc.srv.URL)
+			v.newApp("app")
+			before := v.startRun("app", "latest", map[string]any{"input": map[string]int{"n": 0}})
+			v.pollSucceeded("app", before.ID)
+			for range 3 {
+				rc.next(t)
+			}
+			v.push("app", k.typ, pkg)
+
+			in := map[string]any{"input": map[string]any{"n": 1, "s": "é"}, "options": map[string]string{"b": "two words", "a": "1"}}
+			r := v.startRun("app", "latest", in)
+			done, raw := v.waitFinal("app", r.ID)
+			m := done.Metadata
+			if m.StatusV2 != "succeeded" || m.Status != "succeeded" || m.Error != "" {
+				t.Fatalf("run ended %s %q; logs %q", m.StatusV2, m.Error, v.logs("app", r.ID))
+			}
+			checkRunRecord(t, raw, shapeFull)
+			sol := solutionOf(t, raw)
+			if got := strings.Join(sol.Args, "|"); got != "-a|1|-b|two words" {
+				t.Errorf("arguments %q, want -a 1 -b \"two words\"", got)
+			}
+			if b, _ := json.Marshal(sol.Input); string(b) != `{"n":1,"s":"é"}` {
+				t.Errorf("the app read input %s", b)
+			}
+			var out struct {
+				Output json.RawMessage `json:"output"`
+			}
+			json.Unmarshal(raw, &out)
+			if m.OutputSize != float64(len(out.Output)) || m.OutputSize == 0 {
+				t.Errorf("output_size %v, output %d bytes", m.OutputSize, len(out.Output))
+			}
+			if m.Runtime != k.typ+":test" {
+				t.Errorf("runtime %q", m.Runtime)
+			}
+			if l := v.logs("app", r.ID); !strings.Contains(l, k.logs) {
+				t.Errorf("logs %q, want the app's standard error", l)
+			}
+			if k.typ == "python" {
+				if sol.PGID != sol.PID {
+					t.Errorf("pid %d in process group %d: want a group of its own", sol.PID, sol.PGID)
+				}
+				if _, err := os.Stat(sol.Cwd); !errors.Is(err, fs.ErrNotExist) {
+					t.Errorf("the run's working copy %s is still there (%v)", sol.Cwd, err)
+				}
+			}
+			var evs []event
+			for range 3 {
+				var ev event
+				json.Unmarshal(rc.next(t).body, &ev)
+				evs = append(evs, ev)
+			}
+			if evs[0].Data.StatusV2 != "queued" || evs[1].Data.StatusV2 != "running" || evs[2].Data.StatusV2 != "succeeded" {
+				t.Fatalf("deliveries %s, %s, %s", evs[0].Data.StatusV2, evs[1].Data.StatusV2, evs[2].Data.StatusV2)
+			}
+			if d := evs[2].Data; d.OutputSize != m.OutputSize || d.Error != nil || d.Duration != m.Duration {
+				t.Errorf("succeeded delivery %+v, record %+v", d, m)
+			}
+
+			// devint is not pushed to: it copies the input.
+			dv := v.startRun("app", "devint", map[string]any{"input": map[string]int{"n": 2}})
+			if got := v.pollSucceeded("app", dv.ID); got.Metadata.Runtime != "default" {
+				t.Errorf("devint run's runtime %q", got.Metadata.Runtime)
+			}
+		})
+	}
+}
+
+// TestPushedRunFailures: exit status, time limit, cancel, output beyond
+// the limit and no output each end the run as DECISIONS.md says, and
+// the process group dies with it.
+func TestPushedRunFailures(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxOutputBytes = 1 << 20
+	cfg.RunTimeout = time.Minute
+	v := newEnv(t, cfg)
+	rc := newReceiver(t)
+	v.createWebhook("hook", rc.srv.URL)
+	v.newApp("app")
+	v.push("app", "python", pythonPackage(t))
+	lastDelivery := func(runID string) event {
+		t.Helper()
+		for {
+			var ev event
+			json.Unmarshal(rc.next(t).body, &ev)
+			if ev.Data.RunID == runID && ev.Data.StatusV2 != "queued" && ev.Data.StatusV2 != "running" {
+				return ev
+			}
+		}
+	}
+
+	t.Run("exit status", func(t *testing.T) {
+		r := v.startRun("app", "latest", map[string]any{"input": map[string]string{"mode": "fail"}})
+		done, raw := v.waitFinal("app", r.ID)
+		checkRunRecord(t, raw, shapeFull)
+		m := done.Metadata
+		if m.StatusV2 != "failed" || m.Status != "failed" || m.OutputSize != 0 {
+			t.Fatalf("run %s/%s output_size %v", m.StatusV2, m.Status, m.OutputSize)
+		}
+		if !strings.HasSuffix(m.Error, "line 19\nboom: the solver gave up") || strings.Contains(m.Error, "line 9\n") {
+			t.Errorf("error %q, want the last lines of standard error", m.Error)
+		}
+		if l := v.logs("app", r.ID); !strings.HasPrefix(l, "line 0\n") {
+			t.Errorf("logs %q, want all of standard error", l)
+		}
+		ev := lastDelivery(r.ID)
+		if ev.Data.StatusV2 != "failed" || ev.Data.Status != "failed" || ev.Data.Error == nil || *ev.Data.Error != m.Error {
+			t.Errorf("failed delivery %+v", ev.Data)
+		}
+	})
+
+	t.Run("no output", func(t *testing.T) {
+		r := v.startRun("app", "latest", map[string]any{"input": map[string]string{"mode": "silent"}})
+		done, _ := v.waitFinal("app", r.ID)
+		if m := done.Metadata; m.StatusV2 != "failed" || !strings.Contains(m.Error, "printed nothing on standard output") {
+			t.Errorf("run %s %q", m.StatusV2, m.Error)
+		}
+		lastDelivery(r.ID)
+	})
+
+	t.Run("output too large", func(t *testing.T) {
+		r := v.startRun("app", "latest", map[string]any{"input": map[string]string{"mode": "flood"}})
+		done, _ := v.waitFinal("app", r.ID)
+		if m := done.Metadata; m.StatusV2 != "failed" || !strings.Contains(m.Error, "more than 1048576 bytes on standard output") {
+			t.Errorf("run %s %q", m.StatusV2, m.Error)
+		}
+		lastDelivery(r.ID)
+	})
+
+	t.Run("not an executable of this machine", func(t *testing.T) {
+		v.newApp("bad")
+		v.push("bad", "go", makePackage(t, pkgFile{name: "main", body: []byte("\x7fELF but not really"), mode: 0o755}))
+		r := v.startRun("bad", "latest", map[string]any{"input": 1})
+		done, _ := v.waitFinal("bad", r.ID)
+		if m := done.Metadata; m.StatusV2 != "failed" || !strings.Contains(m.Error, "build main for this machine") {
+			t.Errorf("run %s %q", m.StatusV2, m.Error)
+		}
+		lastDelivery(r.ID)
+	})
+
+	t.Run("cancel", func(t *testing.T) {
+		r := v.startRun("app", "latest", map[string]any{"input": map[string]string{"mode": "sleep"}})
+		pids := waitPIDs(t, v, r.ID)
+		var canceled runRecord
+		v.do("PATCH", "/v1/applications/app/runs/"+r.ID+"/cancel", nil, 200, &canceled)
+		if canceled.Metadata.StatusV2 != "canceled" {
+			t.Fatalf("cancel answer %s", canceled.Metadata.StatusV2)
+		}
+		ev := lastDelivery(r.ID)
+		if ev.Data.StatusV2 != "canceled" {
+			t.Errorf("delivery after the cancel: %s", ev.Data.StatusV2)
+		}
+		waitGone(t, pids...)
+		if l := v.logs("app", r.ID); !strings.Contains(l, "started pid=") {
+			t.Errorf("logs of the canceled run %q", l)
+		}
+	})
+}
+
+// TestPushedRunTimeout: past its time limit the run's whole process group
+// is killed and the run fails with error "timeout".
+func TestPushedRunTimeout(t *testing.T) {
+	cfg := testConfig()
+	cfg.RunTimeout = 1500 * time.Millisecond
+	v := newEnv(t, cfg)
+	v.newApp("app")
+	v.push("app", "python", pythonPackage(t))
+	r := v.startRun("app", "latest", map[string]any{"input": map[string]string{"mode": "sleep"}})
+	pids := waitPIDs(t, v, r.ID)
+	done, _ := v.waitFinal("app", r.ID)
+	if m := done.Metadata; m.StatusV2 != "failed" || m.Error != "timeout" || m.ExecutionDuration < 1500 {
+		t.Errorf("run %s %q after %v ms", m.StatusV2, m.Error, m.ExecutionDuration)
+	}
+	waitGone(t, pids...)
+}
+
+// TestCloseKillsRuns: closing the emulator kills the process group of a
+// run that is executing.
+func TestCloseKillsRuns(t *testing.T) {
+	e, err := emulator.New(testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &env{t: t, e: e, srv: httptestServer(t, e)}
+	v.newApp("app")
+	v.push("app", "python", pythonPackage(t))
+	r := v.startRun("app", "latest", map[string]any{"input": map[string]string{"mode": "sleep"}})
+	pids := waitPIDs(t, v, r.ID)
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, pids...)
+}
+
+var pidsLine = regexp.MustCompile(`started pid=(\d+) child=(\d+)`)
+
+// waitPIDs waits until the sleeping app has logged its pid and its
+// child's, and returns them.
+func waitPIDs(t *testing.T, v *env, runID string) []int {
+	t.Helper()
+	var pids []int
+	eventually(t, func() bool {
+		m := pidsLine.FindStringSubmatch(v.logs("app", runID))
+		if m == nil {
+			return false
+		}
+		for _, s := range m[1:] {
+			n, _ := strconv.Atoi(s)
+			pids = append(pids, n)
+		}
+		return true
+	}, "run %s to log its pids", runID)
+	return pids
+}
+
+// waitGone waits until none of the processes is alive: gone, or a zombie
+// waiting for whoever inherited it to reap it.
+func waitGone(t *testing.T, pids ...int) {
+	t.Helper()
+	eventually(t, func() bool {
+		for _, p := range pids {
+			err := syscall.Kill(p, 0)
+			if errors.Is(err, syscall.ESRCH) {
+				continue
+			}
+			stat, rerr := os.ReadFile("/proc/" + strconv.Itoa(p) + "/stat")
+			if rerr != nil {
+				continue // gone between the two looks
+			}
+			if _, rest, ok := strings.Cut(string(stat), ") "); ok && strings.HasPrefix(rest, "Z") {
+				continue
+			}
+			return false
+		}
+		return true
+	}, "processes %v to be killed", pids)
+}
+
+// TestPushKeptWithData: with a data directory the pushed package and its
+// activation survive a restart, and a package PUT as some clients send it
+// (application/octet-stream, with their API key) is taken alike. A text
+// input reaches the application as its text.
+func TestPushKeptWithData(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testConfig()
+	cfg.DataDir = dir
+	e, err := emulator.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &env{t: t, e: e, srv: httptestServer(t, e)}
+	v.newApp("app")
+	var u struct {
+		UploadURL string `json:"upload_url"`
+	}
+	v.do("GET", "/v1/applications/app/binary", nil, 200, &u)
+	req, _ := http.NewRequest("PUT", u.UploadURL, bytes.NewReader(pythonPackage(t)))
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set("Authorization", "Bearer "+testKey)
+	resp, err := noRedirect.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("PUT as octet-stream: %d", resp.StatusCode)
+	}
+	v.do("PUT", "/v1/applications/app/binary", map[string]any{"requirements": map[string]string{"executable_type": "python", "runtime": "py"}}, 200, nil)
+	v.srv.Close()
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	e, err = emulator.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v = &env{t: t, e: e, srv: httptestServer(t, e)}
+	t.Cleanup(func() { e.Close() })
+	r := v.startRun("app", "latest", map[string]any{"input": map[string]int{"n": 7}})
+	done, raw := v.waitFinal("app", r.ID)
+	if done.Metadata.StatusV2 != "succeeded" || done.Metadata.Runtime != "py" {
+		t.Fatalf("run after a restart: %s %q", done.Metadata.StatusV2, done.Metadata.Error)
+	}
+	if b, _ := json.Marshal(solutionOf(t, raw).Input); string(b) != `{"n":7}` {
+		t.Errorf("input %s", b)
+	}
+
+	// A text input, uploaded.
+	var up struct {
+		UploadID  string `json:"upload_id"`
+		UploadURL string `json:"upload_url"`
+	}
+	v.do("POST", "/v1/applications/app/runs/uploadurl", nil, 200, &up)
+	if status, body := v.put(up.UploadURL, "plain words"); status != 200 {
+		t.Fatalf("PUT input: %d %s", status, body)
+	}
+	r = v.startRun("app", "latest", map[string]any{"upload_id": up.UploadID})
+	done, raw = v.waitFinal("app", r.ID)
+	if b, _ := json.Marshal(solutionOf(t, raw).Input); done.Metadata.StatusV2 != "succeeded" || string(b) != `{"text":"plain words"}` {
+		t.Errorf("text input run %s read %s", done.Metadata.StatusV2, b)
+	}
+}
+
+// TestParallelRunsBound: past MaxParallelRuns, runs of a pushed
+// application stay queued until one ends.
+func TestParallelRunsBound(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxParallelRuns = 1
+	v := newEnv(t, cfg)
+	v.newApp("app")
+	v.push("app", "python", pythonPackage(t))
+	first := v.startRun("app", "latest", map[string]any{"input": map[string]string{"mode": "sleep"}})
+	waitPIDs(t, v, first.ID)
+	second := v.startRun("app", "latest", map[string]any{"input": map[string]string{"mode": "ok"}})
+	// A run of devint started after the second one executes nothing and
+	// is not bound: once it has succeeded, the second run's queue time
+	// has passed too, and it must still be queued.
+	control := v.startRun("app", "devint", map[string]any{"input": 1})
+	v.pollSucceeded("app", control.ID)
+	if s := v.metadata("app", second.ID).Metadata.StatusV2; s != "queued" {
+		t.Fatalf("second run is %s while the first holds the only slot", s)
+	}
+	v.do("PATCH", "/v1/applications/app/runs/"+first.ID+"/cancel", nil, 200, nil)
+	if done, _ := v.waitFinal("app", second.ID); done.Metadata.StatusV2 != "succeeded" {
+		t.Errorf("second run after the first was canceled: %s %q", done.Metadata.StatusV2, done.Metadata.Error)
+	}
+}
+
+// TestRunResumesAfterRestart: a run executing when the emulator closes is
+// killed, stays running in the data directory, and executes again when an
+// emulator starts with it; then it ends as usual.
+func TestRunResumesAfterRestart(t *testing.T) {
+	cfg := testConfig()
+	cfg.DataDir = t.TempDir()
+	e, err := emulator.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &env{t: t, e: e, srv: httptestServer(t, e)}
+	v.newApp("app")
+	v.push("app", "python", pythonPackage(t))
+	marker := filepath.Join(t.TempDir(), "ran-once")
+	r := v.startRun("app", "latest", map[string]any{"input": map[string]string{"mode": "once", "marker": marker}})
+	pids := waitPIDs(t, v, r.ID)
+	v.srv.Close()
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, pids...)
+
+	e, err = emulator.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	v = &env{t: t, e: e, srv: httptestServer(t, e)}
+	done, raw := v.waitFinal("app", r.ID)
+	if done.Metadata.StatusV2 != "succeeded" {
+		t.Fatalf("resumed run %s %q", done.Metadata.StatusV2, done.Metadata.Error)
+	}
+	checkRunRecord(t, raw, shapeFull)
+}
+
+// TestPushedPackageGone: when the unpacked package has gone from the data
+// directory, a run fails saying to push again.
+func TestPushedPackageGone(t *testing.T) {
+	cfg := testConfig()
+	cfg.DataDir = t.TempDir()
+	e, err := emulator.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &env{t: t, e: e, srv: httptestServer(t, e)}
+	v.newApp("app")
+	v.push("app", "python", pythonPackage(t))
+	v.srv.Close()
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	pkgs, _ := filepath.Glob(filepath.Join(cfg.DataDir, "pushed", "packages", "*"))
+	if len(pkgs) != 1 {
+		t.Fatalf("packages in the data directory: %v", pkgs)
+	}
+	if err := os.RemoveAll(pkgs[0]); err != nil {
+		t.Fatal(err)
+	}
+	e, err = emulator.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	v = &env{t: t, e: e, srv: httptestServer(t, e)}
+	r := v.startRun("app", "latest", map[string]any{"input": 1})
+	done, _ := v.waitFinal("app", r.ID)
+	if m := done.Metadata; m.StatusV2 != "failed" || !strings.Contains(m.Error, "push the application again") {
+		t.Errorf("run %s %q", m.StatusV2, m.Error)
+	}
+}
