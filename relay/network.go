@@ -354,6 +354,9 @@ func unreachable(relayURL string, err error) error {
 	case hop != nil && hop.toProxy && errors.As(err, &dnsErr):
 		e.Reason = fmt.Sprintf("the proxy's name %s does not resolve", dnsErr.Name)
 		e.Check = fmt.Sprintf("Check the proxy in %s", pvar)
+	case hop != nil && hop.toProxy && strings.HasPrefix(hop.proxy.Scheme, "socks"):
+		e.Reason = "the SOCKS5 proxy refused or failed the connection to " + host
+		e.Check = fmt.Sprintf("Check the proxy and its user and password in %s, and the relay's address", pvar)
 	case hop != nil && hop.toProxy:
 		e.Reason = "the proxy could not be reached or did not answer"
 		e.Check = fmt.Sprintf("Check the proxy in %s, or name the relay's host in NO_PROXY to reach it directly", pvar)

@@ -141,6 +141,26 @@ func TestNetwork_ThroughTheEnvironmentsProxy(t *testing.T) {
 	}
 }
 
+// A socks5:// proxy in HTTPS_PROXY, with credentials, carries the
+// channel's calls and its WebSocket; wrong credentials are said as such.
+func TestNetwork_ThroughASOCKS5Proxy(t *testing.T) {
+	clearProxyEnv(t)
+	ca := testnet.NewCA(t, "devhook test CA")
+	relayURL, addr := namedRelay(t, ca)
+	p := testnet.StartSOCKS5(t, testnet.ProxyConfig{User: "dev", Password: "pw", Hosts: map[string]string{relayName: "127.0.0.1"}})
+	t.Setenv("HTTPS_PROXY", p.URL("dev", "pw"))
+	roundTrip(t, relay.Network{TLS: &tls.Config{RootCAs: ca.Pool()}}, relayURL, addr, ca)
+	if got := p.Connects(); len(got) < 3 || !strings.HasPrefix(got[0], relayName+":") {
+		t.Fatalf("the SOCKS5 proxy opened %v", got)
+	}
+	t.Setenv("HTTPS_PROXY", p.URL("dev", "wrong"))
+	_, err := relay.Open(context.Background(), relay.Network{}.HTTPClient(10*time.Second), relayURL, "")
+	var ue *relay.UnreachableError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "SOCKS5 proxy refused") || strings.Contains(err.Error(), "wrong") {
+		t.Fatalf("open with wrong SOCKS5 credentials: %v", err)
+	}
+}
+
 // A host in NO_PROXY is reached directly; the proxy sees nothing.
 func TestNetwork_NoProxyGoesDirect(t *testing.T) {
 	clearProxyEnv(t)

@@ -84,3 +84,27 @@ func (ca *CA) Issue(tb testing.TB, names ...string) tls.Certificate {
 	}
 	return tls.Certificate{Certificate: [][]byte{der, ca.cert.Raw}, PrivateKey: key}
 }
+
+// WriteFiles writes a server certificate for names (with the CA's after
+// it) and its key as PEM files in dir, as --tls-cert and --tls-key take
+// them.
+func (ca *CA) WriteFiles(tb testing.TB, dir string, names ...string) (certFile, keyFile string) {
+	tb.Helper()
+	c := ca.Issue(tb, names...)
+	var certPEM []byte
+	for _, der := range c.Certificate {
+		certPEM = append(certPEM, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})...)
+	}
+	kb, err := x509.MarshalECPrivateKey(c.PrivateKey.(*ecdsa.PrivateKey))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, certPEM, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return certFile, keyFile
+}

@@ -31,8 +31,9 @@ type ProxyConfig struct {
 // each CONNECT it accepts and pipes bytes both ways, as a company proxy
 // does. Any other method gets 405: devhook tunnels everything.
 type Proxy struct {
-	cfg ProxyConfig
-	ln  net.Listener
+	cfg   ProxyConfig
+	ln    net.Listener
+	socks bool // a SOCKS5 proxy rather than an HTTP one
 
 	mu       sync.Mutex
 	closed   bool
@@ -42,14 +43,26 @@ type Proxy struct {
 	wg       sync.WaitGroup
 }
 
-// StartProxy starts a proxy, closed when the test ends.
+// StartProxy starts an HTTP proxy, closed when the test ends.
 func StartProxy(tb testing.TB, cfg ProxyConfig) *Proxy {
+	tb.Helper()
+	return start(tb, cfg, false)
+}
+
+// StartSOCKS5 starts a SOCKS5 proxy (RFC 1928; with User, the
+// username/password method of RFC 1929), closed when the test ends.
+func StartSOCKS5(tb testing.TB, cfg ProxyConfig) *Proxy {
+	tb.Helper()
+	return start(tb, cfg, true)
+}
+
+func start(tb testing.TB, cfg ProxyConfig, socks bool) *Proxy {
 	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	p := &Proxy{cfg: cfg, ln: ln, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{cfg: cfg, ln: ln, socks: socks, conns: map[net.Conn]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
 	tb.Cleanup(p.Close)
@@ -60,6 +73,9 @@ func StartProxy(tb testing.TB, cfg ProxyConfig) *Proxy {
 // as HTTPS_PROXY holds it.
 func (p *Proxy) URL(user, password string) string {
 	u := &url.URL{Scheme: "http", Host: p.ln.Addr().String()}
+	if p.socks {
+		u.Scheme = "socks5"
+	}
 	if user != "" {
 		u.User = url.UserPassword(user, password)
 	}
@@ -143,49 +159,24 @@ func (p *Proxy) refuse(c net.Conn, status int, what string, header string) {
 	io.WriteString(c, "HTTP/1.1 "+strconv.Itoa(status)+" "+http.StatusText(status)+"\r\n"+header+"Content-Length: 0\r\nConnection: close\r\n\r\n")
 }
 
-// serve answers one client connection: one CONNECT, then the tunnel.
+// serve answers one client connection: one CONNECT (or SOCKS5
+// request), then the tunnel.
 func (p *Proxy) serve(c net.Conn) {
 	br := bufio.NewReader(c)
-	req, err := http.ReadRequest(br)
-	if err != nil {
-		return
+	var up net.Conn
+	if p.socks {
+		up = p.socksHandshake(c, br)
+	} else {
+		up = p.connectHandshake(c, br)
 	}
-	what := req.Method + " " + req.Host
-	if req.Method != http.MethodConnect {
-		p.refuse(c, http.StatusMethodNotAllowed, what, "")
-		return
-	}
-	if p.cfg.User != "" && !p.authorized(req.Header.Get("Proxy-Authorization")) {
-		p.refuse(c, http.StatusProxyAuthRequired, what, "Proxy-Authenticate: Basic realm=\"devhook-test\"\r\n")
-		return
-	}
-	host, port, err := net.SplitHostPort(req.Host)
-	if err != nil {
-		p.refuse(c, http.StatusBadRequest, what, "")
-		return
-	}
-	if ip, ok := p.cfg.Hosts[host]; ok {
-		host = ip
-	}
-	up, err := net.Dial("tcp", net.JoinHostPort(host, port))
-	if err != nil {
-		p.refuse(c, http.StatusBadGateway, what, "")
-		return
-	}
-	if !p.track(up) {
+	if up == nil {
 		return
 	}
 	defer p.untrack(up)
-	p.mu.Lock()
-	p.connects = append(p.connects, req.Host)
-	p.mu.Unlock()
-	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
-		return
-	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		io.Copy(up, br) // what the client sent after CONNECT, buffered or not
+		io.Copy(up, br) // what the client sent after the handshake, buffered or not
 		if tc, ok := up.(*net.TCPConn); ok {
 			tc.CloseWrite()
 		}
@@ -195,6 +186,57 @@ func (p *Proxy) serve(c net.Conn) {
 		tc.CloseWrite()
 	}
 	<-done
+}
+
+// dialTarget connects to host:port as the proxy resolves it, and
+// records the tunnel; nil when it cannot.
+func (p *Proxy) dialTarget(target string) net.Conn {
+	host, port, err := net.SplitHostPort(target)
+	if err != nil {
+		return nil
+	}
+	if ip, ok := p.cfg.Hosts[host]; ok {
+		host = ip
+	}
+	up, err := net.Dial("tcp", net.JoinHostPort(host, port))
+	if err != nil {
+		return nil
+	}
+	if !p.track(up) {
+		return nil
+	}
+	p.mu.Lock()
+	p.connects = append(p.connects, target)
+	p.mu.Unlock()
+	return up
+}
+
+// connectHandshake reads a CONNECT request and answers it; it returns the
+// connection to the target, or nil when refused.
+func (p *Proxy) connectHandshake(c net.Conn, br *bufio.Reader) net.Conn {
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		return nil
+	}
+	what := req.Method + " " + req.Host
+	if req.Method != http.MethodConnect {
+		p.refuse(c, http.StatusMethodNotAllowed, what, "")
+		return nil
+	}
+	if p.cfg.User != "" && !p.authorized(req.Header.Get("Proxy-Authorization")) {
+		p.refuse(c, http.StatusProxyAuthRequired, what, "Proxy-Authenticate: Basic realm=\"devhook-test\"\r\n")
+		return nil
+	}
+	up := p.dialTarget(req.Host)
+	if up == nil {
+		p.refuse(c, http.StatusBadGateway, what, "")
+		return nil
+	}
+	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		p.untrack(up)
+		return nil
+	}
+	return up
 }
 
 func (p *Proxy) authorized(h string) bool {
