@@ -303,8 +303,8 @@ func (e *UnreachableError) Unwrap() error { return e.Err }
 // as it is.
 func unreachable(relayURL string, err error) error {
 	var ue *UnreachableError
-	if err == nil || errors.As(err, &ue) {
-		return err
+	if err == nil || errors.As(err, &ue) || errors.Is(err, context.Canceled) {
+		return err // explained already, or stopped on purpose
 	}
 	u, perr := url.Parse(relayURL)
 	if perr != nil {

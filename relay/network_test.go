@@ -319,3 +319,19 @@ func TestNetwork_BadProxySetting(t *testing.T) {
 		t.Fatalf("open with HTTP_PROXY=ftp://…: %v", err)
 	}
 }
+
+// Stopping on purpose (a cancelled context) is not an unreachable relay.
+func TestNetwork_CancelledIsNotUnreachable(t *testing.T) {
+	clearProxyEnv(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	addr := closedAddr(t)
+	_, openErr := relay.Open(ctx, relay.Network{}.HTTPClient(5*time.Second), "http://"+addr, "")
+	_, dialErr := relay.Dial(ctx, relay.DialConfig{RelayURL: "http://" + addr, Credentials: relay.Credentials{Channel: "c", Token: "t"}})
+	for _, err := range []error{openErr, dialErr} {
+		var ue *relay.UnreachableError
+		if !errors.Is(err, context.Canceled) || errors.As(err, &ue) {
+			t.Errorf("with a cancelled context: %v, want context.Canceled and no UnreachableError", err)
+		}
+	}
+}
