@@ -108,6 +108,10 @@ type Config struct {
 	// reached, Run tries the next one at once, and backs off only after
 	// every one failed.
 	RelayFallbacks []string
+	// RelayNetwork says how to reach the relay: the proxy (default: the
+	// environment's), a private CA. Open and Check of the channel should
+	// use its HTTPClient.
+	RelayNetwork relay.Network
 	// Forward lists receiver URLs; the first one's answer goes back to the
 	// sender, the others get a copy.
 	Forward []string

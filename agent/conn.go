@@ -45,7 +45,7 @@ func (a *Agent) stayConnected(ctx context.Context) error {
 	relays := append([]string{a.cfg.RelayURL}, a.shuffled(a.cfg.RelayFallbacks)...)
 	at := 0 // the relay tried next
 	for {
-		conn, err := relay.Dial(ctx, relay.DialConfig{RelayURL: relays[at], Credentials: a.cfg.Credentials})
+		conn, err := relay.Dial(ctx, relay.DialConfig{RelayURL: relays[at], Credentials: a.cfg.Credentials, Network: a.cfg.RelayNetwork})
 		switch {
 		case ctx.Err() != nil:
 			if conn != nil {
@@ -62,7 +62,12 @@ func (a *Agent) stayConnected(ctx context.Context) error {
 			fallthrough
 		case err != nil:
 			wait := a.jitter(backoff)
-			a.cfg.Logf("relay unreachable (%v); retrying in %s", err, wait.Round(time.Millisecond))
+			var ue *relay.UnreachableError
+			if errors.As(err, &ue) { // says which relay and what to check
+				a.cfg.Logf("%v; retrying in %s", err, wait.Round(time.Millisecond))
+			} else {
+				a.cfg.Logf("relay unreachable (%v); retrying in %s", err, wait.Round(time.Millisecond))
+			}
 			select {
 			case <-ctx.Done():
 				return nil

@@ -1,7 +1,7 @@
 package main
 
 // The relay cluster of the cluster phases: a NATS server with JetStream
-// (bench/natsserver) and N `devhook relay --nats` instances, each a
+// (bench/natsserver) and N `devhook relay serve --nats` instances, each a
 // process of its own on loopback, so that the CPU time and memory of each
 // are measured apart from the harness's senders and receiver, and an
 // instance can be crashed and started again on its address.

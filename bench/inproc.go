@@ -31,7 +31,7 @@ func runInProcess(ctx context.Context, o options, rep *report, recv *receiverSer
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	// The relay, as `devhook relay` runs it.
+	// The relay, as `devhook relay serve` runs it.
 	rdb, err := storage.OpenRelayStore(filepath.Join(dir, "relay.db"), storage.RelayStoreConfig{})
 	if err != nil {
 		return err

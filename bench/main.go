@@ -43,7 +43,7 @@
 // -list deliveries, and one relay holding -idle agent connections.
 //
 // With -relays, the cluster phases replace the tunnel phases: at each
-// count N of -relays, N `devhook relay --nats` instances on a NATS server
+// count N of -relays, N `devhook relay serve --nats` instances on a NATS server
 // (bench/natsserver, a process of its own) and -agents `devhook listen`
 // processes, agent j on instance j mod N and given every instance's URL;
 // senders spread round-robin over the instances and channels (fanout.go),
@@ -119,7 +119,7 @@ func main() {
 	flag.StringVar(&o.bin, "bin", "", "devhook binary to run (default: build ./cmd/devhook)")
 	flag.StringVar(&o.out, "out", "", "also write the report to this file (.json: JSON, else markdown)")
 	flag.BoolVar(&o.cluster, "cluster", false, "tunnel phases through a two-relay cluster on NATS (JetStream, in this process): the agent on one relay, senders posting to the other")
-	flag.StringVar(&relays, "relays", "", "cluster phases instead of the tunnel phases: comma-separated counts of devhook relay --nats instances, such as 1,2,3; at each, -agents listen processes spread over the instances, and -n requests at each concurrency spread round-robin over the instances (NATS is a process of its own); then, at the largest count (2 or more), the -failover and -storm phases")
+	flag.StringVar(&relays, "relays", "", "cluster phases instead of the tunnel phases: comma-separated counts of devhook relay serve --nats instances, such as 1,2,3; at each, -agents listen processes spread over the instances, and -n requests at each concurrency spread round-robin over the instances (NATS is a process of its own); then, at the largest count (2 or more), the -failover and -storm phases")
 	flag.IntVar(&o.agents, "agents", 6, "with -relays: devhook listen processes, agent j on instance j mod N, given every instance's URL")
 	flag.DurationVar(&o.failover, "failover", 20*time.Second, "with -relays: load this long (at most 1,000,000 requests, at the largest -c) while the instance holding agents 0, N, 2N… is crashed (SIGKILL) a third of the way in; 0 skips")
 	flag.IntVar(&o.storm, "storm", 5000, "with -relays: agents (in this process) all on one instance, which is crashed and started again: how long until every one is back, and the other instances' memory; 0 skips")
@@ -502,21 +502,21 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
 
-// startRelay starts `devhook relay` on a free loopback port.
+// startRelay starts `devhook relay serve` on a free loopback port.
 func startRelay(ctx context.Context, bin, dir string) (*child, string, error) {
 	return startRelayArgs(ctx, bin, dir)
 }
 
-// startRelayArgs starts `devhook relay` on a free loopback port, with more
+// startRelayArgs starts `devhook relay serve` on a free loopback port, with more
 // arguments.
 func startRelayArgs(ctx context.Context, bin, dir string, args ...string) (*child, string, error) {
 	return startRelayAt(ctx, bin, dir, "127.0.0.1:0", args...)
 }
 
-// startRelayAt starts `devhook relay` on addr, with more arguments.
+// startRelayAt starts `devhook relay serve` on addr, with more arguments.
 func startRelayAt(ctx context.Context, bin, dir, addr string, args ...string) (*child, string, error) {
 	const prefix = "devhook relay on "
-	c, line, err := startChild(ctx, "relay", bin, append([]string{"relay", "--addr", addr, "--data", dir}, args...),
+	c, line, err := startChild(ctx, "relay", bin, append([]string{"relay", "serve", "--addr", addr, "--data", dir}, args...),
 		func(l string) bool { return strings.HasPrefix(l, prefix) }, 30*time.Second)
 	if err != nil {
 		return nil, "", err

@@ -30,7 +30,7 @@ type clusterAgent struct {
 
 // clusterPhases runs the cluster phases of o.relays.
 func clusterPhases(ctx context.Context, o options, rep *report, recv *receiverServer, bin, natsBin, tmp string, kids *children) error {
-	rep.Cluster = fmt.Sprintf("%d agents (devhook listen processes) over N relay instances (devhook relay --nats processes) on a NATS server with JetStream (a process of its own); senders round-robin over the instances", o.agents)
+	rep.Cluster = fmt.Sprintf("%d agents (devhook listen processes) over N relay instances (devhook relay serve --nats processes) on a NATS server with JetStream (a process of its own); senders round-robin over the instances", o.agents)
 	for _, c := range o.conc {
 		rep.Phases = append(rep.Phases, loadPhase(ctx, o, recv, "direct", c, "", nil, nil, 0))
 	}

@@ -37,7 +37,9 @@ var ErrOpenRefused = errors.New("the relay refused the open token")
 var ErrReplaced = errors.New("another agent connected to this channel and took it over")
 
 // Open asks the relay at relayURL for a new channel. openToken is sent when
-// not empty.
+// not empty. client should come from Network.HTTPClient, so that it
+// reaches the relay as Dial does; when it cannot, the error wraps an
+// *UnreachableError.
 func Open(ctx context.Context, client *http.Client, relayURL, openToken string) (Credentials, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(relayURL, "/")+"/v1/channels", nil)
 	if err != nil {
@@ -48,6 +50,9 @@ func Open(ctx context.Context, client *http.Client, relayURL, openToken string) 
 	}
 	resp, err := client.Do(req)
 	if err != nil {
+		if ue := unreachable(relayURL, err); ue != err {
+			return Credentials{}, fmt.Errorf("open a channel: %w", ue)
+		}
 		return Credentials{}, fmt.Errorf("open a channel on %s: %w", relayURL, err)
 	}
 	defer resp.Body.Close()
@@ -78,6 +83,9 @@ func Check(ctx context.Context, client *http.Client, relayURL string, cr Credent
 	req.Header.Set("Authorization", "Bearer "+cr.Token)
 	resp, err := client.Do(req)
 	if err != nil {
+		if ue := unreachable(relayURL, err); ue != err {
+			return fmt.Errorf("check channel %s: %w", cr.Channel, ue)
+		}
 		return fmt.Errorf("check channel %s on %s: %w", cr.Channel, relayURL, err)
 	}
 	defer resp.Body.Close()
@@ -116,34 +124,34 @@ type DialConfig struct {
 	// the relay's hello announces (HelloMaxBody), or DefaultMaxBody from
 	// a relay that does not say.
 	MaxBody int64
-	// TLSClientConfig, when set, is used for an https relay (for
-	// example, to trust a private CA).
-	TLSClientConfig *tls.Config
-	// NetDialContext, when set, makes the TCP connection to the relay.
-	NetDialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Network says how to reach the relay: proxy, TLS, dialer. It should
+	// be the one of the client given to Open and Check.
+	Network Network
 }
 
-// Dial connects to the channel and reads the relay's hello.
+// Dial connects to the channel and reads the relay's hello. When the
+// relay cannot be reached, the error wraps an *UnreachableError.
 func Dial(ctx context.Context, cfg DialConfig) (*Conn, error) {
 	u, err := url.Parse(strings.TrimRight(cfg.RelayURL, "/"))
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("relay URL %q must be an absolute http or https URL", cfg.RelayURL)
 	}
+	scheme := u.Scheme
 	u.Scheme = map[string]string{"http": "ws", "https": "wss"}[u.Scheme]
 	u.Path += "/v1/channels/" + url.PathEscape(cfg.Credentials.Channel) + "/connect"
 	if cfg.PingTimeout <= 0 {
 		cfg.PingTimeout = 2 * DefaultPingInterval
 	}
-	dial := cfg.NetDialContext
-	if dial == nil {
-		dial = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	var tlsConfig *tls.Config
+	if scheme == "https" {
+		tlsConfig = cfg.Network.tlsConfig(u.Hostname())
 	}
 	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second, ReadBufferSize: 64 << 10, WriteBufferSize: 64 << 10,
-		TLSClientConfig: cfg.TLSClientConfig,
+		TLSClientConfig: tlsConfig,
 		// Under the TLS of a wss relay: the responses and acks of many
 		// deliveries leave in one write(2) (see wsWriter).
-		NetDialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			c, err := dial(ctx, network, addr)
+		NetDialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			c, err := cfg.Network.dial(ctx, scheme, addr)
 			if err != nil {
 				return nil, err
 			}
@@ -158,6 +166,9 @@ func Dial(ctx context.Context, cfg DialConfig) (*Conn, error) {
 				return nil, fmt.Errorf("%w: %s", ErrRejected, bytes.TrimSpace(body))
 			}
 			return nil, fmt.Errorf("connect to relay %s: %s: %s", cfg.RelayURL, resp.Status, bytes.TrimSpace(body))
+		}
+		if ue := unreachable(cfg.RelayURL, err); ue != err {
+			return nil, fmt.Errorf("connect to the channel: %w", ue)
 		}
 		return nil, fmt.Errorf("connect to relay %s: %w", cfg.RelayURL, err)
 	}

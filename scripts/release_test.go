@@ -206,7 +206,7 @@ func TestDebianPackageInstallsAndRemoves(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, setting := range []string{"ExecStart=/usr/bin/devhook relay", "DynamicUser=yes", "StateDirectory=devhook-relay",
+	for _, setting := range []string{"ExecStart=/usr/bin/devhook relay serve", "DynamicUser=yes", "StateDirectory=devhook-relay",
 		"NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes", "EnvironmentFile=/etc/default/devhook-relay"} {
 		if !strings.Contains(string(b), setting+"\n") && !strings.Contains(string(b), setting+" ") {
 			t.Errorf("the unit lacks %s", setting)
@@ -215,7 +215,7 @@ func TestDebianPackageInstallsAndRemoves(t *testing.T) {
 	if _, err := os.Stat("/etc/default/devhook-relay"); err != nil {
 		t.Errorf("no settings file: %v", err)
 	}
-	if _, err := os.Stat("/usr/share/man/man1/devhook-relay.1.gz"); err != nil {
+	if _, err := os.Stat("/usr/share/man/man1/devhook-relay-serve.1.gz"); err != nil {
 		t.Errorf("no man page: %v", err)
 	}
 	if _, err := exec.LookPath("systemd-analyze"); err == nil {

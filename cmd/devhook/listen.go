@@ -38,6 +38,9 @@ type listenOptions struct {
 	headers    []string // --header "Name: value"
 	forwardCA  string
 	insecure   bool
+	relayCA    string // --relay-ca
+	publicURL  string // --public-url, of the built-in relay
+	network    relay.Network
 
 	// The service: --register creates a webhook for this listen, --webhook
 	// uses an existing one.
@@ -97,6 +100,8 @@ webhook's secret instead, and with --update-url points it here until exit.`,
 	f.StringVar(&o.relayURL, "relay", "", "relay URL (default: a relay inside this process, local only); several, comma-separated, for instances of one relay cluster: the next is tried when one cannot be reached")
 	f.StringVar(&o.relayToken, "relay-token", "", "token the relay requires to open a channel (or DEVHOOK_RELAY_TOKEN)")
 	f.StringVar(&o.relayAddr, "relay-addr", "127.0.0.1:4041", "address of the built-in relay (without --relay)")
+	f.StringVar(&o.publicURL, "public-url", "", "the built-in relay's public URL: an address that a tunnel you already run forwards to --relay-addr (see docs/LISTEN.md)")
+	f.StringVar(&o.relayCA, "relay-ca", "", "PEM file of the CA that signed an https relay's certificate (trusted besides the system's)")
 	f.StringVar(&o.secret, "secret", "", "the webhook's signing secret (or DEVHOOK_SECRET)")
 	f.StringVar(&o.dataDir, "data", defaultDataDir(), "directory for recorded deliveries and the channel")
 	f.StringVar(&o.inspect, "inspect", "127.0.0.1:4040", "address of the web inspector, or off")
@@ -161,6 +166,9 @@ func (o *listenOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if o.network, err = o.relayNetwork(); err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -205,7 +213,7 @@ func (o *listenOptions) run(ctx context.Context) error {
 		return err
 	}
 	if service != nil && (o.register || o.updateURL) {
-		if err := refuseLocalOnly(service, creds.PublicURL, local != nil); err != nil {
+		if err := refuseLocalOnly(service, creds.PublicURL, rl.localOnly); err != nil {
 			return err
 		}
 	}
@@ -219,7 +227,7 @@ func (o *listenOptions) run(ctx context.Context) error {
 	}
 	ag, err = agent.New(agent.Config{
 		Header: fw.header, TLS: fw.tls,
-		RelayURL: relayURL, RelayFallbacks: fallbacks, Credentials: creds, Forward: o.forward, Store: db,
+		RelayURL: relayURL, RelayFallbacks: fallbacks, RelayNetwork: o.network, Credentials: creds, Forward: o.forward, Store: db,
 		Secret: o.secret, Verify: o.verify, Skew: o.skew, ForwardTimeout: o.timeout,
 		RetryFor: fw.retryFor,
 		OnChange: func(c devhook.Change) {
@@ -298,7 +306,7 @@ func (o *listenOptions) run(ctx context.Context) error {
 	}
 	defer remove()
 	out.ready(readyInfo{PublicURL: creds.PublicURL, InspectorURL: inspectURL, Channel: creds.Channel,
-		Forward: ag.Targets(), Local: local != nil, SecretKnown: ag.SecretKnown(), Verify: o.verify, Data: o.dataDir,
+		Forward: ag.Targets(), Local: rl.localOnly, SecretKnown: ag.SecretKnown(), Verify: o.verify, Data: o.dataDir,
 		Webhook: webhook, Secret: secret, webhookNote: webhookNote})
 
 	select {
@@ -338,6 +346,7 @@ type listenRelay struct {
 	key       string   // the relay's name in channels.json
 	local     *relay.Server
 	store     *storage.RelayStore // the built-in relay's
+	localOnly bool                // the built-in relay, without --public-url
 }
 
 // startRelay returns --relay's first URL and the others, or, without
@@ -355,8 +364,9 @@ func (o *listenOptions) startRelay(ctx context.Context, waits, closers *[]func()
 		}
 	}
 	rl.key = rl.url
-	if rl.url != "" {
-		return rl, nil
+	public, err := o.builtinPublic()
+	if err != nil || rl.url != "" {
+		return rl, err
 	}
 	rdb, err := storage.OpenRelayStore(filepath.Join(o.dataDir, "relay.db"), storage.RelayStoreConfig{})
 	if err != nil {
@@ -367,7 +377,17 @@ func (o *listenOptions) startRelay(ctx context.Context, waits, closers *[]func()
 	if err != nil {
 		return rl, fmt.Errorf("start the built-in relay on %s: %w (choose another with --relay-addr)", o.relayAddr, err)
 	}
-	local, err := relay.NewServer(relay.Config{Store: rdb, PublicURL: "http://" + ln.Addr().String()})
+	cfg := relay.Config{Store: rdb, PublicURL: "http://" + ln.Addr().String()}
+	if public != "" {
+		// Reachable by anyone through the tunnel: deliveries to this
+		// listen's channel, and nothing else of use.
+		cfg.PublicURL, cfg.PrivateMetrics = public, true
+		if cfg.OpenToken, err = newOpenToken(); err != nil {
+			ln.Close()
+			return rl, err
+		}
+	}
+	local, err := relay.NewServer(cfg)
 	if err != nil {
 		ln.Close()
 		return rl, err
@@ -375,6 +395,7 @@ func (o *listenOptions) startRelay(ctx context.Context, waits, closers *[]func()
 	*closers = append(*closers, local.Close)
 	*waits = append(*waits, serveRelay(ctx, newHTTPServer(local), local, ln, nil, 5*time.Second))
 	rl.url, rl.key, rl.local, rl.store = "http://"+ln.Addr().String(), "local", local, rdb
+	rl.localOnly = public == ""
 	return rl, nil
 }
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"path/filepath"
 	"time"
 
@@ -30,8 +29,7 @@ func (o *listenOptions) channel(ctx context.Context, relayURL, relayKey string, 
 	if local != nil {
 		cr, err = local.OpenChannel(nil)
 	} else {
-		client := &http.Client{Timeout: 15 * time.Second}
-		cr, err = relay.Open(ctx, client, relayURL, o.relayToken)
+		cr, err = relay.Open(ctx, o.network.HTTPClient(15*time.Second), relayURL, o.relayToken)
 	}
 	switch {
 	case errors.Is(err, relay.ErrOpenRefused) && o.relayToken == "":
@@ -52,6 +50,6 @@ func (o *listenOptions) channel(ctx context.Context, relayURL, relayKey string, 
 // does not connect: that would take the channel over from a running agent
 // and draw the queue to a connection about to close.
 func (o *listenOptions) usable(ctx context.Context, relayURL string, cr relay.Credentials) bool {
-	err := relay.Check(ctx, &http.Client{Timeout: 5 * time.Second}, relayURL, cr)
+	err := relay.Check(ctx, o.network.HTTPClient(5*time.Second), relayURL, cr)
 	return !errors.Is(err, relay.ErrRejected)
 }

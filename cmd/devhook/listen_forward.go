@@ -2,10 +2,8 @@ package main
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 	"time"
 )
@@ -61,16 +59,9 @@ func forwardTLS(caFile string, insecure bool) (*tls.Config, error) {
 	}
 	c := &tls.Config{InsecureSkipVerify: insecure}
 	if caFile != "" {
-		pem, err := os.ReadFile(caFile)
+		pool, err := caPool("--forward-ca", caFile)
 		if err != nil {
-			return nil, fmt.Errorf("read --forward-ca: %w", err)
-		}
-		pool, err := x509.SystemCertPool()
-		if err != nil {
-			pool = x509.NewCertPool()
-		}
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--forward-ca %s holds no PEM certificate", caFile)
+			return nil, err
 		}
 		c.RootCAs = pool
 	}

@@ -49,7 +49,7 @@ func refuseLocalOnly(c *cloud.Client, publicURL string, local bool) error {
 	}
 	return fmt.Errorf("the public URL %s is reachable from this machine only (the built-in relay listens on loopback), "+
 		"and the service at %s is not on this machine, so its deliveries could not arrive: "+
-		"run a relay the service can reach (devhook relay --public-url https://…, see docs/DEPLOY.md) "+
+		"run a relay the service can reach (devhook relay serve --public-url https://…, see docs/DEPLOY.md) "+
 		"and pass it with --relay URL; against devhook emulate on this machine the built-in relay works", publicURL, c.Endpoint())
 }
 

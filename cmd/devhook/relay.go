@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -59,12 +60,40 @@ type relayOptions struct {
 	stderr io.Writer
 }
 
+// newRelayCmd is the relay's group: the server (serve) and the tools
+// that work on its data (parked). Alone it prints its help, as every
+// group does.
 func newRelayCmd() *cobra.Command {
-	o := &relayOptions{}
 	cmd := &cobra.Command{
 		Use:   "relay",
+		Short: "Run a relay (devhook relay serve) and look after its parked deliveries",
+		Long: `A relay gives agents (devhook listen) public URLs and streams the deliveries sent to
+them over WebSocket. 'devhook relay serve' runs one; 'devhook relay parked' lists, requeues
+and drops the deliveries a relay parked. See docs/DEPLOY.md.`,
+		Example: `  devhook relay serve --addr :4041 --public-url https://hooks.example.com
+  devhook relay parked list --data /var/lib/devhook-relay`,
+	}
+	serve := newRelayServeCmd()
+	cmd.AddCommand(serve, newRelayParkedCmd())
+	groupCmd(cmd)
+	// devhook relay --addr ... ran the server before it moved to serve.
+	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		if name, ok := strings.CutPrefix(err.Error(), "unknown flag: --"); ok && c == cmd {
+			if serve.Flags().Lookup(name) != nil {
+				return fmt.Errorf("%w: the relay server is 'devhook relay serve' (devhook relay --%s ... is now devhook relay serve --%s ...)", err, name, name)
+			}
+		}
+		return suggestFlag(c, err)
+	})
+	return cmd
+}
+
+func newRelayServeCmd() *cobra.Command {
+	o := &relayOptions{}
+	cmd := &cobra.Command{
+		Use:   "serve",
 		Short: "Run a relay: public URLs for agents, deliveries streamed over WebSocket",
-		Long: `Relay accepts deliveries at /c/<channel>/<any path> and streams each to the channel's
+		Long: `A relay accepts deliveries at /c/<channel>/<any path> and streams each to the channel's
 agent. With no agent connected, deliveries are kept in a queue on disk (the sender gets
 202) and delivered when the agent comes back. A queued delivery the relay can never send
 is parked, with the reason, so that the queue goes on: see devhook relay parked.
@@ -79,9 +108,9 @@ proxy's address as --public-url.
 A cluster: --nats nats://host:4222[,...] makes this relay one instance of many sharing
 channels, tokens and queues through NATS (JetStream keeps the queue): a delivery arriving
 at any instance reaches the agent wherever it is connected. See docs/DEPLOY.md.`,
-		Example: `  devhook relay --addr :4041 --public-url https://hooks.example.com
-  devhook relay --domain hooks.example.com --acme-email ops@example.com
-  devhook relay --nats nats://nats-1:4222,nats://nats-2:4222 --addr :4041`,
+		Example: `  devhook relay serve --addr :4041 --public-url https://hooks.example.com
+  devhook relay serve --domain hooks.example.com --acme-email ops@example.com
+  devhook relay serve --nats nats://nats-1:4222,nats://nats-2:4222 --addr :4041`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.stdout, o.stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
@@ -121,7 +150,6 @@ at any instance reaches the agent wherever it is connected. See docs/DEPLOY.md.`
 	f.IntVar(&o.natsReplicas, "nats-replicas", 1, "JetStream replicas of the queue and channels (3 on a NATS cluster of three servers or more)")
 	f.DurationVar(&o.queueMaxAge, "queue-max-age", natsrelay.DefaultQueueMaxAge, "with --nats: a queued delivery older than this is dropped by JetStream")
 	f.Int64Var(&o.queueMaxBytes, "queue-max-bytes", natsrelay.DefaultQueueMaxBytes, "with --nats: bytes the queue of all channels may hold; beyond, senders get 503 and resend")
-	cmd.AddCommand(newRelayParkedCmd())
 	return cmd
 }
 

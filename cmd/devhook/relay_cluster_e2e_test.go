@@ -45,7 +45,7 @@ func TestRelay_ClusterOnNATS(t *testing.T) {
 		}
 	}
 	// A comes back where it was; listen reconnects by itself.
-	startProc(t, "relay", "--addr", strings.TrimPrefix(urlA, "http://"), "--data", t.TempDir(), "--nats", ns.ClientURL()).
+	startProc(t, "relay", "serve", "--addr", strings.TrimPrefix(urlA, "http://"), "--data", t.TempDir(), "--nats", ns.ClientURL()).
 		nextLine(t, "devhook relay on ")
 	pollUntil(t, "the queued deliveries to reach the receiver", func() bool {
 		return recv.count("queued 1") == 1 && recv.count("queued 2") == 1

@@ -22,7 +22,7 @@ import (
 // returns it with its base URL.
 func relayProc(t *testing.T, args ...string) (*proc, string) {
 	t.Helper()
-	r := startProc(t, append([]string{"relay", "--addr", "127.0.0.1:0", "--data", t.TempDir()}, args...)...)
+	r := startProc(t, append([]string{"relay", "serve", "--addr", "127.0.0.1:0", "--data", t.TempDir()}, args...)...)
 	const prefix = "devhook relay on "
 	return r, strings.TrimPrefix(r.nextLine(t, prefix), prefix)
 }
@@ -279,8 +279,8 @@ func TestRelayTokenFromTheEnvironment(t *testing.T) {
 	if pub, _ := ready["public_url"].(string); !strings.HasPrefix(pub, base+"/c/") {
 		t.Fatalf("listen with the token from the environment: ready %v", ready)
 	}
-	for _, cmd := range []string{"relay", "listen"} {
-		out, _, err := devhookCmd(t, cmd, "--help")
+	for _, cmd := range [][]string{{"relay", "serve"}, {"listen"}} {
+		out, _, err := devhookCmd(t, append(cmd, "--help")...)
 		if err != nil || strings.Contains(out, "env-open-token") {
 			t.Errorf("devhook %s --help: %v, prints the token: %v", cmd, err, strings.Contains(out, "env-open-token"))
 		}

@@ -44,7 +44,7 @@ type parkedOptions struct {
 
 func (o *parkedOptions) flags(cmd *cobra.Command) {
 	f := cmd.PersistentFlags()
-	f.StringVar(&o.dataDir, "data", filepath.Join(defaultDataDir(), "relay"), "data directory of the single relay (devhook relay --data), which must be stopped")
+	f.StringVar(&o.dataDir, "data", filepath.Join(defaultDataDir(), "relay"), "data directory of the single relay (devhook relay serve --data), which must be stopped")
 	f.StringVar(&o.natsURLs, "nats", "", "a cluster's NATS server URLs (comma-separated), as its relays have them: read the cluster's parked deliveries instead")
 	f.StringVar(&o.natsCreds, "nats-creds", "", "NATS credentials file (JWT and NKey), with --nats")
 	f.StringVar(&o.natsPrefix, "nats-prefix", natsrelay.DefaultPrefix, "prefix of the cluster's NATS subjects, streams and buckets, with --nats")
@@ -61,7 +61,7 @@ func (o *parkedOptions) open(cmd *cobra.Command, write bool) (parkedStore, func(
 	}
 	path := filepath.Join(o.dataDir, "relay.db")
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
-		return nil, nil, fmt.Errorf("no relay.db in %s: give the relay's data directory (devhook relay --data DIR), or --nats for a cluster", o.dataDir)
+		return nil, nil, fmt.Errorf("no relay.db in %s: give the relay's data directory (devhook relay serve --data DIR), or --nats for a cluster", o.dataDir)
 	}
 	db, err := storage.OpenRelayStore(path, storage.RelayStoreConfig{ReadOnly: !write})
 	if errors.Is(err, storage.ErrLocked) {

@@ -246,7 +246,7 @@ func TestRelay_ACME(t *testing.T) {
 			}
 			conn, err := relay.Dial(ctx, relay.DialConfig{
 				RelayURL: wantPublic, Credentials: cr,
-				TLSClientConfig: &tls.Config{RootCAs: pebble.roots()}, NetDialContext: client.Transport.(*http.Transport).DialContext,
+				Network: relay.Network{TLS: &tls.Config{RootCAs: pebble.roots()}, DialContext: client.Transport.(*http.Transport).DialContext},
 			})
 			if err != nil {
 				t.Fatalf("agent over wss: %v", err)
