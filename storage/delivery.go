@@ -73,6 +73,9 @@ func (db *DB) PutDelivery(d *devhook.Delivery) (created bool, err error) {
 	if err := validID("delivery", d.ID); err != nil {
 		return false, err
 	}
+	if db.readOnly {
+		return false, fmt.Errorf("storage: put delivery %s: %w", d.ID, errReadOnly)
+	}
 	created, err = db.journalPut(d)
 	if err != nil {
 		return false, fmt.Errorf("storage: put delivery %s: %w", d.ID, err)
@@ -85,6 +88,9 @@ func (db *DB) PutDelivery(d *devhook.Delivery) (created bool, err error) {
 func (db *DB) AddAttempt(id string, a devhook.Attempt) (devhook.Attempt, error) {
 	if validID("delivery", id) != nil {
 		return devhook.Attempt{}, notFound(id) // it cannot have been recorded
+	}
+	if db.readOnly {
+		return devhook.Attempt{}, fmt.Errorf("storage: add attempt to delivery %s: %w", id, errReadOnly)
 	}
 	a, err := db.journalAttempt(id, a)
 	if err != nil {

@@ -38,20 +38,25 @@ func (db *DB) apply(recs []jrec, known []byte) (applied, error) {
 		var res applied
 		bad := -1
 		var badErr error
-		err := db.bolt.Update(func(tx *bolt.Tx) error {
-			a := newApplyTx(tx, len(recs), known)
-			for i := range recs {
-				if err := a.record(i, &recs[i]); err != nil {
+		err := db.safely(func() error {
+			return db.bolt.Update(func(tx *bolt.Tx) error {
+				if err := db.spaceLeft(); err != nil {
+					return err
+				}
+				a := newApplyTx(tx, len(recs), known)
+				for i := range recs {
+					if err := a.record(i, &recs[i]); err != nil {
+						bad, badErr = i, err
+						return err
+					}
+				}
+				if i, err := a.done(); err != nil {
 					bad, badErr = i, err
 					return err
 				}
-			}
-			if i, err := a.done(); err != nil {
-				bad, badErr = i, err
-				return err
-			}
-			res = a.res
-			return nil
+				res = a.res
+				return nil
+			})
 		})
 		if bad < 0 {
 			return res, err

@@ -97,6 +97,9 @@ func (j *journal) setOverMax() {
 // flush applies the pending records to bbolt and empties the journal file
 // that held them.
 func (db *DB) flush() error {
+	if db.readOnly {
+		return errReadOnly
+	}
 	j := db.journal
 	j.flushMu.Lock()
 	defer j.flushMu.Unlock()
@@ -199,10 +202,12 @@ func maxPutID(recs []jrec) []byte {
 // journal.lastBolt.
 func (db *DB) lastDelivery() ([]byte, error) {
 	var last []byte
-	err := db.bolt.View(func(tx *bolt.Tx) error {
-		k, _ := tx.Bucket(bucketDeliveries).Cursor().Last()
-		last = bytes.Clone(k)
-		return nil
+	err := db.safely(func() error {
+		return db.bolt.View(func(tx *bolt.Tx) error {
+			k, _ := tx.Bucket(bucketDeliveries).Cursor().Last()
+			last = bytes.Clone(k)
+			return nil
+		})
 	})
 	return last, err
 }

@@ -200,16 +200,51 @@ func (db *DB) replayJournal() error {
 // setAside renames the file at path to path.damaged-<UTC time>, with a
 // number after it if that name is taken, and returns the new name.
 func (db *DB) setAside(path string) (string, error) {
-	base := path + ".damaged-" + db.now().UTC().Format("20060102T150405Z")
-	aside := base
-	for n := 2; ; n++ {
-		if _, err := os.Lstat(aside); errors.Is(err, os.ErrNotExist) {
-			break
-		}
-		aside = fmt.Sprintf("%s-%d", base, n)
-	}
+	aside := asideName(path, db.now())
 	if err := os.Rename(path, aside); err != nil {
 		return "", fmt.Errorf("storage: set damaged journal %s aside: %w", path, err)
 	}
 	return aside, nil
+}
+
+// readJournal reads, for a read-only Open, what a previous process left
+// in the journal files, without applying, removing or setting aside
+// anything: the records become pending, so that reads show them, and Logf
+// says what was found and that devhook listen applies it.
+func (db *DB) readJournal() error {
+	j := db.journal
+	var recs []jrec
+	for _, p := range j.path {
+		data, err := os.ReadFile(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("storage: read journal %s: %w", p, err)
+		}
+		s, err := scanJournal(data)
+		if newer := errNewerJournal(0); errors.As(err, &newer) {
+			return devhook.Errorf(devhook.EINVALID, "storage: %s was written by a newer devhook (%v): upgrade devhook; the journal was left untouched", p, err)
+		}
+		switch {
+		case s.foreign != "":
+			db.logf("storage: %s is not a devhook journal that this devhook can read (%s); nothing was read from it, and it was left as it is: devhook listen sets it aside", p, s.foreign)
+		case s.damaged != "":
+			db.logf("storage: journal %s is damaged (%s): its %d intact records are shown, and it was left as it is: devhook listen applies them and sets the file aside", p, s.damaged, len(s.recs))
+		case len(s.recs) > 0:
+			db.logf("storage: journal %s holds %d records that %s does not have yet (devhook stopped without closing it): they are shown, not applied; devhook listen applies them", p, len(s.recs), db.path)
+		}
+		recs = append(recs, s.recs...)
+	}
+	slices.SortFunc(recs, func(a, b jrec) int {
+		switch {
+		case a.seq < b.seq:
+			return -1
+		case a.seq > b.seq:
+			return 1
+		}
+		return 0
+	})
+	j.pending = recs
+	return nil
 }

@@ -29,6 +29,10 @@ type view struct {
 
 // view runs fn on a consistent read of bbolt and the pending records.
 func (db *DB) view(fn func(v *view) error) error {
+	return db.safely(func() error { return db.viewUnsafe(fn) })
+}
+
+func (db *DB) viewUnsafe(fn func(v *view) error) error {
 	j := db.journal
 	j.mu.Lock()
 	pending := j.pending
