@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime/debug"
 	"time"
 )
@@ -82,22 +83,50 @@ func asideName(path string, now time.Time) string {
 	}
 }
 
-// setStoreAside renames the damaged file of de aside, holding its lock
-// (locked: bbolt holds it already), and returns the error that says so.
-// When the lock cannot be taken (another process holds the file, or the
-// system has no flock), the file is left in place.
-func (db *DB) setStoreAside(de *damageError, locked bool, lockTimeout time.Duration) error {
-	aside := asideName(db.path, db.now())
-	var err error
-	if locked {
-		err = os.Rename(db.path, aside)
-	} else {
-		err = renameLocked(db.path, aside, lockTimeout)
-	}
-	if err != nil {
-		if errors.Is(err, errLockHeld) {
-			return fmt.Errorf("storage: open %s: %w: another devhook may be using the --data directory; stop it or choose another --data directory", db.path, ErrLocked)
+// checkFile checks an existing file before bbolt maps it: its meta pages,
+// then every page of its tree and freelist. Damage found is checked again
+// holding the file's lock, since a devhook writing the file meanwhile is
+// no damage; a writable Open then renames the file aside. The error says
+// what was found, and what was done.
+func (db *DB) checkFile(lockTimeout time.Duration) error {
+	check := func() error {
+		if err := checkBoltFile(db.path); err != nil {
+			return err
 		}
+		return checkTree(db.path)
+	}
+	why := check()
+	if why == nil {
+		return nil
+	}
+	var aside string
+	err := withLock(db.path, !db.readOnly, lockTimeout, func() error {
+		if why = check(); why == nil || db.readOnly {
+			return nil
+		}
+		aside = asideName(db.path, db.now())
+		return os.Rename(db.path, aside)
+	})
+	switch {
+	case errors.Is(err, errLockHeld):
+		return fmt.Errorf("storage: open %s: %w: another devhook may be using the --data directory %s; stop it or choose another --data directory", db.path, ErrLocked, filepath.Dir(db.path))
+	case err != nil && !errors.Is(err, errors.ErrUnsupported):
+		return fmt.Errorf("storage: open %s: %w", db.path, err)
+	case why == nil:
+		return nil
+	}
+	if aside != "" {
+		db.logf("storage: %s is damaged (%v); it is kept as %s", db.path, why, aside)
+	}
+	return &damageError{path: db.path, why: why, aside: aside, readOnly: db.readOnly}
+}
+
+// setStoreAside renames the damaged file of de aside while bbolt holds its
+// lock, and returns the error that says so (de as it is when the rename
+// fails).
+func (db *DB) setStoreAside(de *damageError) error {
+	aside := asideName(db.path, db.now())
+	if err := os.Rename(db.path, aside); err != nil {
 		return de
 	}
 	db.logf("storage: %s is damaged (%v); it is kept as %s", db.path, de.why, aside)

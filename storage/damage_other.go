@@ -7,7 +7,8 @@ import (
 	"time"
 )
 
-// renameLocked cannot lock the file here: it is left in place.
-func renameLocked(path, aside string, timeout time.Duration) error {
+// withLock cannot lock the file here: a damaged file is reported and left
+// in place.
+func withLock(path string, exclusive bool, timeout time.Duration, fn func() error) error {
 	return errors.ErrUnsupported
 }

@@ -9,18 +9,22 @@ import (
 	"time"
 )
 
-// renameLocked renames the file at path to aside holding its lock, as
-// bbolt takes it (flock), so that a process using the file never has it
-// renamed under it.
-func renameLocked(path, aside string, timeout time.Duration) error {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
+// withLock runs fn holding the lock of the file at path as bbolt takes it
+// (flock: exclusive, or shared), waiting up to timeout for another process
+// to release it; errLockHeld if it does not.
+func withLock(path string, exclusive bool, timeout time.Duration, fn func() error) error {
+	f, err := os.Open(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
+	how := syscall.LOCK_SH
+	if exclusive {
+		how = syscall.LOCK_EX
+	}
 	deadline := time.Now().Add(timeout)
 	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB)
 		if err == nil {
 			break
 		}
@@ -33,5 +37,5 @@ func renameLocked(path, aside string, timeout time.Duration) error {
 		time.Sleep(50 * time.Millisecond) // as bbolt waits for the lock
 	}
 	defer syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-	return os.Rename(path, aside)
+	return fn()
 }

@@ -85,6 +85,8 @@ type Config struct {
 	// Tests fill the disk with it without mounting one. nil: the disk
 	// alone decides.
 	NoSpace func() error
+
+	pageSize int // bbolt's page size for a new file; 0 = the OS's (tests make small fixtures)
 }
 
 const (
@@ -198,6 +200,11 @@ func Open(path string, cfg Config) (*DB, error) {
 			return nil, fmt.Errorf("storage: create %s: %w; free some space and start again", path, err)
 		}
 	}
+	// Every page is read before bbolt reads one: it trusts them all
+	// (damage.go).
+	if err := db.checkFile(lockTimeout); err != nil {
+		return nil, err
+	}
 	b, err := openFile(path, &bolt.Options{
 		Timeout: lockTimeout,
 		// Commits are not fsynced: what they hold is in the journal
@@ -211,12 +218,10 @@ func Open(path string, cfg Config) (*DB, error) {
 		NoGrowSync:   true,
 		FreelistType: bolt.FreelistMapType,
 		ReadOnly:     cfg.ReadOnly,
+		PageSize:     cfg.pageSize,
 	})
 	if de := (*damageError)(nil); errors.As(err, &de) {
 		de.readOnly = cfg.ReadOnly
-		if !cfg.ReadOnly {
-			return nil, db.setStoreAside(de, false, lockTimeout)
-		}
 		return nil, de
 	}
 	if err != nil {
@@ -229,21 +234,9 @@ func Open(path string, cfg Config) (*DB, error) {
 		return nil, err
 	}
 	db.bolt = b
-	// Every page is read once before anything else reads or writes one:
-	// bbolt trusts them all (damage.go).
-	if err := checkTree(path); err != nil {
-		de := &damageError{path: path, why: err, readOnly: cfg.ReadOnly}
-		if !cfg.ReadOnly {
-			err = db.setStoreAside(de, true, lockTimeout)
-		} else {
-			err = de
-		}
-		_ = b.Close()
-		return nil, err
-	}
 	if err := db.safely(db.init); err != nil {
 		if de := (*damageError)(nil); errors.As(err, &de) && !cfg.ReadOnly {
-			err = db.setStoreAside(de, true, lockTimeout)
+			err = db.setStoreAside(de)
 		}
 		_ = b.Close()
 		return nil, err

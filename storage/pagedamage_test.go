@@ -1,0 +1,223 @@
+package storage_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/storage"
+	bolt "go.etcd.io/bbolt"
+)
+
+// The damaged-page fixtures: a small deliveries file (1 KiB pages, made
+// the same way every time), with 64 bytes from a seeded generator written
+// over one page of each kind bbolt has. fixtures (recovery_test.go) writes
+// them with -update-fixtures.
+
+const fixturePageSize = 1024
+
+// pageKinds are the damaged-page fixtures, by the kind of page damaged.
+var pageKinds = []string{"meta0", "meta1", "freelist", "branch", "leaf", "overflow"}
+
+// pageStoreFixture returns a deliveries file of fixturePageDeliveries deliveries, one of them
+// with a body that spans several pages.
+func pageStoreFixture(t *testing.T) []byte {
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	db, err := storage.Open(path, storage.WithPageSize(storage.Config{MaxDeliveries: -1, MaxAge: -1,
+		Now: func() time.Time { return t0 }}, fixturePageSize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds []*devhook.Delivery
+	for i := range fixturePageDeliveries {
+		d := newDelivery(i)
+		if i == largeBody {
+			d.Body = bytes.Repeat([]byte(`{"padding":"0123456789abcdef"}`), 120)
+		}
+		ds = append(ds, d)
+	}
+	if err := db.PutDeliveriesTx(ds); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// largeBody is the fixture's delivery whose body spans overflow pages.
+const largeBody = 12
+
+// fixturePageDeliveries is how many deliveries the page fixtures hold.
+const fixturePageDeliveries = 24
+
+// pageOf returns the id of a page of the given kind in the store file b:
+// one the tree uses, never a free one.
+func pageOf(t *testing.T, b []byte, kind string) uint64 {
+	switch kind {
+	case "meta0":
+		return 0
+	case "meta1":
+		return 1
+	case "freelist":
+		// The freelist of the newer meta page (txid at byte 64, the
+		// freelist's page at byte 48 of a meta page).
+		le := binary.NativeEndian
+		m := 0
+		if le.Uint64(b[fixturePageSize+64:]) > le.Uint64(b[64:]) {
+			m = fixturePageSize
+		}
+		return le.Uint64(b[m+48:])
+	}
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bdb, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bdb.Close()
+	var found uint64
+	err = bdb.View(func(tx *bolt.Tx) error {
+		for id := 2; id < int(tx.Size())/fixturePageSize; id++ {
+			p, err := tx.Page(id)
+			if err != nil || p == nil {
+				continue
+			}
+			switch {
+			case kind == "freelist" && p.Type == "freelist",
+				kind == "branch" && p.Type == "branch",
+				kind == "leaf" && p.Type == "leaf" && p.OverflowCount == 0 && p.Count > 1,
+				kind == "overflow" && p.Type == "leaf" && p.OverflowCount > 0:
+				found = uint64(id)
+				if kind == "overflow" {
+					found++ // the page after the first: the value's bytes alone
+				}
+				return nil
+			}
+		}
+		return errors.New("none")
+	})
+	if err != nil {
+		t.Fatalf("no %s page in the fixture store: %v", kind, err)
+	}
+	return found
+}
+
+// damagedPage returns b with 64 bytes from a generator seeded by the kind
+// written over the page of that kind, from its start (for an overflow
+// page, which has no header: from its middle).
+func damagedPage(t *testing.T, b []byte, kind string) []byte {
+	id := pageOf(t, b, kind)
+	off := int(id) * fixturePageSize
+	if kind == "overflow" {
+		off += fixturePageSize / 2
+	}
+	var seed [8]byte
+	copy(seed[:], kind)
+	r := rand.New(rand.NewPCG(29, binary.BigEndian.Uint64(seed[:])))
+	out := bytes.Clone(b)
+	for i := range 64 {
+		out[off+i] = byte(r.Uint32())
+	}
+	return out
+}
+
+func pageFixtures(t *testing.T) map[string][]byte {
+	store := pageStoreFixture(t)
+	m := map[string][]byte{"db-intact-pages.db": store}
+	for _, kind := range pageKinds {
+		m["db-damaged-"+kind+".db"] = damagedPage(t, store, kind)
+	}
+	return m
+}
+
+// Every damaged page kind, opened as devhook listen opens the store: a
+// clear error naming the file, the file set aside as it was, the journal
+// beside it untouched and applied to the new file the next Open makes;
+// and as deliveries list opens it: the same error, nothing touched.
+func TestOpen_DamagedPages(t *testing.T) {
+	intact, err := os.ReadFile(filepath.Join("testdata", "db-intact-pages.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range pageKinds {
+		name := "db-damaged-" + kind + ".db"
+		t.Run(kind, func(t *testing.T) {
+			if kind == "overflow" {
+				t.Skip("a value's bytes carry no checksum yet")
+			}
+			dir := t.TempDir()
+			fixture := copyFixture(t, name, dir, "devhook.db")
+			if bytes.Equal(fixture, intact) {
+				t.Fatalf("%s is not damaged", name)
+			}
+			path := filepath.Join(dir, "devhook.db")
+			journal := copyFixture(t, "journal-intact.journal0", dir, "devhook.db.journal0")
+			cfg := storage.Config{MaxDeliveries: -1, MaxAge: -1, Now: func() time.Time { return t0 }}
+
+			ro := cfg
+			ro.ReadOnly = true
+			_, err := storage.Open(path, ro)
+			if err == nil {
+				t.Fatal("read-only Open of a damaged file succeeded")
+			}
+			if !errors.Is(err, storage.ErrDamaged) || !containsAll(err.Error(), path, "damaged", "move it away") {
+				t.Errorf("read-only Open: %q, want it to name the file, say it is damaged and what to do", err)
+			}
+			if got, _ := os.ReadFile(path); !bytes.Equal(got, fixture) {
+				t.Fatal("a read-only Open changed the file")
+			}
+			if got, _ := os.ReadFile(path + ".journal0"); !bytes.Equal(got, journal) {
+				t.Fatal("a read-only Open changed the journal")
+			}
+
+			logs := newLogRecorder()
+			cfg.Logf = logs.logf
+			_, err = storage.Open(path, cfg)
+			wantSetAside(t, err, path, fixture)
+			if got, _ := os.ReadFile(path + ".journal0"); !bytes.Equal(got, journal) {
+				t.Fatal("Open changed the journal beside the damaged file")
+			}
+
+			// Nothing else lost: the next Open makes a new file and applies
+			// the journal to it.
+			db, err := storage.Open(path, cfg)
+			if err != nil {
+				t.Fatalf("Open after the file was set aside: %v", err)
+			}
+			defer db.Close()
+			if n, err := db.Count(); err != nil || n != fixtureN {
+				t.Errorf("Count() = %d, %v; want the journal's %d deliveries", n, err, fixtureN)
+			}
+		})
+	}
+}
+
+// The intact fixture opens, and every delivery reads back.
+func TestOpen_IntactPagesFixture(t *testing.T) {
+	dir := t.TempDir()
+	copyFixture(t, "db-intact-pages.db", dir, "devhook.db")
+	db := MustOpenPath(t, filepath.Join(dir, "devhook.db"), storage.Config{MaxDeliveries: -1, MaxAge: -1, ReadOnly: true})
+	for i := range fixturePageDeliveries {
+		d, err := db.Delivery(id(i))
+		if err != nil {
+			t.Fatalf("delivery %d: %v", i, err)
+		}
+		if i == largeBody && !strings.HasPrefix(string(d.Body), `{"padding"`) {
+			t.Errorf("delivery %d: body %.40q", i, d.Body)
+		}
+	}
+}
