@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/devhook/devhook"
+)
+
+// Each damaged page kind of deliveries.db (storage/testdata), met by the
+// read-only deliveries list and by listen: never a crash; list says what
+// is wrong and what to do and touches nothing; listen sets the file aside
+// as evidence, says so and stops; the next listen starts with a new file,
+// and the deliveries of the journal beside the damaged file are in it.
+func TestDamagedPages_ListAndListen(t *testing.T) {
+	for _, kind := range []string{"meta0", "meta1", "freelist", "branch", "leaf", "overflow"} {
+		t.Run(kind, func(t *testing.T) {
+			fixture, err := os.ReadFile(filepath.Join("..", "..", "storage", "testdata", "db-damaged-"+kind+".db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			journal, err := os.ReadFile(filepath.Join("..", "..", "storage", "testdata", "journal-intact.journal0"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			data := filepath.Join(t.TempDir(), "data")
+			if err := os.MkdirAll(data, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			dbPath := filepath.Join(data, "deliveries.db")
+			if err := os.WriteFile(dbPath, fixture, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(dbPath+".journal0", journal, 0o600); err != nil {
+				t.Fatal(err)
+			}
+
+			for _, args := range [][]string{
+				{"deliveries", "list", "--data", data, "--inspect", closedAddr(t)},
+				{"deliveries", "show", "0195b1c8-0000-7000-8000-000000000001", "--data", data, "--inspect", closedAddr(t)},
+			} {
+				_, stderr, err := runDevhook(t, args...)
+				if err == nil {
+					t.Fatalf("devhook %s succeeded on a damaged store", strings.Join(args[:2], " "))
+				}
+				for _, want := range []string{dbPath, "damaged", "move it away"} {
+					if !strings.Contains(stderr, want) {
+						t.Errorf("devhook %s: stderr %q does not say %q", strings.Join(args[:2], " "), stderr, want)
+					}
+				}
+				if got, _ := os.ReadFile(dbPath); !bytes.Equal(got, fixture) {
+					t.Fatalf("devhook %s changed the damaged store", strings.Join(args[:2], " "))
+				}
+				if got, _ := os.ReadFile(dbPath + ".journal0"); !bytes.Equal(got, journal) {
+					t.Fatalf("devhook %s changed the journal", strings.Join(args[:2], " "))
+				}
+			}
+
+			_, stderr, err := runDevhook(t, "listen", "--json", "--forward", "http://127.0.0.1:1", "--secret", "whsec_x",
+				"--inspect", "off", "--relay-addr", "127.0.0.1:0", "--data", data)
+			if err == nil {
+				t.Fatal("listen started on a damaged store")
+			}
+			asides, _ := filepath.Glob(dbPath + ".damaged-*")
+			if len(asides) != 1 {
+				t.Fatalf("set aside: %v, want the damaged store; stderr: %s", asides, stderr)
+			}
+			for _, want := range []string{dbPath, "damaged", asides[0], "kept as evidence", "start devhook again"} {
+				if !strings.Contains(stderr, want) {
+					t.Errorf("listen: stderr %q does not say %q", stderr, want)
+				}
+			}
+			if got, _ := os.ReadFile(asides[0]); !bytes.Equal(got, fixture) {
+				t.Errorf("%s is not the damaged store as it was", asides[0])
+			}
+			if got, _ := os.ReadFile(dbPath + ".journal0"); !bytes.Equal(got, journal) {
+				t.Fatalf("listen changed the journal beside the damaged store")
+			}
+
+			// The next start records in a new file, and applies the journal
+			// to it (whose deliveries, from March 2026, retention then
+			// removes: storage's TestOpen_DamagedPages counts them).
+			p := startProc(t, "listen", "--json", "--forward", "http://127.0.0.1:1", "--secret", "whsec_x",
+				"--inspect", "off", "--relay-addr", "127.0.0.1:0", "--data", data)
+			p.nextJSON(t, "ready")
+			p.stop(t, 10*time.Second)
+			if _, err := os.Stat(dbPath + ".journal0"); !os.IsNotExist(err) {
+				t.Errorf("the journal is still there after listen started again: %v", err)
+			}
+			out, stderr, err := runDevhook(t, "deliveries", "list", "--json", "--data", data, "--inspect", closedAddr(t))
+			if err != nil {
+				t.Fatalf("deliveries list after the restart: %v; stderr: %s", err, stderr)
+			}
+			var listed []devhook.Summary
+			if err := json.Unmarshal([]byte(out), &listed); err != nil {
+				t.Fatalf("deliveries list --json: %v: %s", err, out)
+			}
+		})
+	}
+}
