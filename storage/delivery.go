@@ -3,6 +3,7 @@ package storage
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -119,6 +120,9 @@ func (db *DB) Delivery(id string) (*devhook.Delivery, error) {
 	if err != nil {
 		if devhook.ErrorCode(err) == devhook.ENOTFOUND {
 			return nil, err
+		}
+		if dv := (errValueDamaged{}); errors.As(err, &dv) {
+			return nil, db.damagedValue(err)
 		}
 		return nil, fmt.Errorf("storage: read delivery %s: %w", id, err)
 	}

@@ -90,7 +90,8 @@ type applyTx struct {
 	// known: no delivery id in bbolt sorts after it (nil: unknown). A put
 	// raises it to its id, so that a second put of one id in a batch is
 	// looked up.
-	known []byte
+	known  []byte
+	checks *bolt.Bucket // created by the first value written: see checksum.go
 }
 
 // dirtySummary is a summary to write when the records are applied.
@@ -203,6 +204,9 @@ func (a *applyTx) put(key string, e *encodedDelivery) error {
 	if err := a.bodies.Put(e.id, e.body); err != nil {
 		return err
 	}
+	if err := a.putCheck(e.id, e.body); err != nil {
+		return err
+	}
 	a.setSummary(key, e.id, e.summary)
 	if e.runID != "" {
 		start := len(a.arena)
@@ -232,7 +236,11 @@ func (a *applyTx) attempt(key string, id []byte, o *outcome, enc []byte) error {
 	a.arena = arena
 	var seq [4]byte
 	binary.BigEndian.PutUint32(seq[:], uint32(o.seq))
-	if err := a.attempts.Put(a.keep(id, []byte{0}, seq[:]), enc); err != nil {
+	akey := a.keep(id, []byte{0}, seq[:])
+	if err := a.attempts.Put(akey, enc); err != nil {
+		return err
+	}
+	if err := a.putCheck(akey, enc); err != nil {
 		return err
 	}
 	if changed {

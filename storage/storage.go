@@ -571,6 +571,12 @@ func deleteDelivery(tx *bolt.Tx, id []byte, runID string) error {
 			return err
 		}
 	}
+	checks := tx.Bucket(bucketChecks)
+	if checks != nil {
+		if err := checks.Delete(id); err != nil {
+			return err
+		}
+	}
 	ab := tx.Bucket(bucketAttempts)
 	c := ab.Cursor()
 	prefix := attemptPrefix(id)
@@ -581,6 +587,11 @@ func deleteDelivery(tx *bolt.Tx, id []byte, runID string) error {
 	for _, k := range keys {
 		if err := ab.Delete(k); err != nil {
 			return err
+		}
+		if checks != nil {
+			if err := checks.Delete(k); err != nil {
+				return err
+			}
 		}
 	}
 	if runID != "" {

@@ -40,6 +40,10 @@ func TestDamagedPages_ListAndListen(t *testing.T) {
 				t.Fatal(err)
 			}
 
+			if kind == "overflow" {
+				damagedValueCLI(t, data, fixture)
+				return
+			}
 			for _, args := range [][]string{
 				{"deliveries", "list", "--data", data, "--inspect", closedAddr(t)},
 				{"deliveries", "show", "0195b1c8-0000-7000-8000-000000000001", "--data", data, "--inspect", closedAddr(t)},
@@ -101,5 +105,37 @@ func TestDamagedPages_ListAndListen(t *testing.T) {
 				t.Fatalf("deliveries list --json: %v: %s", err, out)
 			}
 		})
+	}
+}
+
+// damagedValueCLI: the damage is in a body's bytes (an overflow page), seen
+// only when that delivery is read: the list shows every delivery, and
+// showing the damaged one fails naming it, the file and what to do,
+// without writing anything.
+func damagedValueCLI(t *testing.T, data string, fixture []byte) {
+	dbPath := filepath.Join(data, "deliveries.db")
+	out, stderr, err := runDevhook(t, "deliveries", "list", "--json", "--limit", "100", "--data", data, "--inspect", closedAddr(t))
+	if err != nil {
+		t.Fatalf("deliveries list: %v; stderr: %s", err, stderr)
+	}
+	var listed []devhook.Summary
+	if err := json.Unmarshal([]byte(out), &listed); err != nil || len(listed) != 24 {
+		t.Fatalf("deliveries list --json: %d, %v; want the 24 deliveries", len(listed), err)
+	}
+	const damaged = "0195b1c8-0000-7000-8000-00000000000c" // storage's largeBody
+	_, stderr, err = runDevhook(t, "deliveries", "show", damaged, "--data", data, "--inspect", closedAddr(t))
+	if err == nil {
+		t.Fatal("deliveries show of the damaged delivery succeeded")
+	}
+	for _, want := range []string{dbPath, damaged, "checksum", "move it away"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("deliveries show: stderr %q does not say %q", stderr, want)
+		}
+	}
+	if _, stderr, err := runDevhook(t, "deliveries", "show", "0195b1c8-0000-7000-8000-00000000000b", "--data", data, "--inspect", closedAddr(t)); err != nil {
+		t.Errorf("deliveries show of an intact delivery: %v; stderr: %s", err, stderr)
+	}
+	if got, _ := os.ReadFile(dbPath); !bytes.Equal(got, fixture) {
+		t.Fatal("a read-only command changed the store")
 	}
 }
