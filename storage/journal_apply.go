@@ -90,8 +90,9 @@ type applyTx struct {
 	// known: no delivery id in bbolt sorts after it (nil: unknown). A put
 	// raises it to its id, so that a second put of one id in a batch is
 	// looked up.
-	known  []byte
-	checks *bolt.Bucket // created by the first value written: see checksum.go
+	known    []byte
+	checks   *bolt.Bucket // created by the first value written: see checksum.go
+	bigValue int          // a value longer than this has a checksum: half a page
 }
 
 // dirtySummary is a summary to write when the records are applied.
@@ -104,6 +105,7 @@ func newApplyTx(tx *bolt.Tx, recs int, known []byte) *applyTx {
 	a := &applyTx{tx: tx, known: known, deliveries: tx.Bucket(bucketDeliveries), bodies: tx.Bucket(bucketBodies),
 		summaries: tx.Bucket(bucketSummaries), attempts: tx.Bucket(bucketAttempts), runs: tx.Bucket(bucketRuns),
 		arena: make([]byte, 0, 128*recs), sums: make(map[string]int, recs/2), dirty: make([]dirtySummary, 0, recs/2)}
+	a.bigValue = tx.DB().Info().PageSize / 2
 	for _, b := range []*bolt.Bucket{a.deliveries, a.bodies, a.summaries, a.attempts} {
 		b.FillPercent = appendFill
 	}
