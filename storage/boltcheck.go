@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"strconv"
 )
 
 // checkBoltFile looks at the file at path before bbolt maps it, and
@@ -144,21 +145,27 @@ const (
 	pageHeaderLen = 16
 	elemLen       = 16 // a branch or a leaf element
 	bucketFlag    = 0x01
-	bucketHdrLen  = 16 // a bucket's value: its root page and sequence
+	bucketHdrLen  = 16  // a bucket's value: its root page and sequence
+	pagePrefix    = 512 // what checkTree reads of a page first
 	maxTreeDepth  = 64
 )
 
 // checkTree reads, with pread and every bound checked, each page that the
-// file's tree and freelist name, once bbolt holds the file's lock: bbolt
-// keeps no checksum of its pages and trusts each one it reads, so a
-// damaged page would make it panic, fault outside its mapping, or return
-// garbage at some later read. Both meta pages must be valid. A page is
-// damaged when its header is not what its parent says (its id, its kind,
-// its overflow past the file), when its elements or keys lie outside it,
-// when its keys are out of order, when a child is past the file's pages
-// or reached twice, or when a page in use is also on the freelist.
-// Overflow pages (the rest of a large value) are not read: a value's bytes
-// carry no checksum that could be checked.
+// file's tree and freelist name, before bbolt maps the file: bbolt keeps
+// no checksum of its pages and trusts each one it reads, so a damaged
+// page would make it panic, fault outside its mapping, or return garbage
+// at some later read. Both meta pages must be valid. A page is damaged
+// when its header is not what its parent says (its id, its kind, its
+// overflow past the file), when its elements or keys lie outside it, when
+// a branch's keys are out of order, when a child is past the file's pages
+// or reached twice, or when a page in use is also on the freelist. Of a
+// leaf, the element array is read, not the keys and values, which are
+// most of the file: a store of 100,000 deliveries (266 MB) opens read-only
+// in about 50 ms with the check, about 200 ms reading every leaf whole,
+// 0.07 ms without it (BenchmarkOpen100k, on 2 busy cores: about 65,000
+// preads of a page's start). A value longer than
+// half a page has a checksum (checksum.go); the bytes of a shorter one in
+// a damaged leaf are found by the read that decodes them.
 func checkTree(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
@@ -180,6 +187,7 @@ type treeCheck struct {
 	hw   uint64 // pages in use: the high-water mark
 	used []bool // pages reached from the tree or the freelist
 	free []bool
+	bufs [][]byte // a page buffer for each depth of the walk, reused
 }
 
 func (c *treeCheck) run() error {
@@ -225,32 +233,62 @@ func (c *treeCheck) run() error {
 }
 
 // pageRun reads the header of page id, checks it against what its parent
-// expects, marks its pages used, and returns a reader of its bytes.
-func (c *treeCheck) pageRun(id uint64, kinds uint16) (*pageBytes, uint16, uint16, error) {
+// expects, marks its pages used, and returns a reader of its bytes, valid
+// until the next page of the same depth is read.
+func (c *treeCheck) pageRun(id uint64, kinds uint16, depth int) (pageBytes, uint16, uint16, error) {
 	if id < 2 || id >= c.hw {
-		return nil, 0, 0, fmt.Errorf("a page names page %d, outside the file's %d pages", id, c.hw)
+		return pageBytes{}, 0, 0, fmt.Errorf("a page names page %d, outside the file's %d pages", id, c.hw)
 	}
-	first := make([]byte, c.ps)
+	for len(c.bufs) <= depth {
+		c.bufs = append(c.bufs, make([]byte, c.ps))
+	}
+	// A leaf's elements are read, not its keys and values (most of
+	// the file): its start first, then the rest of its element array,
+	// or of a branch's page, if that is longer.
+	first := c.bufs[depth][:min(c.ps, pagePrefix)]
 	if _, err := c.f.ReadAt(first, int64(id*c.ps)); err != nil {
-		return nil, 0, 0, fmt.Errorf("page %d: %w", id, err)
+		return pageBytes{}, 0, 0, fmt.Errorf("page %d: %w", id, err)
 	}
 	le := binary.NativeEndian
 	pid, flags, count, over := le.Uint64(first), le.Uint16(first[8:]), le.Uint16(first[10:]), uint64(le.Uint32(first[12:]))
+	want := uint64(len(first))
+	switch flags {
+	case pageBranch:
+		want = c.ps
+	case pageLeaf:
+		want = min(c.ps, pageHeaderLen+uint64(count)*elemLen)
+	}
+	if want > uint64(len(first)) {
+		first = c.bufs[depth][:want]
+		if _, err := c.f.ReadAt(first[pagePrefix:], int64(id*c.ps+pagePrefix)); err != nil {
+			return pageBytes{}, 0, 0, fmt.Errorf("page %d: %w", id, err)
+		}
+	}
 	switch {
 	case pid != id:
-		return nil, 0, 0, fmt.Errorf("page %d calls itself page %d", id, pid)
+		return pageBytes{}, 0, 0, fmt.Errorf("page %d calls itself page %d", id, pid)
 	case flags&kinds == 0 || flags&(flags-1) != 0:
-		return nil, 0, 0, fmt.Errorf("page %d has the kind %#x, want %#x", id, flags, kinds)
+		return pageBytes{}, 0, 0, fmt.Errorf("page %d has the kind %#x, want %#x", id, flags, kinds)
 	case id+over >= c.hw:
-		return nil, 0, 0, fmt.Errorf("page %d overflows past the file's %d pages", id, c.hw)
+		return pageBytes{}, 0, 0, fmt.Errorf("page %d overflows past the file's %d pages", id, c.hw)
 	}
 	for p := id; p <= id+over; p++ {
 		if c.used[p] {
-			return nil, 0, 0, fmt.Errorf("page %d is reached twice", p)
+			return pageBytes{}, 0, 0, fmt.Errorf("page %d is reached twice", p)
 		}
 		c.used[p] = true
 	}
-	return &pageBytes{f: c.f, off: int64(id * c.ps), first: first, size: (1 + over) * c.ps}, flags, count, nil
+	return pageBytes{f: c.f, off: int64(id * c.ps), first: first, size: (1 + over) * c.ps}, flags, count, nil
+}
+
+// pageName names a page in an error; 0: an inline bucket's.
+type pageName uint64
+
+func (n pageName) String() string {
+	if n == 0 {
+		return "an inline bucket"
+	}
+	return "page " + strconv.FormatUint(uint64(n), 10)
 }
 
 // pageBytes reads a page run: its first page is in memory, the rest is
@@ -280,7 +318,7 @@ func (p *pageBytes) at(off, n uint64) ([]byte, error) {
 }
 
 func (c *treeCheck) freelist(id uint64) error {
-	p, _, count, err := c.pageRun(id, pageFreelist)
+	p, _, count, err := c.pageRun(id, pageFreelist, 0)
 	if err != nil {
 		return fmt.Errorf("freelist: %w", err)
 	}
@@ -321,7 +359,7 @@ func (c *treeCheck) bucket(root uint64, inline []byte, depth int) error {
 		if flags != pageLeaf {
 			return fmt.Errorf("an inline bucket has the kind %#x", flags)
 		}
-		return c.leaf(&pageBytes{first: inline, size: uint64(len(inline))}, "an inline bucket", count, depth)
+		return c.leaf(&pageBytes{first: inline, size: uint64(len(inline))}, 0, count, depth)
 	}
 	return c.node(root, depth)
 }
@@ -331,13 +369,13 @@ func (c *treeCheck) node(id uint64, depth int) error {
 	if depth > maxTreeDepth {
 		return fmt.Errorf("page %d is deeper than %d levels", id, maxTreeDepth)
 	}
-	p, flags, count, err := c.pageRun(id, pageBranch|pageLeaf)
+	p, flags, count, err := c.pageRun(id, pageBranch|pageLeaf, depth)
 	if err != nil {
 		return err
 	}
-	name := fmt.Sprintf("page %d", id)
+	name := pageName(id)
 	if flags == pageLeaf {
-		return c.leaf(p, name, count, depth)
+		return c.leaf(&p, name, count, depth)
 	}
 	if count == 0 {
 		return fmt.Errorf("%s is a branch with no element", name)
@@ -358,7 +396,7 @@ func (c *treeCheck) node(id uint64, depth int) error {
 		if i > 0 && bytes.Compare(prev, key) >= 0 {
 			return fmt.Errorf("%s: its keys are out of order at element %d", name, i)
 		}
-		prev = bytes.Clone(key)
+		prev = key // the page's buffer, or a copy: unchanged until the loop ends
 		children[i] = binary.NativeEndian.Uint64(e[8:])
 	}
 	for _, child := range children {
@@ -370,7 +408,7 @@ func (c *treeCheck) node(id uint64, depth int) error {
 }
 
 // leaf checks the elements of a leaf page, and the buckets it holds.
-func (c *treeCheck) leaf(p *pageBytes, name string, count uint16, depth int) error {
+func (c *treeCheck) leaf(p *pageBytes, name pageName, count uint16, depth int) error {
 	elems, err := p.at(pageHeaderLen, uint64(count)*elemLen)
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
@@ -384,20 +422,20 @@ func (c *treeCheck) leaf(p *pageBytes, name string, count uint16, depth int) err
 		if flags&^bucketFlag != 0 {
 			return fmt.Errorf("%s, element %d: unknown flags %#x", name, i, flags)
 		}
+		if at > p.size || ksize+vsize > p.size-at {
+			return fmt.Errorf("%s, element %d: its key and value run past the page", name, i)
+		}
+		if flags&bucketFlag == 0 {
+			continue // its bytes are not read: see checkTree
+		}
 		key, err := p.at(at, ksize)
 		if err != nil {
 			return fmt.Errorf("%s, element %d: %w", name, i, err)
 		}
-		if _, err := p.at(at+ksize, vsize); flags&bucketFlag == 0 && err != nil {
-			return fmt.Errorf("%s, element %d: its value: %w", name, i, err)
+		if prev != nil && bytes.Compare(prev, key) >= 0 {
+			return fmt.Errorf("%s: its buckets are out of order at element %d", name, i)
 		}
-		if i > 0 && bytes.Compare(prev, key) >= 0 {
-			return fmt.Errorf("%s: its keys are out of order at element %d", name, i)
-		}
-		prev = bytes.Clone(key)
-		if flags&bucketFlag == 0 {
-			continue
-		}
+		prev = key
 		v, err := p.at(at+ksize, vsize)
 		if err != nil || vsize < bucketHdrLen {
 			return fmt.Errorf("%s, bucket %q: its header is damaged", name, key)
