@@ -63,7 +63,7 @@ func corruptError(path string, err error) error {
 func (db *DB) safely(fn func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("storage: %s: %w (bbolt failed reading it: %v); stop devhook and start it again: it checks the file and sets it aside if it is damaged", db.path, ErrDamaged, r)
+			err = fmt.Errorf("storage: %s: %w (bbolt failed reading it: %v); stop devhook and start devhook listen again: it checks the file and sets it aside as evidence when it finds the damage; if it starts all the same, move the file away yourself (for example: mv %s %s.bad)", db.path, ErrDamaged, r, db.path, db.path)
 		}
 	}()
 	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))

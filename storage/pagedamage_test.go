@@ -265,3 +265,41 @@ func damagedValue(t *testing.T, name string) {
 		}
 	}
 }
+
+// Pages damaged while the store is open (bbolt maps the file, so it reads
+// the damage): every read fails with ErrDamaged naming the file, and
+// nothing panics or faults out of the store, however the garbage makes
+// bbolt fail.
+func TestRead_PagesDamagedWhileOpen(t *testing.T) {
+	for _, readOnly := range []bool{true, false} {
+		dir := t.TempDir()
+		copyFixture(t, "db-intact-pages.db", dir, "devhook.db")
+		path := filepath.Join(dir, "devhook.db")
+		db := MustOpenPath(t, path, storage.Config{MaxDeliveries: -1, MaxAge: -1, ReadOnly: readOnly, Logf: t.Logf})
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fi, _ := f.Stat()
+		r := rand.New(rand.NewPCG(29, 1))
+		junk := make([]byte, fixturePageSize)
+		for off := int64(2 * fixturePageSize); off < fi.Size(); off += fixturePageSize {
+			for i := range junk {
+				junk[i] = byte(r.Uint32())
+			}
+			if _, err := f.WriteAt(junk, off); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f.Close()
+		if _, err := db.List(devhook.Filter{}); !errors.Is(err, storage.ErrDamaged) || !strings.Contains(err.Error(), path) {
+			t.Errorf("List of a damaged file (read-only %v): %v; want ErrDamaged naming the file", readOnly, err)
+		}
+		if _, err := db.Delivery(id(3)); !errors.Is(err, storage.ErrDamaged) || !strings.Contains(err.Error(), path) {
+			t.Errorf("Delivery of a damaged file (read-only %v): %v; want ErrDamaged naming the file", readOnly, err)
+		}
+		if _, err := db.Count(); !errors.Is(err, storage.ErrDamaged) {
+			t.Errorf("Count of a damaged file (read-only %v): %v; want ErrDamaged", readOnly, err)
+		}
+	}
+}
