@@ -68,7 +68,9 @@ from this machine only (useful with 'devhook send' and 'devhook emulate').
 
 A delivery is recorded before it is forwarded. When it cannot be (a full disk), a
 sender still waiting gets 503 and the delivery is not forwarded; deliveries that waited
-in the relay's queue are held and go through once recording works again.
+in the relay's queue are held and go through once recording works again. Started on a
+full disk, listen says so and does not connect until there is room: the relay keeps the
+deliveries queued meanwhile, and the inspector shows the history.
 
 A delivery that waited in the relay's queue (its sender got 202) and that the receiver
 does not take (no answer, 408, 429 or 5xx) is retried with backoff for --retry-for,
