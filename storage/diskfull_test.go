@@ -1,9 +1,12 @@
 package storage_test
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -105,5 +108,66 @@ func TestOpen_FullDiskKeepsTheJournal(t *testing.T) {
 	}
 	if d, err := db.Delivery(id(3)); err != nil || len(d.Attempts) != 2 {
 		t.Errorf("reopened: %+v, %v; want delivery 3 with its 2 attempts", d, err)
+	}
+}
+
+// A read-only Open (deliveries list, show) with a journal a killed process
+// left: the records are shown, not applied; nothing is written, removed or
+// set aside, and Logf says so; writes fail.
+func TestOpen_ReadOnlyReadsTheJournal(t *testing.T) {
+	for _, c := range []struct {
+		fixture string
+		n       int
+		say     []string
+	}{
+		{"journal-intact.journal0", fixtureN, []string{"holds 24 records", "shown, not applied", "devhook listen applies them"}},
+		{"journal-damaged-middle.journal0", fixtureN, []string{"is damaged", "23 intact records are shown", "left as it is"}},
+	} {
+		t.Run(c.fixture, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "devhook.db")
+			db := MustOpenPath(t, path, storage.Config{})
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			before, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			journal := copyFixture(t, c.fixture, dir, "devhook.db.journal0")
+			logs := newLogRecorder()
+			ro, err := storage.Open(path, storage.Config{ReadOnly: true, MaxDeliveries: 1, Logf: logs.logf})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.ContainsFunc(logs.lines(), func(l string) bool { return containsAll(l, c.say...) }) {
+				t.Errorf("logged %q, want a line with %q", logs.lines(), c.say)
+			}
+			// Retention (MaxDeliveries 1) does not run: nothing is written.
+			if n, err := ro.Count(); err != nil || n < c.n-1 {
+				t.Errorf("Count() = %d, %v; want the journal's deliveries", n, err)
+			}
+			if d, err := ro.Delivery(id(0)); err != nil || len(d.Attempts) != 1 {
+				t.Errorf("Delivery: %+v, %v; want it with its attempt", d, err)
+			}
+			if _, err := ro.PutDelivery(newDelivery(100)); err == nil || !strings.Contains(err.Error(), "read-only") {
+				t.Errorf("PutDelivery on a read-only store: %v", err)
+			}
+			if _, err := ro.Prune(); err == nil {
+				t.Error("Prune on a read-only store succeeded")
+			}
+			if err := ro.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := os.ReadFile(path); !bytes.Equal(got, before) {
+				t.Error("a read-only Open changed the store")
+			}
+			if got, _ := os.ReadFile(path + ".journal0"); !bytes.Equal(got, journal) {
+				t.Error("a read-only Open changed the journal")
+			}
+			if asides, _ := filepath.Glob(path + "*.damaged-*"); len(asides) != 0 {
+				t.Errorf("a read-only Open set aside %v", asides)
+			}
+		})
 	}
 }
