@@ -12,15 +12,17 @@ import (
 	"github.com/devhook/devhook"
 )
 
-// Each damaged page kind of deliveries.db (storage/testdata), met by the
+// Each damaged page kind of deliveries.db, and a file cut short or empty
+// (storage/testdata), met by the
 // read-only deliveries list and by listen: never a crash; list says what
 // is wrong and what to do and touches nothing; listen sets the file aside
 // as evidence, says so and stops; the next listen starts with a new file,
 // and the deliveries of the journal beside the damaged file are in it.
 func TestDamagedPages_ListAndListen(t *testing.T) {
-	for _, kind := range []string{"meta0", "meta1", "freelist", "branch", "leaf", "overflow"} {
-		t.Run(kind, func(t *testing.T) {
-			fixture, err := os.ReadFile(filepath.Join("..", "..", "storage", "testdata", "db-damaged-"+kind+".db"))
+	for _, name := range []string{"db-damaged-meta0.db", "db-damaged-meta1.db", "db-damaged-freelist.db",
+		"db-damaged-branch.db", "db-damaged-leaf.db", "db-damaged-overflow.db", "db-truncated.db", "db-empty.db"} {
+		t.Run(name, func(t *testing.T) {
+			fixture, err := os.ReadFile(filepath.Join("..", "..", "storage", "testdata", name))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -40,7 +42,7 @@ func TestDamagedPages_ListAndListen(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			if kind == "overflow" {
+			if name == "db-damaged-overflow.db" {
 				damagedValueCLI(t, data, fixture)
 				return
 			}
@@ -137,5 +139,98 @@ func damagedValueCLI(t *testing.T, data string, fixture []byte) {
 	}
 	if got, _ := os.ReadFile(dbPath); !bytes.Equal(got, fixture) {
 		t.Fatal("a read-only command changed the store")
+	}
+}
+
+// The journal's fixtures (storage/testdata), beside an intact store, met
+// by deliveries list and by listen: list shows the intact records without
+// applying them and says what it found, writing nothing; listen applies
+// them, sets a damaged file aside, and refuses a newer format untouched.
+func TestDamagedJournals_ListAndListen(t *testing.T) {
+	for _, c := range []struct {
+		fixture  string
+		listed   int      // deliveries list shows
+		listSays string   // on stderr
+		listErr  bool     // deliveries list fails
+		listen   []string // listen fails saying these; nil: it starts
+		setAside bool     // listen sets the journal aside
+	}{
+		{fixture: "journal-torn-tail.journal0", listed: 12, listSays: "shown, not applied"},
+		{fixture: "journal-damaged-middle.journal0", listed: 11, listSays: "is damaged", setAside: true},
+		{fixture: "journal-wrong-magic.journal0", listed: 0, listSays: "not a devhook journal", setAside: true},
+		{fixture: "journal-newer-version.journal0", listErr: true, listSays: "upgrade devhook", listen: []string{"newer devhook", "upgrade devhook"}},
+	} {
+		t.Run(c.fixture, func(t *testing.T) {
+			journal, err := os.ReadFile(filepath.Join("..", "..", "storage", "testdata", c.fixture))
+			if err != nil {
+				t.Fatal(err)
+			}
+			data := filepath.Join(t.TempDir(), "data")
+			p := startProc(t, "listen", "--json", "--forward", "http://127.0.0.1:1", "--secret", "whsec_x",
+				"--inspect", "off", "--relay-addr", "127.0.0.1:0", "--data", data)
+			p.nextJSON(t, "ready")
+			p.stop(t, 10*time.Second)
+			dbPath := filepath.Join(data, "deliveries.db")
+			jPath := dbPath + ".journal0"
+			if err := os.WriteFile(jPath, journal, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			store, _ := os.ReadFile(dbPath)
+
+			out, stderr, err := runDevhook(t, "deliveries", "list", "--json", "--limit", "100", "--data", data, "--inspect", closedAddr(t))
+			if c.listErr != (err != nil) {
+				t.Fatalf("deliveries list: %v, want failure %v; stderr: %s", err, c.listErr, stderr)
+			}
+			if !strings.Contains(stderr, c.listSays) || !strings.Contains(stderr, jPath) {
+				t.Errorf("deliveries list: stderr %q does not say %q about %s", stderr, c.listSays, jPath)
+			}
+			if !c.listErr {
+				var listed []devhook.Summary
+				if err := json.Unmarshal([]byte(out), &listed); err != nil || len(listed) != c.listed {
+					t.Errorf("deliveries list: %d deliveries, %v; want %d", len(listed), err, c.listed)
+				}
+			}
+			if got, _ := os.ReadFile(jPath); !bytes.Equal(got, journal) {
+				t.Fatal("deliveries list changed the journal")
+			}
+			if got, _ := os.ReadFile(dbPath); !bytes.Equal(got, store) {
+				t.Fatal("deliveries list changed the store")
+			}
+
+			if c.listen != nil {
+				_, stderr, err := runDevhook(t, "listen", "--json", "--forward", "http://127.0.0.1:1", "--secret", "whsec_x",
+					"--inspect", "off", "--relay-addr", "127.0.0.1:0", "--data", data)
+				if err == nil {
+					t.Fatal("listen started")
+				}
+				for _, want := range c.listen {
+					if !strings.Contains(stderr, want) {
+						t.Errorf("listen: stderr %q does not say %q", stderr, want)
+					}
+				}
+				if got, _ := os.ReadFile(jPath); !bytes.Equal(got, journal) {
+					t.Fatal("listen changed the journal it refused")
+				}
+				return
+			}
+			p = startProc(t, "listen", "--json", "--forward", "http://127.0.0.1:1", "--secret", "whsec_x",
+				"--inspect", "off", "--relay-addr", "127.0.0.1:0", "--data", data)
+			p.nextJSON(t, "ready")
+			p.stop(t, 10*time.Second)
+			asides, _ := filepath.Glob(jPath + ".damaged-*")
+			switch {
+			case c.setAside && len(asides) != 1:
+				t.Fatalf("set aside: %v, want the damaged journal", asides)
+			case c.setAside:
+				if got, _ := os.ReadFile(asides[0]); !bytes.Equal(got, journal) {
+					t.Errorf("%s is not the journal as it was", asides[0])
+				}
+			case len(asides) != 0:
+				t.Errorf("set aside %v, want the journal applied", asides)
+			}
+			if _, err := os.Stat(jPath); !os.IsNotExist(err) {
+				t.Errorf("%s still there after listen: %v", jPath, err)
+			}
+		})
 	}
 }
