@@ -2,6 +2,7 @@ package storage
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"time"
 
@@ -129,7 +130,10 @@ func (db *DB) flush() error {
 		j.failed = fmt.Errorf("storage: apply journal to %s: %w", db.path, err)
 		j.setOverMax()
 		j.mu.Unlock()
-		if first {
+		switch {
+		case first && errors.Is(err, ErrDamaged):
+			db.logf("storage: cannot write to %s (%v); deliveries stay in its journal: stop devhook listen and start it again, which sets the file aside as evidence and applies the journal to a new one", db.path, err)
+		case first:
 			db.logf("storage: cannot write to %s (%v); deliveries stay in its journal and are applied once it takes writes again", db.path, err)
 		}
 		return fmt.Errorf("storage: apply journal to %s: %w", db.path, err)
