@@ -13,8 +13,9 @@ package agent
 // next one in a shared list), and once every URL failed, after a jittered wait that doubles from
 // Config.MinBackoff to Config.MaxBackoff and is back to MinBackoff after a
 // success. The relay rejecting the credentials, or another agent taking
-// the channel over, ends Run instead. The deliveries of a connection are
-// served by workers.go.
+// the channel over, ends Run instead. While the store cannot take a write
+// (a full disk), the agent does not connect (health.go: waitWritable). The
+// deliveries of a connection are served by workers.go.
 
 import (
 	"context"
@@ -45,6 +46,9 @@ func (a *Agent) stayConnected(ctx context.Context) error {
 	relays := append([]string{a.cfg.RelayURL}, a.shuffled(a.cfg.RelayFallbacks)...)
 	at := 0 // the relay tried next
 	for {
+		if !a.waitWritable(ctx) {
+			return nil
+		}
 		conn, err := relay.Dial(ctx, relay.DialConfig{RelayURL: relays[at], Credentials: a.cfg.Credentials, Network: a.cfg.RelayNetwork})
 		switch {
 		case ctx.Err() != nil:

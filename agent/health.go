@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -110,4 +111,57 @@ func FormatDuration(d time.Duration) string {
 		s = s[:len(s)-2]
 	}
 	return s
+}
+
+// writeChecker is what a Store may also do: say whether it can take a
+// write now (storage.DB.CheckWrite).
+type writeChecker interface{ CheckWrite() error }
+
+// maxSpacePoll bounds the wait between two checks of a store that cannot
+// take writes.
+const maxSpacePoll = 5 * time.Second
+
+// waitWritable returns true once the store can take a write, false if ctx
+// ends first. Until then the agent does not connect: a delivery it takes
+// it must record before it answers or acknowledges, so it takes none, and
+// the relay keeps the channel's deliveries queued (a sender gets 202). The
+// store is checked again after MinBackoff, then twice as long each time,
+// up to maxSpacePoll; the history stays readable meanwhile. Each change is
+// a log line and a devhook.ChangeHealth.
+func (a *Agent) waitWritable(ctx context.Context) bool {
+	wc, ok := a.cfg.Store.(writeChecker)
+	if !ok {
+		return true
+	}
+	err := wc.CheckWrite()
+	if err == nil {
+		return true
+	}
+	h := &a.health
+	h.mu.Lock()
+	first := !h.failing.Load()
+	if first {
+		h.since = a.cfg.Now()
+		h.failing.Store(true)
+		h.quiet = false
+	}
+	h.err = err.Error()
+	h.mu.Unlock()
+	if first {
+		a.publishHealth()
+	}
+	a.cfg.Logf("cannot record deliveries: %v; taking none until there is room again: not connected to the relay, which keeps this channel's deliveries queued meanwhile; recorded deliveries stay readable", err)
+	wait := a.cfg.MinBackoff
+	for {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(wait):
+		}
+		if wc.CheckWrite() == nil {
+			a.storeOK()
+			return true
+		}
+		wait = min(2*wait, maxSpacePoll)
+	}
 }

@@ -3,6 +3,7 @@ package storage_test
 import (
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -359,5 +360,39 @@ func TestRecord_Allocs(t *testing.T) {
 	t.Logf("%v allocations per PutDelivery and AddAttempt", got)
 	if got > want+1 {
 		t.Errorf("%v allocations per PutDelivery and AddAttempt, want at most %d", got, want+1)
+	}
+}
+
+// BenchmarkOpen100k measures Open of a store of 100,000 deliveries, read
+// only (as deliveries list opens it): most of it is the check of every
+// page of the tree that Open makes before bbolt reads one (damage.go).
+func BenchmarkOpen100k(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "devhook.db")
+	db := MustOpenPath(b, path, storage.Config{MaxDeliveries: -1, MaxAge: -1})
+	const n, chunk = 100_000, 10_000
+	for from := 0; from < n; from += chunk {
+		ds := make([]*devhook.Delivery, chunk)
+		for i := range ds {
+			ds[i] = benchDelivery(from+i, devhook.VerdictOK)
+		}
+		if err := db.PutDeliveriesTx(ds); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		b.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("%d deliveries, %d MB", n, fi.Size()>>20)
+	b.ReportAllocs()
+	for b.Loop() {
+		db, err := storage.Open(path, storage.Config{ReadOnly: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		db.Close()
 	}
 }

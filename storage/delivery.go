@@ -3,6 +3,7 @@ package storage
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -73,6 +74,9 @@ func (db *DB) PutDelivery(d *devhook.Delivery) (created bool, err error) {
 	if err := validID("delivery", d.ID); err != nil {
 		return false, err
 	}
+	if db.readOnly {
+		return false, fmt.Errorf("storage: put delivery %s: %w", d.ID, errReadOnly)
+	}
 	created, err = db.journalPut(d)
 	if err != nil {
 		return false, fmt.Errorf("storage: put delivery %s: %w", d.ID, err)
@@ -85,6 +89,9 @@ func (db *DB) PutDelivery(d *devhook.Delivery) (created bool, err error) {
 func (db *DB) AddAttempt(id string, a devhook.Attempt) (devhook.Attempt, error) {
 	if validID("delivery", id) != nil {
 		return devhook.Attempt{}, notFound(id) // it cannot have been recorded
+	}
+	if db.readOnly {
+		return devhook.Attempt{}, fmt.Errorf("storage: add attempt to delivery %s: %w", id, errReadOnly)
 	}
 	a, err := db.journalAttempt(id, a)
 	if err != nil {
@@ -113,6 +120,9 @@ func (db *DB) Delivery(id string) (*devhook.Delivery, error) {
 	if err != nil {
 		if devhook.ErrorCode(err) == devhook.ENOTFOUND {
 			return nil, err
+		}
+		if dv := (errValueDamaged{}); errors.As(err, &dv) {
+			return nil, db.damagedValue(err)
 		}
 		return nil, fmt.Errorf("storage: read delivery %s: %w", id, err)
 	}

@@ -243,3 +243,9 @@ func (db *DB) AddAttemptDirect(id string, a devhook.Attempt) (devhook.Attempt, e
 	}
 	return a, nil
 }
+
+// WithPageSize returns cfg making new files with bbolt pages of ps bytes.
+func WithPageSize(cfg Config, ps int) Config {
+	cfg.pageSize = ps
+	return cfg
+}

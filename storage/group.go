@@ -117,4 +117,6 @@ func safeCall(fn func(*bolt.Tx) error, tx *bolt.Tx) (err error) {
 
 // update runs fn in a write transaction of the store's file, possibly
 // shared with concurrent writes; see group.update.
-func (db *DB) update(fn func(*bolt.Tx) error) error { return db.group.update(db.bolt, fn) }
+func (db *DB) update(fn func(*bolt.Tx) error) error {
+	return db.safely(func() error { return db.group.update(db.bolt, fn) })
+}

@@ -38,20 +38,25 @@ func (db *DB) apply(recs []jrec, known []byte) (applied, error) {
 		var res applied
 		bad := -1
 		var badErr error
-		err := db.bolt.Update(func(tx *bolt.Tx) error {
-			a := newApplyTx(tx, len(recs), known)
-			for i := range recs {
-				if err := a.record(i, &recs[i]); err != nil {
+		err := db.safely(func() error {
+			return db.bolt.Update(func(tx *bolt.Tx) error {
+				if err := db.spaceLeft(); err != nil {
+					return err
+				}
+				a := newApplyTx(tx, len(recs), known)
+				for i := range recs {
+					if err := a.record(i, &recs[i]); err != nil {
+						bad, badErr = i, err
+						return err
+					}
+				}
+				if i, err := a.done(); err != nil {
 					bad, badErr = i, err
 					return err
 				}
-			}
-			if i, err := a.done(); err != nil {
-				bad, badErr = i, err
-				return err
-			}
-			res = a.res
-			return nil
+				res = a.res
+				return nil
+			})
 		})
 		if bad < 0 {
 			return res, err
@@ -85,7 +90,9 @@ type applyTx struct {
 	// known: no delivery id in bbolt sorts after it (nil: unknown). A put
 	// raises it to its id, so that a second put of one id in a batch is
 	// looked up.
-	known []byte
+	known    []byte
+	checks   *bolt.Bucket // created by the first value written: see checksum.go
+	bigValue int          // a value longer than this has a checksum: half a page
 }
 
 // dirtySummary is a summary to write when the records are applied.
@@ -98,6 +105,7 @@ func newApplyTx(tx *bolt.Tx, recs int, known []byte) *applyTx {
 	a := &applyTx{tx: tx, known: known, deliveries: tx.Bucket(bucketDeliveries), bodies: tx.Bucket(bucketBodies),
 		summaries: tx.Bucket(bucketSummaries), attempts: tx.Bucket(bucketAttempts), runs: tx.Bucket(bucketRuns),
 		arena: make([]byte, 0, 128*recs), sums: make(map[string]int, recs/2), dirty: make([]dirtySummary, 0, recs/2)}
+	a.bigValue = tx.DB().Info().PageSize / 2
 	for _, b := range []*bolt.Bucket{a.deliveries, a.bodies, a.summaries, a.attempts} {
 		b.FillPercent = appendFill
 	}
@@ -198,6 +206,9 @@ func (a *applyTx) put(key string, e *encodedDelivery) error {
 	if err := a.bodies.Put(e.id, e.body); err != nil {
 		return err
 	}
+	if err := a.putCheck(e.id, e.body); err != nil {
+		return err
+	}
 	a.setSummary(key, e.id, e.summary)
 	if e.runID != "" {
 		start := len(a.arena)
@@ -227,7 +238,11 @@ func (a *applyTx) attempt(key string, id []byte, o *outcome, enc []byte) error {
 	a.arena = arena
 	var seq [4]byte
 	binary.BigEndian.PutUint32(seq[:], uint32(o.seq))
-	if err := a.attempts.Put(a.keep(id, []byte{0}, seq[:]), enc); err != nil {
+	akey := a.keep(id, []byte{0}, seq[:])
+	if err := a.attempts.Put(akey, enc); err != nil {
+		return err
+	}
+	if err := a.putCheck(akey, enc); err != nil {
 		return err
 	}
 	if changed {

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"time"
 
@@ -97,6 +98,9 @@ func (j *journal) setOverMax() {
 // flush applies the pending records to bbolt and empties the journal file
 // that held them.
 func (db *DB) flush() error {
+	if db.readOnly {
+		return errReadOnly
+	}
 	j := db.journal
 	j.flushMu.Lock()
 	defer j.flushMu.Unlock()
@@ -126,7 +130,10 @@ func (db *DB) flush() error {
 		j.failed = fmt.Errorf("storage: apply journal to %s: %w", db.path, err)
 		j.setOverMax()
 		j.mu.Unlock()
-		if first {
+		switch {
+		case first && errors.Is(err, ErrDamaged):
+			db.logf("storage: cannot write to %s (%v); deliveries stay in its journal: stop devhook listen and start it again, which sets the file aside as evidence and applies the journal to a new one", db.path, err)
+		case first:
 			db.logf("storage: cannot write to %s (%v); deliveries stay in its journal and are applied once it takes writes again", db.path, err)
 		}
 		return fmt.Errorf("storage: apply journal to %s: %w", db.path, err)
@@ -199,10 +206,12 @@ func maxPutID(recs []jrec) []byte {
 // journal.lastBolt.
 func (db *DB) lastDelivery() ([]byte, error) {
 	var last []byte
-	err := db.bolt.View(func(tx *bolt.Tx) error {
-		k, _ := tx.Bucket(bucketDeliveries).Cursor().Last()
-		last = bytes.Clone(k)
-		return nil
+	err := db.safely(func() error {
+		return db.bolt.View(func(tx *bolt.Tx) error {
+			k, _ := tx.Bucket(bucketDeliveries).Cursor().Last()
+			last = bytes.Clone(k)
+			return nil
+		})
 	})
 	return last, err
 }

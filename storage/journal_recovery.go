@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"os"
 	"slices"
+	"time"
 
 	"github.com/devhook/devhook"
 )
@@ -45,6 +46,12 @@ func allZero(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// journalFile is a journal file Open found, and what it holds.
+type journalFile struct {
+	path string
+	scan journalScan
 }
 
 // scanJournal returns the intact records of a journal file's contents.
@@ -130,11 +137,7 @@ func resync(b []byte) int {
 // before anything else runs.
 func (db *DB) replayJournal() error {
 	j := db.journal
-	type file struct {
-		path string
-		scan journalScan
-	}
-	var files []file
+	var files []journalFile
 	var recs []jrec
 	for _, p := range j.path {
 		data, err := os.ReadFile(p)
@@ -148,7 +151,7 @@ func (db *DB) replayJournal() error {
 		if newer := errNewerJournal(0); errors.As(err, &newer) {
 			return devhook.Errorf(devhook.EINVALID, "storage: %s was written by a newer devhook (%v): upgrade devhook; the journal was left untouched", p, err)
 		}
-		files = append(files, file{p, s})
+		files = append(files, journalFile{p, s})
 		recs = append(recs, s.recs...)
 	}
 	if len(files) == 0 {
@@ -164,14 +167,19 @@ func (db *DB) replayJournal() error {
 		return 0
 	})
 	dropped := 0
-	for len(recs) > 0 {
-		n := min(len(recs), 4*journalRecords)
-		res, err := db.apply(recs[:n], nil)
+	for rest := recs; len(rest) > 0; {
+		n := min(len(rest), 4*journalRecords)
+		res, err := db.apply(rest[:n], nil)
+		if err != nil && spaceError(err) {
+			// A full disk: the store opens all the same, the records
+			// pending, and the flusher applies them once it can.
+			return db.keepJournal(recs, files, err)
+		}
 		if err != nil {
-			return fmt.Errorf("storage: apply the journal of %s (it is kept, and applied when devhook next opens the file; is the disk full?): %w", db.path, err)
+			return fmt.Errorf("storage: apply the journal of %s (it is kept, and applied when devhook next opens the file): %w", db.path, err)
 		}
 		dropped += res.dropped
-		recs = recs[n:]
+		rest = rest[n:]
 	}
 	db.reportDropped(dropped)
 	for _, f := range files {
@@ -200,16 +208,122 @@ func (db *DB) replayJournal() error {
 // setAside renames the file at path to path.damaged-<UTC time>, with a
 // number after it if that name is taken, and returns the new name.
 func (db *DB) setAside(path string) (string, error) {
-	base := path + ".damaged-" + db.now().UTC().Format("20060102T150405Z")
-	aside := base
-	for n := 2; ; n++ {
-		if _, err := os.Lstat(aside); errors.Is(err, os.ErrNotExist) {
-			break
-		}
-		aside = fmt.Sprintf("%s-%d", base, n)
-	}
+	aside := asideName(path, db.now())
 	if err := os.Rename(path, aside); err != nil {
 		return "", fmt.Errorf("storage: set damaged journal %s aside: %w", path, err)
 	}
 	return aside, nil
+}
+
+// keepJournal is what Open does when the journal a previous process left
+// cannot be applied because the disk is full (err): its records become
+// pending, as if this process had written them; the files stay, and new
+// records are appended to them; the flusher applies them all once bbolt
+// takes writes. Applying a record twice (a process killed after a flush
+// applied it, before the file was emptied) changes nothing.
+func (db *DB) keepJournal(recs []jrec, files []journalFile, err error) error {
+	j := db.journal
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	for _, f := range files {
+		if f.scan.foreign == "" && f.scan.damaged == "" {
+			continue
+		}
+		// Its intact records are pending; the file is evidence, which
+		// the flush would empty.
+		aside, err := db.setAside(f.path)
+		if err != nil {
+			return err
+		}
+		db.logf("storage: journal %s was damaged or not devhook's (%s%s): its %d intact records wait to be applied, and the file is kept as %s", f.path, f.scan.foreign, f.scan.damaged, len(f.scan.recs), aside)
+	}
+	for _, jf := range files {
+		i := slices.Index(j.path[:], jf.path)
+		if i < 0 || jf.scan.foreign != "" || jf.scan.damaged != "" || len(jf.scan.recs) == 0 {
+			continue // set aside above, or nothing to keep: written afresh
+		}
+		// Its records lie end to end after the header: a torn tail is
+		// cut off, so that the records appended next are read back.
+		end := int64(fileHeaderLen)
+		for _, r := range jf.scan.recs {
+			end += int64(len(r.raw))
+		}
+		f, err := os.OpenFile(jf.path, os.O_RDWR, 0)
+		if err != nil {
+			return fmt.Errorf("storage: open journal %s: %w", jf.path, err)
+		}
+		if err := f.Truncate(end); err != nil {
+			f.Close()
+			return fmt.Errorf("storage: open journal %s: %w", jf.path, err)
+		}
+		j.files[i], j.sizes[i] = f, end
+	}
+	j.loadPending(recs)
+	j.failed = fmt.Errorf("storage: apply journal to %s: %w", db.path, err)
+	j.setOverMax()
+	db.logf("storage: cannot write to %s (%v); the %d records of its journal stay there, and are applied once it takes writes again", db.path, err, len(recs))
+	return nil
+}
+
+// loadPending makes recs, read from the journal files in seq order,
+// pending. j.mu is held, or the journal not yet shared.
+func (j *journal) loadPending(recs []jrec) {
+	j.pending = recs
+	j.bytes = 0
+	for _, r := range recs {
+		j.bytes += len(r.raw)
+		st := j.ids[r.key]
+		st.lastSeq = r.seq
+		if r.kind == recAttempt {
+			st.attempts = max(st.attempts, r.att.seq)
+		}
+		j.ids[r.key] = st
+		j.seq = max(j.seq, r.seq)
+	}
+	if len(recs) > 0 {
+		j.first = time.Now()
+		j.poke()
+	}
+}
+
+// readJournal reads, for a read-only Open, what a previous process left
+// in the journal files, without applying, removing or setting aside
+// anything: the records become pending, so that reads show them, and Logf
+// says what was found and that devhook listen applies it.
+func (db *DB) readJournal() error {
+	j := db.journal
+	var recs []jrec
+	for _, p := range j.path {
+		data, err := os.ReadFile(p)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("storage: read journal %s: %w", p, err)
+		}
+		s, err := scanJournal(data)
+		if newer := errNewerJournal(0); errors.As(err, &newer) {
+			return devhook.Errorf(devhook.EINVALID, "storage: %s was written by a newer devhook (%v): upgrade devhook; the journal was left untouched", p, err)
+		}
+		switch {
+		case s.foreign != "":
+			db.logf("storage: %s is not a devhook journal that this devhook can read (%s); nothing was read from it, and it was left as it is: devhook listen sets it aside", p, s.foreign)
+		case s.damaged != "":
+			db.logf("storage: journal %s is damaged (%s): its %d intact records are shown, and it was left as it is: devhook listen applies them and sets the file aside", p, s.damaged, len(s.recs))
+		case len(s.recs) > 0:
+			db.logf("storage: journal %s holds %d records that %s does not have yet (devhook stopped without closing it): they are shown, not applied; devhook listen applies them", p, len(s.recs), db.path)
+		}
+		recs = append(recs, s.recs...)
+	}
+	slices.SortFunc(recs, func(a, b jrec) int {
+		switch {
+		case a.seq < b.seq:
+			return -1
+		case a.seq > b.seq:
+			return 1
+		}
+		return 0
+	})
+	j.loadPending(recs)
+	return nil
 }

@@ -66,9 +66,11 @@ func (db *DB) journalPut(d *devhook.Delivery) (created bool, err error) {
 	// arrived late, is looked up.
 	if bytes.Compare(rec.put.id, j.lastBolt) <= 0 {
 		var exists bool
-		err = db.bolt.View(func(tx *bolt.Tx) error {
-			exists = tx.Bucket(bucketDeliveries).Get(rec.put.id) != nil
-			return nil
+		err = db.safely(func() error {
+			return db.bolt.View(func(tx *bolt.Tx) error {
+				exists = tx.Bucket(bucketDeliveries).Get(rec.put.id) != nil
+				return nil
+			})
 		})
 		if err != nil || exists {
 			j.mu.Unlock()
@@ -100,14 +102,16 @@ func (db *DB) journalAttempt(id string, a devhook.Attempt) (devhook.Attempt, err
 	prev := st
 	if !had {
 		var s summaryFields
-		err := db.bolt.View(func(tx *bolt.Tx) error {
-			v := tx.Bucket(bucketSummaries).Get(b[idEnd-len(id) : idEnd])
-			if v == nil {
-				return notFound(id)
-			}
-			var err error
-			s, err = scanSummary(v)
-			return err
+		err := db.safely(func() error {
+			return db.bolt.View(func(tx *bolt.Tx) error {
+				v := tx.Bucket(bucketSummaries).Get(b[idEnd-len(id) : idEnd])
+				if v == nil {
+					return notFound(id)
+				}
+				var err error
+				s, err = scanSummary(v)
+				return err
+			})
 		})
 		if err != nil {
 			j.mu.Unlock()
@@ -193,7 +197,7 @@ func (db *DB) writeQueued() error {
 	i := j.active
 	var err error
 	if j.files[i] == nil {
-		f, oerr := openJournalFile(j.path[i])
+		f, oerr := openJournalFile(j.path[i], db.noSpace)
 		if oerr != nil {
 			err = oerr
 		} else {
@@ -306,7 +310,12 @@ func (db *DB) afterAppend() {
 
 // openJournalFile creates the journal file at path, with its header.
 // Open has applied and removed any file there before.
-func openJournalFile(path string) (*os.File, error) {
+func openJournalFile(path string, noSpace func() error) (*os.File, error) {
+	if noSpace != nil {
+		if err := noSpace(); err != nil {
+			return nil, fmt.Errorf("write journal header: %w", err)
+		}
+	}
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open journal: %w", err)

@@ -32,7 +32,13 @@ func (db *DB) PutRetry(id string, st devhook.RetryState) error {
 	if err != nil {
 		return fmt.Errorf("storage: put retry state of delivery %s: %w", id, err)
 	}
+	if db.readOnly {
+		return fmt.Errorf("storage: put retry state of delivery %s: %w", id, errReadOnly)
+	}
 	err = db.update(func(tx *bolt.Tx) error {
+		if err := db.spaceLeft(); err != nil {
+			return err
+		}
 		b, err := tx.CreateBucketIfNotExists(bucketOwed)
 		if err != nil {
 			return err
@@ -50,7 +56,13 @@ func (db *DB) DeleteRetry(id string) error {
 	if validID("delivery", id) != nil {
 		return nil
 	}
+	if db.readOnly {
+		return fmt.Errorf("storage: delete retry state of delivery %s: %w", id, errReadOnly)
+	}
 	err := db.update(func(tx *bolt.Tx) error {
+		if err := db.spaceLeft(); err != nil {
+			return err
+		}
 		b := tx.Bucket(bucketOwed)
 		if b == nil {
 			return nil
@@ -66,26 +78,28 @@ func (db *DB) DeleteRetry(id string) error {
 // Retries returns the retry state of each of ids that has one.
 func (db *DB) Retries(ids []string) (map[string]devhook.RetryState, error) {
 	var out map[string]devhook.RetryState
-	err := db.bolt.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketOwed)
-		if b == nil {
+	err := db.safely(func() error {
+		return db.bolt.View(func(tx *bolt.Tx) error {
+			b := tx.Bucket(bucketOwed)
+			if b == nil {
+				return nil
+			}
+			for _, id := range ids {
+				v := b.Get([]byte(id))
+				if v == nil {
+					continue
+				}
+				var st devhook.RetryState
+				if err := json.Unmarshal(v, &st); err != nil {
+					return fmt.Errorf("delivery %s: %w", id, err)
+				}
+				if out == nil {
+					out = make(map[string]devhook.RetryState)
+				}
+				out[id] = st
+			}
 			return nil
-		}
-		for _, id := range ids {
-			v := b.Get([]byte(id))
-			if v == nil {
-				continue
-			}
-			var st devhook.RetryState
-			if err := json.Unmarshal(v, &st); err != nil {
-				return fmt.Errorf("delivery %s: %w", id, err)
-			}
-			if out == nil {
-				out = make(map[string]devhook.RetryState)
-			}
-			out[id] = st
-		}
-		return nil
+		})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("storage: read retry states: %w", err)
@@ -97,19 +111,21 @@ func (db *DB) Retries(ids []string) (map[string]devhook.RetryState, error) {
 // A state may outlive its delivery when retention removed it: Delivery
 // then says not found, and the agent deletes the state.
 func (db *DB) AllRetries() (ids []string, states []devhook.RetryState, err error) {
-	err = db.bolt.View(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketOwed)
-		if b == nil {
-			return nil
-		}
-		return b.ForEach(func(k, v []byte) error {
-			var st devhook.RetryState
-			if err := json.Unmarshal(v, &st); err != nil {
-				return fmt.Errorf("delivery %s: %w", k, err)
+	err = db.safely(func() error {
+		return db.bolt.View(func(tx *bolt.Tx) error {
+			b := tx.Bucket(bucketOwed)
+			if b == nil {
+				return nil
 			}
-			ids = append(ids, string(k))
-			states = append(states, st)
-			return nil
+			return b.ForEach(func(k, v []byte) error {
+				var st devhook.RetryState
+				if err := json.Unmarshal(v, &st); err != nil {
+					return fmt.Errorf("delivery %s: %w", k, err)
+				}
+				ids = append(ids, string(k))
+				states = append(states, st)
+				return nil
+			})
 		})
 	})
 	if err != nil {

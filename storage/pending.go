@@ -2,6 +2,7 @@ package storage
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"slices"
 
@@ -29,6 +30,10 @@ type view struct {
 
 // view runs fn on a consistent read of bbolt and the pending records.
 func (db *DB) view(fn func(v *view) error) error {
+	return db.safely(func() error { return db.viewUnsafe(fn) })
+}
+
+func (db *DB) viewUnsafe(fn func(v *view) error) error {
 	j := db.journal
 	j.mu.Lock()
 	pending := j.pending
@@ -138,10 +143,16 @@ func (v *view) delivery(id string) (*devhook.Delivery, error) {
 	d.ID = id
 	d.Body = append([]byte{}, v.body(key)...)
 	if inBolt {
+		if err := verify(v.tx, key, d.Body, "the body of delivery "+id); err != nil {
+			return nil, err
+		}
 		c := v.attempts.Cursor()
 		prefix := attemptPrefix(key)
-		for k, v := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, v = c.Next() {
-			a, err := decodeAttempt(v)
+		for k, val := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, val = c.Next() {
+			if err := verify(v.tx, k, val, fmt.Sprintf("attempt %d of delivery %s", binary.BigEndian.Uint32(k[len(prefix):]), id)); err != nil {
+				return nil, err
+			}
+			a, err := decodeAttempt(val)
 			if err != nil {
 				return nil, fmt.Errorf("attempt %x: %w", k[len(prefix):], err)
 			}

@@ -39,8 +39,10 @@ import (
 	"log"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/devhook/devhook"
@@ -68,6 +70,23 @@ type Config struct {
 	// LockTimeout is how long Open waits for another process to release
 	// the file; 0 = one second.
 	LockTimeout time.Duration
+
+	// ReadOnly opens an existing file to read it, for the commands that
+	// only show what was recorded: nothing is written to it or beside it
+	// (no retention, no journal applied, removed or set aside), and
+	// writes fail. Records a stopped devhook left in the journal are read
+	// and shown, not applied, and Logf says so. It shares the file with
+	// other readers, not with a devhook listen (ErrLocked).
+	ReadOnly bool
+
+	// NoSpace, when set, is asked before each write to the file, its
+	// journal or its probe (CheckWrite): an error from it fails that
+	// write as a full disk would, with what it returns (ENOSPC, say).
+	// Tests fill the disk with it without mounting one. nil: the disk
+	// alone decides.
+	NoSpace func() error
+
+	pageSize int // bbolt's page size for a new file; 0 = the OS's (tests make small fixtures)
 }
 
 const (
@@ -112,6 +131,9 @@ type DB struct {
 	group   group        // see group.go
 	puts    atomic.Int64 // deliveries created since Open, to schedule pruning
 	pruneMu sync.Mutex
+
+	readOnly bool
+	noSpace  func() error // see Config.NoSpace
 }
 
 // Open opens or creates the file at path, with its directory.
@@ -152,6 +174,37 @@ func Open(path string, cfg Config) (*DB, error) {
 		lockTimeout = time.Second
 	}
 
+	if cfg.ReadOnly {
+		// bbolt would create a missing file, and a read-only open must not.
+		if _, err := os.Stat(path); err != nil {
+			return nil, fmt.Errorf("storage: open %s: %w", path, err)
+		}
+	}
+	db.readOnly = cfg.ReadOnly
+	db.noSpace = cfg.NoSpace
+	db.journal = newJournal(path)
+	if db.noSpace != nil {
+		writeAt := db.journal.writeAt
+		db.journal.writeAt = func(f *os.File, b []byte, off int64) (int, error) {
+			if err := db.noSpace(); err != nil {
+				return 0, err
+			}
+			return writeAt(f, b, off)
+		}
+	}
+
+	_, statErr := os.Stat(path)
+	created := errors.Is(statErr, os.ErrNotExist)
+	if created {
+		if err := db.spaceLeft(); err != nil {
+			return nil, fmt.Errorf("storage: create %s: %w; free some space and start again", path, err)
+		}
+	}
+	// Every page is read before bbolt reads one: it trusts them all
+	// (damage.go).
+	if err := db.checkFile(lockTimeout); err != nil {
+		return nil, err
+	}
 	b, err := openFile(path, &bolt.Options{
 		Timeout: lockTimeout,
 		// Commits are not fsynced: what they hold is in the journal
@@ -164,17 +217,38 @@ func Open(path string, cfg Config) (*DB, error) {
 		NoSync:       true,
 		NoGrowSync:   true,
 		FreelistType: bolt.FreelistMapType,
+		ReadOnly:     cfg.ReadOnly,
+		PageSize:     cfg.pageSize,
 	})
+	if de := (*damageError)(nil); errors.As(err, &de) {
+		de.readOnly = cfg.ReadOnly
+		return nil, de
+	}
 	if err != nil {
+		if created && spaceError(err) {
+			// What bbolt began to write is no store: a later Open would
+			// take it for damage.
+			_ = os.Remove(path)
+			return nil, fmt.Errorf("%w; free some space and start again", err)
+		}
 		return nil, err
 	}
 	db.bolt = b
-
-	if err := db.init(); err != nil {
+	if err := db.safely(db.init); err != nil {
+		if de := (*damageError)(nil); errors.As(err, &de) && !cfg.ReadOnly {
+			err = db.setStoreAside(de)
+		}
 		_ = b.Close()
 		return nil, err
 	}
-	db.journal = newJournal(path)
+	if cfg.ReadOnly {
+		if err := db.readJournal(); err != nil {
+			_ = b.Close()
+			return nil, err
+		}
+		close(db.journal.done)
+		return db, nil
+	}
 	if err := db.replayJournal(); err != nil {
 		_ = b.Close()
 		return nil, err
@@ -184,8 +258,11 @@ func Open(path string, cfg Config) (*DB, error) {
 		return nil, fmt.Errorf("storage: open %s: %w", path, err)
 	}
 	if _, err := db.prune(); err != nil {
-		_ = b.Close()
-		return nil, fmt.Errorf("storage: open %s: %w", path, err)
+		if !spaceError(err) {
+			_ = b.Close()
+			return nil, fmt.Errorf("storage: open %s: %w", path, err)
+		}
+		db.logf("storage: retention could not run on %s (%v); it runs again later", path, err)
 	}
 	go db.runJournal()
 	return db, nil
@@ -229,45 +306,47 @@ func openBolt(path string, opts *bolt.Options) (db *bolt.DB, err error) {
 			db, err = nil, fmt.Errorf("%w: %v", errPanic, r)
 		}
 	}()
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
 	return bolt.Open(path, 0o600, opts)
-}
-
-func corruptError(path string, err error) error {
-	return fmt.Errorf("storage: open %s: the file is not a devhook database or is damaged (%w); devhook left it untouched: move it away (for example: mv %s %s.bad) and devhook will start a new one", path, err, path, path)
 }
 
 // errForeign marks a bbolt file that devhook did not write.
 var errForeign = errors.New("a bbolt file without devhook's schema")
 
 // init creates the buckets of a new file and checks the schema of an
-// existing one.
+// existing one. It writes only when something is missing: an existing
+// store opens on a full disk, and a read-only one is never written.
 func (db *DB) init() error {
-	err := db.bolt.Update(func(tx *bolt.Tx) error {
-		if m := tx.Bucket(bucketMeta); m != nil {
-			v := m.Get(keyVersion)
-			if len(v) != 8 {
-				return errForeign
-			}
-			if n := binary.BigEndian.Uint64(v); n > schemaVersion {
-				return devhook.Errorf(devhook.EINVALID, "storage: %s was written by a newer devhook (schema %d, this one reads %d): upgrade devhook", db.path, n, schemaVersion)
-			}
-		} else {
-			empty := true
-			_ = tx.ForEach(func([]byte, *bolt.Bucket) error { empty = false; return nil })
-			if !empty {
-				return errForeign
-			}
-		}
-		for _, name := range allBuckets {
-			if _, err := tx.CreateBucketIfNotExists(name); err != nil {
-				return err
-			}
-		}
-		return tx.Bucket(bucketMeta).Put(keyVersion, binary.BigEndian.AppendUint64(nil, schemaVersion))
+	complete := false
+	err := db.bolt.View(func(tx *bolt.Tx) error {
+		var err error
+		complete, err = checkSchema(tx, db.path)
+		return err
 	})
 	switch {
+	case err == nil && complete:
+		return nil
+	case err == nil && db.readOnly:
+		return fmt.Errorf("storage: open %s: it holds no deliveries yet: devhook listen records there", db.path)
+	case err == nil:
+		err = db.bolt.Update(func(tx *bolt.Tx) error {
+			if err := db.spaceLeft(); err != nil {
+				return err
+			}
+			if _, err := checkSchema(tx, db.path); err != nil {
+				return err
+			}
+			for _, name := range allBuckets {
+				if _, err := tx.CreateBucketIfNotExists(name); err != nil {
+					return err
+				}
+			}
+			return tx.Bucket(bucketMeta).Put(keyVersion, binary.BigEndian.AppendUint64(nil, schemaVersion))
+		})
+	}
+	switch {
 	case errors.Is(err, errForeign):
-		return corruptError(db.path, err)
+		return &damageError{path: db.path, why: err, readOnly: db.readOnly}
 	case devhook.ErrorCode(err) == devhook.EINVALID:
 		return err
 	case err != nil:
@@ -276,9 +355,89 @@ func (db *DB) init() error {
 	return nil
 }
 
+// checkSchema checks that tx's file is a devhook store that this devhook
+// reads (or an empty bbolt file), and says whether it has every bucket.
+func checkSchema(tx *bolt.Tx, path string) (complete bool, err error) {
+	m := tx.Bucket(bucketMeta)
+	if m == nil {
+		empty := true
+		_ = tx.ForEach(func([]byte, *bolt.Bucket) error { empty = false; return nil })
+		if !empty {
+			return false, errForeign
+		}
+		return false, nil
+	}
+	v := m.Get(keyVersion)
+	if len(v) != 8 {
+		return false, errForeign
+	}
+	if n := binary.BigEndian.Uint64(v); n > schemaVersion {
+		return false, devhook.Errorf(devhook.EINVALID, "storage: %s was written by a newer devhook (schema %d, this one reads %d): upgrade devhook", path, n, schemaVersion)
+	}
+	for _, name := range allBuckets {
+		if tx.Bucket(name) == nil {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// errReadOnly is what a write to a store opened with Config.ReadOnly gets.
+var errReadOnly = errors.New("the store is open read-only: devhook listen records deliveries")
+
+// spaceLeft asks Config.NoSpace, when set, whether a write may go ahead.
+func (db *DB) spaceLeft() error {
+	if db.noSpace == nil {
+		return nil
+	}
+	return db.noSpace()
+}
+
+// spaceError says whether err is the disk refusing a write (full, over a
+// quota, or over the size bbolt was given), rather than damage.
+func spaceError(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) ||
+		errors.Is(err, syscall.EFBIG) || errors.Is(err, berrors.ErrMaxSizeReached)
+}
+
+// CheckWrite says whether the store can take a write now: it writes and
+// removes a small file beside the store (and asks Config.NoSpace), and
+// returns the error of a flush that is failing. The agent asks it before
+// it connects, so that it takes no delivery it could not record.
+func (db *DB) CheckWrite() error {
+	if db.readOnly {
+		return errReadOnly
+	}
+	db.journal.mu.Lock()
+	failed := db.journal.failed
+	db.journal.mu.Unlock()
+	if failed != nil {
+		return failed
+	}
+	if err := db.spaceLeft(); err != nil {
+		return fmt.Errorf("storage: write to %s: %w", filepath.Dir(db.path), err)
+	}
+	probe := db.path + ".probe"
+	err := os.WriteFile(probe, make([]byte, probeBytes), 0o600)
+	_ = os.Remove(probe)
+	if err != nil {
+		return fmt.Errorf("storage: write to %s: %w", filepath.Dir(db.path), err)
+	}
+	return nil
+}
+
+// probeBytes is what CheckWrite writes: about a delivery and its attempt.
+const probeBytes = 16 << 10
+
 // Close applies the journal and closes the file. Calls in flight finish
 // first.
 func (db *DB) Close() error {
+	if db.readOnly {
+		if err := db.bolt.Close(); err != nil {
+			return fmt.Errorf("storage: close %s: %w", db.path, err)
+		}
+		return nil
+	}
 	jerr := db.closeJournal()
 	if err := db.bolt.Close(); err != nil {
 		return fmt.Errorf("storage: close %s: %w", db.path, err)
@@ -326,6 +485,9 @@ func (db *DB) Count() (n int, err error) {
 // MaxDeliveries), and when Open is called. Prune applies the journal
 // first, so it is a write and fails when the disk is full.
 func (db *DB) Prune() (removed int, err error) {
+	if db.readOnly {
+		return 0, fmt.Errorf("storage: prune deliveries: %w", errReadOnly)
+	}
 	if err := db.settle(); err != nil {
 		return 0, err
 	}
@@ -357,40 +519,45 @@ func (db *DB) pruneChunk() (removed int, more bool, err error) {
 	if db.maxAge > 0 {
 		cutoff = db.now().Add(-db.maxAge)
 	}
-	err = db.bolt.Update(func(tx *bolt.Tx) error {
-		count := getCount(tx)
-		type victim struct {
-			id    []byte
-			runID string
-		}
-		var victims []victim
-		c := tx.Bucket(bucketSummaries).Cursor()
-		for k, v := c.First(); k != nil; k, v = c.Next() {
-			if len(victims) == pruneChunk {
-				more = true
-				break
-			}
-			s, err := decodeSummary(v)
-			if err != nil {
-				return fmt.Errorf("delivery %s: %w", k, err)
-			}
-			over := db.maxDeliveries > 0 && count-len(victims) > db.maxDeliveries
-			old := db.maxAge > 0 && !s.ReceivedAt.IsZero() && s.ReceivedAt.Before(cutoff)
-			if !over && !old {
-				break
-			}
-			victims = append(victims, victim{append([]byte{}, k...), s.Event.RunID})
-		}
-		if len(victims) == 0 {
-			return nil
-		}
-		for _, v := range victims {
-			if err := deleteDelivery(tx, v.id, v.runID); err != nil {
+	err = db.safely(func() error {
+		return db.bolt.Update(func(tx *bolt.Tx) error {
+			if err := db.spaceLeft(); err != nil {
 				return err
 			}
-		}
-		removed = len(victims)
-		return putCount(tx, count-len(victims))
+			count := getCount(tx)
+			type victim struct {
+				id    []byte
+				runID string
+			}
+			var victims []victim
+			c := tx.Bucket(bucketSummaries).Cursor()
+			for k, v := c.First(); k != nil; k, v = c.Next() {
+				if len(victims) == pruneChunk {
+					more = true
+					break
+				}
+				s, err := decodeSummary(v)
+				if err != nil {
+					return fmt.Errorf("delivery %s: %w", k, err)
+				}
+				over := db.maxDeliveries > 0 && count-len(victims) > db.maxDeliveries
+				old := db.maxAge > 0 && !s.ReceivedAt.IsZero() && s.ReceivedAt.Before(cutoff)
+				if !over && !old {
+					break
+				}
+				victims = append(victims, victim{append([]byte{}, k...), s.Event.RunID})
+			}
+			if len(victims) == 0 {
+				return nil
+			}
+			for _, v := range victims {
+				if err := deleteDelivery(tx, v.id, v.runID); err != nil {
+					return err
+				}
+			}
+			removed = len(victims)
+			return putCount(tx, count-len(victims))
+		})
 	})
 	if err != nil {
 		return 0, false, err
@@ -404,6 +571,12 @@ func deleteDelivery(tx *bolt.Tx, id []byte, runID string) error {
 			return err
 		}
 	}
+	checks := tx.Bucket(bucketChecks)
+	if checks != nil {
+		if err := checks.Delete(id); err != nil {
+			return err
+		}
+	}
 	ab := tx.Bucket(bucketAttempts)
 	c := ab.Cursor()
 	prefix := attemptPrefix(id)
@@ -414,6 +587,11 @@ func deleteDelivery(tx *bolt.Tx, id []byte, runID string) error {
 	for _, k := range keys {
 		if err := ab.Delete(k); err != nil {
 			return err
+		}
+		if checks != nil {
+			if err := checks.Delete(k); err != nil {
+				return err
+			}
 		}
 	}
 	if runID != "" {

@@ -3,6 +3,7 @@ package storage_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -216,30 +217,57 @@ func TestOpen_NotADatabase(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			db, err := storage.Open(path, storage.Config{})
+			// A read-only Open says what to do and touches nothing.
+			_, err = storage.Open(path, storage.Config{ReadOnly: true})
 			if err == nil {
-				db.Close()
-				t.Fatal("Open succeeded")
+				t.Fatal("read-only Open succeeded")
 			}
-			for _, want := range []string{path, "move it away"} {
+			for _, want := range []string{path, "move it away", "devhook listen"} {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("error %q does not contain %q", err, want)
 				}
 			}
-			after, err := os.ReadFile(path)
+			if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
+				t.Errorf("read-only Open changed the file: %d bytes before, %d after", len(before), len(after))
+			}
+			// A writable Open sets it aside, as it was, and says so.
+			_, err = storage.Open(path, storage.Config{Logf: t.Logf})
+			wantSetAside(t, err, path, before)
+			// The next Open starts a new store.
+			db, err := storage.Open(path, storage.Config{LockTimeout: 50 * time.Millisecond})
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("Open after the file was set aside: %v", err)
 			}
-			if !bytes.Equal(before, after) {
-				t.Errorf("Open changed the file: %d bytes before, %d after", len(before), len(after))
-			}
-			// The lock was released: the file can be opened by bbolt again
-			// (or at least the failure is not a lock timeout).
-			_, err = storage.Open(path, storage.Config{LockTimeout: 50 * time.Millisecond})
-			if err == nil || strings.Contains(err.Error(), "locked") {
-				t.Errorf("second Open: %v, want the same not-a-database error", err)
-			}
+			db.Close()
 		})
+	}
+}
+
+// wantSetAside checks that err says the file at path was damaged and set
+// aside, and that it was: the one path.damaged-* file is before, byte for
+// byte, and path is gone.
+func wantSetAside(t *testing.T, err error, path string, before []byte) {
+	t.Helper()
+	if err == nil {
+		t.Fatal("Open succeeded")
+	}
+	if !errors.Is(err, storage.ErrDamaged) {
+		t.Errorf("error %q does not wrap ErrDamaged", err)
+	}
+	asides, _ := filepath.Glob(path + ".damaged-*")
+	if len(asides) != 1 {
+		t.Fatalf("set aside: %v, want one file", asides)
+	}
+	for _, want := range []string{path, "damaged", "moved it to " + asides[0], "kept as evidence", "start devhook again"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not contain %q", err, want)
+		}
+	}
+	if got, _ := os.ReadFile(asides[0]); !bytes.Equal(got, before) {
+		t.Errorf("%s is not the damaged file as it was", asides[0])
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s still there: %v", path, err)
 	}
 }
 

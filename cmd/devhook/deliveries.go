@@ -38,6 +38,9 @@ type historyOptions struct {
 	dataSet bool // --data was given
 	inspect string
 	secret  string
+	// readOnly: the command only shows (list, show): the store is opened
+	// read-only and never written, not even by retention or the journal.
+	readOnly bool
 }
 
 func (h *historyOptions) flags(cmd *cobra.Command) {
@@ -93,7 +96,7 @@ func (h *historyOptions) open(cmd *cobra.Command) (hist history, close func(), l
 	} else if err != nil {
 		return nil, nil, false, fmt.Errorf("read the data directory: %w", err)
 	}
-	db, err := storage.Open(path, storage.Config{})
+	db, err := storage.Open(path, storage.Config{ReadOnly: h.readOnly})
 	if errors.Is(err, storage.ErrLocked) {
 		return nil, nil, false, lockedError(h.dataDir, noInspector)
 	}
@@ -142,7 +145,7 @@ func newDeliveriesCmd() *cobra.Command {
 }
 
 func newDeliveriesListCmd() *cobra.Command {
-	var h historyOptions
+	h := historyOptions{readOnly: true}
 	var f devhook.Filter
 	var status string
 	var asJSON bool
@@ -255,7 +258,7 @@ func dash(s string) string {
 }
 
 func newDeliveriesShowCmd() *cobra.Command {
-	var h historyOptions
+	h := historyOptions{readOnly: true}
 	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "show ID",

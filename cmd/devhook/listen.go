@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -51,10 +52,14 @@ type listenOptions struct {
 	cloud     cloudFlags
 
 	stdout, stderr io.Writer
+	noSpace        func() error // tests fill the disk: storage.Config.NoSpace
 }
 
-func newListenCmd() *cobra.Command {
-	o := &listenOptions{}
+func newListenCmd() *cobra.Command { return newListenCmdWith(&listenOptions{}) }
+
+// newListenCmdWith is newListenCmd on o, whose fields no flag sets stay as
+// a test gave them.
+func newListenCmdWith(o *listenOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "listen --forward URL",
 		Short: "Receive deliveries at a public URL, verify, record and forward them to a local receiver",
@@ -67,7 +72,9 @@ from this machine only (useful with 'devhook send' and 'devhook emulate').
 
 A delivery is recorded before it is forwarded. When it cannot be (a full disk), a
 sender still waiting gets 503 and the delivery is not forwarded; deliveries that waited
-in the relay's queue are held and go through once recording works again.
+in the relay's queue are held and go through once recording works again. Started on a
+full disk, listen says so and does not connect until there is room: the relay keeps the
+deliveries queued meanwhile, and the inspector shows the history.
 
 A delivery that waited in the relay's queue (its sender got 202) and that the receiver
 does not take (no answer, 408, 429 or 5xx) is retried with backoff for --retry-for,
@@ -194,7 +201,7 @@ func (o *listenOptions) run(ctx context.Context) error {
 
 	// What the store finds wrong (a damaged journal set aside, a full
 	// disk) is printed like the agent's own messages.
-	db, err := storage.Open(filepath.Join(o.dataDir, "deliveries.db"), storage.Config{Logf: out.logf(o.stderr)})
+	db, err := storage.Open(filepath.Join(o.dataDir, "deliveries.db"), storage.Config{Logf: out.logf(o.stderr), NoSpace: o.noSpace})
 	if errors.Is(err, storage.ErrLocked) {
 		return o.dataInUse()
 	}
@@ -221,6 +228,10 @@ func (o *listenOptions) run(ctx context.Context) error {
 	var insp *inspector.Server
 	var ag *agent.Agent
 	connected := make(chan agent.Connection, 1)
+	// The agent says it cannot record (a full disk) before it connects:
+	// listen is ready all the same, its history readable.
+	cannotRecord := make(chan struct{}, 1)
+	var readyFirst atomic.Bool // ready was printed before the first connection
 	fw, err := o.forwardSettings(out.logf(o.stderr))
 	if err != nil {
 		return err
@@ -231,13 +242,19 @@ func (o *listenOptions) run(ctx context.Context) error {
 		Secret: o.secret, Verify: o.verify, Skew: o.skew, ForwardTimeout: o.timeout,
 		RetryFor: fw.retryFor,
 		OnChange: func(c devhook.Change) {
+			if c.Kind == devhook.ChangeHealth && c.Health != nil && c.Health.StorageError != "" {
+				select {
+				case cannotRecord <- struct{}{}:
+				default:
+				}
+			}
 			if insp != nil {
 				insp.Publish(c)
 			}
 		},
 		OnResult: out.result,
 		OnConnect: func(c agent.Connection) {
-			if c.Reconnect {
+			if c.Reconnect || readyFirst.Load() {
 				out.connection(c, o.stderr)
 				return
 			}
@@ -278,6 +295,13 @@ func (o *listenOptions) run(ctx context.Context) error {
 		return o.agentStopped(err, creds)
 	case c := <-connected:
 		out.connection(c, o.stderr)
+	case <-cannotRecord:
+		readyFirst.Store(true)
+		select { // connected meanwhile
+		case c := <-connected:
+			out.connection(c, o.stderr)
+		default:
+		}
 	}
 	var webhook, webhookNote, secret string
 	if service != nil {

@@ -1,0 +1,82 @@
+package storage
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Checksums of the values that bbolt stores on pages of their own. bbolt
+// checks no page's bytes: a body or an attempt longer than a page lies on
+// overflow pages, where damage (a disk's, a copy's) changes the value and
+// nothing else, so that no page check can find it. The checks bucket holds
+// the CRC-32C of each body (key: the delivery's id) and of each attempt
+// (key: the attempt's key) longer than half a page, written with them; a
+// read compares them and fails naming the delivery and the file, and the
+// other deliveries read as before. A value without one (shorter, or
+// written before checksums) is not checked: a shorter value lies in a leaf
+// page with others, whose structure Open reads (checkTree), though not its
+// values' bytes. Two more bbolt puts for every delivery would cost about
+// 10 allocations each (TestDeliveryAllocations); a large delivery's own
+// cost dwarfs its checksum.
+// The bucket is created by its first write, so that an older devhook's
+// file opens as it is, and a read-only Open needs nothing from it.
+var bucketChecks = []byte("checks")
+
+// checkOf returns the checksum of v as it is stored.
+func checkOf(v []byte) [4]byte {
+	var c [4]byte
+	binary.BigEndian.PutUint32(c[:], crc32.Checksum(v, crcTable))
+	return c
+}
+
+// putCheck stores the checksum of the value v stored at key.
+func (a *applyTx) putCheck(key, v []byte) error {
+	if len(v) <= a.bigValue {
+		return nil
+	}
+	if a.checks == nil {
+		b, err := a.tx.CreateBucketIfNotExists(bucketChecks)
+		if err != nil {
+			return err
+		}
+		b.FillPercent = appendFill
+		a.checks = b
+	}
+	c := checkOf(v)
+	return a.checks.Put(key, a.keep(c[:]))
+}
+
+// errValueDamaged is what a read gets for a value whose checksum does not
+// match.
+type errValueDamaged struct{ what string }
+
+func (e errValueDamaged) Error() string {
+	return e.what + " does not match its checksum: a page of the file is damaged"
+}
+
+func (e errValueDamaged) Unwrap() error { return ErrDamaged }
+
+// verify checks v, stored at key, against its checksum, if it has one.
+func verify(tx *bolt.Tx, key, v []byte, what string) error {
+	b := tx.Bucket(bucketChecks)
+	if b == nil {
+		return nil
+	}
+	want := b.Get(key)
+	if want == nil {
+		return nil
+	}
+	if c := checkOf(v); string(want) != string(c[:]) {
+		return errValueDamaged{what}
+	}
+	return nil
+}
+
+// damagedValue is the error of a read that met a damaged value of the
+// store's file: it names the file and what to do.
+func (db *DB) damagedValue(err error) error {
+	return fmt.Errorf("storage: %s: %w; the other deliveries read as before. To keep the file as evidence and start a new one: stop devhook and move it away (for example: mv %s %s.bad)", db.path, err, db.path, db.path)
+}
