@@ -15,10 +15,11 @@ import (
 // A body is charged as its bytes arrive, never by what its Content-Length
 // promises: a sender that declares 8 MiB, sends 10 bytes and stalls holds
 // 10 bytes until --body-timeout ends it, so stalled senders cannot make a
-// channel (429) or the relay (503) refuse the deliveries of others. The
-// buffer a body is read into grows with what arrived (readBody), so the
-// memory a body holds is at most twice what it is charged, or
-// minBodyBuffer.
+// channel (429) or the relay (503) refuse the deliveries of others. A
+// chunked body is charged as the chunked reader hands its bytes over,
+// which it does once the buffer is full or a chunk ended. The buffer a
+// body is read into grows with what arrived (readBody), so the memory a
+// body holds is at most twice what it is charged, or minBodyBuffer.
 type budget struct {
 	maxChannel, maxTotal int64
 
