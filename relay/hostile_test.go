@@ -281,7 +281,8 @@ func TestHostile_DotSegmentsRefused(t *testing.T) {
 // 2.2, 5.2, 6.1 and 6.3): nothing that follows it is taken as a request,
 // so no second request can be smuggled behind it. The relay's own
 // ingress refuses them all; what net/http's server takes in its own way
-// is said in docs/RELIABILITY.md.
+// is said in docs/RELIABILITY.md. So is the first request of a connection
+// that is not a delivery, before it is handed to that server.
 func TestHostile_AmbiguousFramingRefusedAndClosed(t *testing.T) {
 	var seen seenBodies
 	r := newIngressRelay(t, testRelay{answer: seen.answer})
@@ -319,6 +320,11 @@ func TestHostile_AmbiguousFramingRefusedAndClosed(t *testing.T) {
 		{"obs-fold", p + "Host: relay\r\nX-A: a\r\n Transfer-Encoding: chunked\r\nContent-Length: 0\r\n\r\n", 400},
 		{"obs-fold of Transfer-Encoding", p + "Host: relay\r\nTransfer-Encoding:\r\n\tchunked\r\n\r\n0\r\n\r\n", 400},
 		{"obs-fold after a large header", p + "Host: relay\r\n" + big + "X-A: a\r\n b\r\nContent-Length: 0\r\n\r\n", 400},
+		// Not a delivery: the first request of a connection is looked at
+		// before it is handed to net/http's server.
+		{"length and chunked to the API", "POST /v1/channels HTTP/1.1\r\nHost: relay\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
+		{"bare LF to /healthz", "GET /healthz HTTP/1.1\nHost: relay\n\n", 400},
+		{"obs-fold to /metrics", "GET /metrics HTTP/1.1\r\nHost: relay\r\nX-A: a\r\n b\r\n\r\n", 400},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, br := r.dial(t)

@@ -127,14 +127,23 @@ func (ic *ingressConn) serve() {
 		if err != nil {
 			return
 		}
-		if !delivery {
-			handed = ic.handOff(ic.br)
-			return
-		}
+		// The header is looked at before anything reads it, the first
+		// request handed over included: net/http's server takes
+		// ambiguous framing in its own way.
 		var h headScan
 		ic.readHead(&h)
 		if h.bad != "" {
 			ic.refuseFraming("400 Bad Request", h.bad)
+			return
+		}
+		if h.done {
+			if status, why := h.framingVerdict(); status != "" {
+				ic.refuseFraming(status, why)
+				return
+			}
+		}
+		if !delivery {
+			handed = ic.handOff(ic.br)
 			return
 		}
 		// What the buffer holds stays there, unchanged, while
@@ -142,10 +151,6 @@ func (ic *ingressConn) serve() {
 		// more bytes. serveRequest looks at it in one rare case.
 		var head []byte
 		if h.done {
-			if status, why := h.framingVerdict(); status != "" {
-				ic.refuseFraming(status, why)
-				return
-			}
 			head, _ = ic.br.Peek(h.pos)
 		}
 		req, err := http.ReadRequest(ic.br)
