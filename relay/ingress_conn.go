@@ -84,9 +84,14 @@ func (ic *ingressConn) serve() {
 			l.cfg.Logf("relay: panic serving %s: %v\n%s", ic.c.RemoteAddr(), v, debug.Stack())
 		}
 	}()
-	if _, ok := ic.c.(*tls.Conn); ok {
-		handed = ic.handOff(nil)
-		return
+	if tc, ok := ic.c.(*tls.Conn); ok {
+		if !ic.handshake(tc) {
+			return
+		}
+		if p := tc.ConnectionState().NegotiatedProtocol; p != "" && p != "http/1.1" {
+			handed = ic.handOff(nil) // h2, acme-tls/1: net/http's business
+			return
+		}
 	}
 	ic.remote = ic.c.RemoteAddr().String()
 	ic.lim.r = ic.c
@@ -221,6 +226,37 @@ func (ic *ingressConn) refuseFraming(status, why string) {
 	ic.c.SetWriteDeadline(time.Now().Add(time.Second))
 	io.WriteString(ic.c, "HTTP/1.1 "+status+"\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"+status+": "+why)
 	ic.closeWriteAndWait()
+}
+
+// handshake completes a TLS connection's handshake within the header
+// timeout, as net/http's server would, and says so when it fails: false
+// then, and the connection ends.
+func (ic *ingressConn) handshake(tc *tls.Conn) bool {
+	if d := ic.l.cfg.ReadHeaderTimeout; d > 0 {
+		tc.SetDeadline(time.Now().Add(d))
+	}
+	err := tc.HandshakeContext(ic.l.ctx)
+	if err == nil {
+		tc.SetDeadline(time.Time{})
+		return true
+	}
+	reason := err.Error()
+	var re tls.RecordHeaderError
+	if errors.As(err, &re) && re.Conn != nil && looksLikeHTTP(re.RecordHeader[:]) {
+		io.WriteString(re.Conn, "HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n")
+		re.Conn.Close()
+		reason = "client sent an HTTP request to an HTTPS server"
+	}
+	ic.l.cfg.Logf("http: TLS handshake error from %s: %s", tc.RemoteAddr(), reason)
+	return false
+}
+
+func looksLikeHTTP(hdr []byte) bool {
+	switch string(hdr) {
+	case "GET /", "HEAD ", "POST ", "PUT /", "OPTIO":
+		return true
+	}
+	return false
 }
 
 // handOff gives c, with the bytes br holds, to the http.Server; false if
