@@ -42,11 +42,13 @@ import (
 // Requests net/http's server refuses are refused alike, a body left
 // unread is read away up to 256 KiB, and the connection ends when it must
 // as it would there (TestIngress_AnswersAsNetHTTPDoes compares the two).
-// Differences, on delivery paths only: a sender that hangs up while its
-// delivery waits for the agent is not noticed until the answer is written
-// (the delivery is forwarded and recorded all the same); an HTTP/1.0
-// request always ends its connection; an empty Host field in a header
-// larger than the read buffer (4 KiB) is taken for a missing one.
+// Framing net/http's server takes in its own way (both Content-Length and
+// Transfer-Encoding, a bare LF, obs-fold: headScan) is refused with 400
+// and the connection closed, for every request this listener reads the
+// header of. Other differences, on delivery paths only: a sender that
+// hangs up while its delivery waits for the agent is not noticed until
+// the answer is written (the delivery is forwarded and recorded all the
+// same); an HTTP/1.0 request always ends its connection.
 type IngressListener struct {
 	inner net.Listener
 	srv   *Server

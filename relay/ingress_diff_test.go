@@ -88,6 +88,7 @@ func TestIngress_AnswersAsNetHTTPDoes(t *testing.T) {
 		"two Hosts":                     p + "Host: a\r\nHost: b\r\nContent-Length: 1\r\n\r\na",
 		"bad Host":                      p + "Host: a b\r\nContent-Length: 1\r\n\r\na",
 		"empty Host":                    p + "Host:\r\nContent-Length: 1\r\n\r\na",
+		"empty Host, large header":      p + "Host:\r\nX-Big: " + strings.Repeat("x", 6000) + "\r\nContent-Length: 1\r\n\r\na",
 		"control in a value":            p + "Host: r\r\nX-A: a\x01b\r\nContent-Length: 1\r\n\r\na",
 		"NUL in a value":                p + "Host: r\r\nX-A: a\x00b\r\nContent-Length: 1\r\n\r\na",
 		"HTTP/1.0":                      "POST /c/{ch}/hook HTTP/1.0\r\nContent-Length: 1\r\n\r\na",
