@@ -40,7 +40,7 @@ func (s *Server) PublicURL(r *http.Request, channel string) string {
 	base := s.cfg.PublicURL
 	if base == "" && r != nil {
 		scheme := "http"
-		if r.TLS != nil {
+		if overTLS(r) {
 			scheme = "https"
 		}
 		base = scheme + "://" + r.Host

@@ -3,8 +3,6 @@ package relay
 import (
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -32,6 +30,12 @@ func (s *Server) serveIngress(w http.ResponseWriter, r *http.Request) {
 	}
 	if code, msg := s.channelExists(channel); code != 0 {
 		httpError(w, code, msg)
+		return
+	}
+	if devhook.HasDotSegment(suffix) {
+		// A receiver, or a proxy in front of it, that resolves dot
+		// segments would be reached outside the agent's --forward path.
+		refuse(w, http.StatusBadRequest, "the path has a dot segment (. or .., raw or percent-encoded); deliveries take a path without one")
 		return
 	}
 	id, err := uuid.NewV7()
@@ -111,71 +115,6 @@ func (s *Server) channelExists(channel string) (int, string) {
 	}
 	s.known.Store(channel, struct{}{})
 	return 0, ""
-}
-
-// readBody reads r's body within MaxBody and BodyTimeout, holding in-flight
-// bytes for it: its Content-Length from the start, or as it arrives when
-// chunked. The buffer grows as bytes arrive, so that a sender trickling a
-// large body costs what it has sent. release gives the bytes back; it must
-// be called when the body is no longer used. A non-zero code is the status
-// to refuse the delivery with.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request, channel string) (body []byte, release func(), code int, msg string) {
-	var held int64
-	release = func() { s.budget.give(channel, held) }
-	take := func(n int64) int {
-		code := s.budget.take(channel, n)
-		if code == 0 {
-			held += n
-		}
-		return code
-	}
-	cl := r.ContentLength
-	if cl > 0 {
-		if code := take(cl); code != 0 {
-			return nil, release, code, s.busy(code)
-		}
-	}
-	rc := http.NewResponseController(w)
-	rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout))
-	src := http.MaxBytesReader(w, r.Body, s.cfg.MaxBody)
-	buf := make([]byte, 0, max(0, min(cl, 64<<10)))
-	for {
-		if len(buf) == cap(buf) {
-			if cl >= 0 && int64(len(buf)) >= cl {
-				break // the server's body reader stops at Content-Length
-			}
-			size := max(int64(cap(buf))*2, 64<<10)
-			if cl >= 0 {
-				size = min(size, cl)
-			} else {
-				size = min(size, s.cfg.MaxBody+1) // one more byte to see it is over
-				if code := take(size - held); code != 0 {
-					return nil, release, code, s.busy(code)
-				}
-			}
-			buf = append(make([]byte, 0, size), buf...)
-		}
-		n, err := src.Read(buf[len(buf):cap(buf)])
-		buf = buf[:len(buf)+n]
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			var mbe *http.MaxBytesError
-			var ne net.Error
-			switch {
-			case errors.As(err, &mbe):
-				return nil, release, http.StatusRequestEntityTooLarge, fmt.Sprintf("body is over the relay's limit of %d bytes", s.cfg.MaxBody)
-			case errors.As(err, &ne) && ne.Timeout():
-				return nil, release, http.StatusRequestTimeout, fmt.Sprintf("the body did not arrive within %s", s.cfg.BodyTimeout)
-			}
-			return nil, release, http.StatusBadRequest, "could not read the request body: " + err.Error()
-		}
-	}
-	// Cleared once the body is in: a deadline left in place would cancel
-	// the request's context while the sender waits for the agent.
-	rc.SetReadDeadline(time.Time{})
-	return buf, release, 0, ""
 }
 
 // refuse answers a delivery with an error and ends the connection without

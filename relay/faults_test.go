@@ -336,11 +336,10 @@ func TestTricklingBodyIsCut(t *testing.T) {
 }
 
 // Item 10: the bytes of bodies held at once are capped per channel (429)
-// and in all (503), both with Retry-After; they are given back when the
-// request ends.
+// and in all (503), both with Retry-After; they are charged as they
+// arrive and given back when the request ends.
 func TestInflightBytesCapped(t *testing.T) {
-	// A chunked body holds MaxBody+1 bytes once it starts: 3001 in all.
-	srv, hs, _ := newRelay(t, relay.Config{MaxBody: 1000, MaxChannelInflight: 2000, MaxInflight: 3001,
+	srv, hs, _ := newRelay(t, relay.Config{MaxBody: 1000, MaxChannelInflight: 2000, MaxInflight: 3000,
 		BodyTimeout: 20 * time.Second})
 	a, b := open(t, hs), open(t, hs)
 	post := func(cr relay.Credentials, body string) *http.Response {
@@ -363,11 +362,16 @@ func TestInflightBytesCapped(t *testing.T) {
 		})
 		return resp
 	}
-	// Two bodies of 1000 bytes trickle into channel a: it is full.
-	a1 := rawRequest(t, hs, a, "Content-Length: 1000", "a")
-	a2 := rawRequest(t, hs, a, "Content-Length: 1000", "a")
-	waitFor(t, "2000 bytes held", func() bool { n, _ := srv.Inflight(a.Channel); return n == 2000 })
+	// Two bodies of 1000 bytes trickle into channel a, 999 bytes each
+	// so far: 1998 bytes held.
+	a1 := rawRequest(t, hs, a, "Content-Length: 1000", strings.Repeat("a", 999))
+	a2 := rawRequest(t, hs, a, "Content-Length: 1000", strings.Repeat("a", 999))
+	waitFor(t, "1998 bytes held", func() bool { n, _ := srv.Inflight(a.Channel); return n == 1998 })
 	resp := post(a, "x")
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("a body within what is left of the channel's bound: %s, want 202", resp.Status)
+	}
+	resp = post(a, "xyz")
 	if resp.StatusCode != http.StatusTooManyRequests {
 		t.Fatalf("channel full: %s, want 429", resp.Status)
 	}
@@ -377,10 +381,11 @@ func TestInflightBytesCapped(t *testing.T) {
 	if r := post(b, "x"); r.StatusCode != http.StatusAccepted {
 		t.Fatalf("another channel: %s, want 202", r.Status)
 	}
-	// A chunked body into b brings the relay to 3001 bytes: it is full.
-	b1 := rawRequest(t, hs, b, "Transfer-Encoding: chunked", "1\r\nb\r\n")
-	waitFor(t, "3001 bytes held", func() bool { _, n := srv.Inflight(b.Channel); return n == 3001 })
-	resp = post(b, "x")
+	// A chunked body into b, a chunk of 999 bytes so far, brings the
+	// relay to 2997 bytes.
+	b1 := rawRequest(t, hs, b, "Transfer-Encoding: chunked", "3e7\r\n"+strings.Repeat("b", 999)+"\r\n")
+	waitFor(t, "2997 bytes held", func() bool { _, n := srv.Inflight(b.Channel); return n == 2997 })
+	resp = post(b, "wxyz")
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("relay full: %s, want 503", resp.Status)
 	}
@@ -388,9 +393,10 @@ func TestInflightBytesCapped(t *testing.T) {
 		t.Fatalf("503 without Retry-After: %v", resp.Header)
 	}
 	// Finishing the bodies gives the bytes back.
-	a1.Write([]byte(strings.Repeat("a", 999)))
+	a1.Write([]byte("a"))
 	a2.Close()
-	b1.Write([]byte("0\r\n\r\n"))
+	b1.Write([]byte("1\r\nb\r\n0\r\n\r\n"))
+	waitFor(t, "no bytes held", func() bool { _, n := srv.Inflight(a.Channel); return n == 0 })
 	until(a, http.StatusAccepted)
 	until(b, http.StatusAccepted)
 	// A chunked body over MaxBody: 413.

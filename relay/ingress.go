@@ -3,6 +3,7 @@ package relay
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"net/http"
@@ -31,18 +32,23 @@ import (
 // A connection stays with the IngressListener while its requests are
 // deliveries (a path under /c/). The first request that is anything else
 // (the API, an agent's WebSocket, metrics) hands the connection over, with
-// the bytes already read, to the http.Server for the rest of its life. TLS
-// connections are handed over at once: ALPN (h2, acme-tls/1) and r.TLS are
-// net/http's business.
+// the bytes already read, to the http.Server for the rest of its life. A
+// TLS connection (the inner listener's Accept returns a *tls.Conn) has its
+// handshake here; one that chose another protocol than HTTP/1.1 by ALPN
+// (h2, acme-tls/1) is handed over at once, as it is. One handed over with
+// bytes already read is no *tls.Conn to net/http: its requests have no
+// r.TLS, and PublicURL tells them by their local address (tlsAddr).
 //
 // Requests net/http's server refuses are refused alike, a body left
 // unread is read away up to 256 KiB, and the connection ends when it must
 // as it would there (TestIngress_AnswersAsNetHTTPDoes compares the two).
-// Differences, on delivery paths only: a sender that hangs up while its
-// delivery waits for the agent is not noticed until the answer is written
-// (the delivery is forwarded and recorded all the same); an HTTP/1.0
-// request always ends its connection; an empty Host field in a header
-// larger than the read buffer (4 KiB) is taken for a missing one.
+// Framing net/http's server takes in its own way (both Content-Length and
+// Transfer-Encoding, a bare LF, obs-fold: headScan) is refused with 400
+// and the connection closed, for every request this listener reads the
+// header of. Other differences, on delivery paths only: a sender that
+// hangs up while its delivery waits for the agent is not noticed until
+// the answer is written (the delivery is forwarded and recorded all the
+// same); an HTTP/1.0 request always ends its connection.
 type IngressListener struct {
 	inner net.Listener
 	srv   *Server
@@ -239,6 +245,28 @@ func (l *IngressListener) closing() bool {
 type handedConn struct {
 	net.Conn
 	br *bufio.Reader
+}
+
+// LocalAddr marks the address of a TLS connection (tlsAddr): net/http
+// puts it in each request's context (http.LocalAddrContextKey).
+func (c *handedConn) LocalAddr() net.Addr {
+	if _, ok := c.Conn.(*tls.Conn); ok {
+		return tlsAddr{c.Conn.LocalAddr()}
+	}
+	return c.Conn.LocalAddr()
+}
+
+// tlsAddr is the local address of a TLS connection net/http serves as a
+// plain one, because the IngressListener read from it first.
+type tlsAddr struct{ net.Addr }
+
+// overTLS reports whether r came over TLS.
+func overTLS(r *http.Request) bool {
+	if r.TLS != nil {
+		return true
+	}
+	_, ok := r.Context().Value(http.LocalAddrContextKey).(tlsAddr)
+	return ok
 }
 
 func (c *handedConn) Read(p []byte) (int, error) {

@@ -2,6 +2,7 @@ package relay
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/tls"
 	"errors"
 	"io"
@@ -36,11 +37,12 @@ type ingressConn struct {
 	state  atomic.Int32
 	remote string
 
-	lim  limitedReader
-	br   *bufio.Reader
-	bw   *bufio.Writer
-	w    ingressWriter
-	body trackedBody
+	lim   limitedReader
+	br    *bufio.Reader // small, or larger while a header does not fit in it
+	small *bufio.Reader
+	bw    *bufio.Writer
+	w     ingressWriter
+	body  trackedBody
 }
 
 // closeIfIdle closes c if it waits for a request; Close calls it.
@@ -82,13 +84,19 @@ func (ic *ingressConn) serve() {
 			l.cfg.Logf("relay: panic serving %s: %v\n%s", ic.c.RemoteAddr(), v, debug.Stack())
 		}
 	}()
-	if _, ok := ic.c.(*tls.Conn); ok {
-		handed = ic.handOff(nil)
-		return
+	if tc, ok := ic.c.(*tls.Conn); ok {
+		if !ic.handshake(tc) {
+			return
+		}
+		if p := tc.ConnectionState().NegotiatedProtocol; p != "" && p != "http/1.1" {
+			handed = ic.handOff(nil) // h2, acme-tls/1: net/http's business
+			return
+		}
 	}
 	ic.remote = ic.c.RemoteAddr().String()
 	ic.lim.r = ic.c
-	ic.br = bufio.NewReader(&ic.lim)
+	ic.small = bufio.NewReaderSize(&ic.lim, smallBuffer)
+	ic.br = ic.small
 	var lastMethod string
 	for first := true; ; first = false {
 		ic.lim.n = int64(l.cfg.MaxHeaderBytes) + 4096 // as net/http allows
@@ -99,6 +107,7 @@ func (ic *ingressConn) serve() {
 				return
 			}
 		case ic.br.Buffered() == 0:
+			ic.shrinkBuffer()
 			// Wait for the next request as long as IdleTimeout, then
 			// give its header ReadHeaderTimeout, unless it came whole.
 			setReadTimeout(ic.c, l.cfg.IdleTimeout)
@@ -123,6 +132,21 @@ func (ic *ingressConn) serve() {
 		if err != nil {
 			return
 		}
+		// The header is looked at before anything reads it, the first
+		// request handed over included: net/http's server takes
+		// ambiguous framing in its own way.
+		var h headScan
+		ic.readHead(&h)
+		if h.bad != "" {
+			ic.refuseFraming("400 Bad Request", h.bad)
+			return
+		}
+		if h.done {
+			if status, why := h.framingVerdict(); status != "" {
+				ic.refuseFraming(status, why)
+				return
+			}
+		}
 		if !delivery {
 			handed = ic.handOff(ic.br)
 			return
@@ -130,9 +154,9 @@ func (ic *ingressConn) serve() {
 		// What the buffer holds stays there, unchanged, while
 		// http.ReadRequest reads a header that came whole: it needs no
 		// more bytes. serveRequest looks at it in one rare case.
-		head, _ := ic.br.Peek(ic.br.Buffered())
-		if !headerBuffered(ic.br) {
-			head = nil
+		var head []byte
+		if h.done {
+			head, _ = ic.br.Peek(h.pos)
 		}
 		req, err := http.ReadRequest(ic.br)
 		if err != nil {
@@ -151,6 +175,88 @@ func (ic *ingressConn) serve() {
 			return
 		}
 	}
+}
+
+// smallBuffer is the size of a connection's read buffer while the
+// headers it reads fit in it.
+const smallBuffer = 4096
+
+// readHead waits until br holds the whole header of the request it starts
+// with, looking at its lines as they come (h). It stops at a line h
+// refuses, and when reading fails or reaches the header's limit: then
+// http.ReadRequest meets the same error (or the limit, 431) and answers it.
+// A header larger than br's buffer gets a larger one, twice as large at
+// each step: the bytes it holds are bytes received, as net/http's parser
+// would hold them too.
+func (ic *ingressConn) readHead(h *headScan) {
+	maxHead := ic.l.cfg.MaxHeaderBytes + 4096
+	for {
+		b, _ := ic.br.Peek(ic.br.Buffered())
+		h.scan(b)
+		if h.done || h.bad != "" {
+			return
+		}
+		if len(b) == ic.br.Size() {
+			if len(b) >= maxHead {
+				return
+			}
+			// The bytes held are read first from the larger buffer.
+			ic.br = bufio.NewReaderSize(io.MultiReader(bytes.NewReader(b), &ic.lim), min(2*len(b), maxHead))
+		}
+		if _, err := ic.br.Peek(len(b) + 1); err != nil {
+			return
+		}
+	}
+}
+
+// shrinkBuffer goes back to the small buffer once a larger one is empty,
+// so that a connection which sent a large header does not keep its
+// buffer while it waits.
+func (ic *ingressConn) shrinkBuffer() {
+	if ic.br != ic.small && ic.br.Buffered() == 0 {
+		ic.small.Reset(&ic.lim)
+		ic.br = ic.small
+	}
+}
+
+// refuseFraming answers a request whose framing is ambiguous (headScan)
+// and ends the connection, after the sender could read the answer: what
+// follows its header is neither read as its body nor as a request.
+func (ic *ingressConn) refuseFraming(status, why string) {
+	ic.c.SetWriteDeadline(time.Now().Add(time.Second))
+	io.WriteString(ic.c, "HTTP/1.1 "+status+"\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"+status+": "+why)
+	ic.closeWriteAndWait()
+}
+
+// handshake completes a TLS connection's handshake within the header
+// timeout, as net/http's server would, and says so when it fails: false
+// then, and the connection ends.
+func (ic *ingressConn) handshake(tc *tls.Conn) bool {
+	if d := ic.l.cfg.ReadHeaderTimeout; d > 0 {
+		tc.SetDeadline(time.Now().Add(d))
+	}
+	err := tc.HandshakeContext(ic.l.ctx)
+	if err == nil {
+		tc.SetDeadline(time.Time{})
+		return true
+	}
+	reason := err.Error()
+	var re tls.RecordHeaderError
+	if errors.As(err, &re) && re.Conn != nil && looksLikeHTTP(re.RecordHeader[:]) {
+		io.WriteString(re.Conn, "HTTP/1.0 400 Bad Request\r\n\r\nClient sent an HTTP request to an HTTPS server.\n")
+		re.Conn.Close()
+		reason = "client sent an HTTP request to an HTTPS server"
+	}
+	ic.l.cfg.Logf("http: TLS handshake error from %s: %s", tc.RemoteAddr(), reason)
+	return false
+}
+
+func looksLikeHTTP(hdr []byte) bool {
+	switch string(hdr) {
+	case "GET /", "HEAD ", "POST ", "PUT /", "OPTIO":
+		return true
+	}
+	return false
 }
 
 // handOff gives c, with the bytes br holds, to the http.Server; false if

@@ -59,6 +59,9 @@ func exchange(t *testing.T, addr, raw string) []string {
 // Malformed, ambiguous and unusual requests to a delivery path get the
 // same answers from the IngressListener as from net/http's server: the
 // same parser decides, and the listener adds net/http's server's checks.
+// Requests whose framing is ambiguous, which net/http's server takes in
+// its own way, are refused by the IngressListener instead
+// (TestHostile_AmbiguousFramingRefusedAndClosed).
 func TestIngress_AnswersAsNetHTTPDoes(t *testing.T) {
 	o := testRelay{
 		lc:  relay.ListenerConfig{ReadHeaderTimeout: 2 * time.Second, MaxHeaderBytes: 8 << 10},
@@ -74,22 +77,18 @@ func TestIngress_AnswersAsNetHTTPDoes(t *testing.T) {
 		"plain":                         p + "Host: r\r\nContent-Length: 3\r\n\r\nabc",
 		"two in a row":                  p + "Host: r\r\nContent-Length: 1\r\n\r\na" + p + "Host: r\r\nContent-Length: 1\r\n\r\nb",
 		"chunked":                       p + "Host: r\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nab\r\n1;ext=1\r\nc\r\n0\r\nTrailer: x\r\n\r\n",
-		"chunked and length":            p + "Host: r\r\nTransfer-Encoding: chunked\r\nContent-Length: 10\r\n\r\n1\r\na\r\n0\r\n\r\n",
 		"two lengths, same":             p + "Host: r\r\nContent-Length: 1\r\nContent-Length: 1\r\n\r\na",
 		"two lengths, different":        p + "Host: r\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab",
 		"length with a sign":            p + "Host: r\r\nContent-Length: +1\r\n\r\na",
 		"negative length":               p + "Host: r\r\nContent-Length: -1\r\n\r\n",
 		"bad chunk size":                p + "Host: r\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nab\r\n0\r\n\r\n",
-		"chunked twice":                 p + "Host: r\r\nTransfer-Encoding: chunked, chunked\r\n\r\n1\r\na\r\n0\r\n\r\n",
 		"gzip coding":                   p + "Host: r\r\nTransfer-Encoding: gzip, chunked\r\n\r\n1\r\na\r\n0\r\n\r\n",
-		"identity coding":               p + "Host: r\r\nTransfer-Encoding: identity\r\nContent-Length: 1\r\n\r\na",
-		"bare LF":                       "POST /c/{ch}/hook HTTP/1.1\nHost: r\nContent-Length: 1\n\na",
-		"folded header":                 p + "Host: r\r\nX-A: one\r\n two\r\nContent-Length: 1\r\n\r\na",
 		"space before colon":            p + "Host: r\r\nContent-Length : 1\r\n\r\na",
 		"no Host":                       p + "Content-Length: 1\r\n\r\na",
 		"two Hosts":                     p + "Host: a\r\nHost: b\r\nContent-Length: 1\r\n\r\na",
 		"bad Host":                      p + "Host: a b\r\nContent-Length: 1\r\n\r\na",
 		"empty Host":                    p + "Host:\r\nContent-Length: 1\r\n\r\na",
+		"empty Host, large header":      p + "Host:\r\nX-Big: " + strings.Repeat("x", 6000) + "\r\nContent-Length: 1\r\n\r\na",
 		"control in a value":            p + "Host: r\r\nX-A: a\x01b\r\nContent-Length: 1\r\n\r\na",
 		"NUL in a value":                p + "Host: r\r\nX-A: a\x00b\r\nContent-Length: 1\r\n\r\na",
 		"HTTP/1.0":                      "POST /c/{ch}/hook HTTP/1.0\r\nContent-Length: 1\r\n\r\na",

@@ -142,3 +142,130 @@ func skipEmptyLines(br *bufio.Reader) {
 		br.Discard(1)
 	}
 }
+
+// headScan follows a delivery's header line by line as its bytes arrive,
+// before http.ReadRequest reads it, to refuse what would make its framing
+// ambiguous to anything in front of the relay (RFC 9112 sections 2.2,
+// 5.2 and 6.1). net/http's parser takes a bare LF for a line's end, joins
+// an obs-fold line to the one before and lets Transfer-Encoding override
+// Content-Length: a proxy that reads those otherwise would see another
+// request where the relay sees a body, or the other way round. The
+// relay answers them 400 and closes the connection (framingVerdict).
+type headScan struct {
+	pos  int    // where the next line not yet looked at starts
+	line int    // lines seen, the request line first
+	done bool   // the empty line that ends the header was seen
+	bad  string // why the header is refused before its end, or ""
+
+	http10    bool // the request line ends in HTTP/1.0
+	cl, te    bool // a Content-Length field, a Transfer-Encoding field
+	chunked   int  // how many times chunked was listed
+	lastCoded bool // chunked was the last coding listed
+	other     bool // a coding other than chunked was listed
+}
+
+// scan looks at the complete lines of b, a request's bytes from its
+// start, that it has not looked at yet.
+func (h *headScan) scan(b []byte) {
+	for !h.done && h.bad == "" {
+		i := bytes.IndexByte(b[h.pos:], '\n')
+		if i < 0 {
+			return
+		}
+		line := b[h.pos : h.pos+i]
+		h.pos += i + 1
+		if len(line) == 0 || line[len(line)-1] != '\r' {
+			h.bad = "a line of the header ends with a bare LF, not CRLF"
+			return
+		}
+		line = line[:len(line)-1]
+		if bytes.IndexByte(line, '\r') >= 0 {
+			h.bad = "a line of the header has a bare CR"
+			return
+		}
+		if h.line++; h.line == 1 {
+			// The request line: http.ReadRequest checks it.
+			h.http10 = bytes.HasSuffix(line, []byte(" HTTP/1.0"))
+			continue
+		}
+		if len(line) == 0 {
+			h.done = true
+			return
+		}
+		if line[0] == ' ' || line[0] == '\t' {
+			h.bad = "a header field is folded over lines (obs-fold)"
+			return
+		}
+		name, value, ok := bytes.Cut(line, []byte(":"))
+		switch {
+		case !ok: // http.ReadRequest refuses it
+		case asciiEqualFold(name, "Content-Length"):
+			h.cl = true
+		case asciiEqualFold(name, "Transfer-Encoding"):
+			h.te = true
+			h.codings(value)
+		}
+	}
+}
+
+// codings takes in the transfer codings a Transfer-Encoding field lists.
+func (h *headScan) codings(value []byte) {
+	for c := range bytes.SplitSeq(value, []byte(",")) {
+		c = bytes.TrimSpace(c)
+		if i := bytes.IndexByte(c, ';'); i >= 0 {
+			c = bytes.TrimSpace(c[:i])
+		}
+		if len(c) == 0 {
+			continue // empty list elements are allowed
+		}
+		h.lastCoded = asciiEqualFold(c, "chunked")
+		if h.lastCoded {
+			h.chunked++
+		} else {
+			h.other = true
+		}
+	}
+}
+
+// framingVerdict is the status line and reason a complete header is
+// refused with, or "" when its framing is clear: Content-Length and
+// Transfer-Encoding together, chunked not the last coding or listed
+// twice, a coding other than chunked (501, as net/http answers), or
+// Transfer-Encoding in an HTTP/1.0 request.
+func (h *headScan) framingVerdict() (status, why string) {
+	switch {
+	case !h.te:
+		return "", ""
+	case h.cl:
+		return "400 Bad Request", "both Content-Length and Transfer-Encoding"
+	case h.http10:
+		return "400 Bad Request", "Transfer-Encoding in an HTTP/1.0 request"
+	case !h.lastCoded:
+		return "400 Bad Request", "Transfer-Encoding without chunked as its last coding"
+	case h.chunked > 1:
+		return "400 Bad Request", "Transfer-Encoding lists chunked more than once"
+	case h.other:
+		return "501 Not Implemented", "Unsupported transfer encoding"
+	}
+	return "", ""
+}
+
+// asciiEqualFold reports whether b is s, ignoring ASCII case.
+func asciiEqualFold(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := range len(b) {
+		x, y := b[i], s[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
+}

@@ -229,7 +229,7 @@ func TestIngress_RefusesWhatNetHTTPRefuses(t *testing.T) {
 		{"bad header line", "POST /c/" + ch + "/ HTTP/1.1\r\nHost: relay\r\nNo colon here\r\n\r\n", 400},
 		{"bad header name", "POST /c/" + ch + "/ HTTP/1.1\r\nHost: relay\r\nBad Name: x\r\n\r\n", 400},
 		{"two lengths", "POST /c/" + ch + "/ HTTP/1.1\r\nHost: relay\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", 400},
-		{"unknown transfer coding", "POST /c/" + ch + "/ HTTP/1.1\r\nHost: relay\r\nTransfer-Encoding: gzip\r\n\r\n", 501},
+		{"unknown transfer coding", "POST /c/" + ch + "/ HTTP/1.1\r\nHost: relay\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501},
 		{"unknown expectation", "POST /c/" + ch + "/ HTTP/1.1\r\nHost: relay\r\nExpect: teapot\r\nContent-Length: 0\r\n\r\n", 417},
 		{"headers over the limit", "POST /c/" + ch + "/ HTTP/1.1\r\nHost: relay\r\nX-Big: " + strings.Repeat("x", 16<<10) + "\r\n\r\n", 431},
 		{"HTTP/2 on the wire", "POST /c/" + ch + "/ HTTP/2.0\r\nHost: relay\r\n\r\n", 505},

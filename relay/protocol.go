@@ -99,10 +99,16 @@
 //	                     receiver's answer sends 502 at once)
 //	202                  no agent, or it went away before answering: the
 //	                     delivery is on disk (synced) and will be delivered
+//	400                  a path with a dot segment (devhook.HasDotSegment), or
+//	                     framing that is ambiguous (IngressListener: both
+//	                     Content-Length and Transfer-Encoding, bare LF, obs-fold,
+//	                     ...): nothing was kept; the connection is closed
 //	404                  unknown channel
 //	408                  the body did not arrive within BodyTimeout (default 30 s)
-//	413                  body over MaxBody (default 10 MiB)
-//	429 + Retry-After    the channel holds MaxChannelInflight body bytes already
+//	413                  body over MaxBody (default 10 MiB): declared, at once;
+//	                     chunked, as soon as it passes it
+//	429 + Retry-After    the channel holds MaxChannelInflight body bytes already,
+//	                     counted as they arrived
 //	                     (default 32 MiB): nothing was kept, send again later
 //	431                  method, path, query, remote address and headers would
 //	                     make a deliver frame header over MaxHeaderSize (1 MiB),

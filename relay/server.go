@@ -46,7 +46,7 @@ type Config struct {
 	// MaxChannelInflight bounds the body bytes of one channel's deliveries
 	// the relay holds at once (being read, or waiting for the agent's
 	// answer): beyond it, senders get 429 with Retry-After. A body counts
-	// by its Content-Length from the start, or as it arrives when chunked.
+	// by the bytes that arrived, never by its Content-Length (budget.go).
 	// Default: DefaultMaxChannelInflight, or MaxBody if larger. It may not
 	// be below MaxBody.
 	MaxChannelInflight int64

@@ -1,0 +1,357 @@
+package relay_test
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/devhook/devhook/relay"
+)
+
+// What the relay answers to a sender on the open internet that means it
+// harm: raw TCP senders that stall, lie about their bodies, climb out of
+// the agent's path or try to smuggle a second request. docs/RELIABILITY.md
+// ("Hostile input") lists them with these tests.
+
+// modes are the two ways a relay serves deliveries: through its own
+// IngressListener (devhook relay without TLS) and through net/http's
+// server (TLS, and a relay embedded elsewhere).
+var modes = []struct {
+	name  string
+	plain bool
+}{{"ingress-listener", false}, {"net-http", true}}
+
+// seenBodies records the bodies the agent of an ingressRelay was given.
+type seenBodies struct {
+	mu     sync.Mutex
+	bodies []string
+}
+
+func (s *seenBodies) answer(body []byte) (int, http.Header, []byte) {
+	s.mu.Lock()
+	s.bodies = append(s.bodies, string(body))
+	s.mu.Unlock()
+	return 200, http.Header{"Content-Type": {"text/plain"}}, body
+}
+
+func (s *seenBodies) has(sub string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, b := range s.bodies {
+		if strings.Contains(b, sub) {
+			return true
+		}
+	}
+	return false
+}
+
+// stall opens a connection that declares a body of declared bytes for
+// channel, sends ten of them and goes silent.
+func stall(t *testing.T, addr, channel string, declared int) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	fmt.Fprintf(c, "POST /c/%s/hook HTTP/1.1\r\nHost: relay\r\nContent-Length: %d\r\n\r\n0123456789", channel, declared)
+	return c
+}
+
+// postRaw sends one delivery of body to path on a new connection and
+// returns its answer.
+func postRaw(t *testing.T, addr, path string, body []byte, extra ...string) *http.Response {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	h := strings.Join(append([]string{"Host: relay"}, extra...), "\r\n")
+	go fmt.Fprintf(c, "POST %s HTTP/1.1\r\n%s\r\nContent-Length: %d\r\n\r\n%s", path, h, len(body), body)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("POST %s: %v", path, err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+// 16 connections over 4 channels that declare 8 MiB, send 10 bytes and
+// stall hold 160 bytes of the in-flight budgets, not 128 MiB: honest
+// deliveries to those channels and to others go through, up to the
+// largest body.
+func TestHostile_StalledSendersHoldWhatTheySent(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			r := newIngressRelay(t, testRelay{plain: m.plain}) // the relay's defaults: 10 MiB bodies, 32 MiB a channel, 128 MiB in all
+			channels := []string{r.cr.Channel}
+			for range 4 {
+				cr, err := r.srv.OpenChannel(nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				channels = append(channels, cr.Channel)
+			}
+			for i := range 16 {
+				stall(t, r.addr, channels[i%4], 8<<20)
+			}
+			waitFor(t, "160 bytes held", func() bool { _, n := r.srv.Inflight(""); return n == 160 })
+			for _, n := range []int{1500, 1 << 20, relay.DefaultMaxBody} {
+				body := bytes.Repeat([]byte("h"), n)
+				for i, ch := range channels {
+					want := http.StatusAccepted // no agent: queued
+					if i == 0 {
+						want = http.StatusOK
+					}
+					if resp := postRaw(t, r.addr, "/c/"+ch+"/hook", body); resp.StatusCode != want {
+						t.Fatalf("a %d-byte delivery to channel %d beside 16 stalled senders: %s, want %d", n, i, resp.Status, want)
+					}
+				}
+			}
+			if held, _ := r.srv.Inflight(channels[0]); held != 40 {
+				t.Fatalf("channel 0 holds %d bytes after the honest deliveries, want the stalled senders' 40", held)
+			}
+		})
+	}
+}
+
+// A flood of whole bodies waiting for their agent still meets the
+// budgets as designed: 429 beyond a channel's bound, 503 beyond the
+// relay's, both with Retry-After, and a channel with room goes on.
+func TestHostile_FloodMeetsTheBudgets(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			r := newIngressRelay(t, testRelay{plain: m.plain,
+				cfg:    relay.Config{MaxBody: 1000, MaxChannelInflight: 3000, MaxInflight: 5000, ResponseTimeout: time.Minute},
+				answer: func([]byte) (int, http.Header, []byte) { return 0, nil, nil }, // never answers
+			})
+			// A second channel whose agent takes deliveries and never answers.
+			cr2, err := r.srv.OpenChannel(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			conn2, err := relay.Dial(t.Context(), relay.DialConfig{RelayURL: r.hs.URL, Credentials: cr2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { conn2.Close() })
+			cr3, err := r.srv.OpenChannel(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// flood sends n whole 1000-byte bodies to channel at once and
+			// returns the answers that come.
+			flood := func(channel string, n int) <-chan *http.Response {
+				answers := make(chan *http.Response, n)
+				for range n {
+					c, err := net.Dial("tcp", r.addr)
+					if err != nil {
+						t.Fatal(err)
+					}
+					t.Cleanup(func() { c.Close() })
+					fmt.Fprintf(c, "POST /c/%s/hook HTTP/1.1\r\nHost: relay\r\nContent-Length: 1000\r\n\r\n%s", channel, bytes.Repeat([]byte("f"), 1000))
+					go func() {
+						if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil {
+							answers <- resp
+						}
+					}()
+				}
+				return answers
+			}
+			expect := func(answers <-chan *http.Response, n, status int) {
+				t.Helper()
+				deadline := time.After(10 * time.Second)
+				for range n {
+					select {
+					case resp := <-answers:
+						if resp.StatusCode != status || resp.Header.Get("Retry-After") != "1" {
+							t.Fatalf("answer %s %v, want %d with Retry-After", resp.Status, resp.Header, status)
+						}
+					case <-deadline:
+						t.Fatalf("fewer than %d answers %d", n, status)
+					}
+				}
+			}
+			// 8 bodies at once into a channel bounded at 3000 bytes: 3 wait
+			// for the agent, 5 are refused 429.
+			expect(flood(r.cr.Channel, 8), 5, http.StatusTooManyRequests)
+			waitFor(t, "3000 bytes held", func() bool { n, _ := r.srv.Inflight(r.cr.Channel); return n == 3000 })
+			if resp := postRaw(t, r.addr, "/c/"+cr3.Channel+"/hook", []byte("x")); resp.StatusCode != http.StatusAccepted {
+				t.Fatalf("another channel beside a full one: %s, want 202", resp.Status)
+			}
+			// 3 more into the second channel: 2 wait, and the relay's 5000
+			// bytes are held; the third is refused 503, and so is any
+			// other channel's delivery.
+			expect(flood(cr2.Channel, 3), 1, http.StatusServiceUnavailable)
+			waitFor(t, "5000 bytes held", func() bool { _, n := r.srv.Inflight(""); return n == 5000 })
+			if resp := postRaw(t, r.addr, "/c/"+cr3.Channel+"/hook", []byte("x")); resp.StatusCode != http.StatusServiceUnavailable {
+				t.Fatalf("a delivery to a relay full of bodies: %s, want 503", resp.Status)
+			}
+		})
+	}
+}
+
+// A declared body over MaxBody is 413 before a byte of it is read (and
+// no 100 Continue invites it); a chunked one as soon as its total passes
+// MaxBody, even when its sender then stalls. Either ends the connection.
+func TestHostile_BodiesOverMaxBodyRefusedAtOnce(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			r := newIngressRelay(t, testRelay{plain: m.plain, cfg: relay.Config{MaxBody: 1000, BodyTimeout: time.Minute}})
+			p := "POST /c/" + r.cr.Channel + "/hook HTTP/1.1\r\nHost: relay\r\n"
+			for name, raw := range map[string]string{
+				"declared":                p + "Content-Length: 1001\r\n\r\n",
+				"declared, 100-continue":  p + "Content-Length: 1001\r\nExpect: 100-continue\r\n\r\n",
+				"declared, huge":          p + "Content-Length: 99999999999999\r\n\r\nabc",
+				"chunked, one chunk":      p + "Transfer-Encoding: chunked\r\n\r\n3e9\r\n" + strings.Repeat("c", 1001),
+				"chunked, passes by one":  p + "Transfer-Encoding: chunked\r\n\r\n3e8\r\n" + strings.Repeat("c", 1000) + "\r\n1\r\nc\r\n",
+				"chunked, declares large": p + "Transfer-Encoding: chunked\r\n\r\nffffffff\r\n" + strings.Repeat("c", 1001),
+			} {
+				t.Run(name, func(t *testing.T) {
+					c, br := r.dial(t)
+					io.WriteString(c, raw) // and stalls: the body timeout is a minute
+					resp, _ := readAnswer(t, br, http.MethodPost)
+					if resp.StatusCode != http.StatusRequestEntityTooLarge {
+						t.Fatalf("got %s, want 413", resp.Status)
+					}
+					if _, err := br.ReadByte(); err != io.EOF {
+						t.Fatalf("the connection is still open after 413: %v", err)
+					}
+					waitFor(t, "no bytes held", func() bool { _, n := r.srv.Inflight(""); return n == 0 })
+				})
+			}
+		})
+	}
+}
+
+// A delivery path with a dot segment, raw or percent-encoded in any mix,
+// or formed with encoded slashes, is refused with 400 and never reaches
+// the agent; paths that only look alike go through.
+func TestHostile_DotSegmentsRefused(t *testing.T) {
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			var seen seenBodies
+			r := newIngressRelay(t, testRelay{plain: m.plain, answer: seen.answer})
+			ch := "/c/" + r.cr.Channel
+			for _, p := range []string{
+				"/x/../../../escape",
+				"/%2e%2e/%2e%2e/escape",
+				"/%2E%2e/escape",
+				"/.%2e/escape",
+				"/x/%2e/y",
+				"/./x",
+				"/..",
+				"/x/..",
+				"/x%2f..%2f..%2fescape",
+				"/x%2F%2e%2e%2Fescape",
+				"/x%5c..%5cescape",
+				`/x\..\escape`,
+				"/%252e%252e/escape",
+				"/..;/escape",
+			} {
+				marker := "hostile " + p
+				if resp := postRaw(t, r.addr, ch+p, []byte(marker)); resp.StatusCode != http.StatusBadRequest {
+					t.Errorf("POST %s: %s, want 400", p, resp.Status)
+				}
+				if seen.has(marker) {
+					t.Errorf("POST %s reached the agent", p)
+				}
+			}
+			for _, p := range []string{"/hook", "/a..b/c.", "/.well-known/x", "/...", "/%2e%2e%2e", "/a%2Fb", ""} {
+				if resp := postRaw(t, r.addr, ch+p, []byte("fine "+p)); resp.StatusCode != http.StatusOK {
+					t.Errorf("POST %s: %s, want 200", p, resp.Status)
+				}
+			}
+		})
+	}
+}
+
+// A request whose framing a server or proxy in front of the relay could
+// read otherwise is answered and its connection closed (RFC 9112 sections
+// 2.2, 5.2, 6.1 and 6.3): nothing that follows it is taken as a request,
+// so no second request can be smuggled behind it. The relay's own
+// ingress refuses them all; what net/http's server takes in its own way
+// is said in docs/RELIABILITY.md. So is the first request of a connection
+// that is not a delivery, before it is handed to that server.
+func TestHostile_AmbiguousFramingRefusedAndClosed(t *testing.T) {
+	var seen seenBodies
+	r := newIngressRelay(t, testRelay{answer: seen.answer})
+	ch := r.cr.Channel
+	p := "POST /c/" + ch + "/hook HTTP/1.1\r\n"
+	smuggled := "POST /c/" + ch + "/smuggled HTTP/1.1\r\nHost: relay\r\nContent-Length: 8\r\n\r\nSMUGGLED"
+	big := "X-Big: " + strings.Repeat("b", 10<<10) + "\r\n" // a header larger than the read buffer
+	for _, tc := range []struct {
+		name, raw string
+		status    int
+	}{
+		{"length then chunked", p + "Host: relay\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
+		{"chunked then length", p + "Host: relay\r\nTransfer-Encoding: chunked\r\nContent-Length: 0\r\n\r\n", 400},
+		{"length and identity", p + "Host: relay\r\nTransfer-Encoding: identity\r\nContent-Length: 5\r\n\r\nhello", 400},
+		{"length and chunked, large header", p + "Host: relay\r\n" + big + "Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
+		{"chunked not last", p + "Host: relay\r\nTransfer-Encoding: chunked, gzip\r\n\r\n0\r\n\r\n", 400},
+		{"no chunked", p + "Host: relay\r\nTransfer-Encoding: gzip\r\n\r\n0\r\n\r\n", 400},
+		{"chunked twice", p + "Host: relay\r\nTransfer-Encoding: chunked, chunked\r\n\r\n0\r\n\r\n", 400},
+		{"chunked in two fields", p + "Host: relay\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
+		{"empty coding", p + "Host: relay\r\nTransfer-Encoding:\r\nContent-Length: 0\r\n\r\n", 400},
+		{"gzip in its own field, then chunked", p + "Host: relay\r\nTransfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 501},
+		{"gzip then chunked", p + "Host: relay\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n", 501},
+		{"chunked in HTTP/1.0", "POST /c/" + ch + "/hook HTTP/1.0\r\nHost: relay\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
+		{"two lengths, different", p + "Host: relay\r\nContent-Length: 8\r\nContent-Length: 0\r\n\r\n", 400},
+		{"a length list", p + "Host: relay\r\nContent-Length: 0, 8\r\n\r\n", 400},
+		{"length with a sign", p + "Host: relay\r\nContent-Length: +0\r\n\r\n", 400},
+		{"bad chunk size", p + "Host: relay\r\nTransfer-Encoding: chunked\r\n\r\n0x0\r\n\r\n", 400},
+		{"chunk size with a bare LF", p + "Host: relay\r\nTransfer-Encoding: chunked\r\n\r\n0\n\r\n", 400},
+		{"chunk size over 64 bits", p + "Host: relay\r\nTransfer-Encoding: chunked\r\n\r\n10000000000000000\r\n", 400},
+		{"chunk not ended by CRLF", p + "Host: relay\r\nTransfer-Encoding: chunked\r\n\r\n1\r\naXX0\r\n\r\n", 400},
+		{"bare LF ends the header", p + "Host: relay\r\nContent-Length: 0\n\n", 400},
+		{"bare LF ends a field", p + "Host: relay\nContent-Length: 0\r\n\r\n", 400},
+		{"bare LF ends the request line", "POST /c/" + ch + "/hook HTTP/1.1\nHost: relay\r\nContent-Length: 0\r\n\r\n", 400},
+		{"bare CR in a field", p + "Host: relay\r\nX-A: a\rContent-Length: 0\r\n\r\n", 400},
+		{"obs-fold", p + "Host: relay\r\nX-A: a\r\n Transfer-Encoding: chunked\r\nContent-Length: 0\r\n\r\n", 400},
+		{"obs-fold of Transfer-Encoding", p + "Host: relay\r\nTransfer-Encoding:\r\n\tchunked\r\n\r\n0\r\n\r\n", 400},
+		{"obs-fold after a large header", p + "Host: relay\r\n" + big + "X-A: a\r\n b\r\nContent-Length: 0\r\n\r\n", 400},
+		// Not a delivery: the first request of a connection is looked at
+		// before it is handed to net/http's server.
+		{"length and chunked to the API", "POST /v1/channels HTTP/1.1\r\nHost: relay\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400},
+		{"bare LF to /healthz", "GET /healthz HTTP/1.1\nHost: relay\n\n", 400},
+		{"obs-fold to /metrics", "GET /metrics HTTP/1.1\r\nHost: relay\r\nX-A: a\r\n b\r\n\r\n", 400},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, br := r.dial(t)
+			go io.WriteString(c, tc.raw+smuggled)
+			resp, _ := readAnswer(t, br, http.MethodPost)
+			if resp.StatusCode != tc.status {
+				t.Fatalf("got %s, want %d", resp.Status, tc.status)
+			}
+			if !resp.Close {
+				t.Fatalf("answered without Connection: close: %v", resp.Header)
+			}
+			if b, err := br.ReadByte(); err != io.EOF {
+				t.Fatalf("the connection went on after the answer (%q, %v)", b, err)
+			}
+		})
+	}
+	// Nothing behind a refused request reached the agent, and a request
+	// with a large header, on its own, goes through twice on one
+	// connection.
+	if seen.has("SMUGGLED") {
+		t.Fatal("a request smuggled behind a refused one reached the agent")
+	}
+	c, br := r.dial(t)
+	for i := range 2 {
+		fmt.Fprintf(c, "%sHost: relay\r\n%sContent-Length: 5\r\n\r\nlarge", p, big)
+		if resp, body := readAnswer(t, br, http.MethodPost); resp.StatusCode != 200 || body != "large" {
+			t.Fatalf("delivery %d with a large header: %s %q", i, resp.Status, body)
+		}
+	}
+}
