@@ -72,7 +72,8 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, channel st
 }
 
 // agentConn is one connected agent, an Endpoint. readLoop is the only
-// reader; write serializes writers. Heartbeats come from a timer, so an
+// reader; write serializes writers; acknowledged deliveries leave the
+// store on a goroutine of their own (removeLoop, drain.go). Heartbeats come from a timer, so an
 // idle agent has no goroutine but its reader.
 type agentConn struct {
 	s       *Server
@@ -92,6 +93,10 @@ type agentConn struct {
 
 	draining   bool          // a drain goroutine runs
 	drainAgain bool          // the queue may have new work since it started
+	readWait   time.Duration // before the drain reads again after a failed read; 0 after a good one
+	readRetry  *time.Timer   // the drain's next read after a failed one
+	removals   []string      // acknowledged queued deliveries to remove from the store
+	removing   bool          // a removal goroutine runs
 	done       chan struct{} // closed when the connection ends
 	closeOnce  sync.Once
 }
@@ -109,6 +114,9 @@ func (c *agentConn) closeWith(code int, reason string) {
 		c.gone = true
 		if c.pinger != nil {
 			c.pinger.Stop()
+		}
+		if c.readRetry != nil {
+			c.readRetry.Stop()
 		}
 		c.mu.Unlock()
 		close(c.done)
@@ -253,18 +261,10 @@ func (c *agentConn) readLoop() {
 			queued := c.inflight[h.ID]
 			c.mu.Unlock()
 			if queued {
-				// The id stays in flight until its dequeue is committed:
-				// a drain pass meanwhile would find it still queued and
-				// send it again.
-				if err := c.s.cfg.Store.Dequeue(c.channel, h.ID); err != nil {
-					c.s.cfg.Logf("relay: channel %s: dequeue %s: %v", c.channel, h.ID, err)
-				}
-				c.s.metrics.acked.Inc()
-				c.mu.Lock()
-				delete(c.inflight, h.ID)
-				c.acked[h.ID] = true
-				c.mu.Unlock()
-				c.kickDrain()
+				// Removed from the store off this goroutine, the
+				// connection's only reader: answers to live deliveries
+				// must not wait behind an fsync or a round trip.
+				c.remove(h.ID)
 			}
 		}
 	}

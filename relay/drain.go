@@ -2,15 +2,37 @@ package relay
 
 import (
 	"errors"
+	"time"
 
 	"github.com/devhook/devhook"
 )
 
 // Deliveries queued while a channel had no agent reach it through its
 // connection's drain: a goroutine, running only while there is queue
-// work, that sends what the Store holds beyond what is in flight, at most
-// Window unacknowledged at once, and parks a delivery that can never be
-// sent, so that the queue behind it goes on.
+// work, that sends what the Store holds beyond what is in flight, in the
+// order the Store returns them (id order; a cluster's, the order they
+// were queued), at most Window unacknowledged at once, and parks a
+// delivery that can never be sent, so that the queue behind it goes on.
+// The agent forwards a run's deliveries in the order they arrive
+// (agent/order.go).
+//
+// A read of the queue that fails is tried again after a backoff, from
+// drainRetryMin doubling to drainRetryMax, with a log line and a count in
+// /metrics: the queue moves again by itself once the store reads, without
+// waiting for a new delivery, an ack or a reconnect.
+//
+// An ack removes its delivery from the store on a goroutine of its own
+// (removeLoop), not on the connection's only reader: a removal waiting
+// for an fsync or a NATS round trip holds up no live answer. The
+// delivery stays in flight until its removal is done, so that a drain
+// pass meanwhile does not send it again.
+
+// Bounds of the wait before the drain reads a channel's queue again after
+// a failed read.
+const (
+	drainRetryMin = 50 * time.Millisecond
+	drainRetryMax = 5 * time.Second
+)
 
 // kickDrain makes sure a drain pass runs after this call. The drain
 // goroutine exists only while there is queue work.
@@ -71,9 +93,10 @@ func (c *agentConn) drainPass() bool {
 		batch, err := c.s.cfg.Store.Queued(c.channel, after, limit)
 		var bad *UnreadableError
 		if err != nil && !errors.As(err, &bad) {
-			c.s.cfg.Logf("relay: channel %s: read queue: %v", c.channel, err)
-			return true // the next kick retries
+			c.readFailed(err)
+			return true
 		}
+		c.readOK()
 		for _, d := range batch {
 			after = d.ID
 			if !c.sendQueued(d) {
@@ -87,6 +110,76 @@ func (c *agentConn) drainPass() bool {
 		}
 		if len(batch) < limit {
 			return true
+		}
+	}
+}
+
+// readFailed counts and logs a failed read of the queue, and kicks the
+// drain again after the backoff.
+func (c *agentConn) readFailed(err error) {
+	c.s.metrics.readErrors.Inc()
+	c.mu.Lock()
+	if c.gone {
+		c.mu.Unlock()
+		return
+	}
+	c.readWait = min(max(2*c.readWait, drainRetryMin), drainRetryMax)
+	wait := c.readWait
+	if c.readRetry == nil {
+		c.readRetry = time.AfterFunc(wait, c.kickDrain)
+	} else {
+		c.readRetry.Reset(wait)
+	}
+	c.mu.Unlock()
+	c.s.cfg.Logf("relay: channel %s: read queue: %v; reading it again in %s", c.channel, err, wait)
+}
+
+// readOK resets the backoff after a read of the queue that worked.
+func (c *agentConn) readOK() {
+	c.mu.Lock()
+	c.readWait = 0
+	c.mu.Unlock()
+}
+
+// remove has acknowledged delivery id removed from the store, in the order
+// the acks came, by a goroutine that runs only while there are removals.
+func (c *agentConn) remove(id string) {
+	c.mu.Lock()
+	c.removals = append(c.removals, id)
+	if c.removing {
+		c.mu.Unlock()
+		return
+	}
+	c.removing = true
+	c.s.wg.Add(1) // the reader holds the Server's wg: not at zero
+	c.mu.Unlock()
+	go func() { defer c.s.wg.Done(); c.removeLoop() }()
+}
+
+// removeLoop removes acknowledged deliveries until there are none left,
+// kicking the drain after each: the window has room again. Removals go on after
+// the connection ends: the agent has those deliveries.
+func (c *agentConn) removeLoop() {
+	for {
+		c.mu.Lock()
+		ids := c.removals
+		c.removals = nil
+		if len(ids) == 0 {
+			c.removing = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		for _, id := range ids {
+			if err := c.s.cfg.Store.Dequeue(c.channel, id); err != nil {
+				c.s.cfg.Logf("relay: channel %s: dequeue %s: %v", c.channel, id, err)
+			}
+			c.s.metrics.acked.Inc()
+			c.mu.Lock()
+			delete(c.inflight, id)
+			c.acked[id] = true
+			c.mu.Unlock()
+			c.kickDrain()
 		}
 	}
 }
