@@ -28,6 +28,7 @@
 //	agent.go       the Agent: Config, New, Run's lifecycle
 //	conn.go        the connection to the relay: dial, reconnect, backoff
 //	workers.go     one connection's deliveries, each on a worker of a pool
+//	order.go       a run's deliveries one after the other, in the order they came
 //	live.go        a delivery: verify → record → forward → the sender's answer
 //	queued.go      what differs for a queued one: held writes, owed forwards
 //	forward.go     one forward to a receiver, and its record
