@@ -105,32 +105,65 @@ func (r *runReceiver) check(t *testing.T, runs []string) {
 // runs interleaved; each must be queued (202).
 func queueRuns(t *testing.T, url string, runs int) []string {
 	t.Helper()
-	var names []string
-	for i := range runs {
-		names = append(names, fmt.Sprintf("run-%02d", i))
-	}
-	client := &http.Client{Timeout: 30 * time.Second}
+	names := runNames(runs)
 	for _, st := range runStatuses {
 		for _, run := range names {
-			body, err := json.Marshal(devhook.NewRunStatus(run, "app-order", st, time.Now()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			req, _ := http.NewRequest(http.MethodPost, url+"/hooks/runs", strings.NewReader(string(body)))
-			for k, v := range signed(body) {
-				req.Header[k] = v
-			}
-			resp, err := client.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusAccepted {
-				t.Fatalf("%s %s with no agent: %s, want 202", run, st, resp.Status)
+			if code := postRun(t, url, run, st); code != http.StatusAccepted {
+				t.Fatalf("%s %s with no agent: %d, want 202", run, st, code)
 			}
 		}
 	}
 	return names
+}
+
+func runNames(n int) []string {
+	var names []string
+	for i := range n {
+		names = append(names, fmt.Sprintf("run-%02d", i))
+	}
+	return names
+}
+
+// postRun posts run's status to url, a channel's public URL, signed, and
+// returns the status of the answer.
+func postRun(t *testing.T, url, run, status string) int {
+	t.Helper()
+	body, err := json.Marshal(devhook.NewRunStatus(run, "app-order", status, time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, url+"/hooks/runs", strings.NewReader(string(body)))
+	for k, v := range signed(body) {
+		req.Header[k] = v
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// sendRunsLive posts the first two statuses of runs to url with no agent
+// connected, then starts the agent with start, and posts each run's last
+// status live while the backlog drains: whatever it is answered (the
+// receiver's answer, or 202 when it is queued behind the backlog), it
+// must not overtake the earlier ones.
+func sendRunsLive(t *testing.T, url string, runs []string, start func()) {
+	t.Helper()
+	for _, st := range runStatuses[:2] {
+		for _, run := range runs {
+			if code := postRun(t, url, run, st); code != http.StatusAccepted {
+				t.Fatalf("%s %s with no agent: %d, want 202", run, st, code)
+			}
+		}
+	}
+	start()
+	for _, run := range runs {
+		if code := postRun(t, url, run, runStatuses[2]); code != http.StatusAccepted && code/100 != 2 {
+			t.Fatalf("%s %s live: %d", run, runStatuses[2], code)
+		}
+	}
 }
 
 // Issue 30: runs queued at the relay while the agent was away reach the
@@ -144,6 +177,17 @@ func TestQueuedRunsReachTheReceiverInOrder(t *testing.T) {
 	eventually(t, "every delivery at the receiver", func() bool { return rec.count() == 3*len(runs) })
 	rec.check(t, runs)
 	waitQueueEmpty(t, tn.relayDB, tn.creds.Channel)
+}
+
+// Issue 30: a run's live delivery sent while its earlier ones are still
+// in the relay's queue, beyond the relay's window, does not overtake them.
+func TestLiveDeliveryDoesNotOvertakeItsRunsQueue(t *testing.T) {
+	rec, rs := newRunReceiver(t, false)
+	tn := newTunnelRelay(t, rs.URL, func(c *relay.Config) { c.Window = 3 }, nil)
+	runs := runNames(10)
+	sendRunsLive(t, tn.url(""), runs, tn.startAgent)
+	eventually(t, "every delivery at the receiver", func() bool { return rec.count() == 3*len(runs) })
+	rec.check(t, runs)
 }
 
 // Issue 30: with a receiver that fails every first attempt, a run's later
@@ -223,16 +267,18 @@ func mustJSON(t *testing.T, v any) string {
 }
 
 // Issue 30, on the NATS store: the queue of a cluster drains each run in
-// its order too.
+// its order too, with a receiver that fails first attempts, and live
+// deliveries sent to another instance while the queue drains.
 func TestQueuedRunsInOrderOnNATS(t *testing.T) {
 	ns := natstest.Run(t)
 	url, _ := clusterRelay(t, ns, nil)
+	other, _ := clusterRelay(t, ns, nil)
 	rec, rs := newRunReceiver(t, true)
 	cr, err := relay.Open(context.Background(), http.DefaultClient, url, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	runs := queueRuns(t, cr.PublicURL, 12)
+	runs := runNames(12)
 	db, err := storage.Open(filepath.Join(t.TempDir(), "deliveries.db"), storage.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -247,13 +293,13 @@ func TestQueuedRunsInOrderOnNATS(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- ag.Run(ctx) }()
 	defer func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Run: %v", err)
 		}
 	}()
+	sendRunsLive(t, other+"/c/"+cr.Channel, runs, func() { go func() { done <- ag.Run(ctx) }() })
 	eventually(t, "every delivery taken by the receiver", func() bool { return rec.count() == 3*len(runs) })
 	rec.check(t, runs)
 }

@@ -14,7 +14,13 @@ import (
 // were queued), at most Window unacknowledged at once, and parks a
 // delivery that can never be sent, so that the queue behind it goes on.
 // The agent forwards a run's deliveries in the order they arrive
-// (agent/order.go).
+// (agent/order.go). So that a live delivery does not overtake an earlier
+// one of its run still in the queue, live run.status deliveries (those
+// with a run_id) are queued too (202) while the queue holds deliveries
+// not yet sent (agentConn.behind: from connect, when the queue is not
+// empty, and from each Kick, until a pass sends the queue to its end);
+// then they go to the agent after the queued ones, on the same WebSocket.
+// Other live deliveries go to the agent at once, as before.
 //
 // A read of the queue that fails is tried again after a backoff, from
 // drainRetryMin doubling to drainRetryMax, with a log line and a count in
@@ -74,8 +80,20 @@ func (c *agentConn) nextPass() bool {
 		return false
 	}
 	c.drainAgain = false
+	c.passKicks = c.kicks
 	clear(c.acked)
 	return true
+}
+
+// caughtUp is called when a drain pass has sent the queue to its end:
+// live deliveries go to the agent again, unless a delivery was queued
+// since the pass began.
+func (c *agentConn) caughtUp() {
+	c.mu.Lock()
+	if c.kicks == c.passKicks {
+		c.behind = false
+	}
+	c.mu.Unlock()
 }
 
 // drainPass sends what the queue holds beyond what is in flight. It
@@ -109,6 +127,7 @@ func (c *agentConn) drainPass() bool {
 			continue
 		}
 		if len(batch) < limit {
+			c.caughtUp()
 			return true
 		}
 	}

@@ -1,6 +1,7 @@
 package relay_test
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -223,4 +224,108 @@ func queuedIDs(t *testing.T, db *storage.RelayStore, channel string) []string {
 		ids = append(ids, d.ID)
 	}
 	return ids
+}
+
+// runBody is a run.status body of run in status.
+func runBody(t *testing.T, run, status string) string {
+	t.Helper()
+	b, err := json.Marshal(devhook.NewRunStatus(run, "app", status, time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// Issue 30: while the queue holds deliveries not yet sent to the agent, a
+// live run.status delivery is queued behind them (202), and reaches the
+// agent after them; a live delivery without a run goes at once; once the
+// queue is sent, live ones go to the agent again.
+func TestLiveRunDeliveryQueuedBehindUnsentQueue(t *testing.T) {
+	_, hs, db := newRelay(t, relay.Config{Window: 1})
+	cr := open(t, hs)
+	var want []string
+	for _, st := range []string{"queued", "running"} {
+		body := runBody(t, "r1", st)
+		if code, _ := post(t, cr.PublicURL+"/", body); code != http.StatusAccepted {
+			t.Fatalf("%s with no agent: %d", st, code)
+		}
+		want = append(want, body)
+	}
+	conn := dial(t, hs, cr)
+	first := receive(t, conn, 10*time.Second) // the window is full: the rest waits for its ack
+	if string(first.Body) != want[0] {
+		t.Fatalf("first queued delivery %s", first.Body)
+	}
+	live := runBody(t, "r1", "succeeded")
+	code, answer := post(t, cr.PublicURL+"/", live)
+	if code != http.StatusAccepted || !strings.Contains(answer, `"queued":true`) {
+		t.Fatalf("live run.status behind the queue: %d %q, want 202", code, answer)
+	}
+	want = append(want, live)
+
+	plain := make(chan int, 1)
+	go func() {
+		resp, err := http.Post(cr.PublicURL+"/plain", "text/plain", strings.NewReader("no run"))
+		if err != nil {
+			plain <- 0
+			return
+		}
+		resp.Body.Close()
+		plain <- resp.StatusCode
+	}()
+	d := receive(t, conn, 10*time.Second)
+	if d.Queued || string(d.Body) != "no run" {
+		t.Fatalf("got %q (queued %v), want the live delivery without a run", d.Body, d.Queued)
+	}
+	conn.Respond(d.ID, http.StatusTeapot, nil, nil)
+	if st := <-plain; st != http.StatusTeapot {
+		t.Fatalf("live delivery without a run: %d, want the agent's 418", st)
+	}
+
+	got := []string{string(first.Body)}
+	conn.Ack(first.ID)
+	for len(got) < len(want) {
+		d := receive(t, conn, 10*time.Second)
+		got = append(got, string(d.Body))
+		conn.Ack(d.ID)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("agent got %d: %s, want %s", i, got[i], want[i])
+		}
+	}
+	waitFor(t, "the queue to empty", func() bool { n, _ := db.QueueLen(cr.Channel); return n == 0 })
+
+	// Caught up: live run.status deliveries go to the agent again (one
+	// sent as the last removal commits may still be queued, and comes
+	// queued).
+	deadline := time.Now().Add(10 * time.Second)
+	for i := 0; ; i++ {
+		done := make(chan int, 1)
+		go func() {
+			resp, err := http.Post(cr.PublicURL+"/", "application/json", strings.NewReader(runBody(t, fmt.Sprint("r", i), "queued")))
+			if err != nil {
+				done <- 0
+				return
+			}
+			resp.Body.Close()
+			done <- resp.StatusCode
+		}()
+		d = receive(t, conn, 10*time.Second)
+		if d.Queued {
+			conn.Ack(d.ID)
+			if st := <-done; st != http.StatusAccepted {
+				t.Fatalf("a delivery that came queued was answered %d", st)
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("live run.status deliveries are still queued after the queue was sent")
+			}
+			continue
+		}
+		conn.Respond(d.ID, http.StatusCreated, nil, nil)
+		if st := <-done; st != http.StatusCreated {
+			t.Fatalf("live run.status once the queue is sent: %d, want the agent's 201", st)
+		}
+		break
+	}
 }
