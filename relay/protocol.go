@@ -97,7 +97,9 @@
 //
 //	the agent's status   the agent answered (an agent that cannot frame the
 //	                     receiver's answer sends 502 at once)
-//	202                  no agent, or it went away before answering: the
+//	202                  no agent, or it went away before answering, or a
+//	                     run.status delivery while the channel's queue holds
+//	                     deliveries not yet sent to the agent (drain.go): the
 //	                     delivery is on disk (synced) and will be delivered
 //	404                  unknown channel
 //	408                  the body did not arrive within BodyTimeout (default 30 s)
