@@ -87,7 +87,7 @@ func (a *Agent) forwardRecorded(ctx context.Context, d *devhook.Delivery, create
 		return p
 	}
 
-	if a.owed.reserve(d.ID, orderKey(d), a.cfg.Now()) {
+	if (d.Queued || d.Event.RunID != "") && a.owed.reserve(d.ID, orderKey(d), a.cfg.Now()) {
 		return a.oweBehind(d, p)
 	}
 

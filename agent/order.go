@@ -18,6 +18,9 @@ package agent
 //   - A live delivery waits in the line only when its run has one; with
 //     none, it goes at once, beside the other live ones, as its sender
 //     sent it: a sender that waits for each answer keeps its own order.
+//     A live delivery with no run_id is never held: its sender is
+//     waiting, and the relay does not queue it behind a backlog either
+//     (relay/drain.go); the path orders only queued ones.
 //   - A delivery the agent owes the receiver (retry.go) holds its run's
 //     place: a later delivery of the run is not forwarded before it, but
 //     owed behind it (oweBehind), and the retries of a run go in order,
@@ -66,6 +69,9 @@ func (o *orderLines) admit(d *devhook.Delivery) (job, bool) {
 		return job{d: d}, true // no line at all: a live delivery goes
 	}
 	d.Event = devhook.ParseEvent(d.Body)
+	if !d.Queued && d.Event.RunID == "" {
+		return job{d: d}, true // a live delivery of no run goes as it was sent
+	}
 	key := orderKey(d)
 	if l := o.lines[key]; l != nil {
 		l.waiting = append(l.waiting, d)
