@@ -77,8 +77,8 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, channel st
 
 // agentConn is one connected agent, an Endpoint. readLoop is the only
 // reader; write serializes writers; acknowledged deliveries leave the
-// store on a goroutine of their own (removeLoop, drain.go). Heartbeats come from a timer, so an
-// idle agent has no goroutine but its reader.
+// store on a goroutine of their own (removeLoop, drain.go). Heartbeats
+// come from a timer, so an idle agent has no goroutine but its reader.
 type agentConn struct {
 	s       *Server
 	ws      *websocket.Conn
@@ -101,13 +101,14 @@ type agentConn struct {
 	// Live run.status deliveries are queued meanwhile, behind them
 	// (Deliver).
 	behind    bool
-	kicks     uint64        // Kicks so far: a delivery may have been queued
-	passKicks uint64        // kicks when the drain pass under way began
-	readWait  time.Duration // before the drain reads again after a failed read; 0 after a good one
-	readRetry *time.Timer   // the drain's next read after a failed one
-	removals  []string      // acknowledged queued deliveries to remove from the store
-	removing  bool          // a removal goroutine runs
-	done      chan struct{} // closed when the connection ends
+	kicks     uint64          // Kicks so far: a delivery may have been queued
+	passKicks uint64          // kicks when the drain pass under way began
+	readWait  time.Duration   // before the drain reads again after a failed read; 0 after a good one
+	readRetry *time.Timer     // the drain's next read after a failed one
+	removals  []string        // acknowledged queued deliveries to remove from the store
+	toRemove  map[string]bool // ids in removals or being removed: a second ack is ignored
+	removing  bool            // a removal goroutine runs
+	done      chan struct{}   // closed when the connection ends
 	closeOnce sync.Once
 }
 

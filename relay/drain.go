@@ -164,6 +164,14 @@ func (c *agentConn) readOK() {
 // the acks came, by a goroutine that runs only while there are removals.
 func (c *agentConn) remove(id string) {
 	c.mu.Lock()
+	if c.toRemove[id] {
+		c.mu.Unlock()
+		return
+	}
+	if c.toRemove == nil {
+		c.toRemove = make(map[string]bool)
+	}
+	c.toRemove[id] = true
 	c.removals = append(c.removals, id)
 	if c.removing {
 		c.mu.Unlock()
@@ -176,8 +184,8 @@ func (c *agentConn) remove(id string) {
 }
 
 // removeLoop removes acknowledged deliveries until there are none left,
-// kicking the drain after each: the window has room again. Removals go on after
-// the connection ends: the agent has those deliveries.
+// kicking the drain after each: the window has room again. Removals go on
+// after the connection ends: the agent has those deliveries.
 func (c *agentConn) removeLoop() {
 	for {
 		c.mu.Lock()
@@ -196,6 +204,7 @@ func (c *agentConn) removeLoop() {
 			c.s.metrics.acked.Inc()
 			c.mu.Lock()
 			delete(c.inflight, id)
+			delete(c.toRemove, id)
 			c.acked[id] = true
 			c.mu.Unlock()
 			c.kickDrain()
