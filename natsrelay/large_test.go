@@ -158,19 +158,7 @@ func TestLargeDeliveryThroughTheQueue(t *testing.T) {
 		t.Fatalf("live: %s", resp.Status)
 	}
 	ag.next(t)
-	// Acknowledged deliveries leave the queue off the connection's reader
-	// (relay/drain.go): wait for their removal.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		n, err := a.store.QueueLen(cr.Channel)
-		if err == nil && n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("queue length %d %v after acks", n, err)
-		}
-		time.Sleep(5 * time.Millisecond) // polling the store
-	}
+	waitQueueEmpty(t, a.store, cr.Channel)
 	if names := objects(t, ns); len(names) != 0 {
 		t.Fatalf("objects left after acks: %v", names)
 	}
@@ -230,9 +218,7 @@ func TestQueueWriterKilledBetweenParts(t *testing.T) {
 			if d := ag.next(t); d.Queued {
 				t.Fatalf("a queued delivery came twice: %s", d.ID)
 			}
-			if n, err := b.store.QueueLen(cr.Channel); err != nil || n != 0 {
-				t.Fatalf("queue length %d %v after the ack", n, err)
-			}
+			waitQueueEmpty(t, b.store, cr.Channel)
 			if left := objects(t, ns); len(left) != len(names) {
 				t.Fatalf("objects %v after the ack, were %v", left, names)
 			}
@@ -464,5 +450,23 @@ func TestMaxPayloadChecked(t *testing.T) {
 	}
 	if d := ag.next(t); string(d.Body) != body {
 		t.Fatalf("live delivery: %d bytes", len(d.Body))
+	}
+}
+
+// waitQueueEmpty waits for the removal of channel's acknowledged
+// deliveries, which leave the queue off the agent connection's reader
+// (relay/drain.go), failing t after 10 s.
+func waitQueueEmpty(t *testing.T, s *natsrelay.Store, channel string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		n, err := s.QueueLen(channel)
+		if err == nil && n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("queue length %d %v after the acks", n, err)
+		}
+		time.Sleep(5 * time.Millisecond) // polling the store
 	}
 }
