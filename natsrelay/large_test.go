@@ -159,7 +159,7 @@ func TestLargeDeliveryThroughTheQueue(t *testing.T) {
 	}
 	ag.next(t)
 	waitQueueEmpty(t, a.store, cr.Channel)
-	if names := objects(t, ns); len(names) != 0 {
+	if names := waitObjects(t, ns, 0); len(names) != 0 {
 		t.Fatalf("objects left after acks: %v", names)
 	}
 }
@@ -219,7 +219,7 @@ func TestQueueWriterKilledBetweenParts(t *testing.T) {
 				t.Fatalf("a queued delivery came twice: %s", d.ID)
 			}
 			waitQueueEmpty(t, b.store, cr.Channel)
-			if left := objects(t, ns); len(left) != len(names) {
+			if left := waitObjects(t, ns, len(names)); len(left) != len(names) {
 				t.Fatalf("objects %v after the ack, were %v", left, names)
 			}
 			// What is left behind goes with the bucket's TTL, longer than
@@ -468,5 +468,20 @@ func waitQueueEmpty(t *testing.T, s *natsrelay.Store, channel string) {
 			t.Fatalf("queue length %d %v after the acks", n, err)
 		}
 		time.Sleep(5 * time.Millisecond) // polling the store
+	}
+}
+
+// waitObjects returns the objects of the large deliveries' bucket once
+// there are n, or after 10 s: a removal takes the queue entry first, then
+// its object.
+func waitObjects(t *testing.T, ns *server.Server, n int) []string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		names := objects(t, ns)
+		if len(names) == n || time.Now().After(deadline) {
+			return names
+		}
+		time.Sleep(5 * time.Millisecond) // polling the bucket
 	}
 }
