@@ -184,6 +184,9 @@ type Result struct {
 	// Owed: the receiver did not take this queued delivery; the agent
 	// retries it for up to Config.RetryFor.
 	Owed bool
+	// Behind (with Owed): not forwarded, because an earlier delivery of
+	// its run is owed to the receiver; it follows that one (order.go).
+	Behind bool
 	// Retry is set on the result of a retry that delivered an owed
 	// delivery: how many retries it took.
 	Retry int

@@ -58,7 +58,7 @@ func (a *Agent) oweIfRetryable(d *devhook.Delivery, p processed) processed {
 func (a *Agent) oweBehind(d *devhook.Delivery, p processed) processed {
 	now := a.cfg.Now()
 	st := devhook.RetryState{State: devhook.RetryOwed, Since: now}
-	p.Owed = true
+	p.Owed, p.Behind = true, true
 	if err := a.cfg.Store.PutRetry(d.ID, st); err != nil {
 		a.storeFailed(err)
 		if d.Queued {
@@ -66,7 +66,7 @@ func (a *Agent) oweBehind(d *devhook.Delivery, p processed) processed {
 			return p
 		}
 		a.owed.unreserve(d.ID)
-		p.Owed = false
+		p.Owed, p.Behind = false, false
 		p.failure = "devhook could not record the delivery's place behind an earlier one of its run: " + shortCause(err) + "; not forwarded"
 		p.Error = "could not record that the delivery is owed behind an earlier one of its run: " + err.Error() + "; answered 503, not forwarded"
 		return p

@@ -512,6 +512,8 @@ func TestPrinterReliabilityLines(t *testing.T) {
 		// An answer that cannot be passed back.
 		{Delivery: live, Attempt: &devhook.Attempt{Status: 200, Duration: devhook.Duration(time.Millisecond),
 			Error: "the receiver answered 200 with 1126491 bytes of headers, over the 1048576 devhook can pass back to the sender; the sender got 502"}, Status: 502},
+		// Owed behind an earlier delivery of its run: not forwarded yet.
+		{Delivery: live, Status: 202, Owed: true, Behind: true},
 	}
 	var human, js bytes.Buffer
 	hp := &printer{w: &human, loc: time.UTC, retryFor: time.Hour}
