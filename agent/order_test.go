@@ -39,7 +39,13 @@ type runReceiver struct {
 
 func newRunReceiver(t *testing.T, failFirst bool) (*runReceiver, *httptest.Server) {
 	r := &runReceiver{failFirst: failFirst, attempts: map[string][]string{}, taken: map[string][]string{}, tried: map[string]bool{}}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	srv := httptest.NewServer(r.handler())
+	t.Cleanup(srv.Close)
+	return r, srv
+}
+
+func (r *runReceiver) handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		var b devhook.RunStatus
 		if err := json.NewDecoder(req.Body).Decode(&b); err != nil {
 			w.WriteHeader(http.StatusBadRequest)
@@ -51,24 +57,23 @@ func newRunReceiver(t *testing.T, failFirst bool) (*runReceiver, *httptest.Serve
 		r.attempts[run] = append(r.attempts[run], st)
 		fail := r.failFirst && !r.tried[key]
 		r.tried[key] = true
-		if !fail {
-			r.taken[run] = append(r.taken[run], st)
-			r.n++
-		}
 		r.mu.Unlock()
-		if st == "queued" {
-			// A receiver doing some work: what the agent sends of the
-			// run meanwhile arrives before this answer.
-			time.Sleep(20 * time.Millisecond)
-		}
 		if fail {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			return
 		}
+		if st == "queued" {
+			// A receiver doing some work: what the agent sends of the
+			// run meanwhile is done before this one.
+			time.Sleep(20 * time.Millisecond)
+		}
+		// Taken once done, as a receiver's handler commits it.
+		r.mu.Lock()
+		r.taken[run] = append(r.taken[run], st)
+		r.n++
+		r.mu.Unlock()
 		w.WriteHeader(http.StatusNoContent)
-	}))
-	t.Cleanup(srv.Close)
-	return r, srv
+	})
 }
 
 func (r *runReceiver) count() int {
@@ -201,6 +206,27 @@ func TestOwedDeliveryIsNotOvertakenByItsRun(t *testing.T) {
 	eventually(t, "every delivery taken by the receiver", func() bool { return rec.count() == 3*len(runs) })
 	rec.check(t, runs)
 	eventually(t, "nothing owed", func() bool { return len(retryStates(t, tn.db)) == 0 })
+}
+
+// The deliveries of a run owed when the agent stops are retried in order
+// by the next Run: each waits for the one before it, as before the
+// restart.
+func TestOwedRunResumesInOrderAfterRestart(t *testing.T) {
+	addr := downAddr(t)
+	tn := newTunnel(t, "http://"+addr, func(c *agent.Config) {
+		c.RetryMinBackoff, c.RetryMaxBackoff = time.Hour, time.Hour // only the resume retries in time
+	})
+	runs := queueRuns(t, tn.url(""), 4)
+	tn.startAgent()
+	waitQueueEmpty(t, tn.relayDB, tn.creds.Channel)
+	eventually(t, "every delivery owed", func() bool { return len(retryStates(t, tn.db)) == 3*len(runs) })
+	tn.stopAgent()
+
+	rec := &runReceiver{attempts: map[string][]string{}, taken: map[string][]string{}, tried: map[string]bool{}}
+	serveAt(t, addr, rec.handler())
+	tn.startAgent()
+	eventually(t, "every delivery taken by the receiver", func() bool { return rec.count() == 3*len(runs) })
+	rec.check(t, runs)
 }
 
 // A live delivery of a run whose earlier delivery is owed to the receiver
