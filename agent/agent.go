@@ -28,6 +28,7 @@
 //	agent.go       the Agent: Config, New, Run's lifecycle
 //	conn.go        the connection to the relay: dial, reconnect, backoff
 //	workers.go     one connection's deliveries, each on a worker of a pool
+//	order.go       a run's deliveries one after the other, in the order they came
 //	live.go        a delivery: verify → record → forward → the sender's answer
 //	queued.go      what differs for a queued one: held writes, owed forwards
 //	forward.go     one forward to a receiver, and its record
@@ -187,6 +188,9 @@ type Result struct {
 	// Owed: the receiver did not take this queued delivery; the agent
 	// retries it for up to Config.RetryFor.
 	Owed bool
+	// Behind (with Owed): not forwarded, because an earlier delivery of
+	// its run is owed to the receiver; it follows that one (order.go).
+	Behind bool
 	// Retry is set on the result of a retry that delivered an owed
 	// delivery: how many retries it took.
 	Retry int

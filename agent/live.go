@@ -32,13 +32,16 @@ type processed struct {
 	failure  string           // d is not recorded: 503
 	unframed string           // the receiver's answer cannot go back through the relay: 502
 	rejected *devhook.Verdict
+	behind   bool                // owed behind an earlier delivery of its run, not forwarded: 202
 	hold     int                 // a queued delivery waits for a write: holdRecord, holdAttempt or holdOwed
 	owe      *devhook.RetryState // with holdOwed: the state to write
 }
 
 // process verifies, records and forwards d. It does not talk to the relay.
 func (a *Agent) process(ctx context.Context, d *devhook.Delivery) processed {
-	d.Event = devhook.ParseEvent(d.Body)
+	if d.Event == (devhook.Event{}) { // admit may have read it
+		d.Event = devhook.ParseEvent(d.Body)
+	}
 	d.Verdict = a.verify(d)
 	// Record first: a delivery that cannot be recorded is not forwarded,
 	// so that no sender sees the receiver's 200 for a delivery that is
@@ -82,6 +85,10 @@ func (a *Agent) forwardRecorded(ctx context.Context, d *devhook.Delivery, create
 		v := d.Verdict
 		p.rejected = &v
 		return p
+	}
+
+	if (d.Queued || d.Event.RunID != "") && a.owed.reserve(d.ID, orderKey(d), a.cfg.Now()) {
+		return a.oweBehind(d, p)
 	}
 
 	kind := devhook.AttemptForward
@@ -161,6 +168,10 @@ func answer(p processed) (int, http.Header, []byte) {
 	switch {
 	case p.rejected != nil:
 		return text(p.rejected.Status, p.rejected.Text)
+	case p.behind:
+		return http.StatusAccepted, http.Header{"Content-Type": {"application/json"}},
+			fmt.Appendf(nil, "{\"queued\":true,\"id\":%q,\"reason\":%q}\n", p.Delivery.ID,
+				"an earlier delivery of this run is owed to the receiver; devhook keeps this one and forwards it after that one")
 	case p.failure != "":
 		st, h, b := text(http.StatusServiceUnavailable, p.failure)
 		h["Retry-After"] = []string{strconv.Itoa(RetryAfter)}

@@ -51,6 +51,34 @@ func (a *Agent) oweIfRetryable(d *devhook.Delivery, p processed) processed {
 	return p
 }
 
+// oweBehind makes d, recorded, owed behind the earlier deliveries of its
+// run that the agent owes the receiver (its entry is reserved), without
+// forwarding it: it must not overtake them. A live one's sender gets 202,
+// as from the relay's queue: devhook keeps it.
+func (a *Agent) oweBehind(d *devhook.Delivery, p processed) processed {
+	now := a.cfg.Now()
+	st := devhook.RetryState{State: devhook.RetryOwed, Since: now}
+	p.Owed, p.Behind = true, true
+	if err := a.cfg.Store.PutRetry(d.ID, st); err != nil {
+		a.storeFailed(err)
+		if d.Queued {
+			p.hold, p.owe = holdOwed, &st
+			return p
+		}
+		a.owed.unreserve(d.ID)
+		p.Owed, p.Behind = false, false
+		p.failure = "devhook could not record the delivery's place behind an earlier one of its run: " + shortCause(err) + "; not forwarded"
+		p.Error = "could not record that the delivery is owed behind an earlier one of its run: " + err.Error() + "; answered 503, not forwarded"
+		return p
+	}
+	a.storeOK()
+	p.behind = true
+	a.owed.add(d.ID, orderKey(d), now, now, false)
+	a.publishRetry(d, nil, &st)
+	a.publishHealth()
+	return p
+}
+
 // hold retries the write res waits for until it succeeds, then carries on
 // with d. It returns false when held ends first: the connection ended (the
 // relay sends d again on the next one) or the agent is stopping.

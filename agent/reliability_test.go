@@ -125,10 +125,12 @@ func TestOwedDeliveriesReachReceiverWhenItComesUp(t *testing.T) {
 	rec := &recorder{notify: make(chan struct{}, 1024)}
 	var seenMu sync.Mutex
 	seen := map[string]int{}
+	var order []string
 	serveAt(t, addr, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		seenMu.Lock()
 		seen[string(b)]++
+		order = append(order, string(b))
 		seenMu.Unlock()
 		rec.notify <- struct{}{}
 		w.Write([]byte("ok"))
@@ -140,6 +142,12 @@ func TestOwedDeliveriesReachReceiverWhenItComesUp(t *testing.T) {
 			t.Errorf("delivery %d reached the receiver %d times, want 1", i, c)
 		}
 	}
+	for i, b := range order {
+		if want := fmt.Sprintf(`{"n":%d}`, i); b != want {
+			t.Errorf("arrival %d at the receiver is %s, want %s: the queue's order", i, b, want)
+			break
+		}
+	}
 	seenMu.Unlock()
 	for _, id := range ids {
 		d, err := tn.db.Delivery(id)
@@ -147,8 +155,14 @@ func TestOwedDeliveriesReachReceiverWhenItComesUp(t *testing.T) {
 			t.Fatal(err)
 		}
 		first, last := d.Attempts[0], d.LastAttempt()
-		if first.Kind != devhook.AttemptRedelivery || first.Status != 0 || !strings.Contains(first.Error, "connection refused") {
+		// They have no run_id and one path: one run, in order (order.go).
+		// The first is forwarded and owed; the others are owed behind it,
+		// not forwarded while it is owed.
+		if id == ids[0] && (first.Kind != devhook.AttemptRedelivery || first.Status != 0 || !strings.Contains(first.Error, "connection refused")) {
 			t.Errorf("delivery %s: first attempt %+v", id, first)
+		}
+		if id != ids[0] && first.Kind != devhook.AttemptRetry && (first.Kind != devhook.AttemptRedelivery || first.Status != 0) {
+			t.Errorf("delivery %s, behind an owed one: first attempt %+v", id, first)
 		}
 		if last.Kind != devhook.AttemptRetry || last.Status != 200 || last.Request == nil || !last.Request.Resigned {
 			t.Errorf("delivery %s: last attempt %s %d (request %+v), want a re-signed retry answered 200", id, last.Kind, last.Status, last.Request)

@@ -71,10 +71,14 @@ func failure(at *devhook.Attempt) string {
 
 type owedEntry struct {
 	id      string
+	key     string // its run (orderKey); "" when unknown: then it waits for none
 	since   time.Time
 	next    time.Time
 	refused bool // the last try found nothing listening: a probe may wake it
 	running bool
+	// reserved: owed behind an earlier delivery of its run, its state not
+	// yet recorded (oweBehind); not tried until it is.
+	reserved bool
 }
 
 // retrier holds the owed deliveries. Its lock is never taken on the path
@@ -86,12 +90,14 @@ type retrier struct {
 
 	mu     sync.Mutex
 	byID   map[string]*owedEntry
+	byKey  map[string]int // entries of each run
 	failed int
 }
 
 func (r *retrier) init() {
 	r.kick = make(chan struct{}, 1)
 	r.byID = make(map[string]*owedEntry)
+	r.byKey = make(map[string]int)
 }
 
 func (r *retrier) poke() {
@@ -107,20 +113,63 @@ func (r *retrier) counts() (owed, failed int) {
 	return len(r.byID), r.failed
 }
 
-// add makes id owed, to be tried at next.
-func (r *retrier) add(id string, since, next time.Time, refused bool) {
+// add makes id, of run key, owed, to be tried at next (once it is the
+// first of its run). A reserved entry of id is released.
+func (r *retrier) add(id, key string, since, next time.Time, refused bool) {
 	r.mu.Lock()
 	if old := r.byID[id]; old != nil {
+		if old.reserved {
+			old.reserved, old.since, old.next = false, since, next
+		}
 		r.mu.Unlock()
+		r.poke()
 		return
 	}
-	r.byID[id] = &owedEntry{id: id, since: since, next: next, refused: refused}
-	r.n.Store(int32(len(r.byID)))
-	if refused {
-		r.refused.Add(1)
-	}
+	r.insert(&owedEntry{id: id, key: key, since: since, next: next, refused: refused})
 	r.mu.Unlock()
 	r.poke()
+}
+
+// insert adds e; r.mu is held.
+func (r *retrier) insert(e *owedEntry) {
+	r.byID[e.id] = e
+	if e.key != "" {
+		r.byKey[e.key]++
+	}
+	r.n.Store(int32(len(r.byID)))
+	if e.refused {
+		r.refused.Add(1)
+	}
+}
+
+// reserve makes id owed behind the deliveries of run key that are owed
+// already, and reports whether there are any. A reserved entry is not
+// tried until add releases it, once its state is recorded, or unreserve
+// drops it.
+func (r *retrier) reserve(id, key string, now time.Time) bool {
+	if r.n.Load() == 0 {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.byKey[key] == 0 || r.byID[id] != nil {
+		return false
+	}
+	r.insert(&owedEntry{id: id, key: key, since: now, next: now, reserved: true})
+	return true
+}
+
+// unreserve drops id's entry if it is still reserved.
+func (r *retrier) unreserve(id string) {
+	if r.n.Load() == 0 {
+		return
+	}
+	r.mu.Lock()
+	e := r.byID[id]
+	r.mu.Unlock()
+	if e != nil && e.reserved {
+		r.remove(id, false)
+	}
 }
 
 func (r *retrier) remove(id string, failed bool) {
@@ -128,6 +177,11 @@ func (r *retrier) remove(id string, failed bool) {
 	if e := r.byID[id]; e != nil {
 		if e.refused {
 			r.refused.Add(-1)
+		}
+		if e.key != "" {
+			if r.byKey[e.key]--; r.byKey[e.key] <= 0 {
+				delete(r.byKey, e.key)
+			}
 		}
 		delete(r.byID, id)
 		r.n.Store(int32(len(r.byID)))
@@ -179,15 +233,25 @@ func (r *retrier) state(id string) *devhook.RetryState {
 }
 
 // due marks up to n entries due at now as running and returns them, oldest
-// delivery first. wait is how long until the next entry is due (0: none
-// is); probe says whether a refused entry waits.
+// delivery first. Of a run's entries only the first (the lowest id) is
+// tried: the others wait for it to be delivered or given up. wait is how
+// long until the next entry is due (0: none is); probe says whether a
+// refused entry waits.
 func (r *retrier) due(now time.Time, n int) (due []*owedEntry, wait time.Duration, probe bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	first := make(map[string]string, len(r.byKey)) // run → its lowest id
+	for _, e := range r.byID {
+		if e.key != "" {
+			if f, ok := first[e.key]; !ok || e.id < f {
+				first[e.key] = e.id
+			}
+		}
+	}
 	var next time.Time
 	for _, e := range r.byID {
 		switch {
-		case e.running:
+		case e.running, e.reserved, e.key != "" && first[e.key] != e.id:
 		case !e.next.After(now):
 			due = append(due, e)
 		default:
@@ -223,7 +287,7 @@ func (a *Agent) resume() {
 	for i, id := range ids {
 		switch states[i].State {
 		case devhook.RetryOwed:
-			a.owed.add(id, states[i].Since, now, false)
+			a.owed.add(id, a.storedKey(id), states[i].Since, now, false)
 			owed++
 		case devhook.RetryFailed:
 			a.owed.mu.Lock()
@@ -234,6 +298,19 @@ func (a *Agent) resume() {
 	if owed > 0 {
 		a.cfg.Logf("%d deliveries are owed to the receiver since an earlier run; retrying them", owed)
 	}
+}
+
+// storedKey is the run (orderKey) of recorded delivery id, or "" when it
+// cannot be read: then its retries wait for no other.
+func (a *Agent) storedKey(id string) string {
+	d, err := a.cfg.Store.Delivery(id)
+	if err != nil {
+		return ""
+	}
+	if d.Event == (devhook.Event{}) {
+		d.Event = devhook.ParseEvent(d.Body)
+	}
+	return orderKey(d)
 }
 
 // retryLoop retries owed deliveries until ctx ends, then waits for the
@@ -339,7 +416,7 @@ func (a *Agent) owedRecorded(d *devhook.Delivery, at *devhook.Attempt, st devhoo
 		return
 	}
 	refused := at != nil && refused(at)
-	a.owed.add(d.ID, st.Since, a.cfg.Now().Add(a.retryWait(0)), refused)
+	a.owed.add(d.ID, orderKey(d), st.Since, a.cfg.Now().Add(a.retryWait(0)), refused)
 	a.publishRetry(d, at, &st)
 	a.publishHealth()
 }
@@ -382,10 +459,10 @@ func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
 		a.owed.reschedule(e, a.cfg.Now().Add(a.retryWait(0)), e.refused)
 		return
 	}
-	tries := 1 // the first forward, plus the retries before this one
 	at := a.forward(ctx, d, a.targets[0], devhook.AttemptRetry, d.Verdict.OK() && a.getSecret() != "", nil, "")
+	tries := 0 // the first forward and the retries before this one; none for one owed behind another
 	for i := range d.Attempts {
-		if k := d.Attempts[i].Kind; (k == devhook.AttemptRetry) && d.Attempts[i].Target == at.Target {
+		if k := d.Attempts[i].Kind; k != devhook.AttemptReplay && d.Attempts[i].Target == at.Target {
 			tries++
 		}
 	}
@@ -402,7 +479,7 @@ func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
 		a.publishRetry(d, rec, nil)
 		a.publishHealth()
 		if a.cfg.OnResult != nil {
-			a.cfg.OnResult(Result{Delivery: d, Attempt: rec, Status: rec.Status, Retry: tries - 1, Since: e.since})
+			a.cfg.OnResult(Result{Delivery: d, Attempt: rec, Status: rec.Status, Retry: max(tries-1, 1), Since: e.since})
 		}
 		return
 	}

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/relay"
 )
 
@@ -29,7 +28,10 @@ func (a *Agent) InFlight() int {
 // waits for the next, so that its stack, grown by the first delivery, is
 // not grown again (a goroutine per delivery copied its stack once per
 // delivery). There are at most Concurrency workers; one that must hold a
-// queued delivery until the disk takes it leaves the pool.
+// queued delivery until the disk takes it leaves the pool. The deliveries
+// of one run go one after the other (order.go): those waiting behind one
+// under way take no slot, and the worker that finishes one goes on with
+// the next of its run.
 func (a *Agent) serve(ctx context.Context, conn *relay.Conn) error {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, a.cfg.Concurrency)
@@ -45,41 +47,69 @@ func (a *Agent) serve(ctx context.Context, conn *relay.Conn) error {
 		conn.Close()
 		time.AfterFunc(ShutdownGrace, cancelWork)
 	})
-	next := make(chan *devhook.Delivery) // to an idle worker
-	quit := make(chan struct{})          // idle workers leave
-	var pooled atomic.Int32              // workers in the pool
+	var lines orderLines
+	next := make(chan job)      // to an idle worker
+	quit := make(chan struct{}) // idle workers leave
+	var pooled atomic.Int32     // workers in the pool
 	defer func() {
 		stop()
 		conn.Close()
 		dropHeld()
+		lines.close()
 		close(quit)
 		wg.Wait()
 		cancelWork()
 	}()
-	// handle runs d, whose slot of sem is taken, and frees the slot. It
-	// returns false when the worker left the pool to hold d.
-	handle := func(d *devhook.Delivery) bool {
+	// handle runs j, whose slot of sem is taken. It returns false when it
+	// freed the slot to hold j's delivery, leaving the pool if *inPool.
+	handle := func(j job, inPool *bool) bool {
+		d := j.d
 		res := a.process(work, d)
 		if res.hold != 0 {
 			// Waiting for the disk must not take a slot from live
 			// deliveries, which are answered 503 meanwhile; nor a
 			// worker, which the slot would wait for.
-			pooled.Add(-1)
+			if *inPool {
+				*inPool = false
+				pooled.Add(-1)
+			}
 			<-sem
 			if a.hold(work, held, d, &res) {
 				a.finish(conn, d, &res)
+			} else {
+				a.owed.unreserve(d.ID) // sent again on the next connection
 			}
 			return false
 		}
 		a.finish(conn, d, &res)
-		<-sem
 		return true
 	}
-	worker := func(d *devhook.Delivery) {
+	worker := func(j job) {
 		defer wg.Done()
-		for handle(d) {
+		inPool := true
+		for {
+			kept := handle(j, &inPool)
+			if nj, ok := lines.next(j); ok {
+				// The next delivery of j's run, on this worker.
+				if !kept {
+					select {
+					case sem <- struct{}{}:
+					case <-held.Done():
+						lines.next(nj) // the connection ended: the rest is dropped
+						return
+					}
+				}
+				j = nj
+				continue
+			}
+			if kept {
+				<-sem
+			}
+			if !inPool {
+				return
+			}
 			select {
-			case d = <-next:
+			case j = <-next:
 			case <-quit:
 				pooled.Add(-1)
 				return
@@ -91,28 +121,34 @@ func (a *Agent) serve(ctx context.Context, conn *relay.Conn) error {
 		if err != nil {
 			return err
 		}
+		j, now := lines.admit(d)
+		if !now {
+			continue // behind an earlier delivery of its run
+		}
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
+			lines.next(j)
 			return ctx.Err()
 		}
 		select {
-		case next <- d:
+		case next <- j:
 			continue
 		default:
 		}
 		if pooled.Load() < int32(a.cfg.Concurrency) {
 			pooled.Add(1)
 			wg.Add(1)
-			go worker(d)
+			go worker(j)
 			continue
 		}
 		// Every worker is taken, and one of them freed the slot just
 		// taken: it is on its way back.
 		select {
-		case next <- d:
+		case next <- j:
 		case <-ctx.Done():
 			<-sem
+			lines.next(j)
 			return ctx.Err()
 		}
 	}

@@ -25,7 +25,7 @@ func TestHarness(t *testing.T) {
 	defer cancel()
 	var out bytes.Buffer
 	o := options{n: 50, duration: 20 * time.Second, conc: []int{1, 4}, rounds: 2, idle: 20, list: 200,
-		secret: "whsec_test", stdout: &out, logf: t.Logf}
+		drain: 60, drainRuns: 6, secret: "whsec_test", stdout: &out, logf: t.Logf}
 	rep, err := run(ctx, o)
 	if err != nil {
 		t.Fatal(err)
@@ -54,10 +54,13 @@ func TestHarness(t *testing.T) {
 	if rep.Idle == nil || rep.Idle.Connected != o.idle {
 		t.Errorf("idle phase: %+v", rep.Idle)
 	}
+	if d := rep.Drain; d == nil || d.Queued != o.drain || d.Delivered != o.drain || d.OutOfOrder != 0 || d.RPS <= 0 {
+		t.Errorf("drain phase: %+v", rep.Drain)
+	}
 
 	rep.writeText(&out)
 	for _, want := range []string{"tunnel #2", "direct #1", "c=1 over 2 rounds: ", "c=4 over 2 rounds: ", "delivered 100 of 100 sent, 0 duplicates",
-		"inspector GET /api/deliveries", "idle: 20 of 20"} {
+		"inspector GET /api/deliveries", "idle: 20 of 20", "drain: a backlog of 60 queued deliveries over 6 runs"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}
@@ -458,5 +461,21 @@ func TestSpreadAndMedian(t *testing.T) {
 	}
 	if m := median([]float64{5, 1, 3}); m != 3 {
 		t.Errorf("median(5 1 3) = %v", m)
+	}
+}
+
+// The drain phase's receiver counts a run's delivery that arrives after a
+// later one of the run, and duplicates apart.
+func TestOrderReceiverCountsLateArrivals(t *testing.T) {
+	r := &orderReceiver{last: map[string]int{}, seen: map[string]int{}, arrived: make(chan struct{}, 1)}
+	for _, d := range []struct {
+		run string
+		seq int
+	}{{"a", 0}, {"b", 0}, {"a", 2}, {"a", 1}, {"b", 1}, {"a", 1}, {"b", 2}} {
+		r.add(drainBody(d.run, d.seq))
+	}
+	n, dupes, late, _ := r.counts()
+	if n != 6 || dupes != 1 || late != 1 {
+		t.Fatalf("%d delivered, %d duplicates, %d late; want 6, 1, 1", n, dupes, late)
 	}
 }

@@ -40,7 +40,9 @@
 // each it ran, and how.
 //
 // Then, in separate processes: the inspector's list API over a store of
-// -list deliveries, and one relay holding -idle agent connections.
+// -list deliveries, a backlog of -drain deliveries over -drain-runs runs
+// queued while the agent was away and drained when it returns (drain.go),
+// and one relay holding -idle agent connections.
 //
 // With -relays, the cluster phases replace the tunnel phases: at each
 // count N of -relays, N `devhook relay serve --nats` instances on a NATS server
@@ -86,6 +88,8 @@ type options struct {
 	rounds       int           // times the load phases run, alternately; 0 is 1
 	idle         int           // idle agent connections; 0 skips
 	list         int           // deliveries stored for the inspector list phase; 0 skips
+	drain        int           // deliveries queued for the drain phase; 0 skips
+	drainRuns    int           // runs the drain phase's deliveries belong to
 	secret       string
 	bin          string        // devhook binary; empty builds one
 	out          string        // markdown or JSON file
@@ -115,6 +119,8 @@ func main() {
 	flag.IntVar(&o.rounds, "rounds", 1, "run the load phases this many times, each round every concurrency's direct, peers' and tunnel phases in turn, and print the range of each figure over the rounds (this machine's noise is large: compare ranges, not one run)")
 	flag.IntVar(&o.idle, "idle", 10000, "idle agent connections for one relay to hold (0 skips)")
 	flag.IntVar(&o.list, "list", 100000, "stored deliveries for the inspector list phase (0 skips)")
+	flag.IntVar(&o.drain, "drain", 5000, "deliveries queued at a relay while its agent is away, then drained to the receiver: deliveries/s, and whether each run's order held (0 skips)")
+	flag.IntVar(&o.drainRuns, "drain-runs", 100, "runs the -drain deliveries belong to, each run's sent one after the other")
 	flag.StringVar(&o.secret, "secret", "whsec_bench_0123456789abcdef", "signing secret")
 	flag.StringVar(&o.bin, "bin", "", "devhook binary to run (default: build ./cmd/devhook)")
 	flag.StringVar(&o.out, "out", "", "also write the report to this file (.json: JSON, else markdown)")
@@ -327,6 +333,11 @@ func run(ctx context.Context, o options) (*report, error) {
 			}
 		}
 		rel.kill()
+	}
+	if o.drain > 0 && len(o.relays) == 0 {
+		if err := drainPhase(ctx, o, rep, &kids, bin, filepath.Join(tmp, "drain")); err != nil {
+			return rep, err
+		}
 	}
 	if o.idle > 0 {
 		if err := idlePhase(ctx, o, rep, &kids, bin, filepath.Join(tmp, "idle")); err != nil {

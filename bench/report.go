@@ -35,10 +35,11 @@ type report struct {
 	Storm    *stormResult    `json:"storm,omitempty"`
 	// The machine's load average (1, 5 and 15 minutes) as the run
 	// started and as it ended: the machine is shared.
-	LoadBefore string      `json:"loadavg_before,omitempty"`
-	LoadAfter  string      `json:"loadavg_after,omitempty"`
-	List       *listResult `json:"list,omitempty"`
-	Idle       *idleResult `json:"idle,omitempty"`
+	LoadBefore string       `json:"loadavg_before,omitempty"`
+	LoadAfter  string       `json:"loadavg_after,omitempty"`
+	List       *listResult  `json:"list,omitempty"`
+	Idle       *idleResult  `json:"idle,omitempty"`
+	Drain      *drainResult `json:"drain,omitempty"`
 	// Goroutines in this process before and after the tunnel phases
 	// (in-process runs only): a growing count is a leak.
 	GoroutinesBefore int `json:"goroutines_before,omitempty"`
@@ -285,6 +286,7 @@ func (r *report) writeTable(w io.Writer, md bool) {
 				l.Items, l.Stored, l.P50, l.P99, l.Max, l.Requests, l.Failed, l.RSSAgent, l.FillSecs)
 		}
 	}
+	r.writeDrain(w, md)
 	if i := r.Idle; i != nil {
 		if md {
 			fmt.Fprintf(w, "\n| idle agents connected | relay RSS before | relay RSS held | relay peak RSS | per connection |\n|---|---|---|---|---|\n| %d of %d | %.1f MiB | %.1f MiB | %.1f MiB | %.1f KiB |\n",

@@ -53,11 +53,15 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, channel st
 	// the first frame: deliveries routed to it meanwhile wait for the lock.
 	hh := &Header{Type: TypeHello, Channel: channel, PublicURL: s.PublicURL(r, channel),
 		Header: http.Header{HelloMaxBody: {strconv.FormatInt(s.cfg.MaxBody, 10)}}}
+	counted := false
 	if qc, ok := s.cfg.Store.(QueueCounter); ok {
 		if n, err := qc.QueueLen(channel); err == nil {
-			hh.Status = n
+			hh.Status, counted = n, true
 		}
 	}
+	// Live deliveries go to the agent only once its queue has been sent
+	// (drain.go): from the start when the queue is known to be empty.
+	c.behind = hh.Status != 0 || !counted
 	hello, _ := AppendFrame(nil, hh, nil)
 	c.out.hold()
 	s.router.Attach(channel, c)
@@ -72,8 +76,9 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, channel st
 }
 
 // agentConn is one connected agent, an Endpoint. readLoop is the only
-// reader; write serializes writers. Heartbeats come from a timer, so an
-// idle agent has no goroutine but its reader.
+// reader; write serializes writers; acknowledged deliveries leave the
+// store on a goroutine of their own (removeLoop, drain.go). Heartbeats
+// come from a timer, so an idle agent has no goroutine but its reader.
 type agentConn struct {
 	s       *Server
 	ws      *websocket.Conn
@@ -90,10 +95,27 @@ type agentConn struct {
 	pinger   *time.Timer    // next heartbeat
 	pings    sync.WaitGroup // a heartbeat being written
 
-	draining   bool          // a drain goroutine runs
-	drainAgain bool          // the queue may have new work since it started
-	done       chan struct{} // closed when the connection ends
-	closeOnce  sync.Once
+	draining   bool // a drain goroutine runs
+	drainAgain bool // the queue may have new work since it started
+	// behind: the queue may hold deliveries not yet sent to the agent.
+	// Live run.status deliveries are queued meanwhile, behind them
+	// (Deliver).
+	behind    bool
+	kicks     uint64          // Kicks so far: a delivery may have been queued
+	passKicks uint64          // kicks when the drain pass under way began
+	readWait  time.Duration   // before the drain reads again after a failed read; 0 after a good one
+	readRetry *time.Timer     // the drain's next read after a failed one
+	removals  []string        // acknowledged queued deliveries to remove from the store
+	toRemove  map[string]bool // ids in removals or being removed: a second ack is ignored
+	removing  bool            // a removal goroutine runs
+	done      chan struct{}   // closed when the connection ends
+	closeOnce sync.Once
+}
+
+func (c *agentConn) isBehind() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.behind
 }
 
 func (c *agentConn) isGone() bool {
@@ -109,6 +131,9 @@ func (c *agentConn) closeWith(code int, reason string) {
 		c.gone = true
 		if c.pinger != nil {
 			c.pinger.Stop()
+		}
+		if c.readRetry != nil {
+			c.readRetry.Stop()
 		}
 		c.mu.Unlock()
 		close(c.done)
@@ -130,8 +155,14 @@ func (c *agentConn) Replace() {
 	c.closeWith(CloseReplaced, "replaced: another agent connected to this channel")
 }
 
-// Kick implements Endpoint.
-func (c *agentConn) Kick() { c.kickDrain() }
+// Kick implements Endpoint: a delivery was queued for the channel.
+func (c *agentConn) Kick() {
+	c.mu.Lock()
+	c.behind = true
+	c.kicks++
+	c.mu.Unlock()
+	c.kickDrain()
+}
 
 // write sends one frame: hdr (a frame without payload, as AppendFrame
 // makes it) followed by payload, without copying them together. Frames
@@ -176,11 +207,17 @@ func (c *agentConn) ping() {
 }
 
 // Deliver implements Endpoint: it sends d and waits for the agent's
-// response. It returns ErrNoAgent when the connection ends first.
+// response. It returns ErrNoAgent when the connection ends first, and
+// ErrQueueFirst for a run.status delivery while the channel's queue holds
+// deliveries not yet sent to the agent: d is queued behind them, so that
+// it cannot overtake an earlier delivery of its run.
 func (c *agentConn) Deliver(ctx context.Context, d *devhook.Delivery) (*Answer, error) {
 	hdr, err := AppendFrame(nil, deliverHeader(d), nil)
 	if err != nil {
 		return nil, err
+	}
+	if c.isBehind() && devhook.ParseEvent(d.Body).RunID != "" {
+		return nil, ErrQueueFirst
 	}
 	ch := make(chan *Answer, 1)
 	c.mu.Lock()
@@ -253,18 +290,10 @@ func (c *agentConn) readLoop() {
 			queued := c.inflight[h.ID]
 			c.mu.Unlock()
 			if queued {
-				// The id stays in flight until its dequeue is committed:
-				// a drain pass meanwhile would find it still queued and
-				// send it again.
-				if err := c.s.cfg.Store.Dequeue(c.channel, h.ID); err != nil {
-					c.s.cfg.Logf("relay: channel %s: dequeue %s: %v", c.channel, h.ID, err)
-				}
-				c.s.metrics.acked.Inc()
-				c.mu.Lock()
-				delete(c.inflight, h.ID)
-				c.acked[h.ID] = true
-				c.mu.Unlock()
-				c.kickDrain()
+				// Removed from the store off this goroutine, the
+				// connection's only reader: answers to live deliveries
+				// must not wait behind an fsync or a round trip.
+				c.remove(h.ID)
 			}
 		}
 	}

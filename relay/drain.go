@@ -2,15 +2,43 @@ package relay
 
 import (
 	"errors"
+	"time"
 
 	"github.com/devhook/devhook"
 )
 
 // Deliveries queued while a channel had no agent reach it through its
 // connection's drain: a goroutine, running only while there is queue
-// work, that sends what the Store holds beyond what is in flight, at most
-// Window unacknowledged at once, and parks a delivery that can never be
-// sent, so that the queue behind it goes on.
+// work, that sends what the Store holds beyond what is in flight, in the
+// order the Store returns them (id order; a cluster's, the order they
+// were queued), at most Window unacknowledged at once, and parks a
+// delivery that can never be sent, so that the queue behind it goes on.
+// The agent forwards a run's deliveries in the order they arrive
+// (agent/order.go). So that a live delivery does not overtake an earlier
+// one of its run still in the queue, live run.status deliveries (those
+// with a run_id) are queued too (202) while the queue holds deliveries
+// not yet sent (agentConn.behind: from connect, when the queue is not
+// empty, and from each Kick, until a pass sends the queue to its end);
+// then they go to the agent after the queued ones, on the same WebSocket.
+// Other live deliveries go to the agent at once, as before.
+//
+// A read of the queue that fails is tried again after a backoff, from
+// drainRetryMin doubling to drainRetryMax, with a log line and a count in
+// /metrics: the queue moves again by itself once the store reads, without
+// waiting for a new delivery, an ack or a reconnect.
+//
+// An ack removes its delivery from the store on a goroutine of its own
+// (removeLoop), not on the connection's only reader: a removal waiting
+// for an fsync or a NATS round trip holds up no live answer. The
+// delivery stays in flight until its removal is done, so that a drain
+// pass meanwhile does not send it again.
+
+// Bounds of the wait before the drain reads a channel's queue again after
+// a failed read.
+const (
+	drainRetryMin = 50 * time.Millisecond
+	drainRetryMax = 5 * time.Second
+)
 
 // kickDrain makes sure a drain pass runs after this call. The drain
 // goroutine exists only while there is queue work.
@@ -52,8 +80,20 @@ func (c *agentConn) nextPass() bool {
 		return false
 	}
 	c.drainAgain = false
+	c.passKicks = c.kicks
 	clear(c.acked)
 	return true
+}
+
+// caughtUp is called when a drain pass has sent the queue to its end:
+// live deliveries go to the agent again, unless a delivery was queued
+// since the pass began.
+func (c *agentConn) caughtUp() {
+	c.mu.Lock()
+	if c.kicks == c.passKicks {
+		c.behind = false
+	}
+	c.mu.Unlock()
 }
 
 // drainPass sends what the queue holds beyond what is in flight. It
@@ -71,9 +111,10 @@ func (c *agentConn) drainPass() bool {
 		batch, err := c.s.cfg.Store.Queued(c.channel, after, limit)
 		var bad *UnreadableError
 		if err != nil && !errors.As(err, &bad) {
-			c.s.cfg.Logf("relay: channel %s: read queue: %v", c.channel, err)
-			return true // the next kick retries
+			c.readFailed(err)
+			return true
 		}
+		c.readOK()
 		for _, d := range batch {
 			after = d.ID
 			if !c.sendQueued(d) {
@@ -86,7 +127,87 @@ func (c *agentConn) drainPass() bool {
 			continue
 		}
 		if len(batch) < limit {
+			c.caughtUp()
 			return true
+		}
+	}
+}
+
+// readFailed counts and logs a failed read of the queue, and kicks the
+// drain again after the backoff.
+func (c *agentConn) readFailed(err error) {
+	c.s.metrics.readErrors.Inc()
+	c.mu.Lock()
+	if c.gone {
+		c.mu.Unlock()
+		return
+	}
+	c.readWait = min(max(2*c.readWait, drainRetryMin), drainRetryMax)
+	wait := c.readWait
+	if c.readRetry == nil {
+		c.readRetry = time.AfterFunc(wait, c.kickDrain)
+	} else {
+		c.readRetry.Reset(wait)
+	}
+	c.mu.Unlock()
+	c.s.cfg.Logf("relay: channel %s: read queue: %v; reading it again in %s", c.channel, err, wait)
+}
+
+// readOK resets the backoff after a read of the queue that worked.
+func (c *agentConn) readOK() {
+	c.mu.Lock()
+	c.readWait = 0
+	c.mu.Unlock()
+}
+
+// remove has acknowledged delivery id removed from the store, in the order
+// the acks came, by a goroutine that runs only while there are removals.
+func (c *agentConn) remove(id string) {
+	c.mu.Lock()
+	if c.toRemove[id] {
+		c.mu.Unlock()
+		return
+	}
+	if c.toRemove == nil {
+		c.toRemove = make(map[string]bool)
+	}
+	c.toRemove[id] = true
+	c.removals = append(c.removals, id)
+	if c.removing {
+		c.mu.Unlock()
+		return
+	}
+	c.removing = true
+	c.s.wg.Add(1) // the reader holds the Server's wg: not at zero
+	c.mu.Unlock()
+	go func() { defer c.s.wg.Done(); c.removeLoop() }()
+}
+
+// removeLoop removes acknowledged deliveries until there are none left,
+// kicking the drain after each: the window has room again. Removals go on
+// after the connection ends: the agent has those deliveries.
+func (c *agentConn) removeLoop() {
+	for {
+		c.mu.Lock()
+		ids := c.removals
+		c.removals = nil
+		if len(ids) == 0 {
+			c.removing = false
+			c.mu.Unlock()
+			return
+		}
+		c.mu.Unlock()
+		for _, id := range ids {
+			if err := c.s.cfg.Store.Dequeue(c.channel, id); err != nil {
+				c.s.cfg.Logf("relay: channel %s: dequeue %s: %v", c.channel, id, err)
+			}
+			c.s.metrics.acked.Inc()
+			c.mu.Lock()
+			delete(c.inflight, id)
+			delete(c.toRemove, id)
+			c.acked[id] = true
+			c.mu.Unlock()
+			c.kickDrain()
 		}
 	}
 }

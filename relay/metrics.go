@@ -46,6 +46,7 @@ type metrics struct {
 	deliveries *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
 	acked      prometheus.Counter
+	readErrors prometheus.Counter
 	handler    http.Handler
 }
 
@@ -65,8 +66,12 @@ func newMetrics(s *Server) *metrics {
 			Name: "devhook_relay_queue_acked_total",
 			Help: "Queued deliveries acknowledged by their agent and removed from the queue.",
 		}),
+		readErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "devhook_relay_queue_read_errors_total",
+			Help: "Reads of a channel's queue for its agent that failed; each is tried again after a backoff.",
+		}),
 	}
-	m.reg.MustRegister(m.deliveries, m.duration, m.acked,
+	m.reg.MustRegister(m.deliveries, m.duration, m.acked, m.readErrors,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "devhook_relay_agents_connected",
 			Help: "Agents connected to this relay process.",

@@ -97,7 +97,9 @@
 //
 //	the agent's status   the agent answered (an agent that cannot frame the
 //	                     receiver's answer sends 502 at once)
-//	202                  no agent, or it went away before answering: the
+//	202                  no agent, or it went away before answering, or a
+//	                     run.status delivery while the channel's queue holds
+//	                     deliveries not yet sent to the agent (drain.go): the
 //	                     delivery is on disk (synced) and will be delivered
 //	400                  a path with a dot segment (devhook.HasDotSegment), or
 //	                     framing that is ambiguous (IngressListener: both

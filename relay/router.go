@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 
@@ -17,6 +18,11 @@ var (
 	// ErrTimeout: the agent did not answer within the relay's
 	// ResponseTimeout. The sender gets 504; the agent has the delivery.
 	ErrTimeout = errors.New("the agent did not answer in time")
+	// ErrQueueFirst: the channel's queue holds deliveries not yet sent to
+	// its agent; the relay queues a run.status delivery behind them (202),
+	// so that it cannot overtake an earlier one of its run. It wraps
+	// ErrNoAgent.
+	ErrQueueFirst = fmt.Errorf("%w yet: its queue is being sent first", ErrNoAgent)
 )
 
 // Answer is an agent's response to a live delivery.

@@ -263,6 +263,8 @@ func (p *printer) humanLine(r agent.Result) []byte {
 	switch {
 	case r.Cut:
 		b.WriteString("  (devhook stopped before the relay had the answer: the relay keeps the delivery and sends it again on the next start)")
+	case r.Behind:
+		b.WriteString("  (not forwarded yet: an earlier delivery of its run is owed to the receiver; this one follows it)")
 	case r.Owed && p.retryFor > 0:
 		b.WriteString("  (owed: retried for up to " + agent.FormatDuration(p.retryFor) + ")")
 	}

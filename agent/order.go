@@ -1,0 +1,124 @@
+package agent
+
+// The order of a run's deliveries.
+//
+// The service never sends a run's next status before the previous one's
+// first attempt finished, and receivers rely on it. Deliveries that waited
+// in the relay's queue come in a burst, in the order they were queued, up
+// to the relay's window at once: handled each on its own worker, a run's
+// succeeded could overtake its queued. So the deliveries of one run (the
+// same run_id in the run.status body; without one, the same path) are
+// handled one after the other, in the order they came from the relay,
+// and different runs in parallel:
+//
+//   - A queued delivery takes its run's line (orderLines): while one of a
+//     run's deliveries is under way, the next ones of the run wait in the
+//     line, holding no worker, and the worker that finishes one goes on
+//     with the next.
+//   - A live delivery waits in the line only when its run has one; with
+//     none, it goes at once, beside the other live ones, as its sender
+//     sent it: a sender that waits for each answer keeps its own order.
+//     A live delivery with no run_id is never held: its sender is
+//     waiting, and the relay does not queue it behind a backlog either
+//     (relay/drain.go); the path orders only queued ones.
+//   - A delivery the agent owes the receiver (retry.go) holds its run's
+//     place: a later delivery of the run is not forwarded before it, but
+//     owed behind it (oweBehind), and the retries of a run go in order,
+//     one at a time.
+
+import (
+	"sync"
+
+	"github.com/devhook/devhook"
+)
+
+// orderKey is what orders d among the deliveries of its channel: its run,
+// or without one its path.
+func orderKey(d *devhook.Delivery) string {
+	if d.Event.RunID != "" {
+		return "run " + d.Event.RunID
+	}
+	return "path " + d.Path
+}
+
+// job is a delivery to handle, and whether it holds its run's line.
+type job struct {
+	d     *devhook.Delivery
+	key   string
+	holds bool // the next of the line starts once it is done
+}
+
+// orderLines are the runs that have a delivery under way: for each, the
+// deliveries waiting behind it, in the order they came.
+type orderLines struct {
+	mu     sync.Mutex
+	lines  map[string]*orderLine
+	closed bool // the connection ended: what waits is dropped
+}
+
+type orderLine struct {
+	waiting []*devhook.Delivery
+}
+
+// admit takes d as it comes from the relay. It returns the job to start
+// now, or false when d waits in its run's line.
+func (o *orderLines) admit(d *devhook.Delivery) (job, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !d.Queued && len(o.lines) == 0 {
+		return job{d: d}, true // no line at all: a live delivery goes
+	}
+	d.Event = devhook.ParseEvent(d.Body)
+	if !d.Queued && d.Event.RunID == "" {
+		return job{d: d}, true // a live delivery of no run goes as it was sent
+	}
+	key := orderKey(d)
+	if l := o.lines[key]; l != nil {
+		l.waiting = append(l.waiting, d)
+		return job{}, false
+	}
+	if !d.Queued {
+		return job{d: d, key: key}, true
+	}
+	if o.lines == nil {
+		o.lines = make(map[string]*orderLine)
+	}
+	o.lines[key] = &orderLine{}
+	return job{d: d, key: key, holds: true}, true
+}
+
+// next is called when j is done: it returns the next delivery of j's line,
+// which now holds it, or false when the line is empty (and gone) or j
+// held none.
+func (o *orderLines) next(j job) (job, bool) {
+	if !j.holds {
+		return job{}, false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	l := o.lines[j.key]
+	if l == nil {
+		return job{}, false
+	}
+	if len(l.waiting) == 0 || o.closed {
+		delete(o.lines, j.key)
+		return job{}, false
+	}
+	d := l.waiting[0]
+	l.waiting[0] = nil
+	l.waiting = l.waiting[1:]
+	return job{d: d, key: j.key, holds: true}, true
+}
+
+// close drops the deliveries waiting: the connection ended, and the relay
+// sends the queued ones again on the next one (a live one's sender gets
+// 202 from the relay, which queues it).
+func (o *orderLines) close() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.closed = true
+	for _, l := range o.lines {
+		clear(l.waiting)
+		l.waiting = nil
+	}
+}
