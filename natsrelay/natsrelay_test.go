@@ -482,7 +482,7 @@ func TestDeliveryToAVanishedRelayIsQueued(t *testing.T) {
 // bucket of large deliveries too.
 func TestQueueBoundedBySize(t *testing.T) {
 	ns := natstest.Run(t)
-	in := startInstanceWith(t, ns, natsrelay.Config{ResponseTimeout: 10 * time.Second, QueueMaxBytes: 64 << 10})
+	in := startInstanceWith(t, ns, natsrelay.Config{ResponseTimeout: 10 * time.Second, Quota: relay.Quota{TotalBytes: 64 << 10}})
 	cr := openOn(t, in)
 	big := strings.Repeat("x", 40<<10)
 	if resp, _ := send(t, in.URL+"/c/"+cr.Channel+"/x", big); resp.StatusCode != http.StatusAccepted {

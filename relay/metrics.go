@@ -46,7 +46,11 @@ type metrics struct {
 	deliveries *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
 	acked      prometheus.Counter
-	handler    http.Handler
+	// expired and expiredBytes count queued deliveries dropped unsent:
+	// too old (Quota.MaxAge), or with their idle channel.
+	expired, expiredBytes prometheus.Counter
+	channelsRemoved       prometheus.Counter
+	handler               http.Handler
 }
 
 func newMetrics(s *Server) *metrics {
@@ -66,7 +70,19 @@ func newMetrics(s *Server) *metrics {
 			Help: "Queued deliveries acknowledged by their agent and removed from the queue.",
 		}),
 	}
-	m.reg.MustRegister(m.deliveries, m.duration, m.acked,
+	m.expired = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "devhook_relay_queue_expired_total",
+		Help: "Queued deliveries dropped unsent: older than the queue's maximum age, or removed with their idle channel.",
+	})
+	m.expiredBytes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "devhook_relay_queue_expired_bytes_total",
+		Help: "Bytes of the queued deliveries counted by devhook_relay_queue_expired_total.",
+	})
+	m.channelsRemoved = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "devhook_relay_channels_removed_total",
+		Help: "Channels removed, with their queues, because no agent opened them within the relay's idle time.",
+	})
+	m.reg.MustRegister(m.deliveries, m.duration, m.acked, m.expired, m.expiredBytes, m.channelsRemoved,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "devhook_relay_agents_connected",
 			Help: "Agents connected to this relay process.",
