@@ -192,6 +192,11 @@ type Store struct {
 	beforePart  func(written int)
 	beforeEntry func()
 
+	// usageLocks serialize this instance's updates of a channel's usage
+	// count (by a hash of the channel), so that its own concurrent
+	// senders do not fail each other's compare-and-set.
+	usageLocks [64]sync.Mutex
+
 	mu   sync.Mutex
 	seqs map[string]queued // channel/id → where Queued found it
 }

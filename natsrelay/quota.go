@@ -31,6 +31,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 	"strings"
 	"syscall"
@@ -70,6 +71,11 @@ func (s *Store) addUsage(ctx context.Context, channel string, size int64, n int,
 	if s.usage == nil {
 		return nil // a Store of LookupStore, in a cluster of earlier relays
 	}
+	h := fnv.New32a()
+	h.Write([]byte(channel))
+	mu := &s.usageLocks[h.Sum32()%uint32(len(s.usageLocks))]
+	mu.Lock()
+	defer mu.Unlock()
 	var err error
 	for range casTries {
 		var rev uint64

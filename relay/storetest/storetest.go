@@ -54,6 +54,7 @@ func Run(t *testing.T, open Open) {
 	}{
 		{"ChannelBytes", testChannelBytes},
 		{"ChannelDeliveries", testChannelDeliveries},
+		{"ConcurrentSenders", testConcurrentSenders},
 		{"TotalBytes", testTotalBytes},
 		{"Expire", testExpire},
 		{"IdleChannels", testIdleChannels},
@@ -191,6 +192,40 @@ func testChannelDeliveries(t *testing.T, open Open) {
 		t.Fatalf("with 5 queued: %v, want ErrChannelFull", err)
 	}
 	sameQueue(t, s, "c", append(took[1:4:4], d5, d6))
+}
+
+// Senders at once on one channel never take it past its quota together,
+// and each is refused with ErrChannelFull, not another error.
+func testConcurrentSenders(t *testing.T, open Open) {
+	s := open(t, Config{Quota: relay.Quota{ChannelDeliveries: 40}})
+	putChannel(t, s, "c", time.Now())
+	var wg sync.WaitGroup
+	var took atomic.Int64
+	errs := make(chan error, 16)
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				err := s.Enqueue("c", delivery(t, "c", 100))
+				if err != nil {
+					errs <- err
+					return
+				}
+				took.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if !errors.Is(err, relay.ErrChannelFull) {
+			t.Errorf("a sender refused with %v, want ErrChannelFull", err)
+		}
+	}
+	if n, err := s.QueueLen("c"); err != nil || n != 40 || took.Load() != 40 {
+		t.Fatalf("16 senders at once: %d taken, %d queued (%v); want 40, the quota", took.Load(), n, err)
+	}
 }
 
 // The bytes of all channels: beyond, ErrQueueFull for every channel; what
