@@ -210,8 +210,12 @@ func (o *relayOptions) run(ctx context.Context) error {
 	if clusterLine != "" {
 		fmt.Fprintln(o.stdout, clusterLine)
 	}
+	idle := o.channelIdle
+	if idle == 0 {
+		idle = relay.DefaultChannelIdle
+	}
 	fmt.Fprintf(o.stdout, "  queue       %s and %d deliveries a channel, %s in all, %s at most; channels unused for %s removed\n",
-		sizeText(quota.ChannelBytes), quota.ChannelDeliveries, sizeText(quota.TotalBytes), quota.MaxAge, o.channelIdle)
+		sizeText(quota.ChannelBytes), quota.ChannelDeliveries, sizeText(quota.TotalBytes), quota.MaxAge, idle)
 	if o.domain != "" {
 		fmt.Fprintf(o.stdout, "  certificate %s from %s (obtained at the first connection, renewed by itself)\n", o.domain, o.acmeDirectory)
 	}
@@ -247,17 +251,19 @@ func (o *relayOptions) run(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// quota is the queue's quota from the flags, checked.
+// quota is the queue's quota from the flags (0: the default), checked.
 func (o *relayOptions) quota() (relay.Quota, error) {
-	switch {
-	case o.queueMaxBytes <= 0, o.queueChannelMaxBytes <= 0, o.queueChannelMaxDeliv <= 0, o.queueMaxAge <= 0, o.channelIdle <= 0:
-		return relay.Quota{}, errors.New("--queue-max-bytes, --queue-channel-max-bytes, --queue-channel-max-deliveries, --queue-max-age and --channel-idle must be above 0")
-	case o.queueChannelMaxBytes > o.queueMaxBytes:
-		return relay.Quota{}, fmt.Errorf("--queue-channel-max-bytes (%d) may not exceed --queue-max-bytes (%d)", o.queueChannelMaxBytes, o.queueMaxBytes)
-	case o.queueChannelMaxBytes < o.maxBody:
-		return relay.Quota{}, fmt.Errorf("--queue-channel-max-bytes (%d) is below --max-body (%d): the largest deliveries could never be queued; raise it or lower --max-body", o.queueChannelMaxBytes, o.maxBody)
+	if o.queueMaxBytes < 0 || o.queueChannelMaxBytes < 0 || o.queueChannelMaxDeliv < 0 || o.queueMaxAge < 0 || o.channelIdle < 0 {
+		return relay.Quota{}, errors.New("--queue-max-bytes, --queue-channel-max-bytes, --queue-channel-max-deliveries, --queue-max-age and --channel-idle may not be negative")
 	}
-	return relay.Quota{ChannelBytes: o.queueChannelMaxBytes, ChannelDeliveries: o.queueChannelMaxDeliv, TotalBytes: o.queueMaxBytes, MaxAge: o.queueMaxAge}, nil
+	q, err := relay.Quota{ChannelBytes: o.queueChannelMaxBytes, ChannelDeliveries: o.queueChannelMaxDeliv, TotalBytes: o.queueMaxBytes, MaxAge: o.queueMaxAge}.WithDefaults()
+	switch {
+	case err != nil:
+		return q, fmt.Errorf("--queue-channel-max-bytes (%d) may not exceed --queue-max-bytes (%d)", q.ChannelBytes, q.TotalBytes)
+	case o.maxBody > 0 && q.ChannelBytes < o.maxBody:
+		return q, fmt.Errorf("--queue-channel-max-bytes (%d) is below --max-body (%d): the largest deliveries could never be queued; raise it or lower --max-body", q.ChannelBytes, o.maxBody)
+	}
+	return q, nil
 }
 
 // relayListeners are the relay's sockets: main for the relay itself (TLS

@@ -73,7 +73,7 @@ func TestRelay_ShortOpenTokenRefused(t *testing.T) {
 		{[]string{"--open-token", "short"}, "at least 16"},
 		{[]string{"--queue-channel-max-bytes", "2000000000"}, "may not exceed --queue-max-bytes"},
 		{[]string{"--queue-channel-max-bytes", "1000", "--max-body", "2000"}, "below --max-body"},
-		{[]string{"--queue-max-age", "0s"}, "must be above 0"},
+		{[]string{"--queue-max-age", "-1s"}, "may not be negative"},
 	} {
 		args := append([]string{"relay", "--addr", "127.0.0.1:0", "--data", t.TempDir()}, tc.args...)
 		_, _, err := devhookCmd(t, args...)
