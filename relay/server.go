@@ -91,6 +91,7 @@ type Server struct {
 	sweepStop     chan struct{}
 	sweepDone     chan struct{}
 	sweepOnce     sync.Once
+	fullLog       logEvery // refusals for a full queue or disk
 
 	wg sync.WaitGroup // every connection's goroutines
 

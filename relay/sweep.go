@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/devhook/devhook"
@@ -150,15 +151,41 @@ func (s *Server) refuseQueue(w http.ResponseWriter, d *devhook.Delivery, err err
 	case errors.Is(err, ErrChannelFull):
 		httpError(w, http.StatusTooManyRequests, "no agent is connected and this channel's queue is full; retry later")
 	case errors.Is(err, ErrQueueFull):
-		s.cfg.Logf("relay: queue delivery %s of channel %s: %v", d.ID, d.Channel, err)
+		if n := s.fullLog.skip(s.cfg.Now()); n >= 0 {
+			s.cfg.Logf("relay: queue delivery %s of channel %s: %v (%d more refused since the last line): raise --queue-max-bytes, or wait for agents to drain their queues", d.ID, d.Channel, err, n)
+		}
 		httpError(w, http.StatusServiceUnavailable, "no agent is connected and the relay's queue is full; retry later")
 	case errors.Is(err, ErrStorageFull):
-		s.cfg.Logf("relay: queue delivery %s of channel %s: %v: free disk space; the relay takes deliveries again once there is room", d.ID, d.Channel, err)
+		if n := s.fullLog.skip(s.cfg.Now()); n >= 0 {
+			s.cfg.Logf("relay: queue delivery %s of channel %s: %v (%d more refused since the last line): free disk space; the relay takes deliveries again once there is room", d.ID, d.Channel, err, n)
+		}
 		httpError(w, http.StatusServiceUnavailable, "no agent is connected and the relay's storage is full; retry later")
 	default:
 		s.cfg.Logf("relay: queue delivery %s: %v", d.ID, err)
 		httpError(w, http.StatusServiceUnavailable, "no agent is connected and the delivery could not be queued; try again")
 	}
+}
+
+// logEvery bounds the log of a flood of refusals: one line at most every
+// logEvery, saying how many it left out.
+type logEvery struct {
+	mu      sync.Mutex
+	last    time.Time
+	skipped int
+}
+
+// skip returns -1 to leave a line out, or the number of lines left out
+// since the last one, which is to be written now.
+func (l *logEvery) skip(now time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.last.IsZero() && now.Sub(l.last) < 10*time.Second && !now.Before(l.last) {
+		l.skipped++
+		return -1
+	}
+	n := l.skipped
+	l.last, l.skipped = now, 0
+	return n
 }
 
 // checkOpenToken refuses an open token too short to resist guessing.
