@@ -196,6 +196,7 @@ type Store struct {
 	// count (by a hash of the channel), so that its own concurrent
 	// senders do not fail each other's compare-and-set.
 	usageLocks [64]sync.Mutex
+	usageCache usageCache
 
 	mu   sync.Mutex
 	seqs map[string]queued // channel/id → where Queued found it

@@ -34,6 +34,7 @@ import (
 	"hash/fnv"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -77,18 +78,31 @@ func (s *Store) addUsage(ctx context.Context, channel string, size int64, n int,
 	mu.Lock()
 	defer mu.Unlock()
 	var err error
-	for range casTries {
+	for try := range casTries {
 		var rev uint64
 		var u chanUsage
-		e, gerr := s.usage.Get(ctx, channel)
-		switch {
-		case errors.Is(gerr, jetstream.ErrKeyNotFound):
-		case gerr != nil:
-			return fmt.Errorf("read the queue's usage of channel %s: %w", channel, why(ctx, gerr))
-		default:
-			rev, u = e.Revision(), parseUsage(e.Value())
+		// First with the count this instance last wrote or read, which
+		// is current unless another instance wrote since: one round trip.
+		cached, ok := s.usageCache.get(channel)
+		fromCache := try == 0 && ok
+		if fromCache {
+			rev, u = cached.rev, cached.u
+		} else {
+			e, gerr := s.usage.Get(ctx, channel)
+			switch {
+			case errors.Is(gerr, jetstream.ErrKeyNotFound):
+			case gerr != nil:
+				return fmt.Errorf("read the queue's usage of channel %s: %w", channel, why(ctx, gerr))
+			default:
+				rev, u = e.Revision(), parseUsage(e.Value())
+			}
 		}
 		q := s.cfg.Quota
+		if check && fromCache && (u.bytes+size > q.ChannelBytes || u.n+n > q.ChannelDeliveries) {
+			// Refused only on the count as it is now.
+			s.usageCache.drop(channel)
+			continue
+		}
 		if check {
 			switch {
 			case u.bytes+size > q.ChannelBytes:
@@ -101,19 +115,57 @@ func (s *Store) addUsage(ctx context.Context, channel string, size int64, n int,
 		if u.n == 0 {
 			u.bytes = 0
 		}
+		var nrev uint64
 		if rev == 0 {
-			_, err = s.usage.Create(ctx, channel, u.encode())
+			nrev, err = s.usage.Create(ctx, channel, u.encode())
 		} else {
-			_, err = s.usage.Update(ctx, channel, u.encode(), rev)
+			nrev, err = s.usage.Update(ctx, channel, u.encode(), rev)
 		}
 		if err == nil {
+			s.usageCache.put(channel, usageRev{rev: nrev, u: u})
 			return nil
 		}
+		s.usageCache.drop(channel)
 		if ctx.Err() != nil {
 			break
 		}
 	}
 	return fmt.Errorf("update the queue's usage of channel %s: %w", channel, why(ctx, err))
+}
+
+// usageRev is a channel's count at a revision of its key.
+type usageRev struct {
+	rev uint64
+	u   chanUsage
+}
+
+// usageCache is the count of each channel this instance last wrote: the
+// revision to compare-and-set against first. Bounded by maxSeqs.
+type usageCache struct {
+	mu sync.Mutex
+	m  map[string]usageRev
+}
+
+func (c *usageCache) get(channel string) (usageRev, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	r, ok := c.m[channel]
+	return r, ok
+}
+
+func (c *usageCache) put(channel string, r usageRev) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.m == nil || len(c.m) >= maxSeqs {
+		c.m = make(map[string]usageRev)
+	}
+	c.m[channel] = r
+}
+
+func (c *usageCache) drop(channel string) {
+	c.mu.Lock()
+	delete(c.m, channel)
+	c.mu.Unlock()
 }
 
 // release gives back what a removed entry counted, logging a failure: the
@@ -351,6 +403,7 @@ func (s *Store) RemoveIdleChannels(before time.Time) ([]relay.RemovedChannel, er
 		}
 		if n, err := s.QueueLen(k); err == nil && n == 0 {
 			if e, err := s.usage.Get(ctx, k); err == nil {
+				s.usageCache.drop(k)
 				s.usage.Delete(ctx, k, jetstream.LastRevision(e.Revision()))
 			}
 		}
@@ -383,6 +436,7 @@ func (s *Store) removeQueue(ctx context.Context, rc *relay.RemovedChannel) error
 		// A Store of LookupStore: no counts.
 	} else if e, err := s.usage.Get(ctx, rc.ID); err == nil {
 		rc.Bytes = parseUsage(e.Value()).bytes
+		s.usageCache.drop(rc.ID)
 		if err := s.usage.Delete(ctx, rc.ID); err != nil {
 			s.cfg.Logf("relay: channel %s removed, but its usage count stays: %v", rc.ID, err)
 		}
