@@ -89,7 +89,8 @@ type Expired struct {
 }
 
 // RemovedChannel is a channel Store.RemoveIdleChannels removed, with what
-// its queue (and parked deliveries) held.
+// its queue (and parked deliveries) held. LastOpened is zero for a queue
+// whose channel was gone already: deliveries queued as it was removed.
 type RemovedChannel struct {
 	ID         string
 	Deliveries int

@@ -108,9 +108,15 @@ func (s *Server) Sweep() {
 	for _, rc := range removed {
 		s.known.Delete(rc.ID)
 		s.touched.Delete(rc.ID)
-		s.metrics.channelsRemoved.Inc()
 		s.metrics.expired.Add(float64(rc.Deliveries))
 		s.metrics.expiredBytes.Add(float64(rc.Bytes))
+		if rc.LastOpened.IsZero() {
+			// A queue left without its channel: deliveries taken as
+			// the channel was removed (by another instance).
+			s.cfg.Logf("relay: channel %s was removed: %d deliveries (%d bytes) queued for it since removed", rc.ID, rc.Deliveries, rc.Bytes)
+			continue
+		}
+		s.metrics.channelsRemoved.Inc()
 		s.cfg.Logf("relay: channel %s removed: no agent opened it since %s (idle for more than %s); %d deliveries (%d bytes) removed with it",
 			rc.ID, rc.LastOpened.UTC().Format(time.RFC3339), s.cfg.ChannelIdle, rc.Deliveries, rc.Bytes)
 	}

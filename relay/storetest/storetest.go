@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -361,13 +362,23 @@ func testIdleChannels(t *testing.T, open Open) {
 	if err := s.Enqueue("opened", kept); err != nil {
 		t.Fatal(err)
 	}
+	// Queued as its channel was removed elsewhere: a queue without a
+	// channel goes too.
+	if err := s.Enqueue("ghost", delivery(t, "ghost", 100)); err != nil {
+		t.Fatal(err)
+	}
 	removed, err := s.RemoveIdleChannels(now.Add(-30 * day))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(removed) != 1 || removed[0].ID != "idle" || removed[0].Deliveries != 2 || removed[0].Bytes < 200 {
-		t.Fatalf("removed %+v, want channel idle with its 2 deliveries", removed)
+	slices.SortFunc(removed, func(a, b relay.RemovedChannel) int { return strings.Compare(b.ID, a.ID) })
+	if len(removed) != 2 || removed[0].ID != "idle" || removed[0].Deliveries != 2 || removed[0].Bytes < 200 {
+		t.Fatalf("removed %+v, want channel idle with its 2 deliveries, and ghost's queue", removed)
 	}
+	if removed[1].ID != "ghost" || removed[1].Deliveries != 1 || !removed[1].LastOpened.IsZero() {
+		t.Fatalf("removed %+v, want ghost's queue of 1 delivery, with no LastOpened", removed[1])
+	}
+	sameQueue(t, s, "ghost", nil)
 	if !removed[0].LastOpened.Equal(now.Add(-40 * day)) {
 		t.Fatalf("removed channel last opened %s, want its creation %s", removed[0].LastOpened, now.Add(-40*day))
 	}
