@@ -48,9 +48,9 @@ type relayOptions struct {
 	metricsAddr string
 
 	// Cluster: channels, tokens and queues shared through NATS.
-	natsURLs      string
-	natsCreds     string
-	natsPrefix    string
+	natsURLs     string
+	natsCreds    string
+	natsPrefix   string
 	natsReplicas int
 
 	// The queue's quotas, for both stores (relay.Quota), and the life of
