@@ -32,10 +32,10 @@ package natsrelay
 //     written again, under the same name, before the new entry, so that
 //     it lives as long as the new entry; then the old entry is removed.
 //
-// Objects no entry points to are removed by the bucket's TTL, QueueMaxAge
+// Objects no entry points to are removed by the bucket's TTL, Quota.MaxAge
 // and an hour: longer than any entry pointing to one lives, as entries
-// expire after QueueMaxAge and are written after their object. The bucket
-// is bounded by QueueMaxBytes as the queue stream is: when full, Enqueue
+// expire after Quota.MaxAge and are written after their object. The bucket
+// is bounded by Quota.TotalBytes as the queue stream is: when full, Enqueue
 // fails and the sender gets 503.
 
 import (
@@ -81,7 +81,7 @@ func partSize(nc *nats.Conn) int {
 	return int(max(nc.MaxPayload(), MinMaxPayload)) - headroom
 }
 
-// objectTTL is how long the bucket keeps an object: QueueMaxAge and a
+// objectTTL is how long the bucket keeps an object: Quota.MaxAge and a
 // margin, so that an object outlives the entries pointing to it.
 func objectTTL(queueMaxAge time.Duration) time.Duration { return queueMaxAge + time.Hour }
 
@@ -96,22 +96,21 @@ func isObjectEntry(h nats.Header) bool { return h.Get(hdrObject) != "" }
 // writeEntry stores frame, the deliver frame of delivery id of channel, as
 // the entry subject with headers hdr (nil for none): inline, or as an
 // object first. opts are those of the entry's publish.
-func (s *Store) writeEntry(ctx context.Context, subject, channel, id string, frame []byte, hdr nats.Header, opts ...jetstream.PublishOpt) error {
+func (s *Store) writeEntry(ctx context.Context, subject, channel, id string, frame []byte, hdr nats.Header, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	m := &nats.Msg{Subject: subject, Header: hdr}
 	if len(frame) <= partSize(s.cfg.Conn) {
 		m.Data = frame
 	} else {
 		name := objectName(channel, id)
 		if err := s.putObject(ctx, name, frame); err != nil {
-			return err
+			return nil, err
 		}
 		m.Header = pointTo(hdr, name, len(frame))
 	}
 	if s.beforeEntry != nil {
 		s.beforeEntry()
 	}
-	_, err := s.js.PublishMsg(ctx, m, opts...)
-	return err
+	return s.js.PublishMsg(ctx, m, opts...)
 }
 
 // pointTo returns hdr, or new headers, pointing to object name of size
@@ -218,7 +217,7 @@ func (s *Store) copyEntry(ctx context.Context, m *jetstream.RawStreamMsg, subjec
 	case err != nil:
 		return err
 	}
-	if err := s.writeEntry(ctx, subject, channel, id, frame, hdr, opts...); err != nil {
+	if _, err := s.writeEntry(ctx, subject, channel, id, frame, hdr, opts...); err != nil {
 		return err
 	}
 	if len(frame) <= partSize(s.cfg.Conn) {

@@ -15,18 +15,21 @@
 //	stream DEVHOOK_QUEUE          devhook.queue.<channel>.<delivery id>: a queued
 //	                              delivery as a deliver frame (relay.EncodeDelivery),
 //	                              or, larger than a message, pointing to its object
-//	                              (entries.go); file storage, bounded by QueueMaxAge
-//	                              and QueueMaxBytes (discard new: a full queue
+//	                              (entries.go); file storage, bounded by
+//	                              Quota.TotalBytes (discard new: a full queue
 //	                              refuses, the sender gets 503), one message per
-//	                              subject, deduplicated by delivery id
+//	                              subject, deduplicated by delivery id; entries
+//	                              older than Quota.MaxAge removed by Expire
+//	KV devhook_usage              channel id → bytes and deliveries queued for
+//	                              it, against Quota (quota.go)
 //	stream DEVHOOK_PARKED         devhook.parked.<channel>.<delivery id>: deliveries
 //	                              that can never be sent, with a Devhook-Reason
 //	                              header; entries as in the queue
 //	objects devhook_large         <channel>.<delivery id>: the deliver frame of a
 //	                              queued or parked delivery too large for one
 //	                              message, in chunks; written before its entry,
-//	                              deleted after it, TTL QueueMaxAge + 1 h for those
-//	                              a crash left behind, bounded by QueueMaxBytes
+//	                              deleted after it, TTL Quota.MaxAge + 1 h for those
+//	                              a crash left behind, bounded by Quota.TotalBytes
 //	devhook.agent.<channel>.deliver  request/reply: a live delivery for the agent
 //	                              of channel, answered by the instance holding it
 //	                              (queue group: one instance answers); larger than
@@ -70,11 +73,9 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultPrefix        = "devhook"
-	DefaultQueueMaxAge   = 7 * 24 * time.Hour
-	DefaultQueueMaxBytes = 1 << 30
-	DefaultTimeout       = 10 * time.Second
-	DefaultLostWait      = time.Second
+	DefaultPrefix   = "devhook"
+	DefaultTimeout  = 10 * time.Second
+	DefaultLostWait = time.Second
 )
 
 // Config configures OpenStore and OpenRouter. Zero values mean defaults.
@@ -88,11 +89,15 @@ type Config struct {
 	// Replicas of the streams and buckets (1, or 3 on a NATS cluster of
 	// three servers or more).
 	Replicas int
-	// QueueMaxAge bounds how long a queued delivery waits for its agent:
-	// older ones are dropped by JetStream. QueueMaxBytes bounds the queue
-	// of all channels: beyond, Enqueue fails and senders get 503.
-	QueueMaxAge   time.Duration
-	QueueMaxBytes int64
+	// Quota bounds the queue, as for every relay.Store (quota.go):
+	// ChannelBytes and ChannelDeliveries in the usage bucket, TotalBytes
+	// as the queue stream's and the large deliveries' bucket's MaxBytes,
+	// MaxAge by Expire.
+	Quota relay.Quota
+	// WriteError, when set, is called before each queue entry is written,
+	// and an error it returns fails the write as JetStream would: tests
+	// make the storage full with it (syscall.ENOSPC).
+	WriteError func() error
 	// MaxBody is the relay's largest body: deliveries and answers up to
 	// that size, with their heads, are taken from other instances.
 	MaxBody int64
@@ -122,12 +127,11 @@ func (c *Config) setDefaults() error {
 	if c.Replicas <= 0 {
 		c.Replicas = 1
 	}
-	if c.QueueMaxAge <= 0 {
-		c.QueueMaxAge = DefaultQueueMaxAge
+	q, err := c.Quota.WithDefaults()
+	if err != nil {
+		return fmt.Errorf("natsrelay: %w", err)
 	}
-	if c.QueueMaxBytes <= 0 {
-		c.QueueMaxBytes = DefaultQueueMaxBytes
-	}
+	c.Quota = q
 	if c.MaxBody <= 0 {
 		c.MaxBody = relay.DefaultMaxBody
 	}
@@ -181,11 +185,18 @@ type Store struct {
 	queue    jetstream.Stream
 	parked   jetstream.Stream
 	objects  jetstream.ObjectStore
+	usage    jetstream.KeyValue // nil in a Store of LookupStore on a cluster of earlier relays
 
 	// Tests only (export_test.go): called before each part of an
 	// object is read to be written, and before an entry is written.
 	beforePart  func(written int)
 	beforeEntry func()
+
+	// usageLocks serialize this instance's updates of a channel's usage
+	// count (by a hash of the channel), so that its own concurrent
+	// senders do not fail each other's compare-and-set.
+	usageLocks [64]sync.Mutex
+	usageCache usageCache
 
 	mu   sync.Mutex
 	seqs map[string]queued // channel/id → where Queued found it
@@ -195,6 +206,7 @@ type Store struct {
 type queued struct {
 	seq    uint64 // its entry's stream sequence
 	object bool   // the entry points to an object
+	size   int64  // what it counts for in the quota (entrySize)
 }
 
 var (
@@ -224,14 +236,21 @@ func OpenStore(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, jsError("create the channels bucket", err)
 	}
+	s.usage, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: cfg.Prefix + "_usage", Description: "devhook relay: bytes and deliveries queued per channel", History: 1,
+		Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
+	})
+	if err != nil {
+		return nil, jsError("create the usage bucket", err)
+	}
 	// Entries are at most one message (max_payload): the streams need
 	// no MaxMsgSize of their own.
 	s.queue, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name: cfg.upper() + "_QUEUE", Description: "devhook relay: deliveries waiting for their agent",
 		Subjects: []string{cfg.Prefix + ".queue.>"}, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
-		Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardNew,
-		MaxAge: cfg.QueueMaxAge, MaxBytes: cfg.QueueMaxBytes,
-		MaxMsgsPerSubject: 1, Duplicates: min(2*time.Minute, cfg.QueueMaxAge),
+		// No MaxAge: Expire drops old entries, and counts them.
+		Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardNew, MaxBytes: cfg.Quota.TotalBytes,
+		MaxMsgsPerSubject: 1, Duplicates: min(2*time.Minute, cfg.Quota.MaxAge),
 	})
 	if err != nil {
 		return nil, jsError("create the queue stream", err)
@@ -240,14 +259,14 @@ func OpenStore(ctx context.Context, cfg Config) (*Store, error) {
 		Name: cfg.upper() + "_PARKED", Description: "devhook relay: deliveries that can never be sent to their agent",
 		Subjects: []string{cfg.Prefix + ".parked.>"}, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
 		Retention: jetstream.LimitsPolicy, Discard: jetstream.DiscardOld,
-		MaxAge: cfg.QueueMaxAge, MaxBytes: max(cfg.QueueMaxBytes/8, 64<<20),
+		MaxAge: cfg.Quota.MaxAge, MaxBytes: max(cfg.Quota.TotalBytes/8, 64<<20),
 	})
 	if err != nil {
 		return nil, jsError("create the parked stream", err)
 	}
 	s.objects, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
 		Bucket: cfg.Prefix + "_large", Description: "devhook relay: queued and parked deliveries too large for one NATS message",
-		TTL: objectTTL(cfg.QueueMaxAge), MaxBytes: cfg.QueueMaxBytes, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
+		TTL: objectTTL(cfg.Quota.MaxAge), MaxBytes: cfg.Quota.TotalBytes, Storage: jetstream.FileStorage, Replicas: cfg.Replicas,
 	})
 	if err != nil {
 		return nil, jsError("create the bucket of large deliveries", err)
@@ -332,6 +351,7 @@ func (s *Store) Enqueue(channel string, d *devhook.Delivery) error {
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
+	size := int64(len(frame))
 	subject := s.queueSubject(channel, d.ID)
 	if len(frame) > partSize(s.cfg.Conn) {
 		// Queued already: kept once, its object not written again.
@@ -343,10 +363,28 @@ func (s *Store) Enqueue(channel string, d *devhook.Delivery) error {
 			return fmt.Errorf("natsrelay: enqueue delivery %s for channel %s: %w", d.ID, channel, why(ctx, err))
 		}
 	}
-	err = s.writeEntry(ctx, subject, channel, d.ID, frame, nil,
-		jetstream.WithMsgID(d.ID), jetstream.WithExpectStream(s.cfg.upper()+"_QUEUE"))
+	if err := s.addUsage(ctx, channel, size, 1, true); err != nil {
+		if errors.Is(err, relay.ErrChannelFull) {
+			if _, gerr := s.queue.GetLastMsgForSubject(ctx, subject); gerr == nil {
+				return nil // kept once: a full queue refuses only new deliveries
+			}
+		}
+		return fmt.Errorf("natsrelay: enqueue delivery %s for channel %s: %w", d.ID, channel, err)
+	}
+	var ack *jetstream.PubAck
+	if s.cfg.WriteError != nil {
+		err = s.cfg.WriteError()
+	}
+	if err == nil {
+		ack, err = s.writeEntry(ctx, subject, channel, d.ID, frame, nil,
+			jetstream.WithMsgID(d.ID), jetstream.WithExpectStream(s.cfg.upper()+"_QUEUE"))
+	}
+	if err != nil || ack.Duplicate {
+		// Not queued, or queued already: not counted twice.
+		s.release(ctx, channel, size)
+	}
 	if err != nil {
-		return fmt.Errorf("natsrelay: enqueue delivery %s for channel %s: %w", d.ID, channel, why(ctx, err))
+		return fmt.Errorf("natsrelay: enqueue delivery %s for channel %s: %w", d.ID, channel, fullError(why(ctx, err)))
 	}
 	return nil
 }
@@ -375,7 +413,7 @@ func (s *Store) Queued(channel string, after string, limit int) ([]*devhook.Deli
 			return out, fmt.Errorf("natsrelay: read queue of channel %s: %w", channel, why(ctx, err))
 		}
 		start = m.Sequence + 1
-		s.remember(channel, idOf(m.Subject), queued{seq: m.Sequence, object: isObjectEntry(m.Header)})
+		s.remember(channel, idOf(m.Subject), queued{seq: m.Sequence, object: isObjectEntry(m.Header), size: entrySize(m)})
 		d, err := s.readEntry(ctx, channel, m)
 		if err != nil {
 			return out, fmt.Errorf("natsrelay: read queue of channel %s: %w", channel, why(ctx, err))
@@ -444,11 +482,12 @@ func (s *Store) Dequeue(channel, id string) error {
 		case err != nil:
 			return fmt.Errorf("natsrelay: dequeue delivery %s of channel %s: %w", id, channel, why(ctx, err))
 		}
-		q.object = isObjectEntry(m.Header)
+		q.object, q.size = isObjectEntry(m.Header), entrySize(m)
 	}
 	if err := s.removeEntry(ctx, channel, id); err != nil {
 		return err
 	}
+	s.release(ctx, channel, q.size)
 	if q.object {
 		h := nats.Header{hdrObject: {objectName(channel, id)}}
 		if err := s.deleteObjectOf(ctx, h); err != nil {
@@ -494,7 +533,11 @@ func (s *Store) Park(channel, id, reason string) error {
 	if err != nil {
 		return fmt.Errorf("natsrelay: park delivery %s of channel %s: %w", id, channel, why(ctx, err))
 	}
-	return s.removeEntry(ctx, channel, id)
+	if err := s.removeEntry(ctx, channel, id); err != nil {
+		return err
+	}
+	s.release(ctx, channel, entrySize(m))
+	return nil
 }
 
 // Parked returns the parked deliveries of channel: id → reason.

@@ -484,31 +484,41 @@ func TestDeliveryToAVanishedRelayIsQueued(t *testing.T) {
 	}
 }
 
-// The queue is bounded in bytes: beyond QueueMaxBytes, Enqueue fails and
-// the sender gets 503 with Retry-After (nothing is dropped silently); the
-// bucket of large deliveries too.
+// The queue is bounded in bytes: beyond Quota.ChannelBytes a channel's
+// senders get 429, beyond Quota.TotalBytes every sender gets 503, both
+// with Retry-After (nothing is dropped silently); the bucket of large
+// deliveries is bounded alike.
 func TestQueueBoundedBySize(t *testing.T) {
 	ns := natstest.Run(t)
-	in := startInstanceWith(t, ns, natsrelay.Config{ResponseTimeout: 10 * time.Second, QueueMaxBytes: 64 << 10})
-	cr := openOn(t, in)
+	in := startInstanceWith(t, ns, natsrelay.Config{ResponseTimeout: 10 * time.Second, Quota: relay.Quota{ChannelBytes: 48 << 10, TotalBytes: 64 << 10}})
+	cr, other := openOn(t, in), openOn(t, in)
 	big := strings.Repeat("x", 40<<10)
 	if resp, _ := send(t, in.URL+"/c/"+cr.Channel+"/x", big); resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("first: %s", resp.Status)
 	}
 	resp, body := send(t, in.URL+"/c/"+cr.Channel+"/x", big)
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("over the channel's bytes: %s %q", resp.Status, body)
+	}
+	resp, body = send(t, in.URL+"/c/"+other.Channel+"/x", big)
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("over the queue's bytes: %s %q", resp.Status, body)
 	}
 	if n, err := in.store.QueueLen(cr.Channel); err != nil || n != 1 {
 		t.Fatalf("queue length %d %v", n, err)
 	}
-	// A delivery over one NATS message: its object's bucket is bounded
+	// Deliveries over one NATS message: their objects' bucket is bounded
 	// alike.
-	resp, body = send(t, in.URL+"/c/"+cr.Channel+"/x", strings.Repeat("y", 2<<20))
+	large := startInstanceWith(t, ns, natsrelay.Config{Prefix: "large", ResponseTimeout: 10 * time.Second, Quota: relay.Quota{ChannelBytes: 3 << 20, TotalBytes: 3 << 20}})
+	cr, other = openOn(t, large), openOn(t, large)
+	if resp, body := send(t, large.URL+"/c/"+cr.Channel+"/x", strings.Repeat("y", 2<<20)); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("first large: %s %q", resp.Status, body)
+	}
+	resp, body = send(t, large.URL+"/c/"+other.Channel+"/x", strings.Repeat("y", 2<<20))
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("over the bucket's bytes: %s %q", resp.Status, body)
 	}
-	if n, err := in.store.QueueLen(cr.Channel); err != nil || n != 1 {
+	if n, err := large.store.QueueLen(cr.Channel); err != nil || n != 1 {
 		t.Fatalf("queue length %d %v", n, err)
 	}
 }

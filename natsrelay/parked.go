@@ -57,6 +57,9 @@ func LookupStore(ctx context.Context, cfg Config) (*Store, error) {
 	if s.objects, err = js.ObjectStore(ctx, cfg.Prefix+"_large"); err != nil {
 		return nil, missing("bucket "+cfg.Prefix+"_large", err)
 	}
+	if s.usage, err = js.KeyValue(ctx, cfg.Prefix+"_usage"); err != nil {
+		s.usage = nil // a cluster of earlier relays: no counts to keep
+	}
 	s.link = newLink(cfg.Conn, cfg.LostWait, nil)
 	return s, nil
 }
@@ -140,8 +143,16 @@ func (s *Store) parkedMsg(ctx context.Context, id string) (parkedMsg, error) {
 // is not deduplicated by id as Enqueue is: the delivery may have been
 // queued within the stream's duplicate window.
 func (s *Store) putQueued(ctx context.Context, pm *parkedMsg) error {
-	return s.copyEntry(ctx, pm.m, s.queueSubject(pm.channel, pm.id), pm.channel, pm.id, nil,
+	err := s.copyEntry(ctx, pm.m, s.queueSubject(pm.channel, pm.id), pm.channel, pm.id, nil,
 		jetstream.WithExpectStream(s.cfg.upper()+"_QUEUE"))
+	if err != nil {
+		return err
+	}
+	// The operator's choice: it may take the channel over its quota.
+	if err := s.addUsage(ctx, pm.channel, entrySize(pm.m), 1, false); err != nil {
+		s.cfg.Logf("relay: channel %s: delivery %s requeued, but not counted in its quota: %v", pm.channel, pm.id, err)
+	}
+	return nil
 }
 
 // deleteParked removes the parked delivery id of channel.

@@ -87,7 +87,7 @@ func OpenRouter(ctx context.Context, cfg Config) (*Router, error) {
 	defer cancel()
 	r.agents, err = js.CreateOrUpdateKeyValue(cctx, jetstream.KeyValueConfig{
 		Bucket: cfg.Prefix + "_agents", Description: "devhook relay: the newest agent of each channel, by instance", History: 1,
-		Storage: jetstream.FileStorage, Replicas: cfg.Replicas, TTL: cfg.QueueMaxAge,
+		Storage: jetstream.FileStorage, Replicas: cfg.Replicas, TTL: cfg.Quota.MaxAge,
 	})
 	if err != nil {
 		return nil, jsError("create the agents bucket", err)

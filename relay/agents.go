@@ -29,6 +29,7 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, channel st
 	if err != nil {
 		return // the upgrader has answered
 	}
+	s.touch(channel, true)
 	// Frames from the agent carry answers, up to MaxAnswerBody whatever
 	// this relay's MaxBody.
 	ws.SetReadLimit(max(s.cfg.MaxBody, MaxAnswerBody) + MaxHeaderSize + 4)

@@ -30,7 +30,7 @@ func (s *Server) OpenChannel(r *http.Request) (Credentials, error) {
 	if err := s.cfg.Store.PutChannel(Channel{ID: cr.Channel, TokenHash: sum[:], CreatedAt: s.cfg.Now().UTC()}); err != nil {
 		return Credentials{}, fmt.Errorf("open channel: %w", err)
 	}
-	s.known.Store(cr.Channel, struct{}{})
+	s.known.Store(cr.Channel, s.cfg.Now())
 	cr.PublicURL = s.PublicURL(r, cr.Channel)
 	return cr, nil
 }

@@ -103,7 +103,7 @@ func (s *Server) serveIngress(w http.ResponseWriter, r *http.Request) {
 // channelExists answers 0 when channel exists, or the status and message
 // to refuse a delivery with.
 func (s *Server) channelExists(channel string) (int, string) {
-	if _, ok := s.known.Load(channel); ok {
+	if at, ok := s.known.Load(channel); ok && s.cfg.Now().Sub(at.(time.Time)) < knownFor {
 		return 0, ""
 	}
 	_, err := s.cfg.Store.Channel(channel)
@@ -113,7 +113,7 @@ func (s *Server) channelExists(channel string) (int, string) {
 		s.cfg.Logf("relay: read channel %s: %v", channel, err)
 		return http.StatusInternalServerError, "could not read the channel"
 	}
-	s.known.Store(channel, struct{}{})
+	s.known.Store(channel, s.cfg.Now())
 	return 0, ""
 }
 
@@ -139,9 +139,7 @@ func (s *Server) busy(code int) string {
 func (s *Server) enqueue(w http.ResponseWriter, d *devhook.Delivery) {
 	d.Queued = true
 	if err := s.cfg.Store.Enqueue(d.Channel, d); err != nil {
-		s.cfg.Logf("relay: queue delivery %s: %v", d.ID, err)
-		w.Header().Set("Retry-After", strconv.Itoa(int(RetryAfter/time.Second)))
-		httpError(w, http.StatusServiceUnavailable, "no agent is connected and the delivery could not be queued; try again")
+		s.refuseQueue(w, d, err)
 		return
 	}
 	// An agent may have connected after the delivery was routed.

@@ -47,7 +47,11 @@ type metrics struct {
 	duration   *prometheus.HistogramVec
 	acked      prometheus.Counter
 	readErrors prometheus.Counter
-	handler    http.Handler
+	// expired and expiredBytes count queued deliveries dropped unsent:
+	// too old (Quota.MaxAge), or with their idle channel.
+	expired, expiredBytes prometheus.Counter
+	channelsRemoved       prometheus.Counter
+	handler               http.Handler
 }
 
 func newMetrics(s *Server) *metrics {
@@ -71,7 +75,19 @@ func newMetrics(s *Server) *metrics {
 			Help: "Reads of a channel's queue for its agent that failed; each is tried again after a backoff.",
 		}),
 	}
-	m.reg.MustRegister(m.deliveries, m.duration, m.acked, m.readErrors,
+	m.expired = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "devhook_relay_queue_expired_total",
+		Help: "Queued deliveries dropped unsent: older than the queue's maximum age, or removed with their idle channel.",
+	})
+	m.expiredBytes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "devhook_relay_queue_expired_bytes_total",
+		Help: "Bytes of the queued deliveries counted by devhook_relay_queue_expired_total.",
+	})
+	m.channelsRemoved = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "devhook_relay_channels_removed_total",
+		Help: "Channels removed, with their queues, because no agent opened them within the relay's idle time.",
+	})
+	m.reg.MustRegister(m.deliveries, m.duration, m.acked, m.readErrors, m.expired, m.expiredBytes, m.channelsRemoved,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "devhook_relay_agents_connected",
 			Help: "Agents connected to this relay process.",

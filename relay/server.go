@@ -61,8 +61,16 @@ type Config struct {
 	PingInterval time.Duration
 	// Window bounds the queued deliveries in flight to one agent.
 	Window int
-	// OpenToken, when set, is required (as a bearer token) to open a channel.
+	// OpenToken, when set, is required (as a bearer token) to open a
+	// channel. At least MinOpenToken bytes.
 	OpenToken string
+	// ChannelIdle: a channel no agent opened for this long is removed
+	// with its queue (by a Store that is a Sweeper). Default
+	// DefaultChannelIdle.
+	ChannelIdle time.Duration
+	// SweepInterval is how often expired deliveries are dropped and idle
+	// channels looked for (see sweep.go). Default DefaultSweepInterval.
+	SweepInterval time.Duration
 	// PrivateMetrics: /metrics is not served by the Server's handler, only
 	// by Metrics (on an address of its own).
 	PrivateMetrics bool
@@ -77,7 +85,15 @@ type Server struct {
 	upgrader websocket.Upgrader
 	budget   budget
 	metrics  *metrics
-	known    sync.Map // ids of channels known to exist; channels are never removed
+	known    sync.Map // id of a channel known to exist → when it was read (knownFor)
+	touched  sync.Map // channel id → when this Server last marked it opened
+
+	sweepMu       sync.Mutex // one Sweep at a time
+	lastIdleSweep time.Time
+	sweepStop     chan struct{}
+	sweepDone     chan struct{}
+	sweepOnce     sync.Once
+	fullLog       logEvery // refusals for a full queue or disk
 
 	wg sync.WaitGroup // every connection's goroutines
 
@@ -127,6 +143,15 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if err := checkOpenToken(cfg.OpenToken); err != nil {
+		return nil, err
+	}
+	if cfg.ChannelIdle <= 0 {
+		cfg.ChannelIdle = DefaultChannelIdle
+	}
+	if cfg.SweepInterval <= 0 {
+		cfg.SweepInterval = DefaultSweepInterval
+	}
 	if cfg.Logf == nil {
 		cfg.Logf = func(string, ...any) {}
 	}
@@ -149,6 +174,8 @@ func NewServer(cfg Config) (*Server, error) {
 		},
 	}
 	s.metrics = newMetrics(s)
+	s.sweepStop, s.sweepDone = make(chan struct{}), make(chan struct{})
+	s.startSweeper()
 	return s, nil
 }
 
@@ -166,6 +193,7 @@ func (s *Server) Close() error {
 		c.closeWith(websocket.CloseGoingAway, "relay closing")
 	}
 	s.wg.Wait()
+	s.stopSweeper()
 	return nil
 }
 

@@ -65,14 +65,14 @@ func open(t *testing.T, hs *httptest.Server) relay.Credentials {
 }
 
 func TestOpenChannel(t *testing.T) {
-	_, hs, db := newRelay(t, relay.Config{OpenToken: "tok"})
+	_, hs, db := newRelay(t, relay.Config{OpenToken: "open-token-0123456789"})
 	if _, err := relay.Open(context.Background(), hs.Client(), hs.URL, ""); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("open without token: %v", err)
 	}
 	if _, err := relay.Open(context.Background(), hs.Client(), hs.URL, "nope"); err == nil {
 		t.Fatal("open with a wrong token succeeded")
 	}
-	cr, err := relay.Open(context.Background(), hs.Client(), hs.URL, "tok")
+	cr, err := relay.Open(context.Background(), hs.Client(), hs.URL, "open-token-0123456789")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,4 +270,24 @@ func TestCheckDoesNotTakeTheChannel(t *testing.T) {
 	if strings.Contains(logs.String(), "closing the previous one") {
 		t.Fatalf("a check took the channel over:\n%s", logs.String())
 	}
+}
+
+// An open token shorter than MinOpenToken is refused when the Server is
+// made: it could be guessed.
+func TestShortOpenTokenRefused(t *testing.T) {
+	db, err := storage.OpenRelayStore(filepath.Join(t.TempDir(), "relay.db"), storage.RelayStoreConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for _, tok := range []string{"x", "fifteen-bytes!!"} {
+		if _, err := relay.NewServer(relay.Config{Store: db, OpenToken: tok}); err == nil || !strings.Contains(err.Error(), "at least 16") {
+			t.Errorf("open token %q: %v, want refused", tok, err)
+		}
+	}
+	srv, err := relay.NewServer(relay.Config{Store: db, OpenToken: "sixteen-bytes!!!"})
+	if err != nil {
+		t.Fatalf("a token of 16 bytes: %v", err)
+	}
+	srv.Close()
 }

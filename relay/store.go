@@ -15,6 +15,10 @@ type Channel struct {
 	ID        string    `json:"id"`
 	TokenHash []byte    `json:"token_hash"`
 	CreatedAt time.Time `json:"created_at"`
+	// LastOpened is when an agent last opened the channel (connected to
+	// it); zero when none has since it was created. A channel idle for
+	// Config.ChannelIdle is removed with its queue.
+	LastOpened time.Time `json:"last_opened,omitzero"`
 }
 
 // Store is what the relay keeps: channels, and the queue of deliveries that

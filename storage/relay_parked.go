@@ -26,7 +26,9 @@ func (s *RelayStore) Park(channel, id, reason string) error {
 	if err := validID("delivery", id); err != nil {
 		return err
 	}
+	var size int64
 	err := s.update(func(tx *bolt.Tx) error {
+		size = 0
 		q := tx.Bucket(bucketQueue).Bucket([]byte(channel))
 		if q == nil {
 			return nil
@@ -35,6 +37,7 @@ func (s *RelayStore) Park(channel, id, reason string) error {
 		if v == nil {
 			return nil
 		}
+		size = entrySize([]byte(id), v)
 		p, err := tx.Bucket(bucketParked).CreateBucketIfNotExists([]byte(channel))
 		if err != nil {
 			return err
@@ -48,6 +51,9 @@ func (s *RelayStore) Park(channel, id, reason string) error {
 	})
 	if err != nil {
 		return fmt.Errorf("storage: park delivery %s of channel %s: %w", id, channel, err)
+	}
+	if size > 0 {
+		s.usage.release(channel, size, 1)
 	}
 	return nil
 }
@@ -163,6 +169,8 @@ func (s *RelayStore) ParkedDelivery(id string) (relay.Parked, error) {
 // sends it when the channel's agent connects. An entry too damaged to
 // say where its delivery begins cannot be requeued.
 func (s *RelayStore) Requeue(id string) (relay.Parked, error) {
+	// The operator's choice: it may take the queue over its quota.
+	defer s.countUsage()
 	return s.takeParked(id, "requeue", func(tx *bolt.Tx, channel string, entry []byte) error {
 		if entry == nil {
 			return devhook.Errorf(devhook.EINVALID, "the parked entry is damaged: drop it")

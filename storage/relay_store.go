@@ -29,14 +29,29 @@ import (
 type RelayStore struct {
 	bolt  *bolt.DB
 	path  string
+	cfg   RelayStoreConfig
 	group group // every write is one of a group commit, fsynced
+	usage usage // what the queues hold, against cfg.Quota (relay_quota.go)
 }
 
 // update runs fn in a write transaction, committed and synced before it
 // returns, possibly with concurrent writes: one fsync for all the writes
 // that arrived while the previous commit ran (see group.go).
 func (s *RelayStore) update(fn func(*bolt.Tx) error) error {
-	return s.group.update(s.bolt, fn)
+	if s.cfg.WriteError != nil {
+		inner := fn
+		fn = func(tx *bolt.Tx) error {
+			if err := s.cfg.WriteError(); err != nil {
+				return err
+			}
+			return inner(tx)
+		}
+	}
+	err := s.group.update(s.bolt, fn)
+	if isDiskFull(err) {
+		err = fmt.Errorf("%w: %w", relay.ErrStorageFull, err)
+	}
+	return err
 }
 
 // RelayStoreConfig configures OpenRelayStore. Zero values mean defaults.
@@ -48,6 +63,12 @@ type RelayStoreConfig struct {
 	// ReadOnly opens an existing file to read it: writes fail. It still
 	// waits for a process writing the file (a running relay) to release it.
 	ReadOnly bool
+	// Quota bounds the queue; zero values mean relay's defaults.
+	Quota relay.Quota
+	// WriteError, when set, is called in every write transaction, and an
+	// error it returns fails that transaction as a failed write of the
+	// file would: tests make the disk full with it (syscall.ENOSPC).
+	WriteError func() error
 }
 
 var (
@@ -79,6 +100,11 @@ func OpenRelayStore(path string, cfg RelayStoreConfig) (*RelayStore, error) {
 	if cfg.LockTimeout == 0 {
 		cfg.LockTimeout = time.Second
 	}
+	q, err := cfg.Quota.WithDefaults()
+	if err != nil {
+		return nil, devhook.Errorf(devhook.EINVALID, "storage: %v", err)
+	}
+	cfg.Quota = q
 	if cfg.ReadOnly {
 		if _, err := os.Stat(path); err != nil {
 			return nil, fmt.Errorf("storage: open %s: %w", path, err)
@@ -88,7 +114,7 @@ func OpenRelayStore(path string, cfg RelayStoreConfig) (*RelayStore, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &RelayStore{bolt: b, path: path}
+	s := &RelayStore{bolt: b, path: path, cfg: cfg}
 	if cfg.ReadOnly {
 		// A file of an earlier devhook may lack the parked bucket
 		// until a relay opens it to write.
@@ -125,6 +151,10 @@ func OpenRelayStore(path string, cfg RelayStoreConfig) (*RelayStore, error) {
 			return nil, corruptError(path, err)
 		}
 		return nil, fmt.Errorf("storage: open %s: create buckets: %w", path, err)
+	}
+	if err := s.countUsage(); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("storage: open %s: %w", path, err)
 	}
 	return s, nil
 }
@@ -200,17 +230,30 @@ func (s *RelayStore) Enqueue(channel string, d *devhook.Delivery) error {
 	}
 	id := []byte(d.ID)
 	v := appendMeta(make([]byte, 0, 256+len(d.Body)), d, true)
+	size := entrySize(id, v)
+	if err := s.usage.reserve(channel, size, s.cfg.Quota); err != nil {
+		if s.isQueued(channel, id) {
+			return nil // kept once: a full queue refuses only new deliveries
+		}
+		return fmt.Errorf("storage: enqueue delivery %s for channel %s: %w", d.ID, channel, err)
+	}
+	dup := false
 	err := s.update(func(tx *bolt.Tx) error {
+		dup = false
 		q, err := tx.Bucket(bucketQueue).CreateBucketIfNotExists([]byte(channel))
 		if err != nil {
 			return err
 		}
 		if q.Get(id) != nil {
+			dup = true
 			return nil
 		}
 		q.FillPercent = queueFill
 		return q.Put(id, v)
 	})
+	if err != nil || dup {
+		s.usage.release(channel, size, 1)
+	}
 	if err != nil {
 		return fmt.Errorf("storage: enqueue delivery %s for channel %s: %w", d.ID, channel, err)
 	}
@@ -269,15 +312,25 @@ func (s *RelayStore) Dequeue(channel, id string) error {
 	if err := validID("delivery", id); err != nil {
 		return err
 	}
+	var size int64
 	err := s.update(func(tx *bolt.Tx) error {
+		size = 0
 		q := tx.Bucket(bucketQueue).Bucket([]byte(channel))
-		if q == nil || q.Get([]byte(id)) == nil {
+		if q == nil {
 			return nil
 		}
+		v := q.Get([]byte(id))
+		if v == nil {
+			return nil
+		}
+		size = entrySize([]byte(id), v)
 		return q.Delete([]byte(id))
 	})
 	if err != nil {
 		return fmt.Errorf("storage: dequeue delivery %s of channel %s: %w", id, channel, err)
+	}
+	if size > 0 {
+		s.usage.release(channel, size, 1)
 	}
 	return nil
 }

@@ -145,7 +145,7 @@ func TestListenRemoteRelay(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rdb.Close()
-	srv, err := relay.NewServer(relay.Config{Store: rdb, OpenToken: "open-sesame"})
+	srv, err := relay.NewServer(relay.Config{Store: rdb, OpenToken: "open-sesame-0123456789"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestListenRemoteRelay(t *testing.T) {
 		t.Fatalf("listen with a wrong open token: %v", err)
 	}
 
-	lr := startListen(t, "--forward", recv.URL, "--relay", hs.URL, "--relay-token", "open-sesame", "--data", data)
+	lr := startListen(t, "--forward", recv.URL, "--relay", hs.URL, "--relay-token", "open-sesame-0123456789", "--data", data)
 	ready := lr.next(t, "ready")
 	pub := ready["public_url"].(string)
 	if !strings.HasPrefix(pub, hs.URL+"/c/") {

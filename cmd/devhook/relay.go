@@ -49,12 +49,18 @@ type relayOptions struct {
 	metricsAddr string
 
 	// Cluster: channels, tokens and queues shared through NATS.
-	natsURLs      string
-	natsCreds     string
-	natsPrefix    string
-	natsReplicas  int
-	queueMaxAge   time.Duration
-	queueMaxBytes int64
+	natsURLs     string
+	natsCreds    string
+	natsPrefix   string
+	natsReplicas int
+
+	// The queue's quotas, for both stores (relay.Quota), and the life of
+	// an unused channel.
+	queueMaxAge          time.Duration
+	queueMaxBytes        int64
+	queueChannelMaxBytes int64
+	queueChannelMaxDeliv int
+	channelIdle          time.Duration
 
 	stdout io.Writer
 	stderr io.Writer
@@ -66,15 +72,17 @@ type relayOptions struct {
 func newRelayCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "relay",
-		Short: "Run a relay (devhook relay serve) and look after its parked deliveries",
+		Short: "Run a relay (devhook relay serve), look after its parked deliveries, compact its file",
 		Long: `A relay gives agents (devhook listen) public URLs and streams the deliveries sent to
 them over WebSocket. 'devhook relay serve' runs one; 'devhook relay parked' lists, requeues
-and drops the deliveries a relay parked. See docs/DEPLOY.md.`,
+and drops the deliveries a relay parked; 'devhook relay compact' gives a stopped relay's
+free space back to the disk. See docs/DEPLOY.md.`,
 		Example: `  devhook relay serve --addr :4041 --public-url https://hooks.example.com
-  devhook relay parked list --data /var/lib/devhook-relay`,
+  devhook relay parked list --data /var/lib/devhook-relay
+  devhook relay compact --data /var/lib/devhook-relay`,
 	}
 	serve := newRelayServeCmd()
-	cmd.AddCommand(serve, newRelayParkedCmd())
+	cmd.AddCommand(serve, newRelayParkedCmd(), newRelayCompactCmd())
 	groupCmd(cmd)
 	// devhook relay --addr ... ran the server before it moved to serve.
 	cmd.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
@@ -148,8 +156,11 @@ at any instance reaches the agent wherever it is connected. See docs/DEPLOY.md.`
 	f.StringVar(&o.natsCreds, "nats-creds", "", "NATS credentials file (JWT and NKey), with --nats")
 	f.StringVar(&o.natsPrefix, "nats-prefix", natsrelay.DefaultPrefix, "prefix of the NATS subjects, streams and buckets, so that several relay clusters can share NATS servers")
 	f.IntVar(&o.natsReplicas, "nats-replicas", 1, "JetStream replicas of the queue and channels (3 on a NATS cluster of three servers or more)")
-	f.DurationVar(&o.queueMaxAge, "queue-max-age", natsrelay.DefaultQueueMaxAge, "with --nats: a queued delivery older than this is dropped by JetStream")
-	f.Int64Var(&o.queueMaxBytes, "queue-max-bytes", natsrelay.DefaultQueueMaxBytes, "with --nats: bytes the queue of all channels may hold; beyond, senders get 503 and resend")
+	f.DurationVar(&o.queueMaxAge, "queue-max-age", relay.DefaultQueueMaxAge, "a queued delivery whose agent does not connect within this is dropped (counted in /metrics and logged)")
+	f.Int64Var(&o.queueMaxBytes, "queue-max-bytes", relay.DefaultQueueBytes, "bytes the queues of all channels may hold; beyond, senders get 503 with Retry-After")
+	f.Int64Var(&o.queueChannelMaxBytes, "queue-channel-max-bytes", relay.DefaultChannelQueueBytes, "bytes one channel's queue may hold; beyond, its senders get 429 with Retry-After (at most --queue-max-bytes)")
+	f.IntVar(&o.queueChannelMaxDeliv, "queue-channel-max-deliveries", relay.DefaultChannelQueueDeliveries, "deliveries one channel's queue may hold; beyond, its senders get 429 with Retry-After")
+	f.DurationVar(&o.channelIdle, "channel-idle", relay.DefaultChannelIdle, "a channel no agent opens for this long is removed with its queue (counted in /metrics and logged)")
 	return cmd
 }
 
@@ -162,6 +173,12 @@ func (o *relayOptions) run(ctx context.Context) error {
 		return errors.New("--tls-cert and --tls-key go together: give both files")
 	case o.maxConns < 1:
 		return fmt.Errorf("--max-conns must be at least 1, not %d", o.maxConns)
+	case o.openToken != "" && len(o.openToken) < relay.MinOpenToken:
+		return fmt.Errorf("the token to open channels (--open-token or DEVHOOK_RELAY_TOKEN) is %d bytes long: use at least %d, for example one made by: openssl rand -hex 16", len(o.openToken), relay.MinOpenToken)
+	}
+	quota, err := o.quota()
+	if err != nil {
+		return err
 	}
 	if o.domain != "" {
 		if err := validDomain(o.domain); err != nil {
@@ -191,10 +208,10 @@ func (o *relayOptions) run(ctx context.Context) error {
 		}
 		defer c.close()
 		store, router = c.store, c.router
-		clusterLine = fmt.Sprintf("  cluster     NATS %s as instance %s; queue in JetStream (at most %s old, %d MiB)",
-			c.nc.ConnectedUrlRedacted(), c.router.ID(), o.queueMaxAge, o.queueMaxBytes>>20)
+		clusterLine = fmt.Sprintf("  cluster     NATS %s as instance %s; queue in JetStream",
+			c.nc.ConnectedUrlRedacted(), c.router.ID())
 	} else {
-		db, err := storage.OpenRelayStore(filepath.Join(o.dataDir, "relay.db"), storage.RelayStoreConfig{})
+		db, err := storage.OpenRelayStore(filepath.Join(o.dataDir, "relay.db"), storage.RelayStoreConfig{Quota: quota})
 		if err != nil {
 			return err
 		}
@@ -204,7 +221,7 @@ func (o *relayOptions) run(ctx context.Context) error {
 	srv, err := relay.NewServer(relay.Config{
 		Store: store, Router: router, PublicURL: o.publicURL, MaxBody: o.maxBody, ResponseTimeout: o.timeout,
 		BodyTimeout: o.bodyTimeout, MaxChannelInflight: o.maxChannelInflight, MaxInflight: o.maxInflight,
-		OpenToken: o.openToken, Logf: logger.Printf, PrivateMetrics: o.metricsAddr != "",
+		OpenToken: o.openToken, Logf: logger.Printf, PrivateMetrics: o.metricsAddr != "", ChannelIdle: o.channelIdle,
 	})
 	if err != nil {
 		return err
@@ -222,6 +239,12 @@ func (o *relayOptions) run(ctx context.Context) error {
 	if clusterLine != "" {
 		fmt.Fprintln(o.stdout, clusterLine)
 	}
+	idle := o.channelIdle
+	if idle == 0 {
+		idle = relay.DefaultChannelIdle
+	}
+	fmt.Fprintf(o.stdout, "  queue       %s and %d deliveries a channel, %s in all, %s at most; channels unused for %s removed\n",
+		sizeText(quota.ChannelBytes), quota.ChannelDeliveries, sizeText(quota.TotalBytes), quota.MaxAge, idle)
 	if o.domain != "" {
 		fmt.Fprintf(o.stdout, "  certificate %s from %s (obtained at the first connection, renewed by itself)\n", o.domain, o.acmeDirectory)
 	}
@@ -255,6 +278,21 @@ func (o *relayOptions) run(ctx context.Context) error {
 		errs = append(errs, wait())
 	}
 	return errors.Join(errs...)
+}
+
+// quota is the queue's quota from the flags (0: the default), checked.
+func (o *relayOptions) quota() (relay.Quota, error) {
+	if o.queueMaxBytes < 0 || o.queueChannelMaxBytes < 0 || o.queueChannelMaxDeliv < 0 || o.queueMaxAge < 0 || o.channelIdle < 0 {
+		return relay.Quota{}, errors.New("--queue-max-bytes, --queue-channel-max-bytes, --queue-channel-max-deliveries, --queue-max-age and --channel-idle may not be negative")
+	}
+	q, err := relay.Quota{ChannelBytes: o.queueChannelMaxBytes, ChannelDeliveries: o.queueChannelMaxDeliv, TotalBytes: o.queueMaxBytes, MaxAge: o.queueMaxAge}.WithDefaults()
+	switch {
+	case err != nil:
+		return q, fmt.Errorf("--queue-channel-max-bytes (%d) may not exceed --queue-max-bytes (%d)", q.ChannelBytes, q.TotalBytes)
+	case o.maxBody > 0 && q.ChannelBytes < o.maxBody:
+		return q, fmt.Errorf("--queue-channel-max-bytes (%d) is below --max-body (%d): the largest deliveries could never be queued; raise it or lower --max-body", q.ChannelBytes, o.maxBody)
+	}
+	return q, nil
 }
 
 // relayListeners are the relay's sockets: main for the relay itself (TLS
@@ -356,8 +394,13 @@ func (o *relayOptions) openCluster(ctx context.Context, logger *log.Logger) (*re
 		return nil, fmt.Errorf("connect to NATS at %s: %w (check --nats, and that nats-server runs with JetStream: nats-server -js)", o.natsURLs, err)
 	}
 	c := &relayCluster{nc: nc}
+	quota, err := o.quota()
+	if err != nil {
+		c.close()
+		return nil, err
+	}
 	cfg := natsrelay.Config{
-		Conn: nc, Prefix: o.natsPrefix, Replicas: o.natsReplicas, QueueMaxAge: o.queueMaxAge, QueueMaxBytes: o.queueMaxBytes,
+		Conn: nc, Prefix: o.natsPrefix, Replicas: o.natsReplicas, Quota: quota,
 		MaxBody: o.maxBody, ResponseTimeout: o.timeout, Logf: logger.Printf,
 	}
 	if c.store, err = natsrelay.OpenStore(ctx, cfg); err != nil {

@@ -255,7 +255,7 @@ func TestRelayTokenFromTheEnvironment(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs devhook relay and listen processes")
 	}
-	t.Setenv("DEVHOOK_RELAY_TOKEN", "env-open-token")
+	t.Setenv("DEVHOOK_RELAY_TOKEN", "env-open-token-0123456789")
 	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) }))
 	defer recv.Close()
 	_, base := relayProc(t)
@@ -273,8 +273,8 @@ func TestRelayTokenFromTheEnvironment(t *testing.T) {
 	}
 	for _, cmd := range [][]string{{"relay", "serve"}, {"listen"}} {
 		out, _, err := devhookCmd(t, append(cmd, "--help")...)
-		if err != nil || strings.Contains(out, "env-open-token") {
-			t.Errorf("devhook %s --help: %v, prints the token: %v", cmd, err, strings.Contains(out, "env-open-token"))
+		if err != nil || strings.Contains(out, "env-open-token-0123456789") {
+			t.Errorf("devhook %s --help: %v, prints the token: %v", cmd, err, strings.Contains(out, "env-open-token-0123456789"))
 		}
 	}
 }
