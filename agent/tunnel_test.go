@@ -19,6 +19,7 @@ import (
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/agent"
+	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/relay"
 	"github.com/devhook/devhook/signature"
 	"github.com/devhook/devhook/storage"
@@ -91,7 +92,7 @@ func (r *recorder) waitFor(t *testing.T, n int) []seen {
 type tunnel struct {
 	t        testing.TB
 	dir      string
-	relayDB  *storage.RelayStore
+	relayDB  *boltrelay.Store
 	relay    *relay.Server
 	relaySrv *httptest.Server
 	ingress  *relay.IngressListener
@@ -156,7 +157,7 @@ func newTunnelRelay(t testing.TB, forward string, relayMod func(*relay.Config), 
 
 func (tn *tunnel) startRelay() {
 	tn.t.Helper()
-	rdb, err := storage.OpenRelayStore(filepath.Join(tn.dir, "relay.db"), storage.RelayStoreConfig{})
+	rdb, err := boltrelay.Open(filepath.Join(tn.dir, "relay.db"), boltrelay.Config{})
 	if err != nil {
 		tn.t.Fatal(err)
 	}
@@ -712,7 +713,7 @@ func waitStored(t *testing.T, db *storage.DB, n int) {
 	}
 }
 
-func waitQueueEmpty(t *testing.T, db *storage.RelayStore, channel string) {
+func waitQueueEmpty(t *testing.T, db *boltrelay.Store, channel string) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {

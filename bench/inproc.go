@@ -16,6 +16,7 @@ import (
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/agent"
+	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/inspector"
 	"github.com/devhook/devhook/relay"
 	"github.com/devhook/devhook/storage"
@@ -32,7 +33,7 @@ func runInProcess(ctx context.Context, o options, rep *report, recv *receiverSer
 	defer cancel()
 
 	// The relay, as `devhook relay serve` runs it.
-	rdb, err := storage.OpenRelayStore(filepath.Join(dir, "relay.db"), storage.RelayStoreConfig{})
+	rdb, err := boltrelay.Open(filepath.Join(dir, "relay.db"), boltrelay.Config{})
 	if err != nil {
 		return err
 	}

@@ -3,7 +3,7 @@
 // relay.Router that reaches the agent holding a channel on whichever relay
 // instance it is connected to. Relay instances given the same NATS
 // servers share channels, tokens and queues; the relay.Server code is the
-// same as for the single-process relay (storage.RelayStore, relay.Hub).
+// same as for the single-process relay (boltrelay.Store, relay.Hub).
 // Any NATS server with JetStream will do, at its defaults: a delivery
 // larger than one NATS message (max_payload, 1 MiB by default) goes in
 // parts.

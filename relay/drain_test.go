@@ -13,15 +13,15 @@ import (
 	"time"
 
 	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/relay"
-	"github.com/devhook/devhook/storage"
 )
 
 // faultyStore is a relay.Store whose queue reads fail while failReads is
 // above zero (each failure counts it down), and whose removals wait for
 // unblock while it is set.
 type faultyStore struct {
-	*storage.RelayStore
+	*boltrelay.Store
 	failReads atomic.Int32
 	reads     atomic.Int32
 	removing  chan string   // told of each removal as it starts
@@ -33,7 +33,7 @@ func (s *faultyStore) Queued(channel, after string, limit int) ([]*devhook.Deliv
 	if s.failReads.Add(-1) >= 0 {
 		return nil, errors.New("injected: read queue: input/output error")
 	}
-	return s.RelayStore.Queued(channel, after, limit)
+	return s.Store.Queued(channel, after, limit)
 }
 
 func (s *faultyStore) Dequeue(channel, id string) error {
@@ -43,17 +43,17 @@ func (s *faultyStore) Dequeue(channel, id string) error {
 	if s.unblock != nil {
 		<-s.unblock
 	}
-	return s.RelayStore.Dequeue(channel, id)
+	return s.Store.Dequeue(channel, id)
 }
 
 // newFaultyRelay is newRelay over a faultyStore.
 func newFaultyRelay(t *testing.T, cfg relay.Config, fs *faultyStore) (*relay.Server, string) {
 	t.Helper()
-	db, err := storage.OpenRelayStore(filepath.Join(t.TempDir(), "relay.db"), storage.RelayStoreConfig{})
+	db, err := boltrelay.Open(filepath.Join(t.TempDir(), "relay.db"), boltrelay.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	fs.RelayStore = db
+	fs.Store = db
 	cfg.Store = fs
 	srv, err := relay.NewServer(cfg)
 	if err != nil {
@@ -84,7 +84,7 @@ func TestDrainRetriesAFailedQueueRead(t *testing.T) {
 			t.Fatalf("delivery %d with no agent: %d", i, st)
 		}
 	}
-	ids = queuedIDs(t, fs.RelayStore, cr.Channel)
+	ids = queuedIDs(t, fs.Store, cr.Channel)
 	const failures = 3
 	fs.failReads.Store(failures)
 	conn := dialWith(t, relay.DialConfig{RelayURL: u, Credentials: cr})
@@ -213,7 +213,7 @@ func TestLiveAnswerNotBlockedByAStuckRemoval(t *testing.T) {
 }
 
 // queuedIDs returns the ids queued for channel, in order.
-func queuedIDs(t *testing.T, db *storage.RelayStore, channel string) []string {
+func queuedIDs(t *testing.T, db *boltrelay.Store, channel string) []string {
 	t.Helper()
 	ds, err := db.Queued(channel, "", 1000)
 	if err != nil {

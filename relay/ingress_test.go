@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/relay"
-	"github.com/devhook/devhook/storage"
 )
 
 // ingressRelay is a relay served as devhook relay serves it (behind
@@ -43,7 +43,7 @@ type testRelay struct {
 
 func newIngressRelay(tb testing.TB, o testRelay) *ingressRelay {
 	tb.Helper()
-	db, err := storage.OpenRelayStore(filepath.Join(tb.TempDir(), "relay.db"), storage.RelayStoreConfig{})
+	db, err := boltrelay.Open(filepath.Join(tb.TempDir(), "relay.db"), boltrelay.Config{})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/relay"
-	"github.com/devhook/devhook/storage"
 )
 
 // Over the relay's own TLS, deliveries are served by the IngressListener
@@ -25,7 +25,7 @@ import (
 // knows it came over TLS (the channel's public URL is https); h2 goes to
 // net/http's server as it is; plain HTTP gets net/http's 400.
 func TestIngress_TLS(t *testing.T) {
-	db, err := storage.OpenRelayStore(filepath.Join(t.TempDir(), "relay.db"), storage.RelayStoreConfig{})
+	db, err := boltrelay.Open(filepath.Join(t.TempDir(), "relay.db"), boltrelay.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/relay"
-	"github.com/devhook/devhook/storage"
 )
 
 func get(t *testing.T, u string) (int, string) {
@@ -187,7 +187,7 @@ func TestMetrics(t *testing.T) {
 }
 
 type sickStore struct {
-	*storage.RelayStore
+	*boltrelay.Store
 	err error
 }
 
@@ -197,12 +197,12 @@ func (s sickStore) Health() (string, error) { return "backend: fine", s.err }
 // connection): 503 with the reason while it is down. PrivateMetrics keeps
 // /metrics off the public handler.
 func TestHealthzAndPrivateMetrics(t *testing.T) {
-	db, err := storage.OpenRelayStore(filepath.Join(t.TempDir(), "relay.db"), storage.RelayStoreConfig{})
+	db, err := boltrelay.Open(filepath.Join(t.TempDir(), "relay.db"), boltrelay.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	store := &sickStore{RelayStore: db}
+	store := &sickStore{Store: db}
 	srv, err := relay.NewServer(relay.Config{Store: store, PrivateMetrics: true})
 	if err != nil {
 		t.Fatal(err)

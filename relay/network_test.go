@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/internal/testnet"
 	"github.com/devhook/devhook/relay"
-	"github.com/devhook/devhook/storage"
 )
 
 // relayName is a host name nothing resolves but the test's proxy (Go
@@ -29,7 +29,7 @@ const relayName = "relay.devhook.test"
 // and its real address.
 func namedRelay(t *testing.T, ca *testnet.CA) (relayURL, addr string) {
 	t.Helper()
-	db, err := storage.OpenRelayStore(filepath.Join(t.TempDir(), "relay.db"), storage.RelayStoreConfig{})
+	db, err := boltrelay.Open(filepath.Join(t.TempDir(), "relay.db"), boltrelay.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

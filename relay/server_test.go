@@ -16,13 +16,13 @@ import (
 
 	"github.com/gorilla/websocket"
 
+	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/relay"
-	"github.com/devhook/devhook/storage"
 )
 
-func newRelay(t *testing.T, cfg relay.Config) (*relay.Server, *httptest.Server, *storage.RelayStore) {
+func newRelay(t *testing.T, cfg relay.Config) (*relay.Server, *httptest.Server, *boltrelay.Store) {
 	t.Helper()
-	db, err := storage.OpenRelayStore(filepath.Join(t.TempDir(), "relay.db"), storage.RelayStoreConfig{})
+	db, err := boltrelay.Open(filepath.Join(t.TempDir(), "relay.db"), boltrelay.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestMalformedFrameDropsAgent(t *testing.T) {
 // goroutine of the relay is left.
 func TestManyAgentsNoLeak(t *testing.T) {
 	before := runtime.NumGoroutine()
-	db, err := storage.OpenRelayStore(filepath.Join(t.TempDir(), "relay.db"), storage.RelayStoreConfig{})
+	db, err := boltrelay.Open(filepath.Join(t.TempDir(), "relay.db"), boltrelay.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +275,7 @@ func TestCheckDoesNotTakeTheChannel(t *testing.T) {
 // An open token shorter than MinOpenToken is refused when the Server is
 // made: it could be guessed.
 func TestShortOpenTokenRefused(t *testing.T) {
-	db, err := storage.OpenRelayStore(filepath.Join(t.TempDir(), "relay.db"), storage.RelayStoreConfig{})
+	db, err := boltrelay.Open(filepath.Join(t.TempDir(), "relay.db"), boltrelay.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ type Channel struct {
 }
 
 // Store is what the relay keeps: channels, and the queue of deliveries that
-// wait for their agent. storage.RelayStore implements it over bbolt; a
+// wait for their agent. boltrelay.Store implements it over bbolt; a
 // clustered relay would implement it over a shared log.
 //
 // Enqueue returns only once the delivery is durable: the sender gets 202 on

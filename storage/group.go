@@ -11,9 +11,10 @@ import (
 // Group commit. Writes that arrive while a transaction is committing wait,
 // and the next transaction commits all of them at once: one fsync (or one
 // round of page writes without fsync) for many writes. The relay's store
-// and the agent's owed states use it. A write that finds
-// no commit in flight starts one at once, so a single writer never waits
-// for a timer, as it would with bolt's Batch and its MaxBatchDelay.
+// (boltrelay, through GroupCommit) and the agent's owed states use it. A
+// write that finds no commit in flight starts one at once, so a single
+// writer never waits for a timer, as it would with bolt's Batch and its
+// MaxBatchDelay.
 //
 // There is no goroutine: the caller that finds the store idle leads. It
 // commits the pending writes, its own among them, then hands the lead to

@@ -1,9 +1,8 @@
-// Package storage keeps devhook's state in bbolt files, two stores with
-// the durability each promise needs: DB, the agent's deliveries, their
-// attempts, an index by run id and the retry states of owed deliveries
-// (journaled, not fsynced: a killed process loses nothing); and RelayStore
-// (relay_store.go), the relay's channels and its queue of deliveries
-// waiting for an agent (every write fsynced before the sender's 202).
+// Package storage keeps the agent's state in a bbolt file: DB, the
+// deliveries, their attempts, an index by run id and the retry states of
+// owed deliveries (journaled, not fsynced: a killed process loses
+// nothing). The single relay's store, package boltrelay, opens its file
+// and encodes its queue with what shared.go exports.
 //
 // Layout of DB's file (every key below is a top-level bucket):
 //

@@ -16,6 +16,7 @@ import (
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/agent"
+	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/cloud"
 	"github.com/devhook/devhook/inspector"
 	"github.com/devhook/devhook/relay"
@@ -369,8 +370,8 @@ type listenRelay struct {
 	fallbacks []string // other instances of the same relay cluster
 	key       string   // the relay's name in channels.json
 	local     *relay.Server
-	store     *storage.RelayStore // the built-in relay's
-	localOnly bool                // the built-in relay, without --public-url
+	store     *boltrelay.Store // the built-in relay's
+	localOnly bool             // the built-in relay, without --public-url
 }
 
 // startRelay returns --relay's first URL and the others, or, without
@@ -392,7 +393,7 @@ func (o *listenOptions) startRelay(ctx context.Context, waits, closers *[]func()
 	if err != nil || rl.url != "" {
 		return rl, err
 	}
-	rdb, err := storage.OpenRelayStore(filepath.Join(o.dataDir, "relay.db"), storage.RelayStoreConfig{})
+	rdb, err := boltrelay.Open(filepath.Join(o.dataDir, "relay.db"), boltrelay.Config{})
 	if err != nil {
 		return rl, err
 	}

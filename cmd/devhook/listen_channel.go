@@ -7,12 +7,12 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/relay"
-	"github.com/devhook/devhook/storage"
 )
 
 // channel returns the saved channel for this relay, or opens a new one.
-func (o *listenOptions) channel(ctx context.Context, relayURL, relayKey string, local *relay.Server, rdb *storage.RelayStore) (relay.Credentials, error) {
+func (o *listenOptions) channel(ctx context.Context, relayURL, relayKey string, local *relay.Server, rdb *boltrelay.Store) (relay.Credentials, error) {
 	saved := savedChannels{path: filepath.Join(o.dataDir, "channels.json")}
 	cr, ok, err := saved.get(relayKey)
 	if err != nil {

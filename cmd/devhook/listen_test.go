@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/receiver"
 	"github.com/devhook/devhook/relay"
-	"github.com/devhook/devhook/storage"
 )
 
 // listenRun is a `devhook listen` running in this process.
@@ -140,7 +140,7 @@ func TestListenJSONAndChannelReuse(t *testing.T) {
 }
 
 func TestListenRemoteRelay(t *testing.T) {
-	rdb, err := storage.OpenRelayStore(filepath.Join(t.TempDir(), "relay.db"), storage.RelayStoreConfig{})
+	rdb, err := boltrelay.Open(filepath.Join(t.TempDir(), "relay.db"), boltrelay.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,8 +13,8 @@ import (
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/agent"
+	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/relay"
-	"github.com/devhook/devhook/storage"
 )
 
 func TestPrinterConnection(t *testing.T) {
@@ -38,7 +38,7 @@ func TestPrinterConnection(t *testing.T) {
 // After an outage of the relay, listen says it reconnected and how many
 // queued deliveries follow: the relay's hello says how many it holds.
 func TestListen_ReconnectedWithQueuedDeliveries(t *testing.T) {
-	rdb, err := storage.OpenRelayStore(filepath.Join(t.TempDir(), "relay.db"), storage.RelayStoreConfig{})
+	rdb, err := boltrelay.Open(filepath.Join(t.TempDir(), "relay.db"), boltrelay.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

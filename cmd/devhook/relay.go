@@ -18,9 +18,9 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/crypto/acme/autocert"
 
+	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/natsrelay"
 	"github.com/devhook/devhook/relay"
-	"github.com/devhook/devhook/storage"
 )
 
 type relayOptions struct {
@@ -211,7 +211,7 @@ func (o *relayOptions) run(ctx context.Context) error {
 		clusterLine = fmt.Sprintf("  cluster     NATS %s as instance %s; queue in JetStream",
 			c.nc.ConnectedUrlRedacted(), c.router.ID())
 	} else {
-		db, err := storage.OpenRelayStore(filepath.Join(o.dataDir, "relay.db"), storage.RelayStoreConfig{Quota: quota})
+		db, err := boltrelay.Open(filepath.Join(o.dataDir, "relay.db"), boltrelay.Config{Quota: quota})
 		if err != nil {
 			return err
 		}

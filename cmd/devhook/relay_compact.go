@@ -10,11 +10,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/storage"
 )
 
 // devhook relay compact: relay.db rewritten without its free pages, with
-// the relay stopped (storage.CompactRelayStore).
+// the relay stopped (boltrelay.Compact).
 
 type relayCompactOptions struct {
 	dataDir string
@@ -52,7 +53,7 @@ func (o *relayCompactOptions) run() error {
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("no relay.db in %s: give the relay's data directory (devhook relay --data DIR)", o.dataDir)
 	}
-	res, err := storage.CompactRelayStore(path, time.Second)
+	res, err := boltrelay.Compact(path, time.Second)
 	if errors.Is(err, storage.ErrLocked) {
 		return fmt.Errorf("%s is held by a running devhook relay (bbolt locks the file while the relay runs): stop the relay, run devhook relay compact again, then start the relay", path)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 
+	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/natsrelay"
 	"github.com/devhook/devhook/relay"
 	"github.com/devhook/devhook/storage"
@@ -24,7 +25,7 @@ import (
 // cluster's NATS.
 
 // parkedStore is what the commands need of a relay's store:
-// storage.RelayStore (a single relay) and natsrelay.Store (a cluster)
+// boltrelay.Store (a single relay) and natsrelay.Store (a cluster)
 // have it.
 type parkedStore interface {
 	ListParked(channel string) ([]relay.Parked, error)
@@ -63,7 +64,7 @@ func (o *parkedOptions) open(cmd *cobra.Command, write bool) (parkedStore, func(
 	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
 		return nil, nil, fmt.Errorf("no relay.db in %s: give the relay's data directory (devhook relay serve --data DIR), or --nats for a cluster", o.dataDir)
 	}
-	db, err := storage.OpenRelayStore(path, storage.RelayStoreConfig{ReadOnly: !write})
+	db, err := boltrelay.Open(path, boltrelay.Config{ReadOnly: !write})
 	if errors.Is(err, storage.ErrLocked) {
 		return nil, nil, fmt.Errorf("%s is held by a running devhook relay (bbolt locks the file while the relay runs): stop the relay, run this again, then start the relay; meanwhile its /metrics counts the parked deliveries (devhook_relay_parked_deliveries)", path)
 	}

@@ -13,10 +13,10 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/natsrelay"
 	"github.com/devhook/devhook/natsrelay/natstest"
 	"github.com/devhook/devhook/relay"
-	"github.com/devhook/devhook/storage"
 )
 
 // parkTestStore is the part of a relay store the tests fill.
@@ -175,9 +175,9 @@ func TestRelayParked_Cluster(t *testing.T) {
 	}
 }
 
-func mustRelayStore(t *testing.T, dir string) *storage.RelayStore {
+func mustRelayStore(t *testing.T, dir string) *boltrelay.Store {
 	t.Helper()
-	db, err := storage.OpenRelayStore(filepath.Join(dir, "relay.db"), storage.RelayStoreConfig{})
+	db, err := boltrelay.Open(filepath.Join(dir, "relay.db"), boltrelay.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,15 +10,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/relay"
-	"github.com/devhook/devhook/storage"
 )
 
 // When the relay stops, a delivery waiting for its agent past the grace
 // period is queued (202) and its sender told so, before wait returns and
 // the store may close; a delivery answered within it gets its answer.
 func TestServeRelay_StopQueuesWaitingDeliveries(t *testing.T) {
-	rdb, err := storage.OpenRelayStore(filepath.Join(t.TempDir(), "relay.db"), storage.RelayStoreConfig{})
+	rdb, err := boltrelay.Open(filepath.Join(t.TempDir(), "relay.db"), boltrelay.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package storage_test
+package boltrelay_test
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/relay"
 	"github.com/devhook/devhook/storage"
 )
@@ -27,8 +28,8 @@ func parkedIDs(ps []relay.Parked) []string {
 // Parked deliveries are listed over every channel with their reason, time
 // and size, shown with their body, put back in their queue, and dropped;
 // Counts counts them for /metrics.
-func TestRelayStoreParkedListShowRequeueDrop(t *testing.T) {
-	s := mustOpenRelayStore(t, filepath.Join(t.TempDir(), "relay.db"))
+func TestStoreParkedListShowRequeueDrop(t *testing.T) {
+	s := mustOpen(t, filepath.Join(t.TempDir(), "relay.db"))
 	d1, d2, d3 := queuedDelivery(1), queuedDelivery(2), queuedDelivery(3)
 	d3.Channel = "ch2"
 	for _, d := range []*devhook.Delivery{d1, d2, d3} {
@@ -98,9 +99,9 @@ func TestRelayStoreParkedListShowRequeueDrop(t *testing.T) {
 // A parked entry whose delivery cannot be decoded is listed with its
 // id's time, can be requeued (to be parked again, or sent by a newer
 // relay) and dropped.
-func TestRelayStoreParkedUndecodable(t *testing.T) {
+func TestStoreParkedUndecodable(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "relay.db")
-	s := mustOpenRelayStore(t, path)
+	s := mustOpen(t, path)
 	if err := s.Enqueue("ch1", queuedDelivery(1)); err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +118,7 @@ func TestRelayStoreParkedUndecodable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s = mustOpenRelayStore(t, path)
+	s = mustOpen(t, path)
 	if err := s.Park("ch1", id, "cannot be read"); err != nil {
 		t.Fatal(err)
 	}
@@ -135,9 +136,9 @@ func TestRelayStoreParkedUndecodable(t *testing.T) {
 
 // A running relay holds relay.db: another process waits LockTimeout and
 // gets ErrLocked. Once it is free, a read-only open reads and cannot write.
-func TestRelayStoreReadOnly(t *testing.T) {
+func TestStoreReadOnly(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "relay.db")
-	s, err := storage.OpenRelayStore(path, storage.RelayStoreConfig{})
+	s, err := boltrelay.Open(path, boltrelay.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,11 +149,11 @@ func TestRelayStoreReadOnly(t *testing.T) {
 	if err := s.Park("ch1", d.ID, "why"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := storage.OpenRelayStore(path, storage.RelayStoreConfig{ReadOnly: true, LockTimeout: 50 * time.Millisecond}); !errors.Is(err, storage.ErrLocked) {
+	if _, err := boltrelay.Open(path, boltrelay.Config{ReadOnly: true, LockTimeout: 50 * time.Millisecond}); !errors.Is(err, storage.ErrLocked) {
 		t.Fatalf("read-only open of a held file: %v, want ErrLocked", err)
 	}
 	s.Close()
-	ro, err := storage.OpenRelayStore(path, storage.RelayStoreConfig{ReadOnly: true})
+	ro, err := boltrelay.Open(path, boltrelay.Config{ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +164,7 @@ func TestRelayStoreReadOnly(t *testing.T) {
 	if _, err := ro.DropParked(d.ID); err == nil {
 		t.Fatal("a read-only store dropped a delivery")
 	}
-	if _, err := storage.OpenRelayStore(filepath.Join(t.TempDir(), "none.db"), storage.RelayStoreConfig{ReadOnly: true}); err == nil {
+	if _, err := boltrelay.Open(filepath.Join(t.TempDir(), "none.db"), boltrelay.Config{ReadOnly: true}); err == nil {
 		t.Fatal("a read-only open created a file")
 	}
 }

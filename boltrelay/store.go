@@ -1,4 +1,15 @@
-package storage
+// Package boltrelay is the single-process relay's store in a bbolt file
+// (relay.db): its channels, the queue of deliveries waiting for their
+// agent, the deliveries parked because they can never be sent, the
+// quotas and sweeps of the queue, and the compaction of the file. It
+// implements the relay's store interfaces (relay.Store, relay.Sweeper,
+// relay.Counter and the parked deliveries' methods) as natsrelay does on
+// NATS; relay/storetest runs against both.
+//
+// The file is opened, checked and refused when damaged as the agent's
+// delivery store's is, and its queue entries are that store's delivery
+// records: both come from package storage (storage/shared.go says why).
+package boltrelay
 
 import (
 	"encoding/json"
@@ -9,10 +20,11 @@ import (
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/storage"
 	bolt "go.etcd.io/bbolt"
 )
 
-// RelayStore is the single-process relay's state in a bbolt file: its
+// Store is the single-process relay's state in a bbolt file: its
 // channels and the queue of deliveries waiting for their agent. It
 // implements relay.Store. It has no journal: every write is committed and
 // synced before it returns, since the relay answers 202 on the strength of
@@ -21,23 +33,23 @@ import (
 // Layout (top-level buckets):
 //
 //	channels  channel id → relay.Channel as JSON
-//	queue     channel id → bucket of delivery id → delivery with its body (appendMeta)
+//	queue     channel id → bucket of delivery id → delivery with its body (storage.AppendDelivery)
 //	parked    channel id → bucket of delivery id → uvarint reason length, reason, the queue entry
 //
 // A relay.db written by earlier devhooks (one storage.DB for everything)
 // opens as it is: its channels and queue are in the same buckets.
-type RelayStore struct {
+type Store struct {
 	bolt  *bolt.DB
 	path  string
-	cfg   RelayStoreConfig
-	group group // every write is one of a group commit, fsynced
-	usage usage // what the queues hold, against cfg.Quota (relay_quota.go)
+	cfg   Config
+	group storage.GroupCommit // every write is one of a group commit, fsynced
+	usage usage               // what the queues hold, against cfg.Quota (quota.go)
 }
 
 // update runs fn in a write transaction, committed and synced before it
 // returns, possibly with concurrent writes: one fsync for all the writes
-// that arrived while the previous commit ran (see group.go).
-func (s *RelayStore) update(fn func(*bolt.Tx) error) error {
+// that arrived while the previous commit ran (storage.GroupCommit).
+func (s *Store) update(fn func(*bolt.Tx) error) error {
 	if s.cfg.WriteError != nil {
 		inner := fn
 		fn = func(tx *bolt.Tx) error {
@@ -47,18 +59,18 @@ func (s *RelayStore) update(fn func(*bolt.Tx) error) error {
 			return inner(tx)
 		}
 	}
-	err := s.group.update(s.bolt, fn)
+	err := s.group.Update(s.bolt, fn)
 	if isDiskFull(err) {
 		err = fmt.Errorf("%w: %w", relay.ErrStorageFull, err)
 	}
 	return err
 }
 
-// RelayStoreConfig configures OpenRelayStore. Zero values mean defaults.
-type RelayStoreConfig struct {
-	// LockTimeout is how long OpenRelayStore waits for another process to
+// Config configures Open. Zero values mean defaults.
+type Config struct {
+	// LockTimeout is how long Open waits for another process to
 	// release the file; 0 = one second. A running relay holds it for as
-	// long as it runs: the error then wraps ErrLocked.
+	// long as it runs: the error then wraps storage.ErrLocked.
 	LockTimeout time.Duration
 	// ReadOnly opens an existing file to read it: writes fail. It still
 	// waits for a process writing the file (a running relay) to release it.
@@ -83,38 +95,42 @@ const queueFill = 0.95
 
 var relayBuckets = [][]byte{bucketChannels, bucketQueue, bucketParked}
 
+// errForeign marks a bbolt file that is not a relay's.
+var errForeign = errors.New("a bbolt file without devhook's schema")
+
 var (
-	_ relay.Store   = (*RelayStore)(nil)
-	_ relay.Counter = (*RelayStore)(nil)
+	_ relay.Store        = (*Store)(nil)
+	_ relay.Counter      = (*Store)(nil)
+	_ relay.QueueCounter = (*Store)(nil)
 )
 
-// OpenRelayStore opens or creates the relay's file at path, with its
+// Open opens or creates the relay's file at path, with its
 // directory.
-func OpenRelayStore(path string, cfg RelayStoreConfig) (*RelayStore, error) {
+func Open(path string, cfg Config) (*Store, error) {
 	if path == "" {
-		return nil, devhook.Errorf(devhook.EINVALID, "storage: no file path given")
+		return nil, devhook.Errorf(devhook.EINVALID, "boltrelay: no file path given")
 	}
 	if cfg.LockTimeout < 0 {
-		return nil, devhook.Errorf(devhook.EINVALID, "storage: negative LockTimeout")
+		return nil, devhook.Errorf(devhook.EINVALID, "boltrelay: negative LockTimeout")
 	}
 	if cfg.LockTimeout == 0 {
 		cfg.LockTimeout = time.Second
 	}
 	q, err := cfg.Quota.WithDefaults()
 	if err != nil {
-		return nil, devhook.Errorf(devhook.EINVALID, "storage: %v", err)
+		return nil, devhook.Errorf(devhook.EINVALID, "boltrelay: %v", err)
 	}
 	cfg.Quota = q
 	if cfg.ReadOnly {
 		if _, err := os.Stat(path); err != nil {
-			return nil, fmt.Errorf("storage: open %s: %w", path, err)
+			return nil, fmt.Errorf("boltrelay: open %s: %w", path, err)
 		}
 	}
-	b, err := openFile(path, &bolt.Options{Timeout: cfg.LockTimeout, FreelistType: bolt.FreelistMapType, ReadOnly: cfg.ReadOnly})
+	b, err := storage.OpenBolt(path, &bolt.Options{Timeout: cfg.LockTimeout, FreelistType: bolt.FreelistMapType, ReadOnly: cfg.ReadOnly})
 	if err != nil {
 		return nil, err
 	}
-	s := &RelayStore{bolt: b, path: path, cfg: cfg}
+	s := &Store{bolt: b, path: path, cfg: cfg}
 	if cfg.ReadOnly {
 		// A file of an earlier devhook may lack the parked bucket
 		// until a relay opens it to write.
@@ -126,7 +142,7 @@ func OpenRelayStore(path string, cfg RelayStoreConfig) (*RelayStore, error) {
 		})
 		if err != nil {
 			b.Close()
-			return nil, corruptError(path, err)
+			return nil, storage.DamagedFile(path, err)
 		}
 		return s, nil
 	}
@@ -148,50 +164,50 @@ func OpenRelayStore(path string, cfg RelayStoreConfig) (*RelayStore, error) {
 	if err != nil {
 		b.Close()
 		if errors.Is(err, errForeign) {
-			return nil, corruptError(path, err)
+			return nil, storage.DamagedFile(path, err)
 		}
-		return nil, fmt.Errorf("storage: open %s: create buckets: %w", path, err)
+		return nil, fmt.Errorf("boltrelay: open %s: create buckets: %w", path, err)
 	}
 	if err := s.countUsage(); err != nil {
 		b.Close()
-		return nil, fmt.Errorf("storage: open %s: %w", path, err)
+		return nil, fmt.Errorf("boltrelay: open %s: %w", path, err)
 	}
 	return s, nil
 }
 
 // Close closes the file.
-func (s *RelayStore) Close() error {
+func (s *Store) Close() error {
 	if err := s.bolt.Close(); err != nil {
-		return fmt.Errorf("storage: close %s: %w", s.path, err)
+		return fmt.Errorf("boltrelay: close %s: %w", s.path, err)
 	}
 	return nil
 }
 
 // Path returns the file's path.
-func (s *RelayStore) Path() string { return s.path }
+func (s *Store) Path() string { return s.path }
 
 // PutChannel creates or replaces a channel.
-func (s *RelayStore) PutChannel(ch relay.Channel) error {
-	if err := validID("channel", ch.ID); err != nil {
+func (s *Store) PutChannel(ch relay.Channel) error {
+	if err := storage.ValidID("channel", ch.ID); err != nil {
 		return err
 	}
 	v, err := json.Marshal(ch)
 	if err != nil {
-		return fmt.Errorf("storage: put channel %s: %w", ch.ID, err)
+		return fmt.Errorf("boltrelay: put channel %s: %w", ch.ID, err)
 	}
 	err = s.update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketChannels).Put([]byte(ch.ID), v)
 	})
 	if err != nil {
-		return fmt.Errorf("storage: put channel %s: %w", ch.ID, err)
+		return fmt.Errorf("boltrelay: put channel %s: %w", ch.ID, err)
 	}
 	return nil
 }
 
 // Channel returns channel id, or an error with code devhook.ENOTFOUND.
-func (s *RelayStore) Channel(id string) (relay.Channel, error) {
+func (s *Store) Channel(id string) (relay.Channel, error) {
 	notFound := devhook.Errorf(devhook.ENOTFOUND, "channel %.200q not found", id)
-	if validID("channel", id) != nil {
+	if storage.ValidID("channel", id) != nil {
 		// Channel ids come from URLs: one that could not have been
 		// stored is simply not there.
 		return relay.Channel{}, notFound
@@ -208,7 +224,7 @@ func (s *RelayStore) Channel(id string) (relay.Channel, error) {
 	})
 	switch {
 	case err != nil:
-		return relay.Channel{}, fmt.Errorf("storage: read channel %s: %w", id, err)
+		return relay.Channel{}, fmt.Errorf("boltrelay: read channel %s: %w", id, err)
 	case !found:
 		return relay.Channel{}, notFound
 	}
@@ -218,24 +234,24 @@ func (s *RelayStore) Channel(id string) (relay.Channel, error) {
 // Enqueue keeps d, with its body, in channel's queue until Dequeue or
 // Park. The same id twice is kept once. It returns once the delivery is
 // on disk.
-func (s *RelayStore) Enqueue(channel string, d *devhook.Delivery) error {
-	if err := validID("channel", channel); err != nil {
+func (s *Store) Enqueue(channel string, d *devhook.Delivery) error {
+	if err := storage.ValidID("channel", channel); err != nil {
 		return err
 	}
 	if d == nil {
-		return devhook.Errorf(devhook.EINVALID, "storage: enqueue: no delivery")
+		return devhook.Errorf(devhook.EINVALID, "boltrelay: enqueue: no delivery")
 	}
-	if err := validID("delivery", d.ID); err != nil {
+	if err := storage.ValidID("delivery", d.ID); err != nil {
 		return err
 	}
 	id := []byte(d.ID)
-	v := appendMeta(make([]byte, 0, 256+len(d.Body)), d, true)
+	v := storage.AppendDelivery(make([]byte, 0, 256+len(d.Body)), d)
 	size := entrySize(id, v)
 	if err := s.usage.reserve(channel, size, s.cfg.Quota); err != nil {
 		if s.isQueued(channel, id) {
 			return nil // kept once: a full queue refuses only new deliveries
 		}
-		return fmt.Errorf("storage: enqueue delivery %s for channel %s: %w", d.ID, channel, err)
+		return fmt.Errorf("boltrelay: enqueue delivery %s for channel %s: %w", d.ID, channel, err)
 	}
 	dup := false
 	err := s.update(func(tx *bolt.Tx) error {
@@ -255,7 +271,7 @@ func (s *RelayStore) Enqueue(channel string, d *devhook.Delivery) error {
 		s.usage.release(channel, size, 1)
 	}
 	if err != nil {
-		return fmt.Errorf("storage: enqueue delivery %s for channel %s: %w", d.ID, channel, err)
+		return fmt.Errorf("boltrelay: enqueue delivery %s for channel %s: %w", d.ID, channel, err)
 	}
 	return nil
 }
@@ -264,8 +280,8 @@ func (s *RelayStore) Enqueue(channel string, d *devhook.Delivery) error {
 // after ("" = from the start), in id order, bodies included. limit <= 0
 // means no limit. An entry that cannot be decoded ends the batch with an
 // error wrapping *relay.UnreadableError.
-func (s *RelayStore) Queued(channel string, after string, limit int) ([]*devhook.Delivery, error) {
-	if err := validID("channel", channel); err != nil {
+func (s *Store) Queued(channel string, after string, limit int) ([]*devhook.Delivery, error) {
+	if err := storage.ValidID("channel", channel); err != nil {
 		return nil, err
 	}
 	var out []*devhook.Delivery
@@ -282,7 +298,7 @@ func (s *RelayStore) Queued(channel string, after string, limit int) ([]*devhook
 			k, v = c.Next()
 		}
 		for ; k != nil && (limit <= 0 || len(out) < limit); k, v = c.Next() {
-			d, err := decodeMeta(v)
+			d, err := storage.DecodeDelivery(v)
 			if err != nil {
 				bad = &relay.UnreadableError{ID: string(k), Err: err}
 				return nil
@@ -295,21 +311,21 @@ func (s *RelayStore) Queued(channel string, after string, limit int) ([]*devhook
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("storage: read queue of channel %s: %w", channel, err)
+		return nil, fmt.Errorf("boltrelay: read queue of channel %s: %w", channel, err)
 	}
 	if bad != nil {
-		return out, fmt.Errorf("storage: read queue of channel %s: %w", channel, bad)
+		return out, fmt.Errorf("boltrelay: read queue of channel %s: %w", channel, bad)
 	}
 	return out, nil
 }
 
 // Dequeue removes delivery id from channel's queue. An id not in the queue
 // is not an error: acknowledgements may repeat.
-func (s *RelayStore) Dequeue(channel, id string) error {
-	if err := validID("channel", channel); err != nil {
+func (s *Store) Dequeue(channel, id string) error {
+	if err := storage.ValidID("channel", channel); err != nil {
 		return err
 	}
-	if err := validID("delivery", id); err != nil {
+	if err := storage.ValidID("delivery", id); err != nil {
 		return err
 	}
 	var size int64
@@ -327,7 +343,7 @@ func (s *RelayStore) Dequeue(channel, id string) error {
 		return q.Delete([]byte(id))
 	})
 	if err != nil {
-		return fmt.Errorf("storage: dequeue delivery %s of channel %s: %w", id, channel, err)
+		return fmt.Errorf("boltrelay: dequeue delivery %s of channel %s: %w", id, channel, err)
 	}
 	if size > 0 {
 		s.usage.release(channel, size, 1)
@@ -336,8 +352,8 @@ func (s *RelayStore) Dequeue(channel, id string) error {
 }
 
 // QueueLen returns the number of deliveries in channel's queue.
-func (s *RelayStore) QueueLen(channel string) (n int, err error) {
-	if err := validID("channel", channel); err != nil {
+func (s *Store) QueueLen(channel string) (n int, err error) {
+	if err := storage.ValidID("channel", channel); err != nil {
 		return 0, err
 	}
 	err = s.bolt.View(func(tx *bolt.Tx) error {
@@ -347,14 +363,14 @@ func (s *RelayStore) QueueLen(channel string) (n int, err error) {
 		return nil
 	})
 	if err != nil {
-		return 0, fmt.Errorf("storage: count queue of channel %s: %w", channel, err)
+		return 0, fmt.Errorf("boltrelay: count queue of channel %s: %w", channel, err)
 	}
 	return n, nil
 }
 
 // Counts implements relay.Counter: the channels, and the deliveries queued
 // and parked over all channels, for /metrics.
-func (s *RelayStore) Counts() (relay.Counts, error) {
+func (s *Store) Counts() (relay.Counts, error) {
 	var n relay.Counts
 	err := s.bolt.View(func(tx *bolt.Tx) error {
 		n.Channels = tx.Bucket(bucketChannels).Stats().KeyN
@@ -370,7 +386,7 @@ func (s *RelayStore) Counts() (relay.Counts, error) {
 		return err
 	})
 	if err != nil {
-		return relay.Counts{}, fmt.Errorf("storage: count channels, queue and parked deliveries: %w", err)
+		return relay.Counts{}, fmt.Errorf("boltrelay: count channels, queue and parked deliveries: %w", err)
 	}
 	return n, nil
 }

@@ -1,4 +1,4 @@
-package storage
+package boltrelay
 
 import (
 	"encoding/binary"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/storage"
 )
 
 // Parked deliveries: those the relay can never send to their agent, set
@@ -19,11 +20,11 @@ import (
 
 // Park moves delivery id from channel's queue to the parked bucket, with
 // the reason. An id not in the queue is not an error.
-func (s *RelayStore) Park(channel, id, reason string) error {
-	if err := validID("channel", channel); err != nil {
+func (s *Store) Park(channel, id, reason string) error {
+	if err := storage.ValidID("channel", channel); err != nil {
 		return err
 	}
-	if err := validID("delivery", id); err != nil {
+	if err := storage.ValidID("delivery", id); err != nil {
 		return err
 	}
 	var size int64
@@ -50,7 +51,7 @@ func (s *RelayStore) Park(channel, id, reason string) error {
 		return q.Delete([]byte(id))
 	})
 	if err != nil {
-		return fmt.Errorf("storage: park delivery %s of channel %s: %w", id, channel, err)
+		return fmt.Errorf("boltrelay: park delivery %s of channel %s: %w", id, channel, err)
 	}
 	if size > 0 {
 		s.usage.release(channel, size, 1)
@@ -78,7 +79,7 @@ func parkedOf(channel, id string, v []byte, body bool) relay.Parked {
 		return p
 	}
 	p.Reason = reason
-	if d, err := decodeMeta(entry); err == nil {
+	if d, err := storage.DecodeDelivery(entry); err == nil {
 		p.Delivery, p.Size = d, len(d.Body)
 		if !d.ReceivedAt.IsZero() {
 			p.ReceivedAt = d.ReceivedAt
@@ -92,9 +93,9 @@ func parkedOf(channel, id string, v []byte, body bool) relay.Parked {
 
 // ListParked returns the parked deliveries of channel, or of every
 // channel when channel is "", by channel then id, without their bodies.
-func (s *RelayStore) ListParked(channel string) ([]relay.Parked, error) {
+func (s *Store) ListParked(channel string) ([]relay.Parked, error) {
 	if channel != "" {
-		if err := validID("channel", channel); err != nil {
+		if err := storage.ValidID("channel", channel); err != nil {
 			return nil, err
 		}
 	}
@@ -116,7 +117,7 @@ func (s *RelayStore) ListParked(channel string) ([]relay.Parked, error) {
 		})
 	})
 	if err != nil {
-		return nil, fmt.Errorf("storage: read parked deliveries: %w", err)
+		return nil, fmt.Errorf("boltrelay: read parked deliveries: %w", err)
 	}
 	return out, nil
 }
@@ -145,8 +146,8 @@ func findParked(tx *bolt.Tx, id string) (channel string, v []byte, err error) {
 
 // ParkedDelivery returns parked delivery id, body included, or an error
 // with code devhook.ENOTFOUND.
-func (s *RelayStore) ParkedDelivery(id string) (relay.Parked, error) {
-	if err := validID("delivery", id); err != nil {
+func (s *Store) ParkedDelivery(id string) (relay.Parked, error) {
+	if err := storage.ValidID("delivery", id); err != nil {
 		return relay.Parked{}, err
 	}
 	var p relay.Parked
@@ -159,7 +160,7 @@ func (s *RelayStore) ParkedDelivery(id string) (relay.Parked, error) {
 		return nil
 	})
 	if err != nil {
-		return relay.Parked{}, fmt.Errorf("storage: read parked delivery %s: %w", id, err)
+		return relay.Parked{}, fmt.Errorf("boltrelay: read parked delivery %s: %w", id, err)
 	}
 	return p, nil
 }
@@ -168,7 +169,7 @@ func (s *RelayStore) ParkedDelivery(id string) (relay.Parked, error) {
 // queue, as it was queued, and returns it without its body. The relay
 // sends it when the channel's agent connects. An entry too damaged to
 // say where its delivery begins cannot be requeued.
-func (s *RelayStore) Requeue(id string) (relay.Parked, error) {
+func (s *Store) Requeue(id string) (relay.Parked, error) {
 	// The operator's choice: it may take the queue over its quota.
 	defer s.countUsage()
 	return s.takeParked(id, "requeue", func(tx *bolt.Tx, channel string, entry []byte) error {
@@ -186,14 +187,14 @@ func (s *RelayStore) Requeue(id string) (relay.Parked, error) {
 
 // DropParked deletes parked delivery id for good and returns it without
 // its body.
-func (s *RelayStore) DropParked(id string) (relay.Parked, error) {
+func (s *Store) DropParked(id string) (relay.Parked, error) {
 	return s.takeParked(id, "drop", func(*bolt.Tx, string, []byte) error { return nil })
 }
 
 // takeParked removes parked delivery id after then, in one committed and
 // synced transaction, and returns it without its body.
-func (s *RelayStore) takeParked(id, what string, then func(tx *bolt.Tx, channel string, entry []byte) error) (relay.Parked, error) {
-	if err := validID("delivery", id); err != nil {
+func (s *Store) takeParked(id, what string, then func(tx *bolt.Tx, channel string, entry []byte) error) (relay.Parked, error) {
+	if err := storage.ValidID("delivery", id); err != nil {
 		return relay.Parked{}, err
 	}
 	var p relay.Parked
@@ -213,7 +214,7 @@ func (s *RelayStore) takeParked(id, what string, then func(tx *bolt.Tx, channel 
 		return tx.Bucket(bucketParked).Bucket([]byte(channel)).Delete([]byte(id))
 	})
 	if err != nil {
-		return relay.Parked{}, fmt.Errorf("storage: %s parked delivery %s: %w", what, id, err)
+		return relay.Parked{}, fmt.Errorf("boltrelay: %s parked delivery %s: %w", what, id, err)
 	}
 	return p, nil
 }

@@ -1,4 +1,4 @@
-package storage
+package boltrelay
 
 import (
 	"errors"
@@ -12,11 +12,11 @@ import (
 
 // Compacting relay.db. bbolt reuses the pages that removed deliveries
 // free, but never gives them back to the disk: after a flood the file
-// keeps its largest size. CompactRelayStore copies what the file holds
+// keeps its largest size. Compact copies what the file holds
 // into a new file, packed, and puts it in the old one's place:
 //
 //  1. the file is opened as the relay opens it, which takes its lock: a
-//     running relay holds it, and compacting then fails with ErrLocked;
+//     running relay holds it, and compacting then fails with storage.ErrLocked;
 //  2. everything is copied into relay.db.compact beside it (bbolt's
 //     Compact, pages filled), which is synced;
 //  3. it is renamed over relay.db and the directory synced; only then is
@@ -26,41 +26,41 @@ import (
 // relay.db.compact, which the next compaction replaces); after it, the new
 // file is complete.
 
-// CompactResult is the size of relay.db before and after CompactRelayStore.
+// CompactResult is the size of relay.db before and after Compact.
 type CompactResult struct {
 	Before, After int64
 }
 
-// CompactRelayStore rewrites the relay's file at path without its free
+// Compact rewrites the relay's file at path without its free
 // pages, giving the space back to the disk. The relay must be stopped:
-// the error wraps ErrLocked when it runs.
-func CompactRelayStore(path string, lockTimeout time.Duration) (CompactResult, error) {
+// the error wraps storage.ErrLocked when it runs.
+func Compact(path string, lockTimeout time.Duration) (CompactResult, error) {
 	var res CompactResult
 	st, err := os.Stat(path)
 	if err != nil {
-		return res, fmt.Errorf("storage: compact %s: %w", path, err)
+		return res, fmt.Errorf("boltrelay: compact %s: %w", path, err)
 	}
 	res.Before = st.Size()
-	src, err := OpenRelayStore(path, RelayStoreConfig{LockTimeout: lockTimeout})
+	src, err := Open(path, Config{LockTimeout: lockTimeout})
 	if err != nil {
 		return res, err
 	}
 	defer src.Close()
 	tmp := path + ".compact"
 	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return res, fmt.Errorf("storage: compact %s: remove the leftover %s: %w", path, tmp, err)
+		return res, fmt.Errorf("boltrelay: compact %s: remove the leftover %s: %w", path, tmp, err)
 	}
 	dst, err := bolt.Open(tmp, 0o600, &bolt.Options{Timeout: lockTimeout, FreelistType: bolt.FreelistMapType})
 	if err != nil {
-		return res, fmt.Errorf("storage: compact %s: create %s: %w", path, tmp, err)
+		return res, fmt.Errorf("boltrelay: compact %s: create %s: %w", path, tmp, err)
 	}
 	fail := func(err error) (CompactResult, error) {
 		dst.Close()
 		os.Remove(tmp)
 		if isDiskFull(err) {
-			return res, fmt.Errorf("storage: compact %s: %w: the compacted copy needs up to the file's size again in free space; free some and retry", path, err)
+			return res, fmt.Errorf("boltrelay: compact %s: %w: the compacted copy needs up to the file's size again in free space; free some and retry", path, err)
 		}
-		return res, fmt.Errorf("storage: compact %s: %w", path, err)
+		return res, fmt.Errorf("boltrelay: compact %s: %w", path, err)
 	}
 	if err := bolt.Compact(dst, src.bolt, 64<<20); err != nil {
 		return fail(err)
@@ -70,11 +70,11 @@ func CompactRelayStore(path string, lockTimeout time.Duration) (CompactResult, e
 	}
 	if err := dst.Close(); err != nil {
 		os.Remove(tmp)
-		return res, fmt.Errorf("storage: compact %s: %w", path, err)
+		return res, fmt.Errorf("boltrelay: compact %s: %w", path, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		os.Remove(tmp)
-		return res, fmt.Errorf("storage: compact %s: %w", path, err)
+		return res, fmt.Errorf("boltrelay: compact %s: %w", path, err)
 	}
 	if d, err := os.Open(filepath.Dir(path)); err == nil {
 		d.Sync()

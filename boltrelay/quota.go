@@ -1,4 +1,4 @@
-package storage
+package boltrelay
 
 import (
 	"encoding/json"
@@ -11,6 +11,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/storage"
 )
 
 // The relay store's quotas (relay.Quota) and sweeps (relay.Sweeper).
@@ -25,9 +26,9 @@ import (
 //
 // bbolt reuses the pages freed by removed entries, so that relay.db stays
 // within the quota and bbolt's overhead across floods and drains; it does
-// not give them back to the disk by itself: CompactRelayStore does.
+// not give them back to the disk by itself: Compact does.
 
-var _ relay.Sweeper = (*RelayStore)(nil)
+var _ relay.Sweeper = (*Store)(nil)
 
 // usage is what the queues hold.
 type usage struct {
@@ -85,7 +86,7 @@ func (u *usage) release(channel string, size int64, n int) {
 }
 
 // countUsage counts what the queues hold, from the file.
-func (s *RelayStore) countUsage() error {
+func (s *Store) countUsage() error {
 	chans := make(map[string]chanUsage)
 	var total int64
 	err := s.bolt.View(func(tx *bolt.Tx) error {
@@ -120,7 +121,7 @@ func (s *RelayStore) countUsage() error {
 
 // QueueUsage returns the bytes and deliveries queued for channel, and the
 // bytes queued for all channels, as the quotas count them.
-func (s *RelayStore) QueueUsage(channel string) (bytes int64, deliveries int, total int64) {
+func (s *Store) QueueUsage(channel string) (bytes int64, deliveries int, total int64) {
 	s.usage.mu.Lock()
 	defer s.usage.mu.Unlock()
 	c := s.usage.chans[channel]
@@ -128,7 +129,7 @@ func (s *RelayStore) QueueUsage(channel string) (bytes int64, deliveries int, to
 }
 
 // isQueued reports whether delivery id is in channel's queue.
-func (s *RelayStore) isQueued(channel string, id []byte) bool {
+func (s *Store) isQueued(channel string, id []byte) bool {
 	found := false
 	s.bolt.View(func(tx *bolt.Tx) error {
 		if q := tx.Bucket(bucketQueue).Bucket([]byte(channel)); q != nil {
@@ -150,7 +151,7 @@ const expireBatch = 1000
 // Expire implements relay.Sweeper: the queued deliveries received before
 // now less the quota's MaxAge are removed, oldest first (ids are
 // time-ordered), in transactions of at most expireBatch entries.
-func (s *RelayStore) Expire(now time.Time) ([]relay.Expired, error) {
+func (s *Store) Expire(now time.Time) ([]relay.Expired, error) {
 	cutoff := now.Add(-s.cfg.Quota.MaxAge)
 	byChannel := map[string]*relay.Expired{}
 	var order []string
@@ -169,7 +170,7 @@ func (s *RelayStore) Expire(now time.Time) ([]relay.Expired, error) {
 				for k, v := cur.First(); k != nil && len(keys) < expireBatch; k, v = cur.Next() {
 					t := relay.IDTime(string(k))
 					if t.IsZero() {
-						d, err := decodeMeta(v)
+						d, err := storage.DecodeDelivery(v)
 						if err != nil || d.ReceivedAt.IsZero() {
 							continue // the drain parks what cannot be read
 						}
@@ -194,7 +195,7 @@ func (s *RelayStore) Expire(now time.Time) ([]relay.Expired, error) {
 			return nil
 		})
 		if err != nil {
-			return flatten(byChannel, order), fmt.Errorf("storage: drop expired deliveries: %w", err)
+			return flatten(byChannel, order), fmt.Errorf("boltrelay: drop expired deliveries: %w", err)
 		}
 		for _, g := range removed {
 			s.usage.release(g.channel, g.size, 1)
@@ -223,8 +224,8 @@ func flatten(m map[string]*relay.Expired, order []string) []relay.Expired {
 
 // TouchChannel implements relay.Sweeper. A channel not found is not an
 // error: it was removed.
-func (s *RelayStore) TouchChannel(id string, t time.Time) error {
-	if err := validID("channel", id); err != nil {
+func (s *Store) TouchChannel(id string, t time.Time) error {
+	if err := storage.ValidID("channel", id); err != nil {
 		return err
 	}
 	err := s.update(func(tx *bolt.Tx) error {
@@ -248,7 +249,7 @@ func (s *RelayStore) TouchChannel(id string, t time.Time) error {
 		return b.Put([]byte(id), nv)
 	})
 	if err != nil {
-		return fmt.Errorf("storage: record that channel %s was opened: %w", id, err)
+		return fmt.Errorf("boltrelay: record that channel %s was opened: %w", id, err)
 	}
 	return nil
 }
@@ -256,7 +257,7 @@ func (s *RelayStore) TouchChannel(id string, t time.Time) error {
 // RemoveIdleChannels implements relay.Sweeper: the channels idle since
 // before go, with their queued and parked deliveries, and so do queues
 // whose channel is gone (a delivery queued as its channel was removed).
-func (s *RelayStore) RemoveIdleChannels(before time.Time) ([]relay.RemovedChannel, error) {
+func (s *Store) RemoveIdleChannels(before time.Time) ([]relay.RemovedChannel, error) {
 	var out []relay.RemovedChannel
 	var queued []chanUsage // of out's queues, as the quotas count them
 	err := s.update(func(tx *bolt.Tx) error {
@@ -318,7 +319,7 @@ func (s *RelayStore) RemoveIdleChannels(before time.Time) ([]relay.RemovedChanne
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("storage: remove idle channels: %w", err)
+		return nil, fmt.Errorf("boltrelay: remove idle channels: %w", err)
 	}
 	for i, rc := range out {
 		if queued[i].n > 0 {

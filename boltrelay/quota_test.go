@@ -1,4 +1,4 @@
-package storage_test
+package boltrelay_test
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/relay"
 	"github.com/devhook/devhook/relay/storetest"
 	"github.com/devhook/devhook/storage"
@@ -18,9 +19,9 @@ import (
 
 // The shared suite of relay stores: quotas, expiry, idle channels, a full
 // disk, against relay.db.
-func TestRelayStoreSuite(t *testing.T) {
+func TestStoreSuite(t *testing.T) {
 	storetest.Run(t, func(t *testing.T, cfg storetest.Config) storetest.Store {
-		s, err := storage.OpenRelayStore(filepath.Join(t.TempDir(), "relay.db"), storage.RelayStoreConfig{
+		s, err := boltrelay.Open(filepath.Join(t.TempDir(), "relay.db"), boltrelay.Config{
 			Quota: cfg.Quota, WriteError: cfg.WriteError,
 		})
 		if err != nil {
@@ -33,7 +34,7 @@ func TestRelayStoreSuite(t *testing.T) {
 
 // fillQueue enqueues deliveries of size bytes to channel until the store
 // refuses one with ErrChannelFull, and returns how many it took.
-func fillQueue(t *testing.T, s *storage.RelayStore, channel string, size int) int {
+func fillQueue(t *testing.T, s *boltrelay.Store, channel string, size int) int {
 	t.Helper()
 	body := bytes.Repeat([]byte("b"), size)
 	for n := 0; ; n++ {
@@ -49,7 +50,7 @@ func fillQueue(t *testing.T, s *storage.RelayStore, channel string, size int) in
 }
 
 // drainQueue dequeues every delivery of channel, as an agent's acks do.
-func drainQueue(t *testing.T, s *storage.RelayStore, channel string) {
+func drainQueue(t *testing.T, s *boltrelay.Store, channel string) {
 	t.Helper()
 	for {
 		ds, err := s.Queued(channel, "", 16)
@@ -79,10 +80,10 @@ func fileSize(t *testing.T, path string) int64 {
 // Floods and drains, again and again: relay.db stays within the quota and
 // bbolt's overhead, as the pages freed by each drain are reused by the
 // next flood.
-func TestRelayStore_FileBoundedAcrossFloods(t *testing.T) {
+func TestStore_FileBoundedAcrossFloods(t *testing.T) {
 	const quota = 8 << 20
 	path := filepath.Join(t.TempDir(), "relay.db")
-	s, err := storage.OpenRelayStore(path, storage.RelayStoreConfig{Quota: relay.Quota{ChannelBytes: quota, TotalBytes: quota}})
+	s, err := boltrelay.Open(path, boltrelay.Config{Quota: relay.Quota{ChannelBytes: quota, TotalBytes: quota}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,10 +117,10 @@ func TestRelayStore_FileBoundedAcrossFloods(t *testing.T) {
 // Compaction gives the pages of a drained flood back to the disk and
 // keeps what is queued and parked, byte for byte; a running relay (the
 // file locked) is refused with ErrLocked and its file left alone.
-func TestCompactRelayStore(t *testing.T) {
+func TestCompact(t *testing.T) {
 	const quota = 8 << 20
 	path := filepath.Join(t.TempDir(), "relay.db")
-	s, err := storage.OpenRelayStore(path, storage.RelayStoreConfig{Quota: relay.Quota{ChannelBytes: quota, TotalBytes: quota}})
+	s, err := boltrelay.Open(path, boltrelay.Config{Quota: relay.Quota{ChannelBytes: quota, TotalBytes: quota}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +143,7 @@ func TestCompactRelayStore(t *testing.T) {
 	}
 
 	before := fileSize(t, path)
-	if _, err := storage.CompactRelayStore(path, 50*time.Millisecond); !errors.Is(err, storage.ErrLocked) {
+	if _, err := boltrelay.Compact(path, 50*time.Millisecond); !errors.Is(err, storage.ErrLocked) {
 		t.Fatalf("compacting the file of a running relay: %v, want ErrLocked", err)
 	}
 	if got := fileSize(t, path); got != before {
@@ -156,7 +157,7 @@ func TestCompactRelayStore(t *testing.T) {
 	if err := os.WriteFile(path+".compact", []byte("half a copy"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	res, err := storage.CompactRelayStore(path, time.Second)
+	res, err := boltrelay.Compact(path, time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +169,7 @@ func TestCompactRelayStore(t *testing.T) {
 		t.Fatalf("the compacted copy is left beside: %v", err)
 	}
 
-	s = mustOpenRelayStore(t, path)
+	s = mustOpen(t, path)
 	got, err := s.Queued("flood", "", 0)
 	if err != nil || len(got) != 2 {
 		t.Fatalf("after compaction: %d queued, %v; want 2", len(got), err)

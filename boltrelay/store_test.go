@@ -1,4 +1,4 @@
-package storage_test
+package boltrelay_test
 
 import (
 	"bytes"
@@ -17,13 +17,13 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/relay"
-	"github.com/devhook/devhook/storage"
 )
 
-func mustOpenRelayStore(tb testing.TB, path string) *storage.RelayStore {
+func mustOpen(tb testing.TB, path string) *boltrelay.Store {
 	tb.Helper()
-	s, err := storage.OpenRelayStore(path, storage.RelayStoreConfig{})
+	s, err := boltrelay.Open(path, boltrelay.Config{})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -47,9 +47,9 @@ func queuedIDsOf(ds []*devhook.Delivery) []string {
 	return out
 }
 
-func TestRelayStoreQueue(t *testing.T) {
+func TestStoreQueue(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "relay.db")
-	s := mustOpenRelayStore(t, path)
+	s := mustOpen(t, path)
 	if got, err := s.Queued("ch1", "", 0); err != nil || len(got) != 0 {
 		t.Fatalf("Queued on an empty channel = %v, %v", got, err)
 	}
@@ -93,7 +93,7 @@ func TestRelayStoreQueue(t *testing.T) {
 	}
 	// Everything survives a reopen.
 	s.Close()
-	s = mustOpenRelayStore(t, path)
+	s = mustOpen(t, path)
 	got, err := s.Queued("ch1", "", 0)
 	if err != nil || !slices.Equal(queuedIDsOf(got), []string{want[1], want[2], want[4]}) {
 		t.Fatalf("after reopen: %v, %v", queuedIDsOf(got), err)
@@ -114,15 +114,15 @@ func TestRelayStoreQueue(t *testing.T) {
 	}
 }
 
-func TestRelayStoreChannels(t *testing.T) {
+func TestStoreChannels(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "relay.db")
-	s := mustOpenRelayStore(t, path)
+	s := mustOpen(t, path)
 	ch := relay.Channel{ID: "abc", TokenHash: []byte{1, 2, 3}, CreatedAt: time.Unix(1_800_000_000, 0).UTC()}
 	if err := s.PutChannel(ch); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
-	s = mustOpenRelayStore(t, path)
+	s = mustOpen(t, path)
 	got, err := s.Channel("abc")
 	if err != nil || got.ID != ch.ID || !bytes.Equal(got.TokenHash, ch.TokenHash) || !got.CreatedAt.Equal(ch.CreatedAt) {
 		t.Fatalf("Channel = %+v, %v", got, err)
@@ -136,9 +136,9 @@ func TestRelayStoreChannels(t *testing.T) {
 
 // A queued entry that cannot be decoded is named, the ones before it are
 // returned, and Park moves it aside with its reason.
-func TestRelayStoreUnreadableAndPark(t *testing.T) {
+func TestStoreUnreadableAndPark(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "relay.db")
-	s := mustOpenRelayStore(t, path)
+	s := mustOpen(t, path)
 	for _, i := range []int{1, 3} {
 		if err := s.Enqueue("ch1", queuedDelivery(i)); err != nil {
 			t.Fatal(err)
@@ -157,7 +157,7 @@ func TestRelayStoreUnreadableAndPark(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s = mustOpenRelayStore(t, path)
+	s = mustOpen(t, path)
 	got, err := s.Queued("ch1", "", 0)
 	var ue *relay.UnreadableError
 	if !errors.As(err, &ue) || ue.ID != badID || !slices.Equal(queuedIDsOf(got), []string{queuedDelivery(1).ID}) {
@@ -188,10 +188,10 @@ func TestRelayStoreUnreadableAndPark(t *testing.T) {
 
 // A relay.db that earlier devhooks wrote (one storage.DB for agent and
 // relay) keeps its channels and queue.
-func TestRelayStoreOpensCombinedFile(t *testing.T) {
+func TestStoreOpensCombinedFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "relay.db")
 	copyFile(t, filepath.Join("testdata", "relay-combined.db"), path)
-	s := mustOpenRelayStore(t, path)
+	s := mustOpen(t, path)
 	ch, err := s.Channel("0123456789abcdef0123456789abcdef")
 	if err != nil || len(ch.TokenHash) != 32 {
 		t.Fatalf("channel of the old file: %+v, %v", ch, err)
@@ -202,7 +202,7 @@ func TestRelayStoreOpensCombinedFile(t *testing.T) {
 	}
 }
 
-func TestRelayStoreRefusesOtherFiles(t *testing.T) {
+func TestStoreRefusesOtherFiles(t *testing.T) {
 	dir := t.TempDir()
 	foreign := filepath.Join(dir, "foreign.db")
 	b, err := bolt.Open(foreign, 0o600, nil)
@@ -214,13 +214,13 @@ func TestRelayStoreRefusesOtherFiles(t *testing.T) {
 	text := filepath.Join(dir, "text.db")
 	os.WriteFile(text, bytes.Repeat([]byte("not a database\n"), 1000), 0o600)
 	for _, p := range []string{foreign, text} {
-		if _, err := storage.OpenRelayStore(p, storage.RelayStoreConfig{}); err == nil || !strings.Contains(err.Error(), "move it away") {
+		if _, err := boltrelay.Open(p, boltrelay.Config{}); err == nil || !strings.Contains(err.Error(), "move it away") {
 			t.Errorf("open %s: %v, want the damaged-file error", filepath.Base(p), err)
 		}
 	}
 	path := filepath.Join(dir, "relay.db")
-	mustOpenRelayStore(t, path)
-	if _, err := storage.OpenRelayStore(path, storage.RelayStoreConfig{LockTimeout: 50 * time.Millisecond}); err == nil || !strings.Contains(err.Error(), "locked") {
+	mustOpen(t, path)
+	if _, err := boltrelay.Open(path, boltrelay.Config{LockTimeout: 50 * time.Millisecond}); err == nil || !strings.Contains(err.Error(), "locked") {
 		t.Errorf("second open: %v, want a locked error", err)
 	}
 }
@@ -245,9 +245,9 @@ func copyFile(t *testing.T, from, to string) {
 }
 
 // Concurrent writes share commits and each returns once its own is done.
-func TestRelayStoreConcurrentWrites(t *testing.T) {
+func TestStoreConcurrentWrites(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "relay.db")
-	s := mustOpenRelayStore(t, path)
+	s := mustOpen(t, path)
 	const n = 200
 	var wg sync.WaitGroup
 	for i := range n {
@@ -274,9 +274,9 @@ func TestRelayStoreConcurrentWrites(t *testing.T) {
 // A relay.db cut short or emptied is refused with the message that says to
 // move it away, as the delivery store's is: bbolt never maps it (it would
 // read past the end of the file and crash), and the file is left as it was.
-func TestRelayStoreRefusesCutShortFile(t *testing.T) {
+func TestStoreRefusesCutShortFile(t *testing.T) {
 	src := filepath.Join(t.TempDir(), "relay.db")
-	s := mustOpenRelayStore(t, src)
+	s := mustOpen(t, src)
 	for i := range 300 {
 		d := &devhook.Delivery{ID: fmt.Sprintf("id-%04d", i), Method: "POST", Path: "/", Body: bytes.Repeat([]byte{'x'}, 512)}
 		if err := s.Enqueue("ch", d); err != nil {
@@ -296,16 +296,16 @@ func TestRelayStoreRefusesCutShortFile(t *testing.T) {
 			if err := os.WriteFile(path, whole[:n], 0o600); err != nil {
 				t.Fatal(err)
 			}
-			s, err := storage.OpenRelayStore(path, storage.RelayStoreConfig{})
+			s, err := boltrelay.Open(path, boltrelay.Config{})
 			if err == nil {
 				s.Close()
-				t.Fatalf("OpenRelayStore of the first %d of %d bytes succeeded", n, len(whole))
+				t.Fatalf("Open of the first %d of %d bytes succeeded", n, len(whole))
 			}
 			if !strings.Contains(err.Error(), "move it away") {
 				t.Errorf("error %q does not say to move the file away", err)
 			}
 			if got, _ := os.ReadFile(path); !bytes.Equal(got, whole[:n]) {
-				t.Error("OpenRelayStore changed the file")
+				t.Error("Open changed the file")
 			}
 		})
 	}
