@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -103,50 +102,4 @@ func serveAside(srv *http.Server, ln net.Listener) (stop func()) {
 
 func newHTTPServer(h http.Handler) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-}
-
-// savedChannels is the file that keeps channel credentials per relay, so
-// that the public URL stays the same from one start to the next.
-type savedChannels struct {
-	path string
-}
-
-func (s savedChannels) load() (map[string]relay.Credentials, error) {
-	m := map[string]relay.Credentials{}
-	b, err := os.ReadFile(s.path)
-	if errors.Is(err, os.ErrNotExist) {
-		return m, nil
-	} else if err != nil {
-		return nil, fmt.Errorf("read saved channels: %w", err)
-	}
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("saved channels in %s are not valid JSON (%v); move the file away to open a new channel", s.path, err)
-	}
-	return m, nil
-}
-
-func (s savedChannels) get(relayKey string) (relay.Credentials, bool, error) {
-	m, err := s.load()
-	if err != nil {
-		return relay.Credentials{}, false, err
-	}
-	cr, ok := m[relayKey]
-	return cr, ok, nil
-}
-
-func (s savedChannels) put(relayKey string, cr relay.Credentials) error {
-	m, err := s.load()
-	if err != nil {
-		return err
-	}
-	m[relayKey] = cr
-	b, _ := json.MarshalIndent(m, "", "  ")
-	tmp := s.path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("save channel: %w", err)
-	}
-	if err := os.Rename(tmp, s.path); err != nil {
-		return fmt.Errorf("save channel: %w", err)
-	}
-	return nil
 }
