@@ -42,6 +42,9 @@ type part struct {
 	run   func(ctx context.Context) error // nil for a resource that is only closed
 	stop  func(ctx context.Context) error
 	close func() error
+	// abandon releases what a part that never ran holds (a server's
+	// listener); see Abandon.
+	abandon func() error
 }
 
 // Go adds a part: run blocks until the part ends, and stop makes it end
@@ -64,8 +67,19 @@ func (g *Group) Close(name string, close func() error) {
 // shuts down (waiting for requests in flight up to StopTimeout) and
 // closes. http.ErrServerClosed is no error.
 func (g *Group) Serve(name string, srv *http.Server, ln net.Listener) {
+	g.serve(name, srv, ln, func() error { return srv.Serve(ln) })
+}
+
+// ServeTLS is Serve over TLS, with the certificates of srv.TLSConfig
+// (http.Server.ServeTLS with no files): HTTP/2 is offered as Serve's
+// caller could not by wrapping ln.
+func (g *Group) ServeTLS(name string, srv *http.Server, ln net.Listener) {
+	g.serve(name, srv, ln, func() error { return srv.ServeTLS(ln, "", "") })
+}
+
+func (g *Group) serve(name string, srv *http.Server, ln net.Listener, run func() error) {
 	g.Go(name, func(context.Context) error {
-		return srv.Serve(ln)
+		return run()
 	}, func(ctx context.Context) error {
 		err := srv.Shutdown(ctx)
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -73,6 +87,30 @@ func (g *Group) Serve(name string, srv *http.Server, ln net.Listener) {
 		}
 		return err
 	})
+	g.parts[len(g.parts)-1].abandon = ln.Close
+}
+
+// Abandon is for a command whose wiring failed before Run: it closes
+// every resource added so far and the listeners of the servers added, in
+// the reverse order, without starting anything, and returns err joined
+// with the errors of closing. The group is not to be run after it.
+func (g *Group) Abandon(err error) error {
+	errs := []error{err}
+	for i := len(g.parts) - 1; i >= 0; i-- {
+		p := g.parts[i]
+		close := p.close
+		if close == nil {
+			close = p.abandon
+		}
+		if close == nil {
+			continue
+		}
+		if cerr := close(); cerr != nil {
+			errs = append(errs, fmt.Errorf("close %s: %w", p.name, cerr))
+		}
+	}
+	g.parts = nil
+	return errors.Join(errs...)
 }
 
 // StoppedError is the error of a part that ended on its own, without an
@@ -125,9 +163,11 @@ func (g *Group) Run(ctx context.Context) error {
 		case r := <-ended:
 			first = r.i
 			cause = g.ranErr(r.i, r.err)
-			if cause == nil {
+			if cause == nil && ctx.Err() == nil {
 				cause = &StoppedError{Name: g.parts[r.i].name}
 			}
+			// else: a part that ended cleanly because ctx ended, seen
+			// before ctx's end itself: no cause.
 		}
 	} else {
 		<-ctx.Done()

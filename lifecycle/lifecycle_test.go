@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"runtime"
 	"slices"
 	"strings"
@@ -249,4 +250,88 @@ func TestServe(t *testing.T) {
 		t.Errorf("the request in flight got %q", s)
 	}
 	http.DefaultClient.CloseIdleConnections()
+}
+
+// A part that ends cleanly because the context ended is no cause, even
+// when Run sees it end before it sees the context's end.
+func TestRun_APartEndingWithTheContextIsNoCause(t *testing.T) {
+	noLeak(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 100 {
+		// Many parts: the first have ended by the time Run, having started
+		// the last, looks at both the context and the parts.
+		var g lifecycle.Group
+		for range 50 {
+			g.Go("agent", func(ctx context.Context) error { <-ctx.Done(); return nil }, nil)
+		}
+		if err := g.Run(ctx); err != nil {
+			t.Fatalf("Run after the context ended = %v, want nil", err)
+		}
+	}
+}
+
+// Abandon closes what was added, servers' listeners included, in reverse,
+// starts nothing, and returns the wiring's error with the closes'.
+func TestAbandon(t *testing.T) {
+	noLeak(t)
+	j := newJournal()
+	var g lifecycle.Group
+	g.Close("store", func() error { j.add("close store"); return errors.New("final flush failed") })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Serve("the inspector", &http.Server{Handler: http.NotFoundHandler()}, ln)
+	g.Go("agent", func(context.Context) error { j.add("start agent"); return nil }, nil)
+	g.Close("inspector", func() error { j.add("close inspector"); return nil })
+	wiring := errors.New("the channel could not be opened")
+	err = g.Abandon(wiring)
+	if !errors.Is(err, wiring) || !strings.Contains(err.Error(), "close store: final flush failed") {
+		t.Fatalf("Abandon = %v, want the wiring's error and the store's", err)
+	}
+	if got, want := j.get(), []string{"close inspector", "close store"}; !slices.Equal(got, want) {
+		t.Errorf("Abandon did %v, want %v", got, want)
+	}
+	if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+		c.Close()
+		t.Error("the server's listener is still open after Abandon")
+	}
+}
+
+// ServeTLS serves HTTPS with srv.TLSConfig's certificate, HTTP/2 offered,
+// and stops with the group.
+func TestServeTLS(t *testing.T) {
+	ts := httptest.NewUnstartedServer(http.NotFoundHandler())
+	ts.EnableHTTP2 = true
+	ts.StartTLS() // for its certificate and a client that trusts it
+	client := ts.Client()
+	cfg := ts.TLS.Clone()
+	ts.Close()
+	noLeak(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g lifecycle.Group
+	g.ServeTLS("the emulator", &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, r.Proto)
+	}), TLSConfig: cfg}, ln)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- g.Run(ctx) }()
+	resp, err := client.Get("https://" + ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "HTTP/2.0" {
+		t.Errorf("served %q, want HTTP/2.0 over TLS", b)
+	}
+	client.CloseIdleConnections()
+	cancel()
+	if err := <-errc; err != nil {
+		t.Errorf("Run after the context ended = %v", err)
+	}
 }

@@ -98,9 +98,8 @@ func (o *checkOptions) run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("start the reference receiver: %w", err)
 		}
-		sctx, stop := context.WithCancel(ctx)
-		wait := serve(sctx, newHTTPServer(receiver.New(receiver.Config{Secret: o.secret, Skew: o.skew})), ln)
-		defer func() { stop(); wait() }()
+		stop := serveAside(newHTTPServer(receiver.New(receiver.Config{Secret: o.secret, Skew: o.skew})), ln)
+		defer stop()
 		o.url = "http://" + ln.Addr().String() + "/"
 	}
 	rep, err := check.Run(ctx, check.Config{URL: o.url, Secret: o.secret, Skew: o.skew, Timeout: o.timeout, AnyRefusal: o.anyRefusal})

@@ -56,17 +56,6 @@ func secondsHandler(w http.ResponseWriter, r *http.Request) {
 	io.WriteString(w, "ok")
 }
 
-func exitCode(err error) int {
-	var coded interface{ ExitCode() int }
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &coded):
-		return coded.ExitCode()
-	}
-	return 1
-}
-
 func TestCheckCommand(t *testing.T) {
 	wrong := httptest.NewServer(http.HandlerFunc(secondsHandler))
 	defer wrong.Close()

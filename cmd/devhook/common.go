@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -11,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/devhook/devhook/lifecycle"
 	"github.com/devhook/devhook/relay"
 )
 
@@ -46,31 +46,19 @@ func ensureDir(dir string) error {
 	return nil
 }
 
-// serve runs srv on ln until ctx ends, then shuts it down. It returns a
-// wait function for the serving goroutine.
-func serve(ctx context.Context, srv *http.Server, ln net.Listener) (wait func() error) {
-	errc := start(srv, ln)
-	return func() error {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(sctx)
-		return <-errc
-	}
-}
-
-// serveRelay serves srv on ln until ctx ends: deliveries through a
+// serveRelay adds to g the serving of srv on ln: deliveries through a
 // relay.IngressListener, everything else through hs (whose handler is
-// srv). When ctx ends it stops taking connections and gives deliveries in
+// srv). When g stops, it stops taking connections and gives deliveries in
 // progress grace to be answered; those still waiting for their agent then
-// get queued (202) as the relay disconnects its agents, and wait returns
-// once they are, so that the store is closed after them.
-func serveRelay(ctx context.Context, hs *http.Server, srv *relay.Server, ln net.Listener, logf func(string, ...any), grace time.Duration) (wait func() error) {
+// get queued (202) as the relay disconnects its agents, and the stop
+// returns once they are, so that the store is closed after them.
+func serveRelay(g *lifecycle.Group, name string, hs *http.Server, srv *relay.Server, ln net.Listener, logf func(string, ...any), grace time.Duration) {
 	il := relay.NewIngressListener(srv, ln, relay.ListenerConfig{
 		ReadHeaderTimeout: hs.ReadHeaderTimeout, IdleTimeout: hs.IdleTimeout, Logf: logf})
-	errc := start(hs, il)
-	return func() error {
-		<-ctx.Done()
+	closeListener(g, name, ln) // should it never serve
+	g.Go(name, func(context.Context) error {
+		return hs.Serve(il)
+	}, func(context.Context) error {
 		sctx, cancel := context.WithTimeout(context.Background(), grace)
 		defer cancel()
 		err := hs.Shutdown(sctx) // closes il too
@@ -83,70 +71,35 @@ func serveRelay(ctx context.Context, hs *http.Server, srv *relay.Server, ln net.
 				il.Abort()
 			}
 		}
-		return <-errc
-	}
+		return nil
+	})
 }
 
-// start runs srv on ln in a goroutine, which ends when srv is shut down;
-// its error (none for a shutdown) comes on the channel.
-func start(srv *http.Server, ln net.Listener) <-chan error {
-	errc := make(chan error, 1)
-	go func() {
-		err := srv.Serve(ln)
-		if errors.Is(err, http.ErrServerClosed) {
-			err = nil
+// closeListener adds ln to g, to be closed when g stops or is abandoned;
+// that the server serving it closed it already is no error.
+func closeListener(g *lifecycle.Group, name string, ln net.Listener) {
+	g.Close(name+"'s listener", func() error {
+		if err := ln.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
+			return err
 		}
-		errc <- err
+		return nil
+	})
+}
+
+// serveAside serves srv on ln beside a command's own work (check --self's
+// receiver) until stop, which closes it and waits for it.
+func serveAside(srv *http.Server, ln net.Listener) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve(ln)
 	}()
-	return errc
+	return func() {
+		srv.Close()
+		<-done
+	}
 }
 
 func newHTTPServer(h http.Handler) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-}
-
-// savedChannels is the file that keeps channel credentials per relay, so
-// that the public URL stays the same from one start to the next.
-type savedChannels struct {
-	path string
-}
-
-func (s savedChannels) load() (map[string]relay.Credentials, error) {
-	m := map[string]relay.Credentials{}
-	b, err := os.ReadFile(s.path)
-	if errors.Is(err, os.ErrNotExist) {
-		return m, nil
-	} else if err != nil {
-		return nil, fmt.Errorf("read saved channels: %w", err)
-	}
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("saved channels in %s are not valid JSON (%v); move the file away to open a new channel", s.path, err)
-	}
-	return m, nil
-}
-
-func (s savedChannels) get(relayKey string) (relay.Credentials, bool, error) {
-	m, err := s.load()
-	if err != nil {
-		return relay.Credentials{}, false, err
-	}
-	cr, ok := m[relayKey]
-	return cr, ok, nil
-}
-
-func (s savedChannels) put(relayKey string, cr relay.Credentials) error {
-	m, err := s.load()
-	if err != nil {
-		return err
-	}
-	m[relayKey] = cr
-	b, _ := json.MarshalIndent(m, "", "  ")
-	tmp := s.path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("save channel: %w", err)
-	}
-	if err := os.Rename(tmp, s.path); err != nil {
-		return fmt.Errorf("save channel: %w", err)
-	}
-	return nil
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/devhook/devhook/emulator"
+	"github.com/devhook/devhook/lifecycle"
 )
 
 type emulateOptions struct {
@@ -74,44 +74,28 @@ func (o *emulateOptions) run(ctx context.Context) error {
 	if o.stdout == nil {
 		o.stdout = io.Discard
 	}
-	var teams []emulator.Team
-	for _, t := range o.teams {
-		id, name, ok := strings.Cut(t, "=")
-		if !ok || id == "" || name == "" {
-			return fmt.Errorf("--team %q: want ID=NAME", t)
-		}
-		teams = append(teams, emulator.Team{ID: id, Name: name, Role: "admin"})
+	var g lifecycle.Group
+	if err := o.wire(&g); err != nil {
+		return g.Abandon(err)
 	}
-	var sso map[string]string
-	for _, d := range o.sso {
-		domain, ident, ok := strings.Cut(d, "=")
-		if !ok || domain == "" || ident == "" {
-			return fmt.Errorf("--sso-domain %q: want DOMAIN=IDENTIFIER", d)
-		}
-		if sso == nil {
-			sso = map[string]string{}
-		}
-		sso[domain] = ident
+	return g.Run(ctx)
+}
+
+// wire makes the emulator and its server, adding them to g.
+func (o *emulateOptions) wire(g *lifecycle.Group) error {
+	teams, sso, err := o.parseTeams()
+	if err != nil {
+		return err
 	}
 	ln, err := net.Listen("tcp", o.addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w (choose another with --addr)", o.addr, err)
 	}
-	scheme := "http"
-	var caPath string
+	closeListener(g, "the emulator's server", ln) // should it never serve
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	scheme, caPath := "http", ""
 	if o.tls {
-		dir := o.dataDir
-		if dir == "" {
-			if dir, err = os.MkdirTemp("", "devhook-emulate-"); err != nil {
-				ln.Close()
-				return fmt.Errorf("create a directory for the CA certificate: %w", err)
-			}
-			defer os.RemoveAll(dir)
-		}
-		caPath = filepath.Join(dir, "emulate-ca.pem")
-		if srv.TLSConfig, err = emulator.SelfSignedTLS(caPath, time.Now()); err != nil {
-			ln.Close()
+		if caPath, err = o.selfSigned(g, srv); err != nil {
 			return err
 		}
 		scheme = "https"
@@ -124,10 +108,62 @@ func (o *emulateOptions) run(ctx context.Context) error {
 		RunTimeout: o.runTimeout, MaxPackageBytes: o.maxPackage, MaxOutputBytes: o.maxOutput, MaxParallelRuns: o.parallel,
 	})
 	if err != nil {
-		ln.Close()
 		return err
 	}
+	g.Close("the emulator", e.Close)
 	srv.Handler = e
+	o.printStart(e, base, caPath)
+	if o.tls {
+		g.ServeTLS("the emulator's server", srv, ln)
+	} else {
+		g.Serve("the emulator's server", srv, ln)
+	}
+	return nil
+}
+
+// parseTeams reads --team and --sso-domain.
+func (o *emulateOptions) parseTeams() ([]emulator.Team, map[string]string, error) {
+	var teams []emulator.Team
+	for _, t := range o.teams {
+		id, name, ok := strings.Cut(t, "=")
+		if !ok || id == "" || name == "" {
+			return nil, nil, fmt.Errorf("--team %q: want ID=NAME", t)
+		}
+		teams = append(teams, emulator.Team{ID: id, Name: name, Role: "admin"})
+	}
+	var sso map[string]string
+	for _, d := range o.sso {
+		domain, ident, ok := strings.Cut(d, "=")
+		if !ok || domain == "" || ident == "" {
+			return nil, nil, fmt.Errorf("--sso-domain %q: want DOMAIN=IDENTIFIER", d)
+		}
+		if sso == nil {
+			sso = map[string]string{}
+		}
+		sso[domain] = ident
+	}
+	return teams, sso, nil
+}
+
+// selfSigned gives srv a self-signed certificate whose CA it writes to
+// --data, or to a temporary directory g removes; it returns the CA's path.
+func (o *emulateOptions) selfSigned(g *lifecycle.Group, srv *http.Server) (string, error) {
+	dir := o.dataDir
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "devhook-emulate-"); err != nil {
+			return "", fmt.Errorf("create a directory for the CA certificate: %w", err)
+		}
+		g.Close("the CA certificate's directory", func() error { return os.RemoveAll(dir) })
+	}
+	caPath := filepath.Join(dir, "emulate-ca.pem")
+	cfg, err := emulator.SelfSignedTLS(caPath, time.Now())
+	srv.TLSConfig = cfg
+	return caPath, err
+}
+
+// printStart prints where the emulator serves, its keys and teams.
+func (o *emulateOptions) printStart(e *emulator.Emulator, base, caPath string) {
 	fmt.Fprintf(o.stdout, "service emulator on %s\n", base)
 	for _, k := range e.APIKeys() {
 		fmt.Fprintf(o.stdout, "API key: %s\n", k)
@@ -142,33 +178,4 @@ func (o *emulateOptions) run(ctx context.Context) error {
 	if o.dataDir != "" {
 		fmt.Fprintf(o.stdout, "state kept in %s\n", o.dataDir)
 	}
-
-	errc := make(chan error, 1)
-	go func() {
-		if o.tls {
-			errc <- srv.ServeTLS(ln, "", "")
-		} else {
-			errc <- srv.Serve(ln)
-		}
-	}()
-	select {
-	case err = <-errc: // the server failed on its own
-	case <-ctx.Done():
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		err = srv.Shutdown(sctx)
-		if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) && err == nil {
-			err = serr
-		}
-	}
-	if errors.Is(err, http.ErrServerClosed) {
-		err = nil
-	}
-	if cerr := e.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("serving the emulator: %w", err)
-	}
-	return nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/cloud"
 	"github.com/devhook/devhook/inspector"
+	"github.com/devhook/devhook/lifecycle"
 	"github.com/devhook/devhook/relay"
 	"github.com/devhook/devhook/running"
 	"github.com/devhook/devhook/storage"
@@ -54,6 +55,16 @@ type listenOptions struct {
 
 	stdout, stderr io.Writer
 	noSpace        func() error // tests fill the disk: storage.Config.NoSpace
+	// openStore opens the delivery store; nil: storage.Open. Tests wrap
+	// the real store (one whose final flush fails).
+	openStore func(path string, cfg storage.Config) (deliveryStore, error)
+}
+
+// deliveryStore is what listen needs of its delivery store.
+type deliveryStore interface {
+	agent.Store
+	inspector.Store
+	Close() error
 }
 
 func newListenCmd() *cobra.Command { return newListenCmdWith(&listenOptions{}) }
@@ -177,143 +188,164 @@ func (o *listenOptions) run(ctx context.Context) error {
 	if o.network, err = o.relayNetwork(); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// Stopped in the reverse order of adding: the announcement (the
+	// webhook undone, listen.json removed), the agent, the inspector, the
+	// built-in relay; then the stores close, and the output last.
+	var g lifecycle.Group
+	if err := o.wire(ctx, &g, service); err != nil {
+		return g.Abandon(err)
+	}
+	return g.Run(ctx)
+}
 
-	// Shutdown order: stop everything that runs (ctx), wait for it, then
-	// close what it used, last opened first.
-	var waits []func() error
-	var closers []func() error
-	defer func() {
-		cancel()
-		for _, w := range waits {
-			w()
-		}
-		for i := len(closers) - 1; i >= 0; i-- {
-			closers[i]()
-		}
-	}()
+// listening is a listen wired and about to run: what its announcement
+// needs.
+type listening struct {
+	o          *listenOptions
+	out        *printer
+	ag         *agent.Agent
+	service    *cloud.Client // nil: listen does not talk to the service
+	creds      relay.Credentials
+	relay      listenRelay
+	inspectURL string
 
+	connected chan agent.Connection
+	// The agent says it cannot record (a full disk) before it connects:
+	// listen is ready all the same, its history readable.
+	cannotRecord chan struct{}
+	readyFirst   atomic.Bool // ready was printed before the first connection
+}
+
+// wire opens listen's stores and makes its parts, adding each to g; none
+// runs before g.Run, so that none sees another half made.
+func (o *listenOptions) wire(ctx context.Context, g *lifecycle.Group, service *cloud.Client) error {
 	lines := newLineWriter(o.stdout, lineGap)
-	closers = append(closers, lines.Close) // runs last: after every line is printed
-	out := &printer{w: lines, json: o.json, retryFor: o.retryFor, holdUntilReady: true,
+	g.Close("the output", lines.Close) // last: after every line is printed
+	l := &listening{o: o, service: service, connected: make(chan agent.Connection, 1), cannotRecord: make(chan struct{}, 1)}
+	l.out = &printer{w: lines, json: o.json, retryFor: o.retryFor, holdUntilReady: true,
 		color: useColor(o.stdout, o.json, os.Getenv, isTerminal)}
-	closers = append(closers, func() error { out.flush(); return nil }) // lines of a listen never ready
+	g.Close("the output held for the ready line", func() error { l.out.flush(); return nil }) // of a listen never ready
 
-	// What the store finds wrong (a damaged journal set aside, a full
-	// disk) is printed like the agent's own messages.
-	db, err := storage.Open(filepath.Join(o.dataDir, "deliveries.db"), storage.Config{Logf: out.logf(o.stderr), NoSpace: o.noSpace})
-	if errors.Is(err, storage.ErrLocked) {
-		return o.dataInUse()
-	}
+	db, err := o.openDeliveries(l.out)
 	if err != nil {
 		return err
 	}
-	closers = append(closers, db.Close)
-
-	rl, err := o.startRelay(ctx, &waits, &closers)
-	if err != nil {
+	g.Close("the delivery store", db.Close)
+	if l.relay, err = o.startRelay(g); err != nil {
 		return err
 	}
-	relayURL, fallbacks, local := rl.url, rl.fallbacks, rl.local
-	creds, err := o.channel(ctx, relayURL, rl.key, local, rl.store)
-	if err != nil {
+	if l.creds, err = o.channel(ctx, l.relay.url, l.relay.key, l.relay.local, l.relay.store); err != nil {
 		return err
 	}
 	if service != nil && (o.register || o.updateURL) {
-		if err := refuseLocalOnly(service, creds.PublicURL, rl.localOnly); err != nil {
+		if err := refuseLocalOnly(service, l.creds.PublicURL, l.relay.localOnly); err != nil {
 			return err
 		}
 	}
-
-	var insp *inspector.Server
-	var ag *agent.Agent
-	connected := make(chan agent.Connection, 1)
-	// The agent says it cannot record (a full disk) before it connects:
-	// listen is ready all the same, its history readable.
-	cannotRecord := make(chan struct{}, 1)
-	var readyFirst atomic.Bool // ready was printed before the first connection
-	fw, err := o.forwardSettings(out.logf(o.stderr))
-	if err != nil {
+	var insp *inspector.Server // set before any part runs: the agent publishes to it
+	if l.ag, err = o.newAgent(l, db, func(c devhook.Change) {
+		if insp != nil {
+			insp.Publish(c)
+		}
+	}); err != nil {
 		return err
 	}
-	ag, err = agent.New(agent.Config{
+	if o.inspect != "off" {
+		insp, l.inspectURL, err = o.startInspector(g, db, l.ag, inspector.Settings{
+			Forward: l.ag.Targets(), RelayURL: l.relay.url, PublicURL: l.creds.PublicURL, Channel: l.creds.Channel,
+			SecretKnown: l.ag.SecretKnown, Verify: o.verify, DataDir: absDir(o.dataDir),
+		})
+		if err != nil {
+			return err
+		}
+	}
+	g.Go("the agent", func(ctx context.Context) error { return o.agentStopped(l.ag.Run(ctx), l.creds) }, nil)
+	g.Go("listen", func(actx context.Context) error { return l.announce(actx, ctx) }, nil)
+	return nil
+}
+
+// openDeliveries opens the delivery store. What it finds wrong (a damaged
+// journal set aside, a full disk) is printed like the agent's own
+// messages.
+func (o *listenOptions) openDeliveries(out *printer) (deliveryStore, error) {
+	open := o.openStore
+	if open == nil {
+		open = func(path string, cfg storage.Config) (deliveryStore, error) { return storage.Open(path, cfg) }
+	}
+	db, err := open(filepath.Join(o.dataDir, "deliveries.db"), storage.Config{Logf: out.logf(o.stderr), NoSpace: o.noSpace})
+	if errors.Is(err, storage.ErrLocked) {
+		return nil, o.dataInUse()
+	}
+	return db, err
+}
+
+// newAgent makes listen's agent, which publishes its changes with publish.
+func (o *listenOptions) newAgent(l *listening, db deliveryStore, publish func(devhook.Change)) (*agent.Agent, error) {
+	fw, err := o.forwardSettings(l.out.logf(o.stderr))
+	if err != nil {
+		return nil, err
+	}
+	return agent.New(agent.Config{
 		Header: fw.header, TLS: fw.tls,
-		RelayURL: relayURL, RelayFallbacks: fallbacks, RelayNetwork: o.network, Credentials: creds, Forward: o.forward, Store: db,
+		RelayURL: l.relay.url, RelayFallbacks: l.relay.fallbacks, RelayNetwork: o.network, Credentials: l.creds, Forward: o.forward, Store: db,
 		Secret: o.secret, Verify: o.verify, Skew: o.skew, ForwardTimeout: o.timeout,
 		RetryFor: fw.retryFor,
 		OnChange: func(c devhook.Change) {
 			if c.Kind == devhook.ChangeHealth && c.Health != nil && c.Health.StorageError != "" {
 				select {
-				case cannotRecord <- struct{}{}:
+				case l.cannotRecord <- struct{}{}:
 				default:
 				}
 			}
-			if insp != nil {
-				insp.Publish(c)
-			}
+			publish(c)
 		},
-		OnResult: out.result,
+		OnResult: l.out.result,
 		OnConnect: func(c agent.Connection) {
-			if c.Reconnect || readyFirst.Load() {
-				out.connection(c, o.stderr)
+			if c.Reconnect || l.readyFirst.Load() {
+				l.out.connection(c, o.stderr)
 				return
 			}
 			select {
-			case connected <- c:
+			case l.connected <- c:
 			default:
 			}
 		},
-		Logf: out.logf(o.stderr),
+		Logf: l.out.logf(o.stderr),
 	})
-	if err != nil {
-		return err
-	}
+}
 
-	inspectURL := ""
-	if o.inspect != "off" {
-		insp, inspectURL, err = o.startInspector(ctx, db, ag, inspector.Settings{
-			Forward: ag.Targets(), RelayURL: relayURL, PublicURL: creds.PublicURL, Channel: creds.Channel,
-			SecretKnown: ag.SecretKnown, Verify: o.verify, DataDir: absDir(o.dataDir),
-		}, &waits, &closers)
-		if err != nil {
-			return err
-		}
-	}
-
-	agentErr := make(chan error, 1)
-	go func() { agentErr <- ag.Run(ctx) }()
-	waits = append(waits, func() error { return <-agentErr })
-
+// announce waits for the agent's first connection (or its word that it
+// cannot record), takes the service's webhook, writes listen.json and
+// prints the ready line; then it waits for ctx, and undoes the webhook
+// and removes listen.json before the agent stops. parent is the
+// command's context: its end (Ctrl-C) is said on the terminal.
+func (l *listening) announce(ctx, parent context.Context) error {
+	o, out := l.o, l.out
 	if !o.json {
-		fmt.Fprintf(o.stderr, "connecting to %s ...\n", relayURL)
+		fmt.Fprintf(o.stderr, "connecting to %s ...\n", l.relay.url)
 	}
 	select {
 	case <-ctx.Done():
 		return nil
-	case err := <-agentErr:
-		agentErr <- err
-		return o.agentStopped(err, creds)
-	case c := <-connected:
+	case c := <-l.connected:
 		out.connection(c, o.stderr)
-	case <-cannotRecord:
-		readyFirst.Store(true)
+	case <-l.cannotRecord:
+		l.readyFirst.Store(true)
 		select { // connected meanwhile
-		case c := <-connected:
+		case c := <-l.connected:
 			out.connection(c, o.stderr)
 		default:
 		}
 	}
 	var webhook, webhookNote, secret string
-	if service != nil {
-		reg, err := o.connectService(ctx, service, creds.PublicURL, ag)
+	if l.service != nil {
+		reg, err := o.connectService(ctx, l.service, l.creds.PublicURL, l.ag)
 		if err != nil {
 			return err
 		}
-		webhook, webhookNote, secret = reg.id, reg.note(creds.PublicURL, o.dataDir), reg.secret
+		webhook, webhookNote, secret = reg.id, reg.note(l.creds.PublicURL, o.dataDir), reg.secret
 		out.setWebhook(webhook)
-		// Undone before the agent stops, while ctx is cancelled.
-		defer func() {
+		defer func() { // while the agent still runs
 			if err := reg.undo(context.WithoutCancel(ctx)); err != nil {
 				out.logf(o.stderr)("%v", err)
 			} else if msg := reg.undone(); msg != "" {
@@ -324,24 +356,20 @@ func (o *listenOptions) run(ctx context.Context) error {
 	// Where the other commands find this listen: written before the
 	// ready line, so that a script that waits for it finds the file.
 	remove, err := running.Write(o.dataDir, running.Listen{PID: os.Getpid(), Data: absDir(o.dataDir),
-		InspectorURL: inspectURL, PublicURL: creds.PublicURL, RelayURL: relayURL, Channel: creds.Channel,
+		InspectorURL: l.inspectURL, PublicURL: l.creds.PublicURL, RelayURL: l.relay.url, Channel: l.creds.Channel,
 		Webhook: webhook, StartedAt: time.Now().UTC()})
 	if err != nil {
 		return err
 	}
 	defer remove()
-	out.ready(readyInfo{PublicURL: creds.PublicURL, InspectorURL: inspectURL, Channel: creds.Channel,
-		Forward: ag.Targets(), Local: rl.localOnly, SecretKnown: ag.SecretKnown(), Verify: o.verify, Data: o.dataDir,
+	out.ready(readyInfo{PublicURL: l.creds.PublicURL, InspectorURL: l.inspectURL, Channel: l.creds.Channel,
+		Forward: l.ag.Targets(), Local: l.relay.localOnly, SecretKnown: l.ag.SecretKnown(), Verify: o.verify, Data: o.dataDir,
 		Webhook: webhook, Secret: secret, webhookNote: webhookNote})
-
-	select {
-	case <-ctx.Done():
-		out.stopping(ag.InFlight(), o.stderr)
-		return nil
-	case err := <-agentErr:
-		agentErr <- err
-		return o.agentStopped(err, creds)
+	<-ctx.Done()
+	if parent.Err() != nil {
+		out.stopping(l.ag.InFlight(), o.stderr)
 	}
+	return nil
 }
 
 // dataInUse is the short error for a data directory whose store another
@@ -376,7 +404,7 @@ type listenRelay struct {
 
 // startRelay returns --relay's first URL and the others, or, without
 // --relay, starts a relay inside this process on --relay-addr.
-func (o *listenOptions) startRelay(ctx context.Context, waits, closers *[]func() error) (listenRelay, error) {
+func (o *listenOptions) startRelay(g *lifecycle.Group) (listenRelay, error) {
 	var rl listenRelay
 	for _, u := range strings.Split(o.relayURL, ",") {
 		if u = strings.TrimRight(strings.TrimSpace(u), "/"); u == "" {
@@ -397,7 +425,7 @@ func (o *listenOptions) startRelay(ctx context.Context, waits, closers *[]func()
 	if err != nil {
 		return rl, err
 	}
-	*closers = append(*closers, rdb.Close)
+	g.Close("the built-in relay's store", rdb.Close)
 	ln, err := net.Listen("tcp", o.relayAddr)
 	if err != nil {
 		return rl, fmt.Errorf("start the built-in relay on %s: %w (choose another with --relay-addr)", o.relayAddr, err)
@@ -417,15 +445,15 @@ func (o *listenOptions) startRelay(ctx context.Context, waits, closers *[]func()
 		ln.Close()
 		return rl, err
 	}
-	*closers = append(*closers, local.Close)
-	*waits = append(*waits, serveRelay(ctx, newHTTPServer(local), local, ln, nil, 5*time.Second))
+	g.Close("the built-in relay", local.Close)
+	serveRelay(g, "the built-in relay", newHTTPServer(local), local, ln, nil, 5*time.Second)
 	rl.url, rl.key, rl.local, rl.store = "http://"+ln.Addr().String(), "local", local, rdb
 	rl.localOnly = public == ""
 	return rl, nil
 }
 
 // startInspector serves the inspector on --inspect and returns its URL.
-func (o *listenOptions) startInspector(ctx context.Context, db *storage.DB, ag *agent.Agent, settings inspector.Settings, waits, closers *[]func() error) (*inspector.Server, string, error) {
+func (o *listenOptions) startInspector(g *lifecycle.Group, db deliveryStore, ag *agent.Agent, settings inspector.Settings) (*inspector.Server, string, error) {
 	var allowed []string
 	if host, _, err := net.SplitHostPort(o.inspect); err == nil && host != "" && !inspector.IsLoopbackHost(host) {
 		// Bound beyond loopback on purpose: accept that name in Host too.
@@ -437,7 +465,7 @@ func (o *listenOptions) startInspector(ctx context.Context, db *storage.DB, ag *
 	if err != nil {
 		return nil, "", err
 	}
-	*closers = append(*closers, insp.Close)
+	g.Close("the inspector", insp.Close)
 	ln, err := net.Listen("tcp", o.inspect)
 	if err != nil {
 		return nil, "", fmt.Errorf("start the inspector on %s: %w (choose another with --inspect, or --inspect off)", o.inspect, err)
@@ -445,6 +473,6 @@ func (o *listenOptions) startInspector(ctx context.Context, db *storage.DB, ag *
 	isrv := newHTTPServer(insp)
 	// Live streams never end on their own: end them so Shutdown can finish.
 	isrv.RegisterOnShutdown(func() { insp.Close() })
-	*waits = append(*waits, serve(ctx, isrv, ln))
+	g.Serve("the inspector", isrv, ln)
 	return insp, "http://" + ln.Addr().String(), nil
 }

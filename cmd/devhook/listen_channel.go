@@ -8,15 +8,18 @@ import (
 	"time"
 
 	"github.com/devhook/devhook/boltrelay"
+	"github.com/devhook/devhook/jsonfile"
 	"github.com/devhook/devhook/relay"
 )
 
 // channel returns the saved channel for this relay, or opens a new one.
 func (o *listenOptions) channel(ctx context.Context, relayURL, relayKey string, local *relay.Server, rdb *boltrelay.Store) (relay.Credentials, error) {
-	saved := savedChannels{path: filepath.Join(o.dataDir, "channels.json")}
-	cr, ok, err := saved.get(relayKey)
+	// The channel per relay, so that the public URL stays the same from
+	// one start to the next.
+	saved := jsonfile.New[relay.Credentials](filepath.Join(o.dataDir, "channels.json"))
+	cr, ok, err := saved.Get(relayKey)
 	if err != nil {
-		return cr, err
+		return cr, savedChannelsError(err)
 	}
 	if ok && local != nil {
 		if _, err := rdb.Channel(cr.Channel); err == nil {
@@ -42,7 +45,19 @@ func (o *listenOptions) channel(ctx context.Context, relayURL, relayKey string, 
 	if ok {
 		fmt.Fprintf(o.stderr, "the saved channel is gone from the relay; opened a new one: the public URL changed\n")
 	}
-	return cr, saved.put(relayKey, cr)
+	if err := saved.Put(relayKey, cr); err != nil {
+		return cr, savedChannelsError(err)
+	}
+	return cr, nil
+}
+
+// savedChannelsError says what to do about channels.json.
+func savedChannelsError(err error) error {
+	var ce *jsonfile.CorruptError
+	if errors.As(err, &ce) {
+		return fmt.Errorf("saved channels: %w; move the file away to open a new channel", err)
+	}
+	return fmt.Errorf("saved channels: %w (check --data)", err)
 }
 
 // usable reports whether the relay still knows cr: a relay that rejects

@@ -29,12 +29,26 @@ type listenRun struct {
 
 func startListen(t *testing.T, args ...string) *listenRun {
 	t.Helper()
+	return startListenWith(t, nil, args...)
+}
+
+// startListenWith is startListen on o (see newListenCmdWith); nil: as
+// the root command makes it.
+func startListenWith(t *testing.T, o *listenOptions, args ...string) *listenRun {
+	t.Helper()
 	pr, pw := io.Pipe()
 	lr := &listenRun{lines: make(chan map[string]any, 100), done: make(chan error, 1), stderr: &bytes.Buffer{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	lr.cancel = cancel
 	cmd := newRootCmd(pw, lr.stderr)
 	cmd.SetArgs(append([]string{"listen", "--json", "--relay-addr", "127.0.0.1:0", "--inspect", "off"}, args...))
+	if o != nil {
+		cmd = newListenCmdWith(o)
+		cmd.SilenceUsage, cmd.SilenceErrors = true, true // as the root command does
+		cmd.SetOut(pw)
+		cmd.SetErr(lr.stderr)
+		cmd.SetArgs(append([]string{"--json", "--relay-addr", "127.0.0.1:0", "--inspect", "off"}, args...))
+	}
 	go func() {
 		err := cmd.ExecuteContext(ctx)
 		pw.Close()

@@ -27,16 +27,46 @@ func main() {
 	})
 	defer stop()
 	err := newRootCmd(os.Stdout, os.Stderr).ExecuteContext(ctx)
-	if err != nil && !errors.Is(err, context.Canceled) {
+	if code := exitCode(err); code != 0 {
 		fmt.Fprintln(os.Stderr, "devhook:", err)
-		// A command that means a particular status says so (check: 1 a
-		// handler that differs, 2 one that cannot be reached).
-		var coded interface{ ExitCode() int }
-		if errors.As(err, &coded) {
-			os.Exit(coded.ExitCode())
-		}
-		os.Exit(1)
+		os.Exit(code)
 	}
+}
+
+// exitCode is the process's status for a command's error: 0 for none or
+// for Ctrl-C alone; what a command that means a particular status says
+// (check: 1 a handler that differs, 2 one that cannot be reached); else 1.
+// An error that joins a cancellation with another (a store's final flush
+// that failed as listen stopped) is not a clean stop.
+func exitCode(err error) int {
+	if err == nil || interrupted(err) {
+		return 0
+	}
+	var coded interface{ ExitCode() int }
+	if errors.As(err, &coded) {
+		return coded.ExitCode()
+	}
+	return 1
+}
+
+// interrupted reports whether err is context.Canceled alone, however
+// wrapped: every error it joins must be one.
+func interrupted(err error) bool {
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range joined.Unwrap() {
+			if !interrupted(e) {
+				return false
+			}
+		}
+		return true
+	}
+	if err == context.Canceled {
+		return true
+	}
+	if inner := errors.Unwrap(err); inner != nil {
+		return interrupted(inner)
+	}
+	return false
 }
 
 // tuneGC trades a little memory for CPU unless GOGC says otherwise: the

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/lifecycle"
 	"github.com/devhook/devhook/receiver"
 )
 
@@ -63,5 +64,7 @@ func (o *receiveOptions) run(ctx context.Context) error {
 	if o.secret == "" {
 		fmt.Fprintln(o.stderr, "devhook: no --secret (nor DEVHOOK_SECRET): this receiver answers 500 to every request, as the service's receivers do without a secret; pass --secret S")
 	}
-	return serve(ctx, newHTTPServer(h), ln)()
+	var g lifecycle.Group
+	g.Serve("the receiver", newHTTPServer(h), ln)
+	return g.Run(ctx)
 }

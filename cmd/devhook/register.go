@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/devhook/devhook/cloud"
+	"github.com/devhook/devhook/jsonfile"
 )
 
 // newWebhookID is devhook-<random>.
@@ -59,7 +59,7 @@ func refuseLocalOnly(c *cloud.Client, publicURL string, local bool) error {
 // created, so that a listen killed at any moment leaves at most that one.
 func registerWebhook(ctx context.Context, c *cloud.Client, dataDir, publicURL string, keep bool, now time.Time) (*registration, error) {
 	r := &registration{client: c, created: true, keep: keep,
-		saved: savedWebhooks{path: filepath.Join(dataDir, "webhooks.json")}, key: c.Endpoint() + " " + c.Team()}
+		saved: newSavedWebhooks(dataDir), key: c.Endpoint() + " " + c.Team()}
 	host, _ := os.Hostname()
 	in := cloud.WebhookInput{EventTypes: []string{cloud.EventRunStatus}, EndpointURL: publicURL,
 		Description: fmt.Sprintf("devhook listen on %s, started %s (data %s)", host, now.Format(time.RFC3339), dataDir)}
@@ -179,58 +179,41 @@ func (r *registration) undone() string {
 // savedWebhooks remembers, per service and team, the webhook that listen
 // --register created, so that the next start finds one a killed listen left.
 type savedWebhooks struct {
-	path string
+	file *jsonfile.Map[string]
 }
 
-func (s savedWebhooks) load() (map[string]string, error) {
-	m := map[string]string{}
-	b, err := os.ReadFile(s.path)
-	if errors.Is(err, os.ErrNotExist) {
-		return m, nil
-	} else if err != nil {
-		return nil, fmt.Errorf("read the registered webhooks: %w", err)
-	}
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("registered webhooks in %s are not valid JSON (%v); move the file away (a webhook it named may be left at the service: devhook webhooks list)", s.path, err)
-	}
-	return m, nil
+func newSavedWebhooks(dataDir string) savedWebhooks {
+	return savedWebhooks{jsonfile.New[string](filepath.Join(dataDir, "webhooks.json"))}
 }
 
 func (s savedWebhooks) get(key string) (string, error) {
-	m, err := s.load()
-	return m[key], err
+	id, _, err := s.file.Get(key)
+	return id, s.error(err)
 }
 
 func (s savedWebhooks) put(key, id string) error {
-	m, err := s.load()
-	if err != nil {
-		return err
-	}
-	m[key] = id
-	return s.write(m)
+	return s.error(s.file.Put(key, id))
 }
 
 // remove forgets key when it still names id.
 func (s savedWebhooks) remove(key, id string) error {
-	m, err := s.load()
-	if err != nil {
-		return err
-	}
-	if m[key] != id {
-		return nil
-	}
-	delete(m, key)
-	return s.write(m)
+	return s.error(s.file.Update(func(m map[string]string) bool {
+		if m[key] != id {
+			return false
+		}
+		delete(m, key)
+		return true
+	}))
 }
 
-func (s savedWebhooks) write(m map[string]string) error {
-	b, _ := json.MarshalIndent(m, "", "  ")
-	tmp := s.path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("save the registered webhook: %w", err)
-	}
-	if err := os.Rename(tmp, s.path); err != nil {
-		return fmt.Errorf("save the registered webhook: %w", err)
+// error says what to do about webhooks.json.
+func (s savedWebhooks) error(err error) error {
+	var ce *jsonfile.CorruptError
+	switch {
+	case errors.As(err, &ce):
+		return fmt.Errorf("registered webhooks: %w; move the file away (a webhook it named may be left at the service: devhook webhooks list)", err)
+	case err != nil:
+		return fmt.Errorf("registered webhooks: %w (check --data)", err)
 	}
 	return nil
 }

@@ -158,3 +158,24 @@ func TestPrinterReadyWebhook(t *testing.T) {
 		t.Errorf("human ready:\n%s", b.String())
 	}
 }
+
+// A webhooks.json that is not JSON stops listen --register with what to
+// do, and is left as it was: it may name a webhook left at the service.
+func TestListenRegisterCorruptWebhooksFile(t *testing.T) {
+	base, _ := newTestService(t)
+	data := t.TempDir()
+	path := filepath.Join(data, "webhooks.json")
+	if err := os.WriteFile(path, []byte(`{"http://x devhook-`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := newRootCmd(io.Discard, io.Discard)
+	cmd.SetArgs([]string{"listen", "--register", "--forward", "localhost:1", "--data", data, "--endpoint", base, "--api-key", svcKey,
+		"--relay-addr", "127.0.0.1:0", "--inspect", "off", "--json"})
+	err := cmd.Execute()
+	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "devhook webhooks list") {
+		t.Fatalf("listen --register with a corrupt webhooks.json: %v", err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != `{"http://x devhook-` {
+		t.Fatalf("the corrupt file was changed: %q", b)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/crypto/acme/autocert"
 
 	"github.com/devhook/devhook/boltrelay"
+	"github.com/devhook/devhook/lifecycle"
 	"github.com/devhook/devhook/natsrelay"
 	"github.com/devhook/devhook/relay"
 )
@@ -64,6 +65,9 @@ type relayOptions struct {
 
 	stdout io.Writer
 	stderr io.Writer
+	// listenTCP opens the relay's sockets; nil: net.Listen. Tests break
+	// a listener under the running relay.
+	listenTCP func(network, addr string) (net.Listener, error)
 }
 
 // newRelayCmd is the relay's group: the server (serve) and the tools
@@ -96,8 +100,11 @@ free space back to the disk. See docs/DEPLOY.md.`,
 	return cmd
 }
 
-func newRelayServeCmd() *cobra.Command {
-	o := &relayOptions{}
+func newRelayServeCmd() *cobra.Command { return newRelayServeCmdWith(&relayOptions{}) }
+
+// newRelayServeCmdWith is newRelayServeCmd on o, whose fields no flag sets
+// stay as a test gave them.
+func newRelayServeCmdWith(o *relayOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run a relay: public URLs for agents, deliveries streamed over WebSocket",
@@ -165,58 +172,60 @@ at any instance reaches the agent wherever it is connected. See docs/DEPLOY.md.`
 }
 
 func (o *relayOptions) run(ctx context.Context) error {
-	tlsMode := o.domain != "" || o.tlsCert != "" || o.tlsKey != ""
-	switch {
-	case o.domain != "" && (o.tlsCert != "" || o.tlsKey != ""):
-		return errors.New("--domain obtains certificates itself and --tls-cert/--tls-key use yours: choose one")
-	case (o.tlsCert == "") != (o.tlsKey == ""):
-		return errors.New("--tls-cert and --tls-key go together: give both files")
-	case o.maxConns < 1:
-		return fmt.Errorf("--max-conns must be at least 1, not %d", o.maxConns)
-	case o.openToken != "" && len(o.openToken) < relay.MinOpenToken:
-		return fmt.Errorf("the token to open channels (--open-token or DEVHOOK_RELAY_TOKEN) is %d bytes long: use at least %d, for example one made by: openssl rand -hex 16", len(o.openToken), relay.MinOpenToken)
-	}
-	quota, err := o.quota()
+	quota, err := o.check()
 	if err != nil {
 		return err
-	}
-	if o.domain != "" {
-		if err := validDomain(o.domain); err != nil {
-			return err
-		}
 	}
 	if err := ensureDir(o.dataDir); err != nil {
 		return err
 	}
+	// Stopped in the reverse order of adding: the servers, then the relay
+	// Server, its store (and NATS), and the sockets.
+	var g lifecycle.Group
+	if err := o.wire(ctx, &g, quota); err != nil {
+		return g.Abandon(err)
+	}
+	return g.Run(ctx)
+}
+
+// check refuses flags that do not go together, and returns the queue's
+// quota.
+func (o *relayOptions) check() (relay.Quota, error) {
+	switch {
+	case o.domain != "" && (o.tlsCert != "" || o.tlsKey != ""):
+		return relay.Quota{}, errors.New("--domain obtains certificates itself and --tls-cert/--tls-key use yours: choose one")
+	case (o.tlsCert == "") != (o.tlsKey == ""):
+		return relay.Quota{}, errors.New("--tls-cert and --tls-key go together: give both files")
+	case o.maxConns < 1:
+		return relay.Quota{}, fmt.Errorf("--max-conns must be at least 1, not %d", o.maxConns)
+	case o.openToken != "" && len(o.openToken) < relay.MinOpenToken:
+		return relay.Quota{}, fmt.Errorf("the token to open channels (--open-token or DEVHOOK_RELAY_TOKEN) is %d bytes long: use at least %d, for example one made by: openssl rand -hex 16", len(o.openToken), relay.MinOpenToken)
+	}
+	quota, err := o.quota()
+	if err != nil {
+		return quota, err
+	}
+	if o.domain != "" {
+		return quota, validDomain(o.domain)
+	}
+	return quota, nil
+}
+
+// wire opens the relay's sockets and store and makes its servers, adding
+// each to g.
+func (o *relayOptions) wire(ctx context.Context, g *lifecycle.Group, quota relay.Quota) error {
 	logger := log.New(o.stderr, "", log.LstdFlags)
 	ls, err := o.listen(logger)
 	if err != nil {
 		return err
 	}
-	defer ls.close()
+	g.Close("the relay's sockets", func() error { ls.close(); return nil }) // should they never serve
 	if o.domain != "" && o.publicURL == "" {
 		o.publicURL = publicURLFor(o.domain, ls.main.Addr().String())
 	}
-
-	var store relay.Store
-	var router relay.Router
-	var clusterLine string
-	if o.natsURLs != "" {
-		c, err := o.openCluster(ctx, logger)
-		if err != nil {
-			return err
-		}
-		defer c.close()
-		store, router = c.store, c.router
-		clusterLine = fmt.Sprintf("  cluster     NATS %s as instance %s; queue in JetStream",
-			c.nc.ConnectedUrlRedacted(), c.router.ID())
-	} else {
-		db, err := boltrelay.Open(filepath.Join(o.dataDir, "relay.db"), boltrelay.Config{Quota: quota})
-		if err != nil {
-			return err
-		}
-		defer db.Close()
-		store = db
+	store, router, clusterLine, err := o.openStore(ctx, g, logger, quota)
+	if err != nil {
+		return err
 	}
 	srv, err := relay.NewServer(relay.Config{
 		Store: store, Router: router, PublicURL: o.publicURL, MaxBody: o.maxBody, ResponseTimeout: o.timeout,
@@ -226,10 +235,61 @@ func (o *relayOptions) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
+	g.Close("the relay", srv.Close)
+	o.printStart(ls, clusterLine, quota)
+	if o.metricsAddr != "" {
+		mln, err := net.Listen("tcp", o.metricsAddr)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w (choose another with --metrics-addr)", o.metricsAddr, err)
+		}
+		fmt.Fprintf(o.stdout, "  metrics     http://%s/metrics\n", mln.Addr())
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", srv.Metrics())
+		mux.Handle("/healthz", srv)
+		g.Serve("the metrics server", newHTTPServer(mux), mln)
+	}
+	o.printSettings()
+	hs := newHTTPServer(srv)
+	hs.ErrorLog = logger // failed handshakes, certificates that could not be obtained
+	main := ls.main
+	if ls.tls != nil {
+		main = tls.NewListener(main, ls.tls.config)
+	}
+	// Deliveries are served by the IngressListener; the API, agents'
+	// WebSockets and TLS connections by hs.
+	serveRelay(g, "the relay's server", hs, srv, main, logger.Printf, 5*time.Second)
+	if ls.plain != nil {
+		g.Serve("the relay's plain HTTP server", newHTTPServer(ls.tls.httpHandler), ls.plain)
+	}
+	return nil
+}
 
+// openStore opens the relay's store: the cluster's on NATS with --nats
+// (and its router, and the line that says so), else the single relay's
+// in --data. g closes it after the relay Server.
+func (o *relayOptions) openStore(ctx context.Context, g *lifecycle.Group, logger *log.Logger, quota relay.Quota) (relay.Store, relay.Router, string, error) {
+	if o.natsURLs == "" {
+		db, err := boltrelay.Open(filepath.Join(o.dataDir, "relay.db"), boltrelay.Config{Quota: quota})
+		if err != nil {
+			return nil, nil, "", err
+		}
+		g.Close("the relay's store", db.Close)
+		return db, nil, "", nil
+	}
+	c, err := o.openCluster(ctx, logger)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	g.Close("the cluster's NATS connection", func() error { c.close(); return nil })
+	line := fmt.Sprintf("  cluster     NATS %s as instance %s; queue in JetStream",
+		c.nc.ConnectedUrlRedacted(), c.router.ID())
+	return c.store, c.router, line, nil
+}
+
+// printStart prints where the relay serves.
+func (o *relayOptions) printStart(ls *relayListeners, clusterLine string, quota relay.Quota) {
 	scheme := "http"
-	if tlsMode {
+	if ls.tls != nil {
 		scheme = "https"
 	}
 	fmt.Fprintf(o.stdout, "devhook relay on %s://%s\n", scheme, ls.main.Addr())
@@ -248,36 +308,6 @@ func (o *relayOptions) run(ctx context.Context) error {
 	if o.domain != "" {
 		fmt.Fprintf(o.stdout, "  certificate %s from %s (obtained at the first connection, renewed by itself)\n", o.domain, o.acmeDirectory)
 	}
-	var waits []func() error
-	if o.metricsAddr != "" {
-		mln, err := net.Listen("tcp", o.metricsAddr)
-		if err != nil {
-			return fmt.Errorf("listen on %s: %w (choose another with --metrics-addr)", o.metricsAddr, err)
-		}
-		fmt.Fprintf(o.stdout, "  metrics     http://%s/metrics\n", mln.Addr())
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", srv.Metrics())
-		mux.Handle("/healthz", srv)
-		waits = append(waits, serve(ctx, newHTTPServer(mux), mln))
-	}
-	o.printSettings()
-	hs := newHTTPServer(srv)
-	hs.ErrorLog = logger // failed handshakes, certificates that could not be obtained
-	main := ls.main
-	if ls.tls != nil {
-		main = tls.NewListener(main, ls.tls.config)
-	}
-	// Deliveries are served by the IngressListener; the API, agents'
-	// WebSockets and TLS connections by hs.
-	waits = append(waits, serveRelay(ctx, hs, srv, main, logger.Printf, 5*time.Second))
-	if ls.plain != nil {
-		waits = append(waits, serve(ctx, newHTTPServer(ls.tls.httpHandler), ls.plain))
-	}
-	var errs []error
-	for _, wait := range waits {
-		errs = append(errs, wait())
-	}
-	return errors.Join(errs...)
 }
 
 // quota is the queue's quota from the flags (0: the default), checked.
@@ -311,8 +341,12 @@ func (ls *relayListeners) close() {
 }
 
 func (o *relayOptions) listen(logger *log.Logger) (*relayListeners, error) {
+	listenTCP := o.listenTCP
+	if listenTCP == nil {
+		listenTCP = net.Listen
+	}
 	if o.domain == "" && o.tlsCert == "" {
-		ln, err := net.Listen("tcp", o.addr)
+		ln, err := listenTCP("tcp", o.addr)
 		if err != nil {
 			return nil, fmt.Errorf("listen on %s: %w (choose another with --addr)", o.addr, err)
 		}
@@ -324,13 +358,13 @@ func (o *relayOptions) listen(logger *log.Logger) (*relayListeners, error) {
 	if o.httpAddr != "" {
 		httpConns = max(1, o.maxConns/8)
 	}
-	ln, err := net.Listen("tcp", o.httpsAddr)
+	ln, err := listenTCP("tcp", o.httpsAddr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w (choose another with --https-addr; ports below 1024 need root or CAP_NET_BIND_SERVICE)", o.httpsAddr, err)
 	}
 	ls := &relayListeners{main: relay.LimitListener(ln, max(1, o.maxConns-httpConns))}
 	if o.httpAddr != "" {
-		pln, err := net.Listen("tcp", o.httpAddr)
+		pln, err := listenTCP("tcp", o.httpAddr)
 		if err != nil {
 			ln.Close()
 			return nil, fmt.Errorf("listen on %s: %w (choose another with --http-addr, or none with --http-addr \"\")", o.httpAddr, err)

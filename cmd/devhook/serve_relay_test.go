@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/devhook/devhook/boltrelay"
+	"github.com/devhook/devhook/lifecycle"
 	"github.com/devhook/devhook/relay"
 )
 
@@ -34,7 +35,10 @@ func TestServeRelay_StopQueuesWaitingDeliveries(t *testing.T) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	wait := serveRelay(ctx, newHTTPServer(srv), srv, ln, t.Logf, 300*time.Millisecond)
+	var g lifecycle.Group
+	serveRelay(&g, "the relay", newHTTPServer(srv), srv, ln, t.Logf, 300*time.Millisecond)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
 	base := "http://" + ln.Addr().String()
 
 	cr, err := srv.OpenChannel(nil)
@@ -86,13 +90,11 @@ func TestServeRelay_StopQueuesWaitingDeliveries(t *testing.T) {
 	<-received
 	<-received
 	stop()
-	done := make(chan error, 1)
-	go func() { done <- wait() }()
 	close(answer) // during the grace period
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Fatalf("wait: %v", err)
+			t.Fatalf("Run: %v", err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the relay did not stop")
