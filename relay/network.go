@@ -279,7 +279,9 @@ func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 // UnreachableError is the error of Open, Check and Dial when the relay
 // could not be reached: which relay, through which proxy, what happened
-// and what to check.
+// and what to check. It is not check.UnreachableError, which is about
+// the developer's handler: this one is about the relay and the network
+// (proxy, DNS, TLS) on the way to it.
 type UnreachableError struct {
 	Relay  string // the relay's URL, as given
 	Proxy  string // the proxy's URL without its password; "" for none

@@ -135,22 +135,10 @@ type Report struct {
 	Pass    bool             `json:"pass"`
 }
 
-// UnreachableError is returned when the first delivery gets no answer:
-// the handler is not there, and nothing else can be learnt.
-type UnreachableError struct {
-	URL string
-	Err error
-}
-
-func (e *UnreachableError) Error() string {
-	return fmt.Sprintf("cannot reach the handler at %s: %v (is it running, and is that its address?)", e.URL, e.Err)
-}
-
-func (e *UnreachableError) Unwrap() error { return e.Err }
-
 // Play sends s's deliveries to cfg.URL in order, each after its recorded
 // offset divided by Speed (measured from the first), and compares each
-// answer with cfg.Expect.
+// answer with cfg.Expect. When the first delivery gets no answer, the
+// error is a *check.UnreachableError and there is no report.
 func Play(ctx context.Context, s *Scenario, cfg Config) (*Report, error) {
 	base, err := url.Parse(cfg.URL)
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
@@ -211,7 +199,7 @@ func Play(ctx context.Context, s *Scenario, cfg Config) (*Report, error) {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			return nil, &UnreachableError{URL: cfg.URL, Err: errors.New(res.Error)}
+			return nil, &check.UnreachableError{URL: cfg.URL, Err: errors.New(res.Error)}
 		}
 		judge(&res, cfg, e, verifier, header, body)
 		if !res.Pass {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/agent"
+	"github.com/devhook/devhook/check"
 	"github.com/devhook/devhook/scenario"
 )
 
@@ -181,7 +182,7 @@ func (o *scenarioPlayOptions) run(ctx context.Context, file string, stdout, stde
 	}
 	cfg := scenario.Config{URL: target.String(), Secret: o.secret, Resign: o.resign, Speed: o.speed, NoWait: o.speed == 0, Expect: expect, Timeout: o.timeout}
 	rep, err := scenario.Play(ctx, s, cfg)
-	var unreachable *scenario.UnreachableError
+	var unreachable *check.UnreachableError
 	switch {
 	case errors.As(err, &unreachable):
 		return o.stopped(suite, "reach the handler", err)
