@@ -101,20 +101,25 @@ const (
 	maxIDLen = 200
 )
 
-var (
-	bucketMeta       = []byte("meta")
-	bucketDeliveries = []byte("deliveries")
-	bucketBodies     = []byte("bodies")
-	bucketSummaries  = []byte("summaries")
-	bucketAttempts   = []byte("attempts")
-	bucketRuns       = []byte("runs")
+// The names of the buckets and keys, converted to []byte where they are
+// used (the compiler does that without allocating).
+const (
+	bucketMeta       = "meta"
+	bucketDeliveries = "deliveries"
+	bucketBodies     = "bodies"
+	bucketSummaries  = "summaries"
+	bucketAttempts   = "attempts"
+	bucketRuns       = "runs"
 
-	allBuckets = [][]byte{bucketMeta, bucketDeliveries, bucketBodies, bucketSummaries,
-		bucketAttempts, bucketRuns}
-
-	keyVersion = []byte("version")
-	keyCount   = []byte("count")
+	keyVersion = "version"
+	keyCount   = "count"
 )
+
+// allBuckets are the buckets of the schema.
+func allBuckets() [][]byte {
+	return [][]byte{[]byte(bucketMeta), []byte(bucketDeliveries), []byte(bucketBodies), []byte(bucketSummaries),
+		[]byte(bucketAttempts), []byte(bucketRuns)}
+}
 
 // DB is a devhook bbolt file. Its methods are safe for concurrent use.
 type DB struct {
@@ -336,12 +341,12 @@ func (db *DB) init() error {
 			if _, err := checkSchema(tx, db.path); err != nil {
 				return err
 			}
-			for _, name := range allBuckets {
+			for _, name := range allBuckets() {
 				if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 					return err
 				}
 			}
-			return tx.Bucket(bucketMeta).Put(keyVersion, binary.BigEndian.AppendUint64(nil, schemaVersion))
+			return tx.Bucket([]byte(bucketMeta)).Put([]byte(keyVersion), binary.BigEndian.AppendUint64(nil, schemaVersion))
 		})
 	}
 	switch {
@@ -358,7 +363,7 @@ func (db *DB) init() error {
 // checkSchema checks that tx's file is a devhook store that this devhook
 // reads (or an empty bbolt file), and says whether it has every bucket.
 func checkSchema(tx *bolt.Tx, path string) (complete bool, err error) {
-	m := tx.Bucket(bucketMeta)
+	m := tx.Bucket([]byte(bucketMeta))
 	if m == nil {
 		empty := true
 		_ = tx.ForEach(func([]byte, *bolt.Bucket) error { empty = false; return nil })
@@ -367,14 +372,14 @@ func checkSchema(tx *bolt.Tx, path string) (complete bool, err error) {
 		}
 		return false, nil
 	}
-	v := m.Get(keyVersion)
+	v := m.Get([]byte(keyVersion))
 	if len(v) != 8 {
 		return false, errForeign
 	}
 	if n := binary.BigEndian.Uint64(v); n > schemaVersion {
 		return false, devhook.Errorf(devhook.EINVALID, "storage: %s was written by a newer devhook (schema %d, this one reads %d): upgrade devhook", path, n, schemaVersion)
 	}
-	for _, name := range allBuckets {
+	for _, name := range allBuckets() {
 		if tx.Bucket(name) == nil {
 			return false, nil
 		}
@@ -452,7 +457,7 @@ func (db *DB) Close() error {
 func (db *DB) Path() string { return db.path }
 
 func getCount(tx *bolt.Tx) int {
-	v := tx.Bucket(bucketMeta).Get(keyCount)
+	v := tx.Bucket([]byte(bucketMeta)).Get([]byte(keyCount))
 	if len(v) != 8 {
 		return 0
 	}
@@ -460,7 +465,7 @@ func getCount(tx *bolt.Tx) int {
 }
 
 func putCount(tx *bolt.Tx, n int) error {
-	return tx.Bucket(bucketMeta).Put(keyCount, binary.BigEndian.AppendUint64(nil, uint64(max(n, 0))))
+	return tx.Bucket([]byte(bucketMeta)).Put([]byte(keyCount), binary.BigEndian.AppendUint64(nil, uint64(max(n, 0))))
 }
 
 // Count returns the number of deliveries kept.
@@ -530,7 +535,7 @@ func (db *DB) pruneChunk() (removed int, more bool, err error) {
 				runID string
 			}
 			var victims []victim
-			c := tx.Bucket(bucketSummaries).Cursor()
+			c := tx.Bucket([]byte(bucketSummaries)).Cursor()
 			for k, v := c.First(); k != nil; k, v = c.Next() {
 				if len(victims) == pruneChunk {
 					more = true
@@ -566,18 +571,18 @@ func (db *DB) pruneChunk() (removed int, more bool, err error) {
 }
 
 func deleteDelivery(tx *bolt.Tx, id []byte, runID string) error {
-	for _, name := range [][]byte{bucketDeliveries, bucketBodies, bucketSummaries} {
+	for _, name := range [][]byte{[]byte(bucketDeliveries), []byte(bucketBodies), []byte(bucketSummaries)} {
 		if err := tx.Bucket(name).Delete(id); err != nil {
 			return err
 		}
 	}
-	checks := tx.Bucket(bucketChecks)
+	checks := tx.Bucket([]byte(bucketChecks))
 	if checks != nil {
 		if err := checks.Delete(id); err != nil {
 			return err
 		}
 	}
-	ab := tx.Bucket(bucketAttempts)
+	ab := tx.Bucket([]byte(bucketAttempts))
 	c := ab.Cursor()
 	prefix := attemptPrefix(id)
 	var keys [][]byte
@@ -595,7 +600,7 @@ func deleteDelivery(tx *bolt.Tx, id []byte, runID string) error {
 		}
 	}
 	if runID != "" {
-		if err := tx.Bucket(bucketRuns).Delete(runKey(runID, id)); err != nil {
+		if err := tx.Bucket([]byte(bucketRuns)).Delete(runKey(runID, id)); err != nil {
 			return err
 		}
 	}
