@@ -25,7 +25,7 @@ var testTeam = emulator.Team{ID: "team-one-id", Name: "Team One", Role: "admin"}
 func newService(t *testing.T) (*cloud.Client, *httptest.Server) {
 	t.Helper()
 	e, err := emulator.New(emulator.Config{APIKeys: []string{key}, QueueTime: 20 * time.Millisecond, RunTime: 20 * time.Millisecond,
-		RetryDelays: []time.Duration{}, Teams: []emulator.Team{testTeam, emulator.DefaultTeam}})
+		RetryDelays: []time.Duration{}, Teams: []emulator.Team{testTeam, emulator.DefaultTeam()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +267,7 @@ func TestResolveTeam(t *testing.T) {
 	tests := []struct{ in, want, err string }{
 		{"team-one-id", "team-one-id", ""},
 		{"team one", "team-one-id", ""},
-		{emulator.DefaultTeam.ID, emulator.DefaultTeam.ID, ""}, // a UUID needs no call
+		{emulator.DefaultTeam().ID, emulator.DefaultTeam().ID, ""}, // a UUID needs no call
 		{"Nobody", "", "Team One (team-one-id)"},
 	}
 	for _, tt := range tests {

@@ -36,7 +36,7 @@ type Config struct {
 	Speed float64
 	// NoWait sends each delivery as soon as the previous one is answered.
 	NoWait bool
-	// Expect is what each answer is compared with; default ExpectRecorded.
+	// Expect is what each answer is compared with; default ExpectRecorded().
 	Expect  Expect
 	Timeout time.Duration // per delivery; default DefaultTimeout
 	Client  *http.Client  // default: a client with Timeout that does not follow redirects
@@ -51,20 +51,21 @@ type Config struct {
 // Expect is what a played delivery's answer must be.
 type Expect struct {
 	// Class is 1 to 5 for "the status is Nxx"; Status, when not 0, is one
-	// status. Both zero: the class of the recorded status (ExpectRecorded).
+	// status. Both zero: the class of the recorded status (ExpectRecorded()).
 	Class  int
 	Status int
 }
 
-// ExpectRecorded is the default expectation: the recorded status's class.
-var ExpectRecorded = Expect{}
+// ExpectRecorded returns the default expectation, the zero Expect: the
+// recorded status's class.
+func ExpectRecorded() Expect { return Expect{} }
 
 // ParseExpect reads --expect: recorded, a class such as 2xx, or a status.
 func ParseExpect(s string) (Expect, error) {
 	s = strings.ToLower(strings.TrimSpace(s))
 	switch {
 	case s == "" || s == "recorded":
-		return ExpectRecorded, nil
+		return ExpectRecorded(), nil
 	case len(s) == 3 && strings.HasSuffix(s, "xx") && s[0] >= '1' && s[0] <= '5':
 		return Expect{Class: int(s[0] - '0')}, nil
 	}
