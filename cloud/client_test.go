@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/devhook/devhook/auth"
 	"github.com/devhook/devhook/cloud"
 	"github.com/devhook/devhook/emulator"
 )
@@ -79,7 +80,7 @@ func TestWebhooks(t *testing.T) {
 	}
 }
 
-// Each error answer becomes an APIError with the service's message and a
+// Each error answer becomes an *auth.HTTPError with the service's message and a
 // hint at what to do.
 func TestAPIErrors(t *testing.T) {
 	c, srv := newService(t)
@@ -118,9 +119,9 @@ func TestAPIErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.call()
-			var ae *cloud.APIError
+			var ae *auth.HTTPError
 			if !errors.As(err, &ae) {
-				t.Fatalf("error %v is not an APIError", err)
+				t.Fatalf("error %v is not an *auth.HTTPError", err)
 			}
 			if ae.Status != tt.status {
 				t.Errorf("status %d, want %d", ae.Status, tt.status)

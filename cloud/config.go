@@ -26,15 +26,15 @@ const (
 // Profile is one profile of the configuration file: the top-level keys
 // form the default one, named ones live under profiles:.
 type Profile struct {
-	APIKey      string `yaml:"apikey"`
-	Endpoint    string `yaml:"endpoint"`
+	APIKey   string `yaml:"apikey"`
+	Endpoint string `yaml:"endpoint"`
 	// AuthSession is nil when the profile has no auth_session key, so
 	// that an empty value (an error) is told from an absent one (the
 	// reserved name default).
 	AuthSession *string `yaml:"auth_session"`
-	SystemCerts bool   `yaml:"system_certs"`
-	SSODomain   string `yaml:"sso_domain"`
-	Team        string `yaml:"team"`
+	SystemCerts bool    `yaml:"system_certs"`
+	SSODomain   string  `yaml:"sso_domain"`
+	Team        string  `yaml:"team"`
 }
 
 // File is the configuration file, ~/.service/config.yaml.
