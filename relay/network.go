@@ -287,7 +287,12 @@ type UnreachableError struct {
 	Proxy  string // the proxy's URL without its password; "" for none
 	Reason string // what happened
 	Check  string // what to check
-	Err    error
+	// UnknownAuthority is set when the certificate the relay (or a proxy
+	// that inspects TLS) showed is signed by an authority this machine
+	// does not trust: a CA to trust (Network.TLS) is the fix, which the
+	// program that sets it names for its user.
+	UnknownAuthority bool
+	Err              error
 }
 
 func (e *UnreachableError) Error() string {
@@ -367,7 +372,8 @@ func unreachable(relayURL string, err error) error {
 		if unknown.Cert != nil {
 			e.Reason += " (" + unknown.Cert.Issuer.String() + ")"
 		}
-		e.Check = "A relay with a certificate of a private CA: trust that CA with --relay-ca FILE (a PEM file). A proxy that inspects TLS signs with its own CA: give that one"
+		e.Check = "A relay with a certificate of a private CA: trust that CA (a PEM file of its certificate). A proxy that inspects TLS signs with its own CA: trust that one"
+		e.UnknownAuthority = true
 	case errors.As(err, &badHost):
 		e.Reason = "its certificate is not for " + u.Hostname()
 		if badHost.Certificate != nil {

@@ -294,7 +294,7 @@ func openFile(path string, opts *bolt.Options) (*bolt.DB, error) {
 	b, err := openBolt(path, opts)
 	switch {
 	case errors.Is(err, berrors.ErrTimeout):
-		return nil, fmt.Errorf("storage: open %s: %w: another devhook may be using the --data directory %s; stop it or choose another --data directory: %w", path, ErrLocked, dir, err)
+		return nil, fmt.Errorf("storage: open %s: %w: another devhook may be using the data directory %s; stop it or choose another data directory: %w", path, ErrLocked, dir, err)
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrVersionMismatch),
 		errors.Is(err, berrors.ErrChecksum), errors.Is(err, errPanic):
 		return nil, corruptError(path, err)
