@@ -60,7 +60,8 @@ type Expect struct {
 // recorded status's class.
 func ExpectRecorded() Expect { return Expect{} }
 
-// ParseExpect reads --expect: recorded, a class such as 2xx, or a status.
+// ParseExpect reads an expectation as a user writes it: recorded, a class
+// such as 2xx, or a status.
 func ParseExpect(s string) (Expect, error) {
 	s = strings.ToLower(strings.TrimSpace(s))
 	switch {
@@ -71,7 +72,7 @@ func ParseExpect(s string) (Expect, error) {
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 100 || n > 999 {
-		return Expect{}, fmt.Errorf("--expect %q: give recorded, a class such as 2xx, or a status such as 204", s)
+		return Expect{}, fmt.Errorf("%q is not an expectation: give recorded, a class such as 2xx, or a status such as 204", s)
 	}
 	return Expect{Status: n}, nil
 }

@@ -67,3 +67,23 @@ func TestFlagAdvice_Replay(t *testing.T) {
 		t.Errorf("replay of a delivery never forwarded: %v", err)
 	}
 }
+
+func TestFlagAdvice_Scenario(t *testing.T) {
+	dir, _ := seedStore(t, "whsec_advice", time.Now(), 200)
+	inspect := closedAddr(t)
+	out := filepath.Join(t.TempDir(), "s.json")
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"scenario", "save", out, "--data", dir, "--inspect", inspect, "--last", "-1"}, "--last -1: give a number of deliveries, 1 or more"},
+		{[]string{"scenario", "save", out, "--data", dir, "--inspect", inspect, "--last", "1", "--redact", "data.x"}, `--redact: redaction path "data.x": a JSON path starts with $`},
+		{[]string{"scenario", "save", out, "--data", dir, "--inspect", inspect, "--run", "run-nothing-here"}, "no delivery of run run-nothing-here is recorded (devhook deliveries list --run-id run-nothing-here)"},
+		{[]string{"scenario", "play", "../../scenario/testdata/run.json", "--to", "127.0.0.1:9", "--expect", "sometimes"}, `--expect "sometimes" is not an expectation`},
+	} {
+		_, _, err := devhookCmd(t, tt.args...)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%v: %v, want %q", tt.args, err, tt.want)
+		}
+	}
+}
