@@ -174,6 +174,14 @@ var (
 	ErrInvalidGrant = errors.New("invalid_grant")
 	// ErrNotSignedIn: the session has no stored tokens.
 	ErrNotSignedIn = errors.New("not signed in")
+	// ErrNoEndSession: a forced sign-in needs the provider's
+	// end_session_endpoint, which its discovery document does not give.
+	ErrNoEndSession = errors.New("the identity provider's discovery document has no end_session_endpoint")
+	// ErrBrowser: Config.OpenBrowser failed; the error wraps its cause.
+	ErrBrowser = errors.New("cannot open the browser")
+	// ErrDiscovery: the provider's discovery document could not be
+	// fetched (and there is no fallback); the error wraps the cause.
+	ErrDiscovery = errors.New("cannot fetch the discovery document")
 )
 
 // ProviderError is an error the identity provider sent back to the
@@ -270,7 +278,7 @@ func (c *Client) discover(ctx context.Context) (Endpoints, error) {
 	req.Header.Set("Accept", "application/json")
 	resp, err := c.cfg.HTTPClient.Do(req)
 	if err != nil {
-		return Endpoints{}, fmt.Errorf("fetch the discovery document (check --oidc-discovery-url, and the certificates: %s=1 trusts the system's store): %w", EnvSystemCerts, err)
+		return Endpoints{}, fmt.Errorf("%w (check its URL, and the certificates: %s=1 trusts the system's store): %w", ErrDiscovery, EnvSystemCerts, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
