@@ -233,13 +233,13 @@ func New(cfg Config) (*Agent, error) {
 		cfg.Verify = VerifyReport
 	case VerifyReport, VerifyEnforce, VerifyOff:
 	default:
-		return nil, fmt.Errorf("agent: --verify must be report, enforce or off, not %q", cfg.Verify)
+		return nil, fmt.Errorf("agent: the signature check (Config.Verify) must be report, enforce or off, not %q", cfg.Verify)
 	}
 	a := &Agent{cfg: cfg, secret: cfg.Secret}
 	for _, f := range cfg.Forward {
 		u, err := ParseTarget(f)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("agent: forward target: %w", err)
 		}
 		a.targets = append(a.targets, u)
 	}
@@ -303,13 +303,14 @@ func NewClient(conns int, tlsConfig *tls.Config) *http.Client {
 	}
 }
 
-// ParseTarget turns a --forward value (localhost:8080, :8080, 8080,
-// http://host:port/base) into a URL.
+// ParseTarget turns a receiver's address (localhost:8080, :8080, 8080,
+// http://host:port/base), as a user gives it, into a URL. Its errors say
+// what is wrong with the address; the caller names where it came from.
 func ParseTarget(s string) (*url.URL, error) {
 	raw := strings.TrimSpace(s)
 	switch {
 	case raw == "":
-		return nil, errors.New("empty --forward target; give one such as localhost:8080")
+		return nil, errors.New("the receiver's address is empty; give one such as localhost:8080")
 	case strings.Trim(raw, "0123456789") == "":
 		raw = "http://localhost:" + raw
 	case strings.HasPrefix(raw, ":"):
@@ -319,7 +320,7 @@ func ParseTarget(s string) (*url.URL, error) {
 	}
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, fmt.Errorf("--forward %q is not a receiver address; use host:port or an http(s) URL", s)
+		return nil, fmt.Errorf("%q is not a receiver address; use host:port or an http(s) URL", s)
 	}
 	// The query is kept: each delivery's own query follows it
 	// (devhook.TargetURL).
@@ -365,7 +366,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return errors.New("agent: no relay or channel to connect to")
 	}
 	if len(a.targets) == 0 {
-		return errors.New("agent: no --forward target")
+		return errors.New("agent: no forward target (Config.Forward is empty)")
 	}
 	defer a.CloseIdleConnections() // the receiver's kept-alive connections
 	a.resume()

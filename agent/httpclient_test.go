@@ -69,11 +69,52 @@ type counted struct {
 	accepts  atomic.Int32
 	closes   atomic.Int32
 	requests atomic.Int32
+	closed   chan struct{} // one value for each connection closed (or hijacked)
+}
+
+// waitClosed waits, with a deadline, until the server has seen n more
+// of its connections closed.
+func (s *counted) waitClosed(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.After(10 * time.Second)
+	for range n {
+		select {
+		case <-s.closed:
+		case <-deadline:
+			t.Fatalf("the receiver's connection is still open (%d closed in all)", s.closes.Load())
+		}
+	}
+}
+
+// waitFor polls cond, which looks at something no event reports (what a
+// socket holds), until it is true or 10 s have passed.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10 s: %s", what)
+		}
+	}
+}
+
+// idleClosedByPeer reports whether every idle connection of a's pool sees
+// the receiver's close.
+func idleClosedByPeer(a *Agent) bool {
+	a.conns.mu.Lock()
+	defer a.conns.mu.Unlock()
+	for _, l := range a.conns.idle {
+		for _, c := range l {
+			if !c.closedByPeer() {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func newCounted(t *testing.T, h http.HandlerFunc) *counted {
 	t.Helper()
-	s := &counted{}
+	s := &counted{closed: make(chan struct{}, 1024)}
 	s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.requests.Add(1)
 		h(w, r)
@@ -84,6 +125,10 @@ func newCounted(t *testing.T, h http.HandlerFunc) *counted {
 			s.accepts.Add(1)
 		case http.StateClosed, http.StateHijacked:
 			s.closes.Add(1)
+			select {
+			case s.closed <- struct{}{}:
+			default: // nobody waits for that many
+			}
 		}
 	}
 	s.Start()
@@ -338,7 +383,10 @@ func TestDirectIdleConnectionClosedByReceiver(t *testing.T) {
 		t.Fatalf("first: %d %q", at.Status, at.Error)
 	}
 	s.CloseClientConnections() // closes the idle one
-	time.Sleep(50 * time.Millisecond)
+	s.waitClosed(t, 1)
+	if peekWorks { // the close has to reach the agent's side too
+		waitFor(t, "the agent does not see the receiver's close", func() bool { return idleClosedByPeer(a) })
+	}
 	if at := sendTo(context.Background(), a, "POST", s.URL, nil, []byte("2")); at.Status != 200 {
 		t.Fatalf("second: %d %q", at.Status, at.Error)
 	}
@@ -373,7 +421,7 @@ func TestDirectNoRetryOfARequestWrittenWhole(t *testing.T) {
 		}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var read, accepts atomic.Int32
+			var read, accepts, lastConn atomic.Int32
 			base := rawServer(t, func(n int, c net.Conn) {
 				accepts.Add(1)
 				br := bufio.NewReader(c)
@@ -390,6 +438,7 @@ func TestDirectNoRetryOfARequestWrittenWhole(t *testing.T) {
 					}
 					io.Copy(io.Discard, req.Body)
 					read.Add(1)
+					lastConn.Store(int32(n))
 					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 				}
 			})
@@ -401,13 +450,17 @@ func TestDirectNoRetryOfARequestWrittenWhole(t *testing.T) {
 			if at.Status != 0 || at.Error == "" {
 				t.Errorf("second: %d %q, want no answer and why", at.Status, at.Error)
 			}
-			time.Sleep(50 * time.Millisecond) // a retry would have arrived
-			if n, m := read.Load(), accepts.Load(); n != tc.wantRead || m != 1 {
-				t.Errorf("the receiver read %d requests on %d connections, want %d on 1", n, m, tc.wantRead)
-			}
 			// The next forward takes a new connection and goes through.
+			// The receiver answered it, so it has read it and every
+			// request sent before it: a retry of the second would have
+			// been read first, on the second connection (the third then
+			// on a third connection, or after it on the second).
 			if at := sendTo(context.Background(), a, "POST", base, nil, []byte("x")); at.Status != 200 {
 				t.Fatalf("third: %d %q", at.Status, at.Error)
+			}
+			if n, m, c := read.Load(), accepts.Load(), lastConn.Load(); n != tc.wantRead+1 || m != 2 || c != 2 {
+				t.Errorf("the receiver read %d requests on %d connections, the third on connection %d; want %d on 2, the third on the second",
+					n, m, c, tc.wantRead+1)
 			}
 		})
 	}
@@ -545,11 +598,31 @@ func TestDirectMaxResponse(t *testing.T) {
 // head or the body, with the words net/http's path used.
 func TestDirectTimeoutAndCancel(t *testing.T) {
 	release := make(chan struct{})
+	// arrived gets a request's X-Case when its handler holds it: in the
+	// body, once the agent has read past the head.
+	arrived := make(chan string, 16)
+	// streamed is more than the socket buffers of both sides hold, so
+	// that the handler has written it only once the agent reads the body.
+	const streamed = 64 << 20
 	s := newCounted(t, func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/body" {
+		switch r.URL.Path {
+		case "/body":
 			w.WriteHeader(200)
 			w.Write([]byte("part"))
 			w.(http.Flusher).Flush()
+		case "/stream":
+			w.WriteHeader(200)
+			chunk := bytes.Repeat([]byte("y"), 64<<10)
+			for n := 0; n < streamed; n += len(chunk) {
+				if _, err := w.Write(chunk); err != nil {
+					return
+				}
+			}
+			w.(http.Flusher).Flush()
+		}
+		select {
+		case arrived <- r.Header.Get("X-Case"):
+		default:
 		}
 		select {
 		case <-release:
@@ -566,21 +639,45 @@ func TestDirectTimeoutAndCancel(t *testing.T) {
 		{"timeout", "/", false, 0, "timeout: the receiver did not answer in time"},
 		{"timeout in the body", "/body", false, 200, "reading the receiver's answer: context deadline exceeded"},
 		{"cancel", "/", true, 0, "canceled: devhook is stopping"},
-		{"cancel in the body", "/body", true, 200, "reading the receiver's answer: context canceled"},
+		{"cancel in the body", "/stream", true, 200, "reading the receiver's answer: context canceled"},
 	} {
 		for _, viaNetHTTP := range []bool{true, false} {
 			timeout := 150 * time.Millisecond
 			if tc.cancel {
 				timeout = 10 * time.Second
 			}
-			a := testAgent(t, viaNetHTTP, func(c *Config) { c.ForwardTimeout = timeout })
+			a := testAgent(t, viaNetHTTP, func(c *Config) {
+				c.ForwardTimeout = timeout
+				c.MaxResponse = 2 * streamed
+			})
 			ctx, cancel := context.WithCancel(context.Background())
+			var header http.Header
+			canceller := make(chan struct{})
 			if tc.cancel {
-				time.AfterFunc(150*time.Millisecond, cancel)
+				// Cancel once the receiver holds the request.
+				id := fmt.Sprintf("%s, net/http %v", tc.name, viaNetHTTP)
+				header = http.Header{"X-Case": {id}}
+				go func() {
+					defer close(canceller)
+					for {
+						select {
+						case got := <-arrived:
+							if got == id {
+								cancel()
+								return
+							}
+						case <-ctx.Done():
+							return
+						}
+					}
+				}()
+			} else {
+				close(canceller)
 			}
 			start := time.Now()
-			at := sendTo(ctx, a, "POST", s.URL+tc.path, nil, []byte("x"))
+			at := sendTo(ctx, a, "POST", s.URL+tc.path, header, []byte("x"))
 			cancel()
+			<-canceller
 			if took := time.Since(start); took > 5*time.Second {
 				t.Errorf("%s, net/http %v: took %s", tc.name, viaNetHTTP, took)
 			}
@@ -668,11 +765,7 @@ func TestDirectCloseIdleConnections(t *testing.T) {
 		t.Fatalf("%d %q, %d idle", at.Status, at.Error, a.conns.count())
 	}
 	a.CloseIdleConnections()
-	for deadline := time.Now().Add(10 * time.Second); s.closes.Load() == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the receiver's connection is still open")
-		}
-	}
+	s.waitClosed(t, 1)
 	if at := sendTo(context.Background(), a, "GET", s.URL, nil, nil); at.Status != 200 {
 		t.Errorf("after closing: %d %q", at.Status, at.Error)
 	}
@@ -682,6 +775,8 @@ func TestDirectCloseIdleConnections(t *testing.T) {
 // make it unusable.
 func TestDirectUnsolicitedBytes(t *testing.T) {
 	var accepts atomic.Int32
+	answered := make(chan struct{}) // the test has the answer: the 408 may go
+	sent := make(chan struct{})     // the 408 is written
 	base := rawServer(t, func(n int, c net.Conn) {
 		accepts.Add(1)
 		br := bufio.NewReader(c)
@@ -691,8 +786,13 @@ func TestDirectUnsolicitedBytes(t *testing.T) {
 		}
 		io.Copy(io.Discard, req.Body)
 		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case <-answered: // the connection is idle in the agent's pool
+		case <-time.After(10 * time.Second):
+			return
+		}
 		io.WriteString(c, "HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\n\r\n")
+		sent <- struct{}{}
 		io.Copy(io.Discard, br)
 	})
 	a := testAgent(t, false, nil)
@@ -700,7 +800,11 @@ func TestDirectUnsolicitedBytes(t *testing.T) {
 		if at := sendTo(context.Background(), a, "GET", base, nil, nil); at.Status != 200 {
 			t.Fatalf("forward %d: %d %q", i, at.Status, at.Error)
 		}
-		time.Sleep(100 * time.Millisecond)
+		answered <- struct{}{}
+		<-sent
+		if peekWorks { // the bytes have to reach the agent's side too
+			waitFor(t, "the agent does not see the unasked bytes", func() bool { return idleClosedByPeer(a) })
+		}
 	}
 	if n := accepts.Load(); n != 2 {
 		t.Errorf("%d connections, want 2", n)
@@ -735,9 +839,14 @@ func TestClosedByPeer(t *testing.T) {
 			t.Fatal(err)
 		}
 		tc.server(sc)
-		time.Sleep(50 * time.Millisecond)
-		if got := c.closedByPeer(); got != tc.closed && peekWorks {
-			t.Errorf("%s: closedByPeer %v, want %v", tc.name, got, tc.closed)
+		switch {
+		case !peekWorks:
+		case tc.closed: // what the receiver did has to reach this side
+			waitFor(t, tc.name+": closedByPeer is still false", c.closedByPeer)
+		default: // an open connection: closedByPeer answers at once
+			if c.closedByPeer() {
+				t.Errorf("%s: closedByPeer true, want false", tc.name)
+			}
 		}
 		c.close()
 		sc.Close()

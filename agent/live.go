@@ -151,7 +151,7 @@ func answered(d *devhook.Delivery) *devhook.Attempt {
 
 func (a *Agent) verify(d *devhook.Delivery) devhook.Verdict {
 	if a.cfg.Verify == VerifyOff {
-		return devhook.Verdict{Result: devhook.VerdictUnchecked, Reason: "verification is off (--verify off)"}
+		return devhook.Verdict{Result: devhook.VerdictUnchecked, Reason: "verification is off"}
 	}
 	now := a.cfg.Now
 	if d.Queued && !d.ReceivedAt.IsZero() {

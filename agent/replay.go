@@ -20,21 +20,21 @@ func (a *Agent) Replay(ctx context.Context, id string, opt devhook.ReplayOptions
 		resign = *opt.Resign
 	}
 	if resign && !a.SecretKnown() {
-		return devhook.Attempt{}, devhook.Errorf(devhook.EINVALID, "cannot re-sign: no signing secret is known (pass --secret)")
+		return devhook.Attempt{}, devhook.Errorf(devhook.EINVALID, "cannot re-sign: no signing secret is known")
 	}
 	var target *url.URL
 	to := ""
 	switch {
 	case opt.To != "":
 		if target, err = ParseTarget(opt.To); err != nil {
-			return devhook.Attempt{}, devhook.Errorf(devhook.EINVALID, "%v", err)
+			return devhook.Attempt{}, devhook.Errorf(devhook.EINVALID, "replay target: %v", err)
 		}
 	case len(a.targets) > 0:
 		target = a.targets[0]
 	case d.LastAttempt() != nil && d.LastAttempt().Target != "":
 		to = d.LastAttempt().Target // offline replay: where it went last time
 	default:
-		return devhook.Attempt{}, devhook.Errorf(devhook.EINVALID, "nowhere to replay delivery %s to: give a target (--to URL)", id)
+		return devhook.Attempt{}, devhook.Errorf(devhook.EINVALID, "nowhere to replay delivery %s to: it was never forwarded and no target is given", id)
 	}
 	var req *devhook.Request
 	if opt.Header != nil || opt.HasBody {

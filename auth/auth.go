@@ -174,6 +174,14 @@ var (
 	ErrInvalidGrant = errors.New("invalid_grant")
 	// ErrNotSignedIn: the session has no stored tokens.
 	ErrNotSignedIn = errors.New("not signed in")
+	// ErrNoEndSession: a forced sign-in needs the provider's
+	// end_session_endpoint, which its discovery document does not give.
+	ErrNoEndSession = errors.New("the identity provider's discovery document has no end_session_endpoint")
+	// ErrBrowser: Config.OpenBrowser failed; the error wraps its cause.
+	ErrBrowser = errors.New("cannot open the browser")
+	// ErrDiscovery: the provider's discovery document could not be
+	// fetched (and there is no fallback); the error wraps the cause.
+	ErrDiscovery = errors.New("cannot fetch the discovery document")
 )
 
 // ProviderError is an error the identity provider sent back to the
@@ -193,21 +201,40 @@ func (e *ProviderError) Error() string {
 	return s
 }
 
-// HTTPError is a non-2xx answer of the token endpoint, the organization or
-// the single sign-on call.
+// HTTPError is an answer other than 2xx from the service or its identity
+// provider: the token endpoint, the discovery document, the single
+// sign-on check, and every call of the service's API (package cloud).
+// It is the one type for the idea, here because auth is the lowest
+// package that meets such answers (cloud imports auth), and because
+// ErrInvalidGrant, which it matches, is an OAuth idea.
 type HTTPError struct {
-	Op     string // what was being done, such as "exchange the code for tokens"
-	URL    string
+	// Op is what was being done, such as "exchange the code for tokens";
+	// "" for a call of the service's API, which Method and URL name.
+	Op     string
+	Method string // the request's method, with Op ""
+	URL    string // the URL (or, for an API call, the path) that answered
 	Status int
-	Body   string
+	// Message is the answer's message: the service's {"error": …}, or the
+	// body's text (compacted when it is JSON).
+	Message string
 	// Code is the OAuth error code of a token endpoint answer, if any.
 	Code string
+	// Hint says what to do, when there is something to say.
+	Hint string
 }
 
 func (e *HTTPError) Error() string {
-	s := fmt.Sprintf("%s: %s answered %d %s", e.Op, e.URL, e.Status, http.StatusText(e.Status))
-	if e.Body != "" {
-		s += ": " + e.Body
+	var s string
+	if e.Op != "" {
+		s = fmt.Sprintf("%s: %s answered %d %s", e.Op, e.URL, e.Status, http.StatusText(e.Status))
+	} else {
+		s = fmt.Sprintf("%s %s: %d %s", e.Method, e.URL, e.Status, http.StatusText(e.Status))
+	}
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	if e.Hint != "" {
+		s += " (" + e.Hint + ")"
 	}
 	return s
 }
@@ -251,7 +278,7 @@ func (c *Client) discover(ctx context.Context) (Endpoints, error) {
 	req.Header.Set("Accept", "application/json")
 	resp, err := c.cfg.HTTPClient.Do(req)
 	if err != nil {
-		return Endpoints{}, fmt.Errorf("fetch the discovery document (check --oidc-discovery-url, and the certificates: %s=1 trusts the system's store): %w", EnvSystemCerts, err)
+		return Endpoints{}, fmt.Errorf("%w (check its URL, and the certificates: %s=1 trusts the system's store): %w", ErrDiscovery, EnvSystemCerts, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
@@ -259,7 +286,7 @@ func (c *Client) discover(ctx context.Context) (Endpoints, error) {
 		return Endpoints{}, fmt.Errorf("read the discovery document %s: %w", c.cfg.DiscoveryURL, err)
 	}
 	if resp.StatusCode/100 != 2 {
-		return Endpoints{}, &HTTPError{Op: "fetch the discovery document", URL: c.cfg.DiscoveryURL, Status: resp.StatusCode, Body: compactJSON(b)}
+		return Endpoints{}, &HTTPError{Op: "fetch the discovery document", URL: c.cfg.DiscoveryURL, Status: resp.StatusCode, Message: compactJSON(b)}
 	}
 	var e Endpoints
 	if err := json.Unmarshal(b, &e); err != nil {

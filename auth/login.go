@@ -45,7 +45,7 @@ func (c *Client) Login(ctx context.Context, opts LoginOptions) (*Tokens, error) 
 		return nil, fmt.Errorf("sign in: %w", err)
 	}
 	if opts.Force && e.EndSession == "" {
-		return nil, fmt.Errorf("sign in with force: the identity provider's discovery document has no end_session_endpoint; sign out in the browser, then run devhook login without --force")
+		return nil, fmt.Errorf("sign in with force: %w; sign out in the browser, then sign in without forcing", ErrNoEndSession)
 	}
 	verifier, err := c.random(32)
 	if err != nil {
@@ -95,7 +95,7 @@ func (c *Client) Login(ctx context.Context, opts LoginOptions) (*Tokens, error) 
 	wctx, cancel := context.WithTimeout(ctx, c.cfg.BrowserTimeout)
 	defer cancel()
 	if err := c.cfg.OpenBrowser(wctx, browseTo); err != nil {
-		return nil, fmt.Errorf("open the browser at the sign-in page (use --no-browser and open the printed URL yourself): %w", err)
+		return nil, fmt.Errorf("%w at the sign-in page: %w", ErrBrowser, err)
 	}
 	var res callback
 	select {
@@ -104,7 +104,7 @@ func (c *Client) Login(ctx context.Context, opts LoginOptions) (*Tokens, error) 
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("sign in: %w", ctx.Err())
 		}
-		return nil, fmt.Errorf("%w: the browser did not come back to %s within %s; run devhook login again (with --no-browser to open the URL yourself)", ErrTimeout, redirectURI, c.cfg.BrowserTimeout)
+		return nil, fmt.Errorf("%w: the browser did not come back to %s within %s", ErrTimeout, redirectURI, c.cfg.BrowserTimeout)
 	}
 	if res.err != nil {
 		return nil, res.err

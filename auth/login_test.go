@@ -305,8 +305,9 @@ func TestLoginErrors(t *testing.T) {
 		{
 			name: "timeout", follow: false, timeout: 50 * time.Millisecond,
 			check: func(t *testing.T, err error) {
-				if !errors.Is(err, auth.ErrTimeout) || !strings.Contains(err.Error(), "devhook login") {
-					t.Errorf("err = %v, want ErrTimeout saying what to do", err)
+				// What to do (run devhook login again) is the command's to say.
+				if !errors.Is(err, auth.ErrTimeout) || !strings.Contains(err.Error(), "did not come back") {
+					t.Errorf("err = %v, want ErrTimeout saying what happened", err)
 				}
 			},
 		},

@@ -80,7 +80,7 @@ func CheckSSO(ctx context.Context, hc *http.Client, endpoint, domain string) (SS
 		return out, fmt.Errorf("check single sign-on for %s: reading the answer: %w", domain, err)
 	}
 	if resp.StatusCode/100 != 2 {
-		return out, &HTTPError{Op: "check single sign-on for " + domain, URL: u.String(), Status: resp.StatusCode, Body: compactJSON(b)}
+		return out, &HTTPError{Op: "check single sign-on for " + domain, URL: u.String(), Status: resp.StatusCode, Message: compactJSON(b)}
 	}
 	var m struct {
 		DomainIdentifier string `json:"domain_identifier"`

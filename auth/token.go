@@ -37,7 +37,7 @@ func (c *Client) tokenRequest(ctx context.Context, op, tokenURL string, form url
 	}
 	fields, perr := tokenFields(resp.Header.Get("Content-Type"), b)
 	if resp.StatusCode/100 != 2 {
-		he := &HTTPError{Op: op, URL: tokenURL, Status: resp.StatusCode, Body: compactJSON(b)}
+		he := &HTTPError{Op: op, URL: tokenURL, Status: resp.StatusCode, Message: compactJSON(b)}
 		if perr == nil {
 			var code string
 			if json.Unmarshal(fields["error"], &code) == nil {

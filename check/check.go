@@ -132,7 +132,10 @@ type Report struct {
 }
 
 // UnreachableError is returned when the handler gives no answer to the
-// first case: nothing else can be learnt.
+// first request (Run's first case, scenario.Play's first delivery): the
+// handler is not there, and nothing else can be learnt. It is about the
+// developer's handler; relay.UnreachableError is another idea (the relay,
+// reached through a proxy, with what to check).
 type UnreachableError struct {
 	URL string
 	Err error

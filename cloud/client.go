@@ -6,7 +6,7 @@
 //	c, err := cloud.New(cloud.Config{Endpoint: "http://127.0.0.1:4010", Credentials: cloud.APIKey("key")})
 //	hooks, err := c.ListWebhooks(ctx)
 //
-// Every call has a timeout. An answer other than 2xx is an *APIError with
+// Every call has a timeout. An answer other than 2xx is an *auth.HTTPError with
 // the status, the service's message and a hint at what to do; a call that
 // gets no answer is an error naming the address.
 package cloud
@@ -23,6 +23,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/devhook/devhook/auth"
 )
 
 // DefaultTimeout bounds each call when Config.Timeout is zero.
@@ -141,36 +143,15 @@ func IsLoopbackHost(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// APIError is an answer other than 2xx.
-type APIError struct {
-	Method, URL string
-	Status      int
-	// Message is the service's {"error": …}, or the body's text.
-	Message string
-	// Hint says what to do, when there is something to say.
-	Hint string
-}
-
-func (e *APIError) Error() string {
-	s := fmt.Sprintf("%s %s: %d %s", e.Method, e.URL, e.Status, http.StatusText(e.Status))
-	if e.Message != "" {
-		s += ": " + e.Message
-	}
-	if e.Hint != "" {
-		s += " (" + e.Hint + ")"
-	}
-	return s
-}
-
 // IsNotFound reports whether err is a 404 answer.
 func IsNotFound(err error) bool {
-	var ae *APIError
+	var ae *auth.HTTPError
 	return errors.As(err, &ae) && ae.Status == http.StatusNotFound
 }
 
 // IsConflict reports whether err is a 409 answer.
 func IsConflict(err error) bool {
-	var ae *APIError
+	var ae *auth.HTTPError
 	return errors.As(err, &ae) && ae.Status == http.StatusConflict
 }
 
@@ -242,8 +223,8 @@ func (c *Client) do(ctx context.Context, method, p string, query url.Values, in 
 	return json.RawMessage(b), nil
 }
 
-func (c *Client) apiError(method, p string, status int, body []byte) *APIError {
-	e := &APIError{Method: method, URL: p, Status: status}
+func (c *Client) apiError(method, p string, status int, body []byte) *auth.HTTPError {
+	e := &auth.HTTPError{Method: method, URL: p, Status: status}
 	var m struct {
 		Error   any    `json:"error"`
 		Message string `json:"message"`

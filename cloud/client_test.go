@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/devhook/devhook/auth"
 	"github.com/devhook/devhook/cloud"
 	"github.com/devhook/devhook/emulator"
 )
@@ -25,7 +26,7 @@ var testTeam = emulator.Team{ID: "team-one-id", Name: "Team One", Role: "admin"}
 func newService(t *testing.T) (*cloud.Client, *httptest.Server) {
 	t.Helper()
 	e, err := emulator.New(emulator.Config{APIKeys: []string{key}, QueueTime: 20 * time.Millisecond, RunTime: 20 * time.Millisecond,
-		RetryDelays: []time.Duration{}, Teams: []emulator.Team{testTeam, emulator.DefaultTeam}})
+		RetryDelays: []time.Duration{}, Teams: []emulator.Team{testTeam, emulator.DefaultTeam()}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func TestWebhooks(t *testing.T) {
 	}
 }
 
-// Each error answer becomes an APIError with the service's message and a
+// Each error answer becomes an *auth.HTTPError with the service's message and a
 // hint at what to do.
 func TestAPIErrors(t *testing.T) {
 	c, srv := newService(t)
@@ -118,9 +119,9 @@ func TestAPIErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.call()
-			var ae *cloud.APIError
+			var ae *auth.HTTPError
 			if !errors.As(err, &ae) {
-				t.Fatalf("error %v is not an APIError", err)
+				t.Fatalf("error %v is not an *auth.HTTPError", err)
 			}
 			if ae.Status != tt.status {
 				t.Errorf("status %d, want %d", ae.Status, tt.status)
@@ -267,7 +268,7 @@ func TestResolveTeam(t *testing.T) {
 	tests := []struct{ in, want, err string }{
 		{"team-one-id", "team-one-id", ""},
 		{"team one", "team-one-id", ""},
-		{emulator.DefaultTeam.ID, emulator.DefaultTeam.ID, ""}, // a UUID needs no call
+		{emulator.DefaultTeam().ID, emulator.DefaultTeam().ID, ""}, // a UUID needs no call
 		{"Nobody", "", "Team One (team-one-id)"},
 	}
 	for _, tt := range tests {

@@ -371,7 +371,7 @@ func TestInterfaceRecords(t *testing.T) {
 		}},
 		"Error body": {raws: [][]byte{notFound}, check: func(t *testing.T) {
 			_, err := c.GetApplication(ctx, "nope")
-			var ae *cloud.APIError
+			var ae *auth.HTTPError
 			if !errors.As(err, &ae) || ae.Status != 404 || !strings.Contains(ae.Message, "nope") {
 				t.Errorf("the client read %v from %s", err, notFound)
 			}

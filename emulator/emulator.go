@@ -68,9 +68,11 @@ const (
 	UserAgent = "service-webhooks/1"
 )
 
-// DefaultRetryDelays are the waits before the second, third and fourth
-// attempt of a failed delivery.
-var DefaultRetryDelays = []time.Duration{time.Second, 5 * time.Second, 25 * time.Second}
+// DefaultRetryDelays returns the waits before the second, third and fourth
+// attempt of a failed delivery (a new slice each call).
+func DefaultRetryDelays() []time.Duration {
+	return []time.Duration{time.Second, 5 * time.Second, 25 * time.Second}
+}
 
 // Team is an organization record, as GET /v1/internal/me/organization
 // returns it. Its ID is what callers put in the service-account header.
@@ -81,11 +83,13 @@ type Team struct {
 	PendingInvite bool   `json:"pending_invite"`
 }
 
-// DefaultTeam is the one team of the signed-in user when Config.Teams is nil.
-// Its id is fixed so that state kept with --data survives restarts.
-var DefaultTeam = Team{
-	ID:   uuid.NewSHA1(uuid.NameSpaceURL, []byte("devhook-emulator-team")).String(),
-	Name: "Devhook Team", Role: "admin",
+// DefaultTeam returns the one team of the signed-in user when Config.Teams
+// is nil. Its id is fixed so that state kept with --data survives restarts.
+func DefaultTeam() Team {
+	return Team{
+		ID:   uuid.NewSHA1(uuid.NameSpaceURL, []byte("devhook-emulator-team")).String(),
+		Name: "Devhook Team", Role: "admin",
+	}
 }
 
 // Config configures an Emulator. Zero values mean defaults.
@@ -93,7 +97,8 @@ type Config struct {
 	// APIKeys are the accepted API keys; each has its own account. When
 	// empty, New generates one (see Emulator.APIKeys).
 	APIKeys []string
-	// Teams are the signed-in user's organizations; nil means [DefaultTeam].
+	// Teams are the signed-in user's organizations; nil means the one team
+	// DefaultTeam returns.
 	// Any credential may act for a team with the service-account header.
 	Teams []Team
 	// SSODomains maps an e-mail domain to its domain_identifier; nil means
@@ -106,7 +111,7 @@ type Config struct {
 
 	Now            func() time.Time // nil = time.Now
 	Rand           io.Reader        // secrets, codes and tokens; nil = crypto/rand
-	RetryDelays    []time.Duration  // nil = DefaultRetryDelays; empty non-nil = no retries
+	RetryDelays    []time.Duration  // nil = DefaultRetryDelays(); empty non-nil = no retries
 	AttemptTimeout time.Duration    // per delivery attempt; 0 = DefaultAttemptTimeout
 	QueueTime      time.Duration    // run created → running; 0 = DefaultQueueTime
 	RunTime        time.Duration    // running → succeeded; 0 = DefaultRunTime
@@ -203,7 +208,7 @@ func New(cfg Config) (*Emulator, error) {
 		cfg.Rand = rand.Reader
 	}
 	if cfg.RetryDelays == nil {
-		cfg.RetryDelays = DefaultRetryDelays
+		cfg.RetryDelays = DefaultRetryDelays()
 	}
 	for _, d := range cfg.RetryDelays {
 		if d < 0 {
@@ -250,7 +255,7 @@ func New(cfg Config) (*Emulator, error) {
 		}
 	}
 	if cfg.Teams == nil {
-		cfg.Teams = []Team{DefaultTeam}
+		cfg.Teams = []Team{DefaultTeam()}
 	}
 	cfg.Teams = append([]Team(nil), cfg.Teams...) // the caller's slice and map stay theirs
 	cfg.APIKeys = append([]string(nil), cfg.APIKeys...)

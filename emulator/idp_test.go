@@ -381,7 +381,7 @@ func TestOrganizationsAndSSO(t *testing.T) {
 	// The default: one team.
 	var def []emulator.Team
 	newEnv(t, testConfig()).do("GET", "/v1/internal/me/organization", nil, 200, &def)
-	if len(def) != 1 || def[0] != emulator.DefaultTeam {
+	if len(def) != 1 || def[0] != emulator.DefaultTeam() {
 		t.Errorf("default organizations %+v", def)
 	}
 	status, _, b := v.request(testKey, "POST", "/v1/internal/me/organization", nil)

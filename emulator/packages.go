@@ -34,11 +34,22 @@ import (
 // maxPackageEntries bounds the entries of one package.
 const maxPackageEntries = 100_000
 
-// Executables, by executable_type.
-var executables = map[string]string{"python": "main.py", "go": "main", "java": "main.jar"}
+// executable returns the executable of an executable_type, and whether
+// there is such a type.
+func executable(typ string) (string, bool) {
+	switch typ {
+	case "python":
+		return "main.py", true
+	case "go":
+		return "main", true
+	case "java":
+		return "main.jar", true
+	}
+	return "", false
+}
 
 // executableTypes lists the executable types in a stable order.
-var executableTypes = []string{"python", "go", "java"}
+func executableTypes() []string { return []string{"python", "go", "java"} }
 
 type packageStore struct {
 	root string
@@ -215,8 +226,8 @@ func unpack(r io.Reader, dir string, maxUnpacked int64, info *packageInfo) error
 				return errorf(http.StatusBadRequest, "the package's file %q is cut short: %v", hdr.Name, err)
 			}
 			info.Files++
-			for _, exe := range executableTypes {
-				if name == executables[exe] && !info.has(name) {
+			for _, typ := range executableTypes() {
+				if exe, _ := executable(typ); name == exe && !info.has(name) {
 					info.Executables = append(info.Executables, name)
 				}
 			}

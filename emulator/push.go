@@ -144,7 +144,7 @@ func (e *Emulator) activateBinary(w http.ResponseWriter, r *http.Request, c *cal
 		return errorf(http.StatusBadRequest, `missing field: requirements; send {"requirements": {"executable_type": "python"|"go"|"java", "runtime": "<image>"}}`)
 	}
 	typ := in.Requirements.ExecutableType
-	exe, ok := executables[typ]
+	exe, ok := executable(typ)
 	if !ok {
 		return errorf(http.StatusBadRequest, "requirements.executable_type %q is not one of python, go and java", typ)
 	}

@@ -18,7 +18,8 @@ import (
 // creates) and devint, as the service creates them; a run may name either.
 const defaultInstance = "latest"
 
-var instances = []string{defaultInstance, "devint"}
+// instances returns the instances of every application.
+func instances() []string { return []string{defaultInstance, "devint"} }
 
 // Run states (status_v2). A run goes queued → running → succeeded, or
 // failed when it executes a pushed application that fails (exec.go); PATCH
@@ -135,13 +136,13 @@ func instanceOf(r *http.Request, c *call) (string, error) {
 	if instance == "" {
 		return defaultInstance, nil
 	}
-	for _, i := range instances {
+	for _, i := range instances() {
 		if i == instance {
 			return instance, nil
 		}
 	}
 	return "", errorf(http.StatusNotFound, "application %q has no instance %q; its instances are %s",
-		c.args["application_id"], instance, strings.Join(instances, " and "))
+		c.args["application_id"], instance, strings.Join(instances(), " and "))
 }
 
 // startRun answers 201 with the run record plus run_id, the field the

@@ -138,7 +138,10 @@ const (
 	bucketMeta           = "meta"
 )
 
-var buckets = []string{bucketWebhooks, bucketConvs, bucketApps, bucketRuns, bucketTokens, bucketUploads, bucketPackageUploads, bucketMeta}
+// buckets returns the buckets of the emulator's file.
+func buckets() []string {
+	return []string{bucketWebhooks, bucketConvs, bucketApps, bucketRuns, bucketTokens, bucketUploads, bucketPackageUploads, bucketMeta}
+}
 
 type boltStore struct{ db *bolt.DB }
 
@@ -152,7 +155,7 @@ func openBolt(dir string) (*boltStore, error) {
 		return nil, fmt.Errorf("emulator: opening %s (is another emulator using it?): %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range buckets {
+		for _, b := range buckets() {
 			if _, err := tx.CreateBucketIfNotExists([]byte(b)); err != nil {
 				return err
 			}

@@ -9,6 +9,9 @@ import (
 	"github.com/devhook/devhook"
 )
 
+// recentRuns is how many of the newest deliveries /api/runs groups.
+const recentRuns = 1000
+
 // RunSteps is the order of a successful run's status_v2 values.
 func RunSteps() []string { return []string{"queued", "running", "succeeded"} }
 

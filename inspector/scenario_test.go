@@ -175,7 +175,7 @@ func TestScenarioDownloadErrors(t *testing.T) {
 		{"run_id=run-nope", http.StatusNotFound, "no delivery of run run-nope is stored"},
 		{"id=" + run[0].ID + "&id=0190aaaa-0000-7000-8000-000000000000", http.StatusNotFound, `delivery "0190aaaa-0000-7000-8000-000000000000" not found`},
 		{"id=nope", http.StatusNotFound, `delivery "nope" not found`},
-		{"run_id=run-save&redact=data.run_id", http.StatusBadRequest, `--redact "data.run_id": a JSON path starts with $`},
+		{"run_id=run-save&redact=data.run_id", http.StatusBadRequest, `redaction path "data.run_id": a JSON path starts with $`},
 		{"run_id=run-save&redact=" + url.QueryEscape("$.a["), http.StatusBadRequest, "a [ without its ]"},
 	}
 	for _, tt := range tests {

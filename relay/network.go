@@ -279,13 +279,20 @@ func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 // UnreachableError is the error of Open, Check and Dial when the relay
 // could not be reached: which relay, through which proxy, what happened
-// and what to check.
+// and what to check. It is not check.UnreachableError, which is about
+// the developer's handler: this one is about the relay and the network
+// (proxy, DNS, TLS) on the way to it.
 type UnreachableError struct {
 	Relay  string // the relay's URL, as given
 	Proxy  string // the proxy's URL without its password; "" for none
 	Reason string // what happened
 	Check  string // what to check
-	Err    error
+	// UnknownAuthority is set when the certificate the relay (or a proxy
+	// that inspects TLS) showed is signed by an authority this machine
+	// does not trust: a CA to trust (Network.TLS) is the fix, which the
+	// program that sets it names for its user.
+	UnknownAuthority bool
+	Err              error
 }
 
 func (e *UnreachableError) Error() string {
@@ -365,7 +372,8 @@ func unreachable(relayURL string, err error) error {
 		if unknown.Cert != nil {
 			e.Reason += " (" + unknown.Cert.Issuer.String() + ")"
 		}
-		e.Check = "A relay with a certificate of a private CA: trust that CA with --relay-ca FILE (a PEM file). A proxy that inspects TLS signs with its own CA: give that one"
+		e.Check = "A relay with a certificate of a private CA: trust that CA (a PEM file of its certificate). A proxy that inspects TLS signs with its own CA: trust that one"
+		e.UnknownAuthority = true
 	case errors.As(err, &badHost):
 		e.Reason = "its certificate is not for " + u.Hostname()
 		if badHost.Certificate != nil {

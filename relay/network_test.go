@@ -262,7 +262,7 @@ func TestNetwork_UnreachableSaysWhatToCheck(t *testing.T) {
 		{"refused", "http://" + closed, "", relay.Network{}, []string{"nothing accepts connections at " + closed, "Is the relay running", "HTTP_PROXY"}},
 		{"dns", "https://" + relayName, "", relay.Network{}, []string{"the name " + relayName + " does not resolve", "HTTPS_PROXY"}},
 		{"timeout", "https://" + relayName + ":" + tlsPort, "", relay.Network{DialContext: blackHole}, []string{"no answer from", "firewall"}},
-		{"unknown authority", tlsRelay, p.URL("", ""), relay.Network{}, []string{"authority this machine does not trust", "devhook private CA", "--relay-ca"}},
+		{"unknown authority", tlsRelay, p.URL("", ""), relay.Network{}, []string{"authority this machine does not trust", "devhook private CA", "trust that CA"}},
 		{"other name", strings.Replace(tlsRelay, relayName, "127.0.0.1", 1), "", relay.Network{TLS: &tls.Config{RootCAs: ca.Pool()}},
 			[]string{"certificate is not for 127.0.0.1 but for " + relayName}},
 		{"not TLS", "https://" + plainAddr, "", relay.Network{}, []string{"does not speak TLS", "http://"}},
@@ -292,6 +292,12 @@ func TestNetwork_UnreachableSaysWhatToCheck(t *testing.T) {
 					if !strings.Contains(err.Error(), want) {
 						t.Errorf("%s: %q lacks %q", what, err, want)
 					}
+				}
+				if ue.UnknownAuthority != (tt.name == "unknown authority") {
+					t.Errorf("%s: UnknownAuthority %v", what, ue.UnknownAuthority)
+				}
+				if strings.Contains(err.Error(), "--") {
+					t.Errorf("%s: %q names a flag: the command that sets the network adds that", what, err)
 				}
 			}
 		})

@@ -171,6 +171,17 @@ func ResolveRunID(ctx context.Context, list func(context.Context, devhook.Filter
 	return "", fmt.Errorf("the short run id %s names %d runs: %s; give the whole id", short, len(found), strings.Join(found, ", "))
 }
 
+// ErrNoDeliveries matches (errors.Is) the error of Select when nothing
+// recorded matches the selection.
+var ErrNoDeliveries = errors.New("no deliveries recorded")
+
+// noDeliveries is an error that says which deliveries are missing and
+// matches ErrNoDeliveries.
+type noDeliveries string
+
+func (e noDeliveries) Error() string        { return string(e) }
+func (e noDeliveries) Is(target error) bool { return target == ErrNoDeliveries }
+
 // Select returns the ids of the deliveries sel names, through list (a
 // store's or an inspector's, newest first, paging by Filter.Before).
 func Select(ctx context.Context, list func(context.Context, devhook.Filter) ([]devhook.Summary, error), sel Selection) ([]string, error) {
@@ -182,11 +193,11 @@ func Select(ctx context.Context, list func(context.Context, devhook.Filter) ([]d
 	}
 	switch {
 	case n != 1:
-		return nil, errors.New("name the deliveries with one of --run RUN_ID, --id ID[,ID...] or --last N")
+		return nil, errors.New("name the deliveries with one of a run id, their ids or a number of the last ones")
 	case len(sel.IDs) > 0:
 		return sel.IDs, nil
 	case sel.Last < 0:
-		return nil, fmt.Errorf("--last %d: give a number of deliveries, 1 or more", sel.Last)
+		return nil, fmt.Errorf("the last %d deliveries: give a number of deliveries, 1 or more", sel.Last)
 	}
 	var ids []string
 	f := devhook.Filter{RunID: sel.RunID}
@@ -220,9 +231,9 @@ func Select(ctx context.Context, list func(context.Context, devhook.Filter) ([]d
 	}
 	if len(ids) == 0 {
 		if sel.RunID != "" {
-			return nil, fmt.Errorf("no delivery of run %s is recorded (devhook deliveries list --run-id %s)", sel.RunID, sel.RunID)
+			return nil, noDeliveries("no delivery of run " + sel.RunID + " is recorded")
 		}
-		return nil, errors.New("no deliveries recorded yet")
+		return nil, noDeliveries("no deliveries recorded yet")
 	}
 	slices.Reverse(ids) // oldest first
 	return ids, nil

@@ -36,7 +36,7 @@ type Config struct {
 	Speed float64
 	// NoWait sends each delivery as soon as the previous one is answered.
 	NoWait bool
-	// Expect is what each answer is compared with; default ExpectRecorded.
+	// Expect is what each answer is compared with; default ExpectRecorded().
 	Expect  Expect
 	Timeout time.Duration // per delivery; default DefaultTimeout
 	Client  *http.Client  // default: a client with Timeout that does not follow redirects
@@ -51,26 +51,28 @@ type Config struct {
 // Expect is what a played delivery's answer must be.
 type Expect struct {
 	// Class is 1 to 5 for "the status is Nxx"; Status, when not 0, is one
-	// status. Both zero: the class of the recorded status (ExpectRecorded).
+	// status. Both zero: the class of the recorded status (ExpectRecorded()).
 	Class  int
 	Status int
 }
 
-// ExpectRecorded is the default expectation: the recorded status's class.
-var ExpectRecorded = Expect{}
+// ExpectRecorded returns the default expectation, the zero Expect: the
+// recorded status's class.
+func ExpectRecorded() Expect { return Expect{} }
 
-// ParseExpect reads --expect: recorded, a class such as 2xx, or a status.
+// ParseExpect reads an expectation as a user writes it: recorded, a class
+// such as 2xx, or a status.
 func ParseExpect(s string) (Expect, error) {
 	s = strings.ToLower(strings.TrimSpace(s))
 	switch {
 	case s == "" || s == "recorded":
-		return ExpectRecorded, nil
+		return ExpectRecorded(), nil
 	case len(s) == 3 && strings.HasSuffix(s, "xx") && s[0] >= '1' && s[0] <= '5':
 		return Expect{Class: int(s[0] - '0')}, nil
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n < 100 || n > 999 {
-		return Expect{}, fmt.Errorf("--expect %q: give recorded, a class such as 2xx, or a status such as 204", s)
+		return Expect{}, fmt.Errorf("%q is not an expectation: give recorded, a class such as 2xx, or a status such as 204", s)
 	}
 	return Expect{Status: n}, nil
 }
@@ -135,22 +137,10 @@ type Report struct {
 	Pass    bool             `json:"pass"`
 }
 
-// UnreachableError is returned when the first delivery gets no answer:
-// the handler is not there, and nothing else can be learnt.
-type UnreachableError struct {
-	URL string
-	Err error
-}
-
-func (e *UnreachableError) Error() string {
-	return fmt.Sprintf("cannot reach the handler at %s: %v (is it running, and is that its address?)", e.URL, e.Err)
-}
-
-func (e *UnreachableError) Unwrap() error { return e.Err }
-
 // Play sends s's deliveries to cfg.URL in order, each after its recorded
 // offset divided by Speed (measured from the first), and compares each
-// answer with cfg.Expect.
+// answer with cfg.Expect. When the first delivery gets no answer, the
+// error is a *check.UnreachableError and there is no report.
 func Play(ctx context.Context, s *Scenario, cfg Config) (*Report, error) {
 	base, err := url.Parse(cfg.URL)
 	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
@@ -211,7 +201,7 @@ func Play(ctx context.Context, s *Scenario, cfg Config) (*Report, error) {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			return nil, &UnreachableError{URL: cfg.URL, Err: errors.New(res.Error)}
+			return nil, &check.UnreachableError{URL: cfg.URL, Err: errors.New(res.Error)}
 		}
 		judge(&res, cfg, e, verifier, header, body)
 		if !res.Pass {

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/check"
 	"github.com/devhook/devhook/receiver"
 	"github.com/devhook/devhook/scenario"
 	"github.com/devhook/devhook/signature"
@@ -270,7 +271,7 @@ func TestPlay_Unreachable(t *testing.T) {
 	url := "http://" + l.Addr().String()
 	l.Close()
 	rep, err := scenario.Play(context.Background(), runScenario(t), scenario.Config{URL: url, Secret: secret, NoWait: true})
-	var ue *scenario.UnreachableError
+	var ue *check.UnreachableError
 	if !errors.As(err, &ue) || rep != nil || !strings.Contains(err.Error(), "cannot reach the handler at "+url) {
 		t.Fatalf("err %v report %v", err, rep)
 	}

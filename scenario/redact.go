@@ -72,7 +72,7 @@ func parsePaths(texts []string) ([]jsonPath, error) {
 	for _, t := range texts {
 		p, err := parsePath(t)
 		if err != nil {
-			return nil, fmt.Errorf("--redact %q: %w", t, err)
+			return nil, fmt.Errorf("redaction path %q: %w", t, err)
 		}
 		ps = append(ps, p)
 	}
@@ -353,7 +353,7 @@ func redact(s *Scenario, paths []jsonPath) []string {
 	var warnings []string
 	for j, p := range paths {
 		if hits[j] == 0 {
-			warnings = append(warnings, fmt.Sprintf("--redact %s matched nothing in the %d deliveries' bodies", p.text, len(s.Deliveries)))
+			warnings = append(warnings, fmt.Sprintf("%s matched nothing in the %d deliveries' bodies", p.text, len(s.Deliveries)))
 		}
 	}
 

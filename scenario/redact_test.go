@@ -145,7 +145,7 @@ func TestRedact_Paths(t *testing.T) {
 				t.Errorf("CheckRedact: %v, Build: %v", cerr, err)
 			}
 			if err != nil {
-				if !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "--redact") {
+				if !strings.Contains(err.Error(), tt.want) || !strings.Contains(err.Error(), "redaction path") {
 					t.Fatalf("err %v, want %q", err, tt.want)
 				}
 				return

@@ -156,7 +156,7 @@ func (v Verifier) Verify(secret, header string, body []byte) devhook.Verdict {
 	}
 	if secret == "" {
 		return devhook.Verdict{Result: devhook.VerdictNoSecret, Status: 500, Text: TextNoSecret, T: p.T,
-			Reason: "no signing secret is configured, so the signature cannot be checked (pass --secret)"}
+			Reason: "no signing secret is configured, so the signature cannot be checked"}
 	}
 	got, err := hex.DecodeString(p.V1)
 	if p.V1 == "" || err != nil || p.V1 != strings.ToLower(p.V1) ||

@@ -23,12 +23,12 @@ import (
 // cost dwarfs its checksum.
 // The bucket is created by its first write, so that an older devhook's
 // file opens as it is, and a read-only Open needs nothing from it.
-var bucketChecks = []byte("checks")
+const bucketChecks = "checks"
 
 // checkOf returns the checksum of v as it is stored.
 func checkOf(v []byte) [4]byte {
 	var c [4]byte
-	binary.BigEndian.PutUint32(c[:], crc32.Checksum(v, crcTable))
+	binary.BigEndian.PutUint32(c[:], crc32.Checksum(v, crcTable()))
 	return c
 }
 
@@ -38,7 +38,7 @@ func (a *applyTx) putCheck(key, v []byte) error {
 		return nil
 	}
 	if a.checks == nil {
-		b, err := a.tx.CreateBucketIfNotExists(bucketChecks)
+		b, err := a.tx.CreateBucketIfNotExists([]byte(bucketChecks))
 		if err != nil {
 			return err
 		}
@@ -61,7 +61,7 @@ func (e errValueDamaged) Unwrap() error { return ErrDamaged }
 
 // verify checks v, stored at key, against its checksum, if it has one.
 func verify(tx *bolt.Tx, key, v []byte, what string) error {
-	b := tx.Bucket(bucketChecks)
+	b := tx.Bucket([]byte(bucketChecks))
 	if b == nil {
 		return nil
 	}

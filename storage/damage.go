@@ -48,7 +48,7 @@ func (e *damageError) Error() string {
 	case e.aside != "":
 		return fmt.Sprintf("storage: open %s: the file is damaged (%v); devhook moved it to %s, kept as evidence, and touched nothing else: the deliveries not yet in it stay in its journal and go into the new file; start devhook again to record in a new file", e.path, e.why, e.aside)
 	case e.readOnly:
-		return fmt.Sprintf("storage: open %s: the file is not a devhook database or is damaged (%v); devhook left it untouched: devhook listen with this --data sets it aside and starts a new one, or move it away yourself (for example: mv %s %s.bad)", e.path, e.why, e.path, e.path)
+		return fmt.Sprintf("storage: open %s: the file is not a devhook database or is damaged (%v); devhook left it untouched: devhook listen with this data directory sets it aside and starts a new one, or move it away yourself (for example: mv %s %s.bad)", e.path, e.why, e.path, e.path)
 	}
 	return fmt.Sprintf("storage: open %s: the file is not a devhook database or is damaged (%v); devhook left it untouched: move it away (for example: mv %s %s.bad) and devhook will start a new one", e.path, e.why, e.path, e.path)
 }
@@ -109,7 +109,7 @@ func (db *DB) checkFile(lockTimeout time.Duration) error {
 	})
 	switch {
 	case errors.Is(err, errLockHeld):
-		return fmt.Errorf("storage: open %s: %w: another devhook may be using the --data directory %s; stop it or choose another --data directory", db.path, ErrLocked, filepath.Dir(db.path))
+		return fmt.Errorf("storage: open %s: %w: another devhook may be using the data directory %s; stop it or choose another data directory", db.path, ErrLocked, filepath.Dir(db.path))
 	case err != nil && !errors.Is(err, errors.ErrUnsupported):
 		return fmt.Errorf("storage: open %s: %w", db.path, err)
 	case why == nil:

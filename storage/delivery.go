@@ -145,7 +145,7 @@ func (db *DB) List(f devhook.Filter) ([]devhook.Summary, error) {
 	}
 	out := make([]devhook.Summary, 0, min(limit, 64))
 	err := db.view(func(v *view) error {
-		summaries := v.tx.Bucket(bucketSummaries)
+		summaries := v.tx.Bucket([]byte(bucketSummaries))
 		next := newestFirst(v.tx, &f)
 		// Pending deliveries that bbolt lacks, merged in by id.
 		extra := v.newPuts(f.RunID, f.Before)
@@ -198,7 +198,7 @@ func (db *DB) List(f devhook.Filter) ([]devhook.Summary, error) {
 func newestFirst(tx *bolt.Tx, f *devhook.Filter) func() (id, summary []byte) {
 	if f.RunID != "" {
 		prefix := runKey(f.RunID, nil)
-		c := tx.Bucket(bucketRuns).Cursor()
+		c := tx.Bucket([]byte(bucketRuns)).Cursor()
 		var k []byte
 		if f.Before != "" {
 			k, _ = c.Seek(runKey(f.RunID, []byte(f.Before)))
@@ -223,7 +223,7 @@ func newestFirst(tx *bolt.Tx, f *devhook.Filter) func() (id, summary []byte) {
 			return k[len(prefix):], nil
 		}
 	}
-	c := tx.Bucket(bucketSummaries).Cursor()
+	c := tx.Bucket([]byte(bucketSummaries)).Cursor()
 	var k, v []byte
 	first := true
 	return func() ([]byte, []byte) {
@@ -296,9 +296,9 @@ func (db *DB) RunDeliveries(runID string) ([]devhook.Summary, error) {
 			out = append(out, s)
 			return nil
 		}
-		summaries := v.tx.Bucket(bucketSummaries)
+		summaries := v.tx.Bucket([]byte(bucketSummaries))
 		prefix := runKey(runID, nil)
-		c := v.tx.Bucket(bucketRuns).Cursor()
+		c := v.tx.Bucket([]byte(bucketRuns)).Cursor()
 		for k, _ := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, _ = c.Next() {
 			id := k[len(prefix):]
 			if sv := summaries.Get(id); sv != nil {

@@ -42,7 +42,7 @@ func (db *DB) SetMaxSize(n int) {
 // that do not decode.
 func (db *DB) CorruptSummary(id string) error {
 	return db.bolt.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketSummaries).Put([]byte(id), []byte{0xff, 0xff})
+		return tx.Bucket([]byte(bucketSummaries)).Put([]byte(id), []byte{0xff, 0xff})
 	})
 }
 
@@ -87,7 +87,7 @@ func RecordOffsets(data []byte) []int {
 func (db *DB) PutDeliveriesTx(ds []*devhook.Delivery) error {
 	recs := make([]jrec, len(ds))
 	for i, d := range ds {
-		recs[i] = putRecord(d)
+		recs[i] = db.journal.putRecord(d)
 	}
 	if err := db.flush(); err != nil {
 		return err
@@ -118,7 +118,7 @@ func (db *DB) BucketLens() map[string]int {
 	m := map[string]int{}
 	_ = db.flush()
 	_ = db.bolt.View(func(tx *bolt.Tx) error {
-		for _, name := range allBuckets {
+		for _, name := range allBuckets() {
 			if string(name) == "meta" {
 				continue
 			}
@@ -177,11 +177,11 @@ func (db *DB) PutDeliveryDirect(d *devhook.Delivery) (created bool, err error) {
 	}
 	err = db.update(func(tx *bolt.Tx) error {
 		created = false
-		deliveries := tx.Bucket(bucketDeliveries)
+		deliveries := tx.Bucket([]byte(bucketDeliveries))
 		if deliveries.Get(id) != nil {
 			return nil
 		}
-		bodies, summaries := tx.Bucket(bucketBodies), tx.Bucket(bucketSummaries)
+		bodies, summaries := tx.Bucket([]byte(bucketBodies)), tx.Bucket([]byte(bucketSummaries))
 		for _, b := range []*bolt.Bucket{deliveries, bodies, summaries} {
 			b.FillPercent = appendFill
 		}
@@ -195,7 +195,7 @@ func (db *DB) PutDeliveryDirect(d *devhook.Delivery) (created bool, err error) {
 			return err
 		}
 		if runID != "" {
-			if err := tx.Bucket(bucketRuns).Put(runKey(runID, id), nil); err != nil {
+			if err := tx.Bucket([]byte(bucketRuns)).Put(runKey(runID, id), nil); err != nil {
 				return err
 			}
 		}
@@ -215,7 +215,7 @@ func (db *DB) AddAttemptDirect(id string, a devhook.Attempt) (devhook.Attempt, e
 	}
 	key := []byte(id)
 	err := db.update(func(tx *bolt.Tx) error {
-		summaries := tx.Bucket(bucketSummaries)
+		summaries := tx.Bucket([]byte(bucketSummaries))
 		v := summaries.Get(key)
 		if v == nil {
 			return notFound(id)
@@ -225,7 +225,7 @@ func (db *DB) AddAttemptDirect(id string, a devhook.Attempt) (devhook.Attempt, e
 			return err
 		}
 		a.Seq = s.Attempts + 1
-		attempts := tx.Bucket(bucketAttempts)
+		attempts := tx.Bucket([]byte(bucketAttempts))
 		attempts.FillPercent = appendFill
 		summaries.FillPercent = appendFill
 		if err := attempts.Put(attemptKey(key, a.Seq), appendAttempt(nil, &a)); err != nil {

@@ -69,6 +69,9 @@ type journal struct {
 
 	flushMu sync.Mutex // one flush at a time
 
+	scratch scratch   // encoding buffers (journal_format.go)
+	dones   doneChans // queued writes' outcome channels (journal_write.go)
+
 	// writeAt writes records to a journal file: (*os.File).WriteAt, which
 	// tests replace to hold or fail a write.
 	writeAt func(f *os.File, b []byte, off int64) (int, error)

@@ -102,8 +102,8 @@ type dirtySummary struct {
 }
 
 func newApplyTx(tx *bolt.Tx, recs int, known []byte) *applyTx {
-	a := &applyTx{tx: tx, known: known, deliveries: tx.Bucket(bucketDeliveries), bodies: tx.Bucket(bucketBodies),
-		summaries: tx.Bucket(bucketSummaries), attempts: tx.Bucket(bucketAttempts), runs: tx.Bucket(bucketRuns),
+	a := &applyTx{tx: tx, known: known, deliveries: tx.Bucket([]byte(bucketDeliveries)), bodies: tx.Bucket([]byte(bucketBodies)),
+		summaries: tx.Bucket([]byte(bucketSummaries)), attempts: tx.Bucket([]byte(bucketAttempts)), runs: tx.Bucket([]byte(bucketRuns)),
 		arena: make([]byte, 0, 128*recs), sums: make(map[string]int, recs/2), dirty: make([]dirtySummary, 0, recs/2)}
 	a.bigValue = tx.DB().Info().PageSize / 2
 	for _, b := range []*bolt.Bucket{a.deliveries, a.bodies, a.summaries, a.attempts} {

@@ -62,7 +62,7 @@ func TestApply_KnownBoundStillFindsRecordedDeliveries(t *testing.T) {
 	}
 	defer db.Close()
 	put := func(id string) jrec {
-		return putRecord(&devhook.Delivery{ID: id, Channel: "ch", ReceivedAt: time.Now(), Method: "POST", Path: "/", Body: []byte(id)})
+		return db.journal.putRecord(&devhook.Delivery{ID: id, Channel: "ch", ReceivedAt: time.Now(), Method: "POST", Path: "/", Body: []byte(id)})
 	}
 	first := []jrec{put("0195b1c8-0000-7000-8000-000000000001"), put("0195b1c8-0000-7000-8000-000000000002")}
 	res, err := db.apply(first, nil)

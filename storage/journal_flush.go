@@ -208,7 +208,7 @@ func (db *DB) lastDelivery() ([]byte, error) {
 	var last []byte
 	err := db.safely(func() error {
 		return db.bolt.View(func(tx *bolt.Tx) error {
-			k, _ := tx.Bucket(bucketDeliveries).Cursor().Last()
+			k, _ := tx.Bucket([]byte(bucketDeliveries)).Cursor().Last()
 			last = bytes.Clone(k)
 			return nil
 		})

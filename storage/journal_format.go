@@ -40,12 +40,14 @@ const (
 	recMaxLen = 1 << 30
 )
 
-var crcTable = crc32.MakeTable(crc32.Castagnoli)
+// crcTable is the CRC-32C table: crc32 makes it once and hands the same
+// one back (the one its hardware path recognises).
+func crcTable() *crc32.Table { return crc32.MakeTable(crc32.Castagnoli) }
 
 func appendFileHeader(b []byte) []byte {
 	b = append(b, journalMagic...)
 	b = binary.BigEndian.AppendUint32(b, journalVersion)
-	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[len(b)-12:], crcTable))
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[len(b)-12:], crcTable()))
 }
 
 // frame fills in the header of record b, whose first recHeaderLen bytes
@@ -53,8 +55,8 @@ func appendFileHeader(b []byte) []byte {
 func frame(b []byte) {
 	binary.BigEndian.PutUint32(b[0:], recMarker)
 	binary.BigEndian.PutUint32(b[4:], uint32(len(b)-recHeaderLen))
-	binary.BigEndian.PutUint32(b[8:], crc32.Checksum(b[recHeaderLen:], crcTable))
-	binary.BigEndian.PutUint32(b[12:], crc32.Checksum(b[:12], crcTable))
+	binary.BigEndian.PutUint32(b[8:], crc32.Checksum(b[recHeaderLen:], crcTable()))
+	binary.BigEndian.PutUint32(b[12:], crc32.Checksum(b[:12], crcTable()))
 }
 
 // frameState is what frameAt finds at an offset of a journal file.
@@ -78,7 +80,7 @@ func frameAt(b []byte) (int, frameState) {
 		}
 		return 0, frameBadHead
 	}
-	if binary.BigEndian.Uint32(b) != recMarker || crc32.Checksum(b[:12], crcTable) != binary.BigEndian.Uint32(b[12:]) {
+	if binary.BigEndian.Uint32(b) != recMarker || crc32.Checksum(b[:12], crcTable()) != binary.BigEndian.Uint32(b[12:]) {
 		return 0, frameBadHead
 	}
 	n := binary.BigEndian.Uint32(b[4:])
@@ -89,7 +91,7 @@ func frameAt(b []byte) (int, frameState) {
 		return 0, frameTorn
 	}
 	size := recHeaderLen + int(n)
-	if crc32.Checksum(b[recHeaderLen:size], crcTable) != binary.BigEndian.Uint32(b[8:]) {
+	if crc32.Checksum(b[recHeaderLen:size], crcTable()) != binary.BigEndian.Uint32(b[8:]) {
 		return size, frameBadBody
 	}
 	return size, frameOK
@@ -103,13 +105,21 @@ func (e errNewerJournal) Error() string {
 }
 
 // scratch holds the buffers records are encoded in before they are copied,
-// at their exact size, into their own.
-var scratch = sync.Pool{New: func() any { return new([]byte) }}
+// at their exact size, into their own. The zero value is ready; each
+// journal has its own.
+type scratch struct{ pool sync.Pool }
 
-func putScratch(p *[]byte, b []byte) {
+func (s *scratch) get() *[]byte {
+	if p, ok := s.pool.Get().(*[]byte); ok {
+		return p
+	}
+	return new([]byte)
+}
+
+func (s *scratch) put(p *[]byte, b []byte) {
 	if cap(b) <= 64<<10 {
 		*p = b[:0]
-		scratch.Put(p)
+		s.pool.Put(p)
 	}
 }
 
@@ -121,8 +131,8 @@ func uvarintLen(n int) int {
 // putRecord returns the journal record of d, unnumbered: its seq is
 // written when it is queued. The record holds its own copy of d's
 // fields, which the caller may change once PutDelivery returns.
-func putRecord(d *devhook.Delivery) jrec {
-	sp := scratch.Get().(*[]byte)
+func (j *journal) putRecord(d *devhook.Delivery) jrec {
+	sp := j.scratch.get()
 	b := appendMeta((*sp)[:0], d, false)
 	metaLen := len(b)
 	c := *d
@@ -152,7 +162,7 @@ func putRecord(d *devhook.Delivery) jrec {
 	enc.str(runID)
 	enc.bytes(d.Body)
 	metaN, summaryN := len(meta), len(summary)
-	putScratch(sp, b)
+	j.scratch.put(sp, b)
 	raw := enc.b
 	slice := func(end, n int) []byte { return raw[end-n : end : end] }
 	return jrec{kind: recPut, raw: raw, key: d.ID, put: encodedDelivery{

@@ -70,7 +70,7 @@ func scanJournal(data []byte) (journalScan, error) {
 		return s, nil
 	}
 	version := binary.BigEndian.Uint32(data[8:])
-	headerOK := crc32.Checksum(data[:12], crcTable) == binary.BigEndian.Uint32(data[12:])
+	headerOK := crc32.Checksum(data[:12], crcTable()) == binary.BigEndian.Uint32(data[12:])
 	switch {
 	case headerOK && version > journalVersion:
 		return s, errNewerJournal(version)

@@ -54,8 +54,8 @@ type jwrite struct {
 // journalPut journals d; created is false when the delivery is recorded
 // already.
 func (db *DB) journalPut(d *devhook.Delivery) (created bool, err error) {
-	rec := putRecord(d)
 	j := db.journal
+	rec := j.putRecord(d)
 	j.mu.Lock()
 	if _, ok := j.waitWritten(d.ID); ok {
 		j.mu.Unlock()
@@ -68,7 +68,7 @@ func (db *DB) journalPut(d *devhook.Delivery) (created bool, err error) {
 		var exists bool
 		err = db.safely(func() error {
 			return db.bolt.View(func(tx *bolt.Tx) error {
-				exists = tx.Bucket(bucketDeliveries).Get(rec.put.id) != nil
+				exists = tx.Bucket([]byte(bucketDeliveries)).Get(rec.put.id) != nil
 				return nil
 			})
 		})
@@ -87,9 +87,9 @@ func (db *DB) journalPut(d *devhook.Delivery) (created bool, err error) {
 // journalAttempt journals a as the next attempt of delivery id.
 func (db *DB) journalAttempt(id string, a devhook.Attempt) (devhook.Attempt, error) {
 	// Everything but the Seq, numbered under the lock, is encoded first.
-	sp := scratch.Get().(*[]byte)
+	sp := db.journal.scratch.get()
 	tail := appendAttemptTail((*sp)[:0], &a)
-	defer putScratch(sp, tail)
+	defer db.journal.scratch.put(sp, tail)
 	b := make([]byte, recHeaderLen+8, recHeaderLen+9+binary.MaxVarintLen64+len(id)+binary.MaxVarintLen64+1+binary.MaxVarintLen64+len(tail))
 	b = append(b, recAttempt)
 	b = binary.AppendUvarint(b, uint64(len(id)))
@@ -104,7 +104,7 @@ func (db *DB) journalAttempt(id string, a devhook.Attempt) (devhook.Attempt, err
 		var s summaryFields
 		err := db.safely(func() error {
 			return db.bolt.View(func(tx *bolt.Tx) error {
-				v := tx.Bucket(bucketSummaries).Get(b[idEnd-len(id) : idEnd])
+				v := tx.Bucket([]byte(bucketSummaries)).Get(b[idEnd-len(id) : idEnd])
 				if v == nil {
 					return notFound(id)
 				}
@@ -138,7 +138,17 @@ func (db *DB) journalAttempt(id string, a devhook.Attempt) (devhook.Attempt, err
 }
 
 // doneChans are the channels on which queued writes hear their outcome.
-var doneChans = sync.Pool{New: func() any { return make(chan error, 1) }}
+// The zero value is ready; each journal has its own.
+type doneChans struct{ pool sync.Pool }
+
+func (d *doneChans) get() chan error {
+	if c, ok := d.pool.Get().(chan error); ok {
+		return c
+	}
+	return make(chan error, 1)
+}
+
+func (d *doneChans) put(c chan error) { d.pool.Put(c) }
 
 // write numbers w.rec, makes st (whose lastSeq it sets) the state of its
 // delivery and writes the record, together with any others queued, in one
@@ -166,12 +176,12 @@ func (db *DB) write(w jwrite, st jstate) error {
 		j.queue = append(j.queue, w)
 		return db.writeQueued()
 	}
-	done := doneChans.Get().(chan error)
+	done := j.dones.get()
 	w.done = done
 	j.queue = append(j.queue, w)
 	j.mu.Unlock()
 	err := <-done
-	doneChans.Put(done)
+	j.dones.put(done)
 	if err != errLead { // errLead (group.go) hands this call the write turn
 		return err
 	}

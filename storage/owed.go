@@ -19,7 +19,7 @@ import (
 // delivery becomes owed and once when that ends, never on the hot path.
 // Its writes are as durable as the deliveries': not fsynced, they survive
 // a killed process.
-var bucketOwed = []byte("owed")
+const bucketOwed = "owed"
 
 // PutRetry records st as the retry state of delivery id, replacing any.
 // The agent calls it before acknowledging an owed delivery, so that a
@@ -39,7 +39,7 @@ func (db *DB) PutRetry(id string, st devhook.RetryState) error {
 		if err := db.spaceLeft(); err != nil {
 			return err
 		}
-		b, err := tx.CreateBucketIfNotExists(bucketOwed)
+		b, err := tx.CreateBucketIfNotExists([]byte(bucketOwed))
 		if err != nil {
 			return err
 		}
@@ -63,7 +63,7 @@ func (db *DB) DeleteRetry(id string) error {
 		if err := db.spaceLeft(); err != nil {
 			return err
 		}
-		b := tx.Bucket(bucketOwed)
+		b := tx.Bucket([]byte(bucketOwed))
 		if b == nil {
 			return nil
 		}
@@ -80,7 +80,7 @@ func (db *DB) Retries(ids []string) (map[string]devhook.RetryState, error) {
 	var out map[string]devhook.RetryState
 	err := db.safely(func() error {
 		return db.bolt.View(func(tx *bolt.Tx) error {
-			b := tx.Bucket(bucketOwed)
+			b := tx.Bucket([]byte(bucketOwed))
 			if b == nil {
 				return nil
 			}
@@ -113,7 +113,7 @@ func (db *DB) Retries(ids []string) (map[string]devhook.RetryState, error) {
 func (db *DB) AllRetries() (ids []string, states []devhook.RetryState, err error) {
 	err = db.safely(func() error {
 		return db.bolt.View(func(tx *bolt.Tx) error {
-			b := tx.Bucket(bucketOwed)
+			b := tx.Bucket([]byte(bucketOwed))
 			if b == nil {
 				return nil
 			}

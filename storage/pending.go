@@ -43,8 +43,8 @@ func (db *DB) viewUnsafe(fn func(v *view) error) error {
 		return err
 	}
 	defer func() { _ = tx.Rollback() }()
-	v := &view{tx: tx, deliveries: tx.Bucket(bucketDeliveries), bodies: tx.Bucket(bucketBodies),
-		attempts: tx.Bucket(bucketAttempts)}
+	v := &view{tx: tx, deliveries: tx.Bucket([]byte(bucketDeliveries)), bodies: tx.Bucket([]byte(bucketBodies)),
+		attempts: tx.Bucket([]byte(bucketAttempts))}
 	if len(pending) > 0 {
 		v.puts = map[string]*encodedDelivery{}
 		v.atts = map[string][]*jrec{}

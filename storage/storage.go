@@ -100,20 +100,25 @@ const (
 	maxIDLen = 200
 )
 
-var (
-	bucketMeta       = []byte("meta")
-	bucketDeliveries = []byte("deliveries")
-	bucketBodies     = []byte("bodies")
-	bucketSummaries  = []byte("summaries")
-	bucketAttempts   = []byte("attempts")
-	bucketRuns       = []byte("runs")
+// The names of the buckets and keys, converted to []byte where they are
+// used (the compiler does that without allocating).
+const (
+	bucketMeta       = "meta"
+	bucketDeliveries = "deliveries"
+	bucketBodies     = "bodies"
+	bucketSummaries  = "summaries"
+	bucketAttempts   = "attempts"
+	bucketRuns       = "runs"
 
-	allBuckets = [][]byte{bucketMeta, bucketDeliveries, bucketBodies, bucketSummaries,
-		bucketAttempts, bucketRuns}
-
-	keyVersion = []byte("version")
-	keyCount   = []byte("count")
+	keyVersion = "version"
+	keyCount   = "count"
 )
+
+// allBuckets are the buckets of the schema.
+func allBuckets() [][]byte {
+	return [][]byte{[]byte(bucketMeta), []byte(bucketDeliveries), []byte(bucketBodies), []byte(bucketSummaries),
+		[]byte(bucketAttempts), []byte(bucketRuns)}
+}
 
 // DB is a devhook bbolt file. Its methods are safe for concurrent use.
 type DB struct {
@@ -288,7 +293,7 @@ func openFile(path string, opts *bolt.Options) (*bolt.DB, error) {
 	b, err := openBolt(path, opts)
 	switch {
 	case errors.Is(err, berrors.ErrTimeout):
-		return nil, fmt.Errorf("storage: open %s: %w: another devhook may be using the --data directory %s; stop it or choose another --data directory: %w", path, ErrLocked, dir, err)
+		return nil, fmt.Errorf("storage: open %s: %w: another devhook may be using the data directory %s; stop it or choose another data directory: %w", path, ErrLocked, dir, err)
 	case errors.Is(err, berrors.ErrInvalid), errors.Is(err, berrors.ErrVersionMismatch),
 		errors.Is(err, berrors.ErrChecksum), errors.Is(err, errPanic):
 		return nil, corruptError(path, err)
@@ -335,12 +340,12 @@ func (db *DB) init() error {
 			if _, err := checkSchema(tx, db.path); err != nil {
 				return err
 			}
-			for _, name := range allBuckets {
+			for _, name := range allBuckets() {
 				if _, err := tx.CreateBucketIfNotExists(name); err != nil {
 					return err
 				}
 			}
-			return tx.Bucket(bucketMeta).Put(keyVersion, binary.BigEndian.AppendUint64(nil, schemaVersion))
+			return tx.Bucket([]byte(bucketMeta)).Put([]byte(keyVersion), binary.BigEndian.AppendUint64(nil, schemaVersion))
 		})
 	}
 	switch {
@@ -357,7 +362,7 @@ func (db *DB) init() error {
 // checkSchema checks that tx's file is a devhook store that this devhook
 // reads (or an empty bbolt file), and says whether it has every bucket.
 func checkSchema(tx *bolt.Tx, path string) (complete bool, err error) {
-	m := tx.Bucket(bucketMeta)
+	m := tx.Bucket([]byte(bucketMeta))
 	if m == nil {
 		empty := true
 		_ = tx.ForEach(func([]byte, *bolt.Bucket) error { empty = false; return nil })
@@ -366,14 +371,14 @@ func checkSchema(tx *bolt.Tx, path string) (complete bool, err error) {
 		}
 		return false, nil
 	}
-	v := m.Get(keyVersion)
+	v := m.Get([]byte(keyVersion))
 	if len(v) != 8 {
 		return false, errForeign
 	}
 	if n := binary.BigEndian.Uint64(v); n > schemaVersion {
 		return false, devhook.Errorf(devhook.EINVALID, "storage: %s was written by a newer devhook (schema %d, this one reads %d): upgrade devhook", path, n, schemaVersion)
 	}
-	for _, name := range allBuckets {
+	for _, name := range allBuckets() {
 		if tx.Bucket(name) == nil {
 			return false, nil
 		}
@@ -451,7 +456,7 @@ func (db *DB) Close() error {
 func (db *DB) Path() string { return db.path }
 
 func getCount(tx *bolt.Tx) int {
-	v := tx.Bucket(bucketMeta).Get(keyCount)
+	v := tx.Bucket([]byte(bucketMeta)).Get([]byte(keyCount))
 	if len(v) != 8 {
 		return 0
 	}
@@ -459,7 +464,7 @@ func getCount(tx *bolt.Tx) int {
 }
 
 func putCount(tx *bolt.Tx, n int) error {
-	return tx.Bucket(bucketMeta).Put(keyCount, binary.BigEndian.AppendUint64(nil, uint64(max(n, 0))))
+	return tx.Bucket([]byte(bucketMeta)).Put([]byte(keyCount), binary.BigEndian.AppendUint64(nil, uint64(max(n, 0))))
 }
 
 // Count returns the number of deliveries kept.
@@ -529,7 +534,7 @@ func (db *DB) pruneChunk() (removed int, more bool, err error) {
 				runID string
 			}
 			var victims []victim
-			c := tx.Bucket(bucketSummaries).Cursor()
+			c := tx.Bucket([]byte(bucketSummaries)).Cursor()
 			for k, v := c.First(); k != nil; k, v = c.Next() {
 				if len(victims) == pruneChunk {
 					more = true
@@ -565,18 +570,18 @@ func (db *DB) pruneChunk() (removed int, more bool, err error) {
 }
 
 func deleteDelivery(tx *bolt.Tx, id []byte, runID string) error {
-	for _, name := range [][]byte{bucketDeliveries, bucketBodies, bucketSummaries} {
+	for _, name := range [][]byte{[]byte(bucketDeliveries), []byte(bucketBodies), []byte(bucketSummaries)} {
 		if err := tx.Bucket(name).Delete(id); err != nil {
 			return err
 		}
 	}
-	checks := tx.Bucket(bucketChecks)
+	checks := tx.Bucket([]byte(bucketChecks))
 	if checks != nil {
 		if err := checks.Delete(id); err != nil {
 			return err
 		}
 	}
-	ab := tx.Bucket(bucketAttempts)
+	ab := tx.Bucket([]byte(bucketAttempts))
 	c := ab.Cursor()
 	prefix := attemptPrefix(id)
 	var keys [][]byte
@@ -594,7 +599,7 @@ func deleteDelivery(tx *bolt.Tx, id []byte, runID string) error {
 		}
 	}
 	if runID != "" {
-		if err := tx.Bucket(bucketRuns).Delete(runKey(runID, id)); err != nil {
+		if err := tx.Bucket([]byte(bucketRuns)).Delete(runKey(runID, id)); err != nil {
 			return err
 		}
 	}

@@ -168,7 +168,11 @@ func TestOpen_Locked(t *testing.T) {
 		db.Close()
 		t.Fatal("second Open of a locked file succeeded")
 	}
-	for _, want := range []string{path, "another devhook", "--data"} {
+	if !errors.Is(err, storage.ErrLocked) {
+		t.Errorf("error %q is not ErrLocked", err)
+	}
+	// The package names the directory; cmd/devhook adds the flag (--data).
+	for _, want := range []string{path, "another devhook", "data directory " + filepath.Dir(path)} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not contain %q", err, want)
 		}

@@ -387,6 +387,11 @@ Exit status: 0 when the receiver answered 2xx, 1 otherwise (another status, no a
 				h.secret = os.Getenv("DEVHOOK_SECRET")
 			}
 			opt := devhook.ReplayOptions{To: to}
+			if to != "" {
+				if _, err := agent.ParseTarget(to); err != nil {
+					return fmt.Errorf("--to: %w", err)
+				}
+			}
 			switch {
 			case resign && noResign:
 				return errors.New("--resign and --no-resign exclude each other")
@@ -406,7 +411,7 @@ Exit status: 0 when the receiver answered 2xx, 1 otherwise (another status, no a
 			}
 			a, err := hist.Replay(cmd.Context(), args[0], opt)
 			if err != nil {
-				return err
+				return replayAdvice(err, live, opt)
 			}
 			resigned := a.Request != nil && a.Request.Resigned
 			w := cmd.OutOrStdout()
@@ -449,4 +454,23 @@ func signatureAge(d *devhook.Delivery, now time.Time) time.Duration {
 		return 0
 	}
 	return now.Sub(time.UnixMilli(p.T))
+}
+
+// replayAdvice adds to a replay the agent refused which flag changes
+// that: the agent says what is wrong, the command knows its flags. --to
+// is checked before, so a refusal with --resign is the missing secret,
+// and one without --to is the missing target.
+func replayAdvice(err error, live bool, opt devhook.ReplayOptions) error {
+	if devhook.ErrorCode(err) != devhook.EINVALID {
+		return err
+	}
+	switch {
+	case opt.Resign != nil && *opt.Resign && live:
+		return fmt.Errorf("%w: the running devhook listen knows no secret; start it with --secret or --register, or replay with --no-resign", err)
+	case opt.Resign != nil && *opt.Resign:
+		return fmt.Errorf("%w: pass --secret (or DEVHOOK_SECRET), or replay with --no-resign", err)
+	case opt.To == "":
+		return fmt.Errorf("%w: give one with --to URL", err)
+	}
+	return err
 }

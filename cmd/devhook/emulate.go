@@ -58,7 +58,7 @@ func newEmulateCmd() *cobra.Command {
 	f.BoolVar(&o.tls, "tls", false, "serve HTTPS with a self-signed certificate; its CA is written to a file whose path is printed")
 	f.DurationVar(&o.queueTime, "queue-time", emulator.DefaultQueueTime, "how long a run stays queued")
 	f.DurationVar(&o.runTime, "run-time", emulator.DefaultRunTime, "how long a run runs")
-	f.DurationSliceVar(&o.retries, "retry-delays", emulator.DefaultRetryDelays, "waits before each retry of a failed delivery")
+	f.DurationSliceVar(&o.retries, "retry-delays", emulator.DefaultRetryDelays(), "waits before each retry of a failed delivery")
 	f.StringArrayVar(&o.teams, "team", nil, "a team of the signed-in user, as ID=NAME (repeatable; default one team, printed)")
 	f.StringArrayVar(&o.sso, "sso-domain", nil, "an e-mail domain with single sign-on, as DOMAIN=IDENTIFIER (repeatable; default sso.devhook.test=devhook-sso)")
 	f.StringVar(&o.userEmail, "user-email", emulator.DefaultUserEmail, "e-mail of the user who signs in")

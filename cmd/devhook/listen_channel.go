@@ -34,11 +34,14 @@ func (o *listenOptions) channel(ctx context.Context, relayURL, relayKey string, 
 	} else {
 		cr, err = relay.Open(ctx, o.network.HTTPClient(15*time.Second), relayURL, o.relayToken)
 	}
+	var unreachable *relay.UnreachableError
 	switch {
 	case errors.Is(err, relay.ErrOpenRefused) && o.relayToken == "":
 		return cr, fmt.Errorf("%w; this relay needs its open token: pass it with --relay-token (or DEVHOOK_RELAY_TOKEN)", err)
 	case errors.Is(err, relay.ErrOpenRefused):
 		return cr, fmt.Errorf("%w; check the token given with --relay-token (or DEVHOOK_RELAY_TOKEN)", err)
+	case errors.As(err, &unreachable) && unreachable.UnknownAuthority:
+		return cr, fmt.Errorf("%w; trust the relay's CA with --relay-ca FILE (a PEM file)", err)
 	case err != nil:
 		return cr, err
 	}

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/devhook/devhook/agent"
 )
 
 // forwardSettings are the agent's settings for forwarding, from the flags.
@@ -20,6 +22,17 @@ func (o *listenOptions) forwardSettings(logf func(string, ...any)) (forwardSetti
 	fw.retryFor = o.retryFor
 	if fw.retryFor <= 0 {
 		fw.retryFor = -1 // the flag's 0 is "off"; the agent's is "default"
+	}
+	// The agent checks these too; here the error names the flag.
+	switch o.verify {
+	case agent.VerifyReport, agent.VerifyEnforce, agent.VerifyOff:
+	default:
+		return fw, fmt.Errorf("--verify %q: give report, enforce or off", o.verify)
+	}
+	for _, f := range o.forward {
+		if _, err := agent.ParseTarget(f); err != nil {
+			return fw, fmt.Errorf("--forward: %w", err)
+		}
 	}
 	var err error
 	if fw.header, err = parseHeaders(o.headers); err != nil {

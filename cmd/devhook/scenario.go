@@ -13,6 +13,7 @@ import (
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/agent"
+	"github.com/devhook/devhook/check"
 	"github.com/devhook/devhook/scenario"
 )
 
@@ -76,7 +77,16 @@ func (o *scenarioSaveOptions) run(cmd *cobra.Command, file string) error {
 		return err
 	}
 	defer done()
+	if o.sel.Last < 0 {
+		return fmt.Errorf("--last %d: give a number of deliveries, 1 or more", o.sel.Last)
+	}
+	if err := scenario.CheckRedact(o.redact); err != nil {
+		return fmt.Errorf("--redact: %w", err)
+	}
 	ids, err := scenario.Select(ctx, hist.List, o.sel)
+	if errors.Is(err, scenario.ErrNoDeliveries) && o.sel.RunID != "" {
+		return fmt.Errorf("%w (devhook deliveries list --run-id %s)", err, o.sel.RunID)
+	}
 	if err != nil {
 		return err
 	}
@@ -86,7 +96,7 @@ func (o *scenarioSaveOptions) run(cmd *cobra.Command, file string) error {
 		return err
 	}
 	for _, w := range warnings {
-		fmt.Fprintln(cmd.ErrOrStderr(), "devhook: warning:", w)
+		fmt.Fprintln(cmd.ErrOrStderr(), "devhook: warning: --redact", w)
 	}
 	s, err := scenario.Parse(file, b)
 	if err != nil {
@@ -162,7 +172,7 @@ handler cannot be reached or FILE cannot be read (then nothing is sent).`,
 func (o *scenarioPlayOptions) run(ctx context.Context, file string, stdout, stderr io.Writer) error {
 	expect, err := scenario.ParseExpect(o.expect)
 	if err != nil {
-		return err
+		return fmt.Errorf("--expect %w", err)
 	}
 	if o.speed < 0 {
 		return fmt.Errorf("--speed %g: give a positive number, or 0 for no waiting", o.speed)
@@ -181,7 +191,7 @@ func (o *scenarioPlayOptions) run(ctx context.Context, file string, stdout, stde
 	}
 	cfg := scenario.Config{URL: target.String(), Secret: o.secret, Resign: o.resign, Speed: o.speed, NoWait: o.speed == 0, Expect: expect, Timeout: o.timeout}
 	rep, err := scenario.Play(ctx, s, cfg)
-	var unreachable *scenario.UnreachableError
+	var unreachable *check.UnreachableError
 	switch {
 	case errors.As(err, &unreachable):
 		return o.stopped(suite, "reach the handler", err)

@@ -209,7 +209,7 @@ func (o *loginOptions) run(ctx context.Context) error {
 	}
 	tokens, err := s.client.Login(ctx, auth.LoginOptions{Force: o.force, IdentityProvider: provider})
 	if err != nil {
-		return err
+		return loginAdvice(err)
 	}
 	if err := s.store.Save(s.session, tokens); err != nil {
 		return err
@@ -222,6 +222,22 @@ func (o *loginOptions) run(ctx context.Context) error {
 	fmt.Fprintf(o.stdout, "Signed in as %s (session %s). Tokens in %s; the access token is good until %s and is refreshed by itself.\n",
 		who, s.session, path, tokens.ExpiresAt.Local().Format(time.DateTime))
 	return nil
+}
+
+// loginAdvice adds to a failed sign-in which flag of devhook login
+// changes the outcome: the auth package says what went wrong.
+func loginAdvice(err error) error {
+	switch {
+	case errors.Is(err, auth.ErrTimeout):
+		return fmt.Errorf("%w; run devhook login again (with --no-browser to open the URL yourself)", err)
+	case errors.Is(err, auth.ErrBrowser):
+		return fmt.Errorf("%w; use --no-browser and open the printed URL yourself", err)
+	case errors.Is(err, auth.ErrNoEndSession):
+		return fmt.Errorf("%w (devhook login without --force)", err)
+	case errors.Is(err, auth.ErrDiscovery):
+		return fmt.Errorf("%w; the discovery document's URL is --oidc-discovery-url", err)
+	}
+	return err
 }
 
 // identityProvider is --identity-provider, or the single sign-on provider

@@ -198,12 +198,12 @@ func TestSignInErrors(t *testing.T) {
 		browse  bool
 		wantErr []string
 	}{
-		{"timeout", []string{"--timeout", "50ms"}, false, []string{"timed out", "devhook login"}},
+		{"timeout", []string{"--timeout", "50ms"}, false, []string{"timed out", "devhook login", "--no-browser"}},
 		{"provider error", []string{"--identity-provider", "nope"}, true, []string{"refused the sign-in", "invalid_request", "nope"}},
 		{"sso over http", []string{"--email", "me@corp.test", "--endpoint", base}, false, []string{"https", "http://" + host}},
 		{"sso without endpoint", []string{"--email", "me@corp.test"}, false, []string{"needs the service's API", "--endpoint"}},
 		{"bad email", []string{"--email", "nobody"}, false, []string{"not an e-mail address"}},
-		{"discovery down", []string{"--oidc-discovery-url", "http://127.0.0.1:1/.well-known/openid-configuration"}, false, []string{"discovery document"}},
+		{"discovery down", []string{"--oidc-discovery-url", "http://127.0.0.1:1/.well-known/openid-configuration"}, false, []string{"discovery document", "--oidc-discovery-url"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b func(string)

@@ -1,0 +1,98 @@
+package inspector
+
+import (
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/check"
+)
+
+// DeliveryView is the answer of GET /api/deliveries/{id}: the delivery and
+// its bodies decoded for display.
+type DeliveryView struct {
+	*devhook.Delivery
+	// Retry is set while the agent owes the delivery to the receiver,
+	// and once it gave up on it.
+	Retry *devhook.RetryState `json:"retry,omitempty"`
+	View  DetailView          `json:"view"`
+}
+
+// DetailView holds the decoded bodies of a delivery and of its attempts,
+// in the order of Delivery.Attempts.
+type DetailView struct {
+	Body     BodyView      `json:"body"`
+	Attempts []AttemptView `json:"attempts"`
+	// Target is where a replay goes by default, with the delivery's path.
+	Target string `json:"target,omitempty"`
+	// Resign says a replay without "resign" re-signs (the secret is known).
+	Resign bool `json:"resign"`
+	// ReplayAvailable is false when the inspector has no replayer.
+	ReplayAvailable bool `json:"replay_available"`
+	// StatusNote explains status beside status_v2 for a run.status body.
+	StatusNote string `json:"status_note,omitempty"`
+}
+
+// AttemptView holds the decoded bodies of one attempt.
+type AttemptView struct {
+	Response BodyView  `json:"response"`
+	Request  *BodyView `json:"request,omitempty"`
+	// Hint is set when the receiver refused a delivery whose signature is
+	// valid: what to run, and the likely cause (check.Hint).
+	Hint string `json:"hint,omitempty"`
+}
+
+func (s *Server) handleDelivery(w http.ResponseWriter, r *http.Request) {
+	d, err := s.cfg.Store.Delivery(r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	v := DeliveryView{Delivery: d, View: DetailView{
+		Body:            NewBodyView(d.Body, d.Header),
+		Attempts:        make([]AttemptView, len(d.Attempts)),
+		Target:          s.defaultTarget(d),
+		Resign:          s.secretKnown(),
+		ReplayAvailable: s.cfg.Replayer != nil,
+		StatusNote:      d.Event.StatusNote(),
+	}}
+	rs, err := s.cfg.Store.Retries([]string{d.ID})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if st, ok := rs[d.ID]; ok {
+		v.Retry = &st
+	}
+	for i, a := range d.Attempts {
+		av := AttemptView{Response: NewBodyView(a.Body, a.Header), Hint: check.Hint(d, &d.Attempts[i])}
+		if a.Request != nil {
+			rv := NewBodyView(a.Request.Body, a.Request.Header)
+			av.Request = &rv
+		}
+		v.View.Attempts[i] = av
+	}
+	writeJSON(w, http.StatusOK, v)
+}
+
+func (s *Server) secretKnown() bool {
+	return s.cfg.Settings.SecretKnown != nil && s.cfg.Settings.SecretKnown()
+}
+
+// defaultTarget is the first forward target joined with the delivery's
+// path and query: the URL a replay calls.
+func (s *Server) defaultTarget(d *devhook.Delivery) string {
+	if len(s.cfg.Settings.Forward) == 0 {
+		return ""
+	}
+	return joinTarget(s.cfg.Settings.Forward[0], d.Path, d.RawQuery)
+}
+
+func joinTarget(base, path, rawQuery string) string {
+	u, err := url.Parse(base)
+	if err != nil {
+		return strings.TrimSuffix(base, "/") + path
+	}
+	return devhook.TargetURL(u, path, rawQuery)
+}

@@ -1,0 +1,97 @@
+package inspector
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/devhook/devhook"
+)
+
+const (
+	defaultLimit = 50
+	// maxLimit leaves room for the one extra row the list asks for to know
+	// whether another page follows, under devhook.Filter's cap of 1000.
+	maxLimit = 500
+)
+
+// ListPage is the answer of GET /api/deliveries.
+type ListPage struct {
+	Items []devhook.Summary `json:"items"`
+	// Next is the before cursor of the following page, empty on the last.
+	Next string `json:"next"`
+}
+
+// ParseFilter reads a list filter from URL query values, as the list
+// endpoint does.
+func ParseFilter(q url.Values) (devhook.Filter, error) {
+	f := devhook.Filter{
+		Limit:    defaultLimit,
+		Before:   q.Get("before"),
+		Verdict:  strings.TrimSpace(q.Get("verdict")),
+		RunID:    strings.TrimSpace(q.Get("run_id")),
+		StatusV2: strings.TrimSpace(q.Get("status_v2")),
+		Text:     q.Get("q"),
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxLimit {
+			return f, devhook.Errorf(devhook.EINVALID, "limit %q is not a number from 1 to %d", v, maxLimit)
+		}
+		f.Limit = n
+	}
+	switch v := strings.TrimSpace(q.Get("status")); strings.ToLower(v) {
+	case "", "any":
+	case "none", "-1", "0":
+		f.Status = -1
+	default:
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 100 || n > 999 {
+			return f, devhook.Errorf(devhook.EINVALID, "status %q is not an HTTP status code or \"none\"", v)
+		}
+		f.Status = n
+	}
+	return f, nil
+}
+
+func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
+	f, err := ParseFilter(r.URL.Query())
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	limit := f.Limit
+	f.Limit = limit + 1
+	items, err := s.cfg.Store.List(f)
+	if err != nil {
+		s.fail(w, r, fmt.Errorf("listing deliveries: %w", err))
+		return
+	}
+	page := ListPage{Items: items}
+	if len(items) > limit {
+		page.Items = items[:limit]
+		page.Next = items[limit-1].ID
+	}
+	if page.Items == nil {
+		page.Items = []devhook.Summary{}
+	}
+	if len(page.Items) > 0 {
+		ids := make([]string, len(page.Items))
+		for i := range page.Items {
+			ids[i] = page.Items[i].ID
+		}
+		rs, err := s.cfg.Store.Retries(ids)
+		if err != nil {
+			s.fail(w, r, fmt.Errorf("listing deliveries: %w", err))
+			return
+		}
+		for i := range page.Items {
+			if st, ok := rs[page.Items[i].ID]; ok {
+				page.Items[i].Retry = &st
+			}
+		}
+	}
+	writeJSON(w, http.StatusOK, page)
+}
