@@ -21,24 +21,7 @@ import (
 // Park moves delivery id from channel's queue to the parked bucket, with
 // the reason. An id not in the queue is not an error.
 func (s *Store) Park(channel, id, reason string) error {
-	if err := storage.ValidID("channel", channel); err != nil {
-		return err
-	}
-	if err := storage.ValidID("delivery", id); err != nil {
-		return err
-	}
-	var size int64
-	err := s.update(func(tx *bolt.Tx) error {
-		size = 0
-		q := tx.Bucket(bucketQueue).Bucket([]byte(channel))
-		if q == nil {
-			return nil
-		}
-		v := q.Get([]byte(id))
-		if v == nil {
-			return nil
-		}
-		size = entrySize([]byte(id), v)
+	err := s.takeQueued(channel, id, func(tx *bolt.Tx, q *bolt.Bucket, v []byte) error {
 		p, err := tx.Bucket(bucketParked).CreateBucketIfNotExists([]byte(channel))
 		if err != nil {
 			return err
@@ -52,9 +35,6 @@ func (s *Store) Park(channel, id, reason string) error {
 	})
 	if err != nil {
 		return fmt.Errorf("boltrelay: park delivery %s of channel %s: %w", id, channel, err)
-	}
-	if size > 0 {
-		s.usage.release(channel, size, 1)
 	}
 	return nil
 }

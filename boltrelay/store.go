@@ -322,6 +322,20 @@ func (s *Store) Queued(channel string, after string, limit int) ([]*devhook.Deli
 // Dequeue removes delivery id from channel's queue. An id not in the queue
 // is not an error: acknowledgements may repeat.
 func (s *Store) Dequeue(channel, id string) error {
+	err := s.takeQueued(channel, id, func(tx *bolt.Tx, q *bolt.Bucket, v []byte) error {
+		return q.Delete([]byte(id))
+	})
+	if err != nil {
+		return fmt.Errorf("boltrelay: dequeue delivery %s of channel %s: %w", id, channel, err)
+	}
+	return nil
+}
+
+// takeQueued runs take in one write transaction on delivery id of
+// channel's queue (q, and its entry v), when it is queued, and gives its
+// quota back once take has removed it. An id not in the queue is not an
+// error, and take is not called.
+func (s *Store) takeQueued(channel, id string, take func(tx *bolt.Tx, q *bolt.Bucket, v []byte) error) error {
 	if err := storage.ValidID("channel", channel); err != nil {
 		return err
 	}
@@ -339,11 +353,11 @@ func (s *Store) Dequeue(channel, id string) error {
 		if v == nil {
 			return nil
 		}
-		size = entrySize([]byte(id), v)
-		return q.Delete([]byte(id))
+		size = entrySize([]byte(id), v) // v is not to be read once take removed it
+		return take(tx, q, v)
 	})
 	if err != nil {
-		return fmt.Errorf("boltrelay: dequeue delivery %s of channel %s: %w", id, channel, err)
+		return err
 	}
 	if size > 0 {
 		s.usage.release(channel, size, 1)
