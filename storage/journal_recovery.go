@@ -2,6 +2,7 @@ package storage
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -136,36 +137,13 @@ func resync(b []byte) int {
 // and removes them, or sets them aside when they are damaged. Open calls it
 // before anything else runs.
 func (db *DB) replayJournal() error {
-	j := db.journal
-	var files []journalFile
-	var recs []jrec
-	for _, p := range j.path {
-		data, err := os.ReadFile(p)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("storage: read journal %s: %w", p, err)
-		}
-		s, err := scanJournal(data)
-		if newer := errNewerJournal(0); errors.As(err, &newer) {
-			return devhook.Errorf(devhook.EINVALID, "storage: %s was written by a newer devhook (%v): upgrade devhook; the journal was left untouched", p, err)
-		}
-		files = append(files, journalFile{p, s})
-		recs = append(recs, s.recs...)
+	files, recs, err := db.scanJournals()
+	if err != nil {
+		return err
 	}
 	if len(files) == 0 {
 		return nil
 	}
-	slices.SortFunc(recs, func(a, b jrec) int {
-		switch {
-		case a.seq < b.seq:
-			return -1
-		case a.seq > b.seq:
-			return 1
-		}
-		return 0
-	})
 	dropped := 0
 	for rest := recs; len(rest) > 0; {
 		n := min(len(rest), 4*journalRecords)
@@ -291,39 +269,45 @@ func (j *journal) loadPending(recs []jrec) {
 // anything: the records become pending, so that reads show them, and Logf
 // says what was found and that devhook listen applies it.
 func (db *DB) readJournal() error {
-	j := db.journal
+	files, recs, err := db.scanJournals()
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		switch s := f.scan; {
+		case s.foreign != "":
+			db.logf("storage: %s is not a devhook journal that this devhook can read (%s); nothing was read from it, and it was left as it is: devhook listen sets it aside", f.path, s.foreign)
+		case s.damaged != "":
+			db.logf("storage: journal %s is damaged (%s): its %d intact records are shown, and it was left as it is: devhook listen applies them and sets the file aside", f.path, s.damaged, len(s.recs))
+		case len(s.recs) > 0:
+			db.logf("storage: journal %s holds %d records that %s does not have yet (devhook stopped without closing it): they are shown, not applied; devhook listen applies them", f.path, len(s.recs), db.path)
+		}
+	}
+	db.journal.loadPending(recs)
+	return nil
+}
+
+// scanJournals reads the journal files there are, and returns each with
+// what its scan found, and all their records in sequence order. A journal
+// a newer devhook wrote is an error, and nothing is touched.
+func (db *DB) scanJournals() ([]journalFile, []jrec, error) {
+	var files []journalFile
 	var recs []jrec
-	for _, p := range j.path {
+	for _, p := range db.journal.path {
 		data, err := os.ReadFile(p)
 		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("storage: read journal %s: %w", p, err)
+			return nil, nil, fmt.Errorf("storage: read journal %s: %w", p, err)
 		}
 		s, err := scanJournal(data)
 		if newer := errNewerJournal(0); errors.As(err, &newer) {
-			return devhook.Errorf(devhook.EINVALID, "storage: %s was written by a newer devhook (%v): upgrade devhook; the journal was left untouched", p, err)
+			return nil, nil, devhook.Errorf(devhook.EINVALID, "storage: %s was written by a newer devhook (%v): upgrade devhook; the journal was left untouched", p, err)
 		}
-		switch {
-		case s.foreign != "":
-			db.logf("storage: %s is not a devhook journal that this devhook can read (%s); nothing was read from it, and it was left as it is: devhook listen sets it aside", p, s.foreign)
-		case s.damaged != "":
-			db.logf("storage: journal %s is damaged (%s): its %d intact records are shown, and it was left as it is: devhook listen applies them and sets the file aside", p, s.damaged, len(s.recs))
-		case len(s.recs) > 0:
-			db.logf("storage: journal %s holds %d records that %s does not have yet (devhook stopped without closing it): they are shown, not applied; devhook listen applies them", p, len(s.recs), db.path)
-		}
+		files = append(files, journalFile{p, s})
 		recs = append(recs, s.recs...)
 	}
-	slices.SortFunc(recs, func(a, b jrec) int {
-		switch {
-		case a.seq < b.seq:
-			return -1
-		case a.seq > b.seq:
-			return 1
-		}
-		return 0
-	})
-	j.loadPending(recs)
-	return nil
+	slices.SortFunc(recs, func(a, b jrec) int { return cmp.Compare(a.seq, b.seq) })
+	return files, recs, nil
 }
