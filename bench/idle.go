@@ -118,18 +118,5 @@ func idlePhase(ctx context.Context, o options, rep *report, kids *children, bin,
 // parallel calls f(0..n-1) from idleWorkers goroutines, stopping early when
 // ctx ends.
 func parallel(ctx context.Context, n int, f func(i int)) {
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(idleWorkers, n) {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				i := int(next.Add(1)) - 1
-				if i >= n {
-					return
-				}
-				f(i)
-			}
-		})
-	}
-	wg.Wait()
+	parallelN(ctx, n, idleWorkers, f)
 }
