@@ -153,6 +153,7 @@ func skipEmptyLines(br *bufio.Reader) {
 // relay answers them 400 and closes the connection (framingVerdict).
 type headScan struct {
 	pos  int    // where the next line not yet looked at starts
+	seen int    // bytes from pos on already searched for its end, in vain
 	line int    // lines seen, the request line first
 	done bool   // the empty line that ends the header was seen
 	bad  string // why the header is refused before its end, or ""
@@ -168,12 +169,16 @@ type headScan struct {
 // start, that it has not looked at yet.
 func (h *headScan) scan(b []byte) {
 	for !h.done && h.bad == "" {
-		i := bytes.IndexByte(b[h.pos:], '\n')
+		// A line that comes a few bytes at a time is searched once, not
+		// again from its start at each arrival.
+		from := max(h.pos, h.seen)
+		i := bytes.IndexByte(b[from:], '\n')
 		if i < 0 {
+			h.seen = len(b)
 			return
 		}
-		line := b[h.pos : h.pos+i]
-		h.pos += i + 1
+		line := b[h.pos : from+i]
+		h.pos = from + i + 1
 		if len(line) == 0 || line[len(line)-1] != '\r' {
 			h.bad = "a line of the header ends with a bare LF, not CRLF"
 			return
