@@ -213,12 +213,12 @@ func (c *agentConn) ping() {
 // deliveries not yet sent to the agent: d is queued behind them, so that
 // it cannot overtake an earlier delivery of its run.
 func (c *agentConn) Deliver(ctx context.Context, d *devhook.Delivery) (*Answer, error) {
+	if c.isBehind() && devhook.ParseEvent(d.Body).RunID != "" {
+		return nil, ErrQueueFirst
+	}
 	hdr, err := AppendFrame(nil, deliverHeader(d), nil)
 	if err != nil {
 		return nil, err
-	}
-	if c.isBehind() && devhook.ParseEvent(d.Body).RunID != "" {
-		return nil, ErrQueueFirst
 	}
 	ch := make(chan *Answer, 1)
 	c.mu.Lock()
