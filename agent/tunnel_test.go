@@ -161,7 +161,12 @@ func (tn *tunnel) startRelay() {
 	if err != nil {
 		tn.t.Fatal(err)
 	}
-	cfg := relay.Config{Store: rdb, ResponseTimeout: 10 * time.Second, PingInterval: time.Second, Logf: tn.t.Logf}
+	// The relay's own heartbeat and answer timeout, not shorter ones: it
+	// drops an agent it has not heard from in two heartbeats, and a large
+	// delivery's frame holds the agent's answer to a ping behind it; it
+	// gives up on a frame not written, or an answer not come, in
+	// ResponseTimeout. A loaded machine needs the time a real link has.
+	cfg := relay.Config{Store: rdb, Logf: tn.t.Logf}
 	if tn.relayMod != nil {
 		tn.relayMod(&cfg)
 	}
