@@ -151,6 +151,20 @@ func (d *Delivery) LastAttempt() *Attempt {
 	return &d.Attempts[len(d.Attempts)-1]
 }
 
+// How an attempt's request was made from its delivery (Attempt.Made).
+// The names are stable: they appear in JSON output and in the inspector.
+const (
+	// MadeAsArrived: the delivery's method, path, query, headers and body,
+	// as the relay received them.
+	MadeAsArrived = "as-arrived"
+	// MadeResigned: as arrived, with a fresh service-signature (a queued
+	// delivery, a retry, a replay re-signed).
+	MadeResigned = "re-signed"
+	// MadeEdited: a replay whose body or headers were changed by the one
+	// who asked for it; re-signed or not (Request.Resigned says which).
+	MadeEdited = "edited"
+)
+
 // Attempt is one forward of a delivery to a local receiver.
 type Attempt struct {
 	Seq       int       `json:"seq"` // 1-based, in the order attempts were recorded
@@ -158,14 +172,34 @@ type Attempt struct {
 	Target    string    `json:"target"` // full URL that was called
 	StartedAt time.Time `json:"started_at"`
 	Duration  Duration  `json:"duration_ms"`
-	// Request is set when the request sent differs from the delivery:
-	// re-signed or edited replays.
+	// Made says how the request sent was made from the delivery: one of
+	// the Made* names. Empty in an attempt recorded by a devhook from
+	// before it was kept: Request, if any, is then all that is known.
+	Made string `json:"made,omitempty"`
+	// Request is the request as sent, when it differs from the delivery:
+	// re-signed, edited, or with the headers listen adds to every forward
+	// (--header). Its Header is the one sent, Content-Length included.
 	Request *Request `json:"request,omitempty"`
 	// Status is 0 when no answer came; Error then says why.
 	Status int         `json:"status"`
 	Header http.Header `json:"header,omitempty"`
 	Body   []byte      `json:"body,omitempty"`
 	Error  string      `json:"error,omitempty"`
+}
+
+// Edited reports whether the attempt sent a request changed by the one
+// who asked for it (MadeEdited).
+func (a *Attempt) Edited() bool { return a.Made == MadeEdited }
+
+// Resigned reports whether the attempt sent a fresh signature.
+func (a *Attempt) Resigned() bool { return a.Request != nil && a.Request.Resigned }
+
+// SentBody is the body attempt a of d sent.
+func (a *Attempt) SentBody(d *Delivery) []byte {
+	if a.Request != nil {
+		return a.Request.Body
+	}
+	return d.Body
 }
 
 // Request is an HTTP request as sent to a receiver, when it differs from the

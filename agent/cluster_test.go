@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -23,12 +24,19 @@ import (
 // clusterRelay is one relay instance of a cluster on NATS, served on ln.
 func clusterRelay(t *testing.T, ns *server.Server, ln net.Listener) (url string, stop func()) {
 	t.Helper()
+	url, stop, _ = clusterRelayStore(t, ns, ln)
+	return url, stop
+}
+
+// clusterRelayStore is clusterRelay, with the instance's store.
+func clusterRelayStore(t *testing.T, ns *server.Server, ln net.Listener) (url string, stop func(), store *natsrelay.Store) {
+	t.Helper()
 	nc, err := nats.Connect(ns.ClientURL())
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := natsrelay.Config{Conn: nc, ResponseTimeout: 10 * time.Second}
-	store, err := natsrelay.OpenStore(context.Background(), cfg)
+	cfg := natsrelay.Config{Conn: nc, ResponseTimeout: 10 * time.Second, Logf: t.Logf}
+	store, err = natsrelay.OpenStore(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +44,7 @@ func clusterRelay(t *testing.T, ns *server.Server, ln net.Listener) (url string,
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := relay.NewServer(relay.Config{Store: store, Router: router, ResponseTimeout: 10 * time.Second})
+	srv, err := relay.NewServer(relay.Config{Store: store, Router: router, ResponseTimeout: 10 * time.Second, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +67,7 @@ func clusterRelay(t *testing.T, ns *server.Server, ln net.Listener) (url string,
 		router.Close()
 	}
 	t.Cleanup(stop)
-	return hs.URL, stop
+	return hs.URL, stop, store
 }
 
 // An agent given several relays of a cluster moves to another when its
@@ -69,7 +77,7 @@ func TestRunMovesToAnotherRelayOfTheCluster(t *testing.T) {
 	ns := natstest.Run(t)
 
 	urlA, stopA := clusterRelay(t, ns, nil)
-	urlC, _ := clusterRelay(t, ns, nil)
+	urlC, _, storeC := clusterRelayStore(t, ns, nil)
 	// B's address is kept free until B starts.
 	lnB, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -129,10 +137,36 @@ func TestRunMovesToAnotherRelayOfTheCluster(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode
 	}
-	if st := post(urlC, `{"n":"live"}`); st != http.StatusOK {
-		t.Fatalf("live delivery through C to the agent on A: %d", st)
+	// C learns that the agent is on A from its watch of the cluster's
+	// agents, which a loaded machine may deliver after the agent's
+	// connection: a delivery C passes on meanwhile is queued (202), and
+	// reaches the agent through A's queue. Live deliveries are sent until
+	// one goes through C live.
+	lives := 0
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		lives++
+		st := post(urlC, fmt.Sprintf(`{"n":"live %d"}`, lives))
+		if st == http.StatusOK {
+			break
+		}
+		if st != http.StatusAccepted || time.Now().After(deadline) {
+			t.Fatalf("live delivery %d through C to the agent on A: %d", lives, st)
+		}
+		t.Logf("live delivery %d through C: 202, queued before C knew where the agent is", lives)
 	}
-	rec.waitFor(t, 1)
+	rec.waitFor(t, lives)
+	// Those queued are sent to the agent by A and acknowledged: only
+	// what is sent while no relay of the agent's is up stays queued.
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		n, err := storeC.QueueLen(cr.Channel)
+		if err == nil && n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the channel's queue holds %d deliveries (%v), want none", n, err)
+		}
+		time.Sleep(5 * time.Millisecond) // polling the queue
+	}
 
 	stopA()
 	for deadline := time.Now().Add(10 * time.Second); ns.NumClients() != 1; {
@@ -154,7 +188,7 @@ func TestRunMovesToAnotherRelayOfTheCluster(t *testing.T) {
 	if c := waitConnect("to B"); !c.Reconnect || c.Queued != 2 {
 		t.Fatalf("connection to B: %+v", c)
 	}
-	got := rec.waitFor(t, 3)
+	got := rec.waitFor(t, lives+2)
 	bodies := map[string]int{}
 	for _, s := range got {
 		bodies[string(s.Body)]++

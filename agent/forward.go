@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -20,52 +21,88 @@ import (
 	"github.com/devhook/devhook/signature"
 )
 
-// attempt forwards d (or req, when it differs from d) to target and
-// records the attempt. It returns the recorded attempt.
-func (a *Agent) attempt(ctx context.Context, d *devhook.Delivery, target *url.URL, kind string, resign bool, req *devhook.Request, to string) *devhook.Attempt {
-	return a.record(d, a.forward(ctx, d, target, kind, resign, req, to))
+// attempt forwards d (or edit, a replay's request in its place) to target
+// and records the attempt. It returns the recorded attempt.
+func (a *Agent) attempt(ctx context.Context, d *devhook.Delivery, target *url.URL, kind string, resign bool, edit *devhook.Request, to string) *devhook.Attempt {
+	return a.record(d, a.forward(ctx, d, target, kind, resign, edit, to))
 }
 
-// forward sends d (or req, when it differs from d) to target, re-signed
-// when resign is set, or to the URL to when it is not empty.
-func (a *Agent) forward(ctx context.Context, d *devhook.Delivery, target *url.URL, kind string, resign bool, req *devhook.Request, to string) devhook.Attempt {
+// forward sends d to target, or to the URL to when it is not empty, and
+// returns the attempt. edit, when not nil, is a replay's request in d's
+// place; resign signs what is sent with a fresh t. The attempt says how
+// its request was made from d (Made) and, when that request is not d's,
+// records it as it was sent (Request).
+func (a *Agent) forward(ctx context.Context, d *devhook.Delivery, target *url.URL, kind string, resign bool, edit *devhook.Request, to string) devhook.Attempt {
 	method, path, query, header, body := d.Method, d.Path, d.RawQuery, d.Header, d.Body
-	if req != nil {
-		method, path, query, header, body = req.Method, req.Path, req.RawQuery, req.Header, req.Body
+	made := devhook.MadeAsArrived
+	if edit != nil {
+		method, path, query, header, body = edit.Method, edit.Path, edit.RawQuery, edit.Header, edit.Body
+		if edited(d, edit, resign) {
+			made = devhook.MadeEdited
+		}
+	}
+	changed := made == devhook.MadeEdited || resign || len(a.cfg.Header) > 0
+	if changed {
+		// A copy, without hop-by-hop headers, which are not sent.
+		header = relay.EndToEnd(header)
 	}
 	if resign {
-		secret := a.getSecret()
-		header = header.Clone()
-		if header == nil {
-			header = http.Header{}
+		header[http.CanonicalHeaderKey(devhook.SignatureHeader)] = []string{signature.Sign(a.getSecret(), a.cfg.Now(), body)}
+		if made == devhook.MadeAsArrived {
+			made = devhook.MadeResigned
 		}
-		header[http.CanonicalHeaderKey(devhook.SignatureHeader)] = []string{signature.Sign(secret, a.cfg.Now(), body)}
-		if req == nil {
-			req = &devhook.Request{Method: method, Path: path, RawQuery: query, Body: body}
-		}
-		req.Header, req.Resigned = header, true
 	}
-	if len(a.cfg.Header) > 0 {
-		if !resign {
-			header = header.Clone()
-			if header == nil {
-				header = http.Header{}
-			}
+	for k, vs := range a.cfg.Header {
+		header[k] = vs
+	}
+	var req *devhook.Request
+	if changed {
+		// Content-Length as sent: the length of the body sent, not the
+		// delivery's, whose header an edit may have kept.
+		if hasBody(method, body) {
+			header["Content-Length"] = []string{strconv.Itoa(len(body))}
+		} else {
+			delete(header, "Content-Length")
 		}
-		for k, vs := range a.cfg.Header {
-			header[k] = vs
-		}
-		if req == nil {
-			req = &devhook.Request{Method: method, Path: path, RawQuery: query, Body: body}
-		}
-		req.Header = header
+		req = &devhook.Request{Method: method, Path: path, RawQuery: query, Header: header, Body: body, Resigned: resign}
 	}
 	if to == "" {
 		to = devhook.TargetURL(target, path, query)
 	}
-	at := devhook.Attempt{Kind: kind, Target: to, StartedAt: a.cfg.Now().UTC(), Request: req}
+	at := devhook.Attempt{Kind: kind, Target: to, StartedAt: a.cfg.Now().UTC(), Made: made, Request: req}
 	a.send(ctx, &at, method, header, body)
 	return at
+}
+
+// edited reports whether edit, a replay's request, differs from d in what
+// a receiver sees: method, path, query, body or an end-to-end header
+// other than Content-Length (sent as the body's length whatever it says),
+// and than the signature when it is signed again (resign).
+func edited(d *devhook.Delivery, edit *devhook.Request, resign bool) bool {
+	if edit.Method != d.Method || edit.Path != d.Path || edit.RawQuery != d.RawQuery || !bytes.Equal(edit.Body, d.Body) {
+		return true
+	}
+	norm := func(h http.Header) http.Header {
+		out := http.Header{}
+		for k, vs := range relay.EndToEnd(h) {
+			out[http.CanonicalHeaderKey(k)] = append(out[http.CanonicalHeaderKey(k)], vs...)
+		}
+		delete(out, "Content-Length")
+		if resign {
+			delete(out, http.CanonicalHeaderKey(devhook.SignatureHeader))
+		}
+		return out
+	}
+	a, b := norm(d.Header), norm(edit.Header)
+	if len(a) != len(b) {
+		return true
+	}
+	for k, vs := range a {
+		if !slices.Equal(vs, b[k]) {
+			return true
+		}
+	}
+	return false
 }
 
 // record stores attempt at of d and tells live views. On failure it logs

@@ -164,8 +164,11 @@ func TestOwedDeliveriesReachReceiverWhenItComesUp(t *testing.T) {
 		if id != ids[0] && first.Kind != devhook.AttemptRetry && (first.Kind != devhook.AttemptRedelivery || first.Status != 0) {
 			t.Errorf("delivery %s, behind an owed one: first attempt %+v", id, first)
 		}
-		if last.Kind != devhook.AttemptRetry || last.Status != 200 || last.Request == nil || !last.Request.Resigned {
-			t.Errorf("delivery %s: last attempt %s %d (request %+v), want a re-signed retry answered 200", id, last.Kind, last.Status, last.Request)
+		if last.Kind != devhook.AttemptRetry || last.Status != 200 || last.Request == nil || !last.Request.Resigned || last.Made != devhook.MadeResigned {
+			t.Errorf("delivery %s: last attempt %s %d made %q (request %+v), want a re-signed retry answered 200", id, last.Kind, last.Status, last.Made, last.Request)
+		}
+		if id == ids[0] && first.Made != devhook.MadeResigned {
+			t.Errorf("delivery %s: first attempt made %q, want re-signed", id, first.Made)
 		}
 	}
 	// Each owed delivery had a result saying so, and one for the retry

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -161,7 +162,12 @@ func (tn *tunnel) startRelay() {
 	if err != nil {
 		tn.t.Fatal(err)
 	}
-	cfg := relay.Config{Store: rdb, ResponseTimeout: 10 * time.Second, PingInterval: time.Second, Logf: tn.t.Logf}
+	// The relay's own heartbeat and answer timeout, not shorter ones: it
+	// drops an agent it has not heard from in two heartbeats, and a large
+	// delivery's frame holds the agent's answer to a ping behind it; it
+	// gives up on a frame not written, or an answer not come, in
+	// ResponseTimeout. A loaded machine needs the time a real link has.
+	cfg := relay.Config{Store: rdb, Logf: tn.t.Logf}
 	if tn.relayMod != nil {
 		tn.relayMod(&cfg)
 	}
@@ -356,6 +362,10 @@ func TestTunnelBytesExact(t *testing.T) {
 			if !bytes.Equal(d.Body, c.body) || len(d.Attempts) != 1 || d.Attempts[0].Status != 200 {
 				t.Fatalf("recorded %d bytes with %d attempts", len(d.Body), len(d.Attempts))
 			}
+			// Forwarded as it arrived: the delivery is what was sent.
+			if a := d.Attempts[0]; a.Made != devhook.MadeAsArrived || a.Request != nil {
+				t.Errorf("live forward recorded as made %q with request %+v", a.Made, a.Request)
+			}
 		})
 	}
 }
@@ -500,8 +510,10 @@ func TestTunnelQueuesWhileAgentAway(t *testing.T) {
 	waitStored(t, tn.db, n)
 
 	seenBodies := map[string]int{}
+	sentSig := map[string]string{}
 	for _, g := range got {
 		seenBodies[string(g.Body)]++
+		sentSig[string(g.Body)] = g.Header.Get(devhook.SignatureHeader)
 		// Queued deliveries are re-signed with a fresh t; still valid.
 		v := signature.Verify(secret, g.Header.Get(devhook.SignatureHeader), g.Body, time.Now())
 		if !v.OK() {
@@ -520,6 +532,12 @@ func TestTunnelQueuesWhileAgentAway(t *testing.T) {
 		}
 		if !d.Queued || len(d.Attempts) != 1 || d.Attempts[0].Kind != devhook.AttemptRedelivery || d.Verdict.Result != devhook.VerdictOK {
 			t.Errorf("delivery %s: queued=%v attempts=%d verdict=%s", id, d.Queued, len(d.Attempts), d.Verdict.Result)
+			continue
+		}
+		// Recorded as re-signed, with the signature the receiver got.
+		if a := d.Attempts[0]; a.Made != devhook.MadeResigned || !a.Resigned() || a.Request.Header.Get(devhook.SignatureHeader) != sentSig[string(d.Body)] ||
+			a.Request.Header.Get("Content-Length") != strconv.Itoa(len(d.Body)) {
+			t.Errorf("delivery %s: redelivery recorded as made %q with request %+v; the receiver got signature %q", id, a.Made, a.Request, sentSig[string(d.Body)])
 		}
 	}
 	waitQueueEmpty(t, tn.relayDB, tn.creds.Channel)

@@ -1,6 +1,8 @@
 package check
 
 import (
+	"bytes"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,8 +24,12 @@ const (
 	// for another reason or none it names.
 	HintRefusedValid = "refused-valid"
 	// HintNotVerifying: the receiver accepted a delivery whose signature
-	// failed devhook's verification.
+	// failed devhook's verification, or an edited body sent with the
+	// original signature, which does not match it.
 	HintNotVerifying = "not-verifying"
+	// HintEditedNotResigned: the receiver refused a replay whose body (or
+	// signature) was edited and not signed again; the receiver is right.
+	HintEditedNotResigned = "edited-not-re-signed"
 )
 
 // HintContext is what the one who shows a hint knows beyond the delivery.
@@ -42,8 +48,10 @@ type Advice struct {
 
 // Hint says what to do when a receiver refused (401 or 403) a delivery
 // whose signature devhook verified, and the most likely cause when the
-// answer's text names it; or that the receiver does not check signatures
-// when it accepted (2xx) one that failed verification. It returns "" for
+// answer's text names it, or that the receiver was right (an edited body
+// sent without a fresh signature, an old signature); or that the receiver
+// does not check signatures when it accepted (2xx) one that failed
+// verification, or an edited body with the original signature. It returns "" for
 // any other delivery or attempt. It is computed where it is shown, from
 // what is recorded: nothing new is stored.
 func Hint(d *devhook.Delivery, a *devhook.Attempt) string {
@@ -62,7 +70,15 @@ func Advise(d *devhook.Delivery, a *devhook.Attempt, hc HintContext) Advice {
 	if !d.Verdict.OK() || (a.Status != 401 && a.Status != 403) {
 		return Advice{}
 	}
-	resigned := a.Request != nil && a.Request.Resigned
+	resigned := a.Resigned()
+	switch editedSignature(d, a) {
+	case "body":
+		return Advice{HintEditedNotResigned, "the body was edited and not re-signed: the receiver was right to refuse it; " +
+			"replay with re-signing to test the handler (the signature sent signs the original body, not the one sent)"}
+	case "header":
+		return Advice{HintEditedNotResigned, "the service-signature header was edited and not re-signed: unless the edited one signs the body sent " +
+			"with the receiver's secret, the receiver was right to refuse it; replay with re-signing to test the handler"}
+	}
 	if !resigned && d.Verdict.T > 0 && !a.StartedAt.IsZero() {
 		// A replay sent with the original signature after the window:
 		// the receiver is right.
@@ -82,6 +98,9 @@ func Advise(d *devhook.Delivery, a *devhook.Attempt, hc HintContext) Advice {
 			"give it the secret that `devhook webhooks secret " + hc.Webhook + "` prints"}
 	}
 	h := "your receiver refused a delivery whose signature is valid; run `devhook check " + a.Target + " --secret …` to find out why"
+	if a.Edited() {
+		h = "your receiver refused an edited replay whose signature is valid (the edit may be the cause: compare the request as sent with the delivery); run `devhook check " + a.Target + " --secret …` to find out why"
+	}
 	switch {
 	case strings.Contains(body, "time"):
 		h += " (it says Invalid Time Value: most likely it reads t as seconds, the interface's t is Unix milliseconds; or its clock is off)"
@@ -100,6 +119,13 @@ func Advise(d *devhook.Delivery, a *devhook.Attempt, hc HintContext) Advice {
 // devhook re-signed on the way (a queued delivery past its window, a
 // replay), which carried a valid signature.
 func notVerifying(d *devhook.Delivery, a *devhook.Attempt, hc HintContext) Advice {
+	if d.Verdict.OK() {
+		if editedSignature(d, a) == "body" {
+			return Advice{HintNotVerifying, "your receiver accepted an edited body sent with its original signature, which does not match it (edited, not re-signed → " +
+				strconv.Itoa(a.Status) + "): it does not check signatures, or checks them on another body than the raw bytes"}
+		}
+		return Advice{}
+	}
 	if r := a.Request; r != nil && (r.Resigned ||
 		(r.Header != nil && r.Header.Get(devhook.SignatureHeader) != d.Header.Get(devhook.SignatureHeader))) {
 		// Re-signed, or sent with another signature header (edit &
@@ -125,4 +151,25 @@ func notVerifying(d *devhook.Delivery, a *devhook.Attempt, hc HintContext) Advic
 		return Advice{}
 	}
 	return Advice{HintNotVerifying, h}
+}
+
+// editedSignature says what of attempt a, an edited replay of d sent
+// without a fresh signature, makes the signature it carried other than
+// the service's over the body sent: "header" when the service-signature
+// header was edited (whatever the body: devhook cannot tell whether the
+// edited one signs it), "body" when only the body was (the original
+// signature signs the original body, so it cannot match); "" when neither
+// was, when a was re-signed, or was not edited (or was recorded before
+// devhook kept how an attempt was made).
+func editedSignature(d *devhook.Delivery, a *devhook.Attempt) string {
+	if !a.Edited() || a.Resigned() || a.Request == nil {
+		return ""
+	}
+	switch {
+	case !slices.Equal(a.Request.Header.Values(devhook.SignatureHeader), d.Header.Values(devhook.SignatureHeader)):
+		return "header"
+	case !bytes.Equal(a.Request.Body, d.Body):
+		return "body"
+	}
+	return ""
 }

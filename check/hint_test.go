@@ -91,3 +91,70 @@ func TestAdvise_AcceptedAFailedSignature(t *testing.T) {
 		t.Errorf("with a webhook: %q", got.Text)
 	}
 }
+
+// How an attempt was made decides whose a refusal is: an edited body (or
+// signature header) sent without a fresh signature is refused rightly; a
+// re-signed edit refused is the receiver's matter, as a delivery is. An
+// attempt recorded before devhook kept how it was made reads as before.
+func TestAdvise_EditedReplays(t *testing.T) {
+	at := time.Now()
+	body := []byte(`{"event_type":"run.status"}`)
+	sig := "t=1,v1=00"
+	h := http.Header{"Service-Signature": {sig}, "Content-Type": {"application/json"}}
+	other := http.Header{"Service-Signature": {sig}, "Content-Type": {"application/json"}, "X-Edited": {"1"}}
+	req := func(header http.Header, b string, resigned bool) *devhook.Request {
+		return &devhook.Request{Method: "POST", Path: "/hook", Header: header, Body: []byte(b), Resigned: resigned}
+	}
+	tests := []struct {
+		name   string
+		made   string
+		req    *devhook.Request
+		status int
+		t      time.Time // the original signature's t
+		kind   string
+		want   []string
+	}{
+		{"body edited, not re-signed, refused", devhook.MadeEdited, req(h, `{"edited":true}`, false), 401, at, check.HintEditedNotResigned,
+			[]string{"the body was edited and not re-signed: the receiver was right to refuse it; replay with re-signing to test the handler"}},
+		{"body edited, not re-signed, refused late", devhook.MadeEdited, req(h, `{"edited":true}`, false), 401, at.Add(-time.Hour), check.HintEditedNotResigned,
+			[]string{"the body was edited and not re-signed"}},
+		{"signature header edited, refused", devhook.MadeEdited, req(http.Header{"Service-Signature": {"t=2,v1=11"}}, string(body), false), 403, at, check.HintEditedNotResigned,
+			[]string{"the service-signature header was edited and not re-signed"}},
+		{"signature header removed, refused", devhook.MadeEdited, req(http.Header{}, string(body), false), 401, at, check.HintEditedNotResigned,
+			[]string{"the service-signature header was edited"}},
+		{"another header edited, refused", devhook.MadeEdited, req(other, string(body), false), 401, at, check.HintRefusedValid,
+			[]string{"refused an edited replay whose signature is valid", "devhook check"}},
+		{"body edited, re-signed, refused", devhook.MadeEdited, req(h, `{"edited":true}`, true), 401, at, check.HintRefusedValid,
+			[]string{"refused an edited replay whose signature is valid"}},
+		{"body edited, not re-signed, accepted", devhook.MadeEdited, req(h, `{"edited":true}`, false), 200, at, check.HintNotVerifying,
+			[]string{"accepted an edited body sent with its original signature", "does not check signatures"}},
+		{"body edited, re-signed, accepted", devhook.MadeEdited, req(h, `{"edited":true}`, true), 200, at, "", nil},
+		// A signature edited by hand may sign the edited body: devhook
+		// cannot tell, and says no more than it knows.
+		{"body and signature edited, accepted", devhook.MadeEdited, req(http.Header{"Service-Signature": {"t=2,v1=11"}}, `{"edited":true}`, false), 200, at, "", nil},
+		{"body and signature edited, refused", devhook.MadeEdited, req(http.Header{"Service-Signature": {"t=2,v1=11"}}, `{"edited":true}`, false), 401, at, check.HintEditedNotResigned,
+			[]string{"the service-signature header was edited and not re-signed: unless the edited one signs the body sent"}},
+		{"re-signed, refused", devhook.MadeResigned, req(h, string(body), true), 401, at, check.HintRefusedValid,
+			[]string{"refused a delivery whose signature is valid"}},
+		{"as arrived, refused", devhook.MadeAsArrived, nil, 401, at, check.HintRefusedValid,
+			[]string{"refused a delivery whose signature is valid"}},
+		{"recorded before made was kept", "", req(h, `{"edited":true}`, false), 401, at, check.HintRefusedValid,
+			[]string{"refused a delivery whose signature is valid"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := &devhook.Delivery{ID: "d1", Header: h, Body: body, Verdict: devhook.Verdict{Result: devhook.VerdictOK, T: tt.t.UnixMilli()}}
+			a := &devhook.Attempt{Kind: devhook.AttemptReplay, Made: tt.made, Request: tt.req, Status: tt.status, StartedAt: at,
+				Target: "http://localhost:8080/hook", Body: []byte("Unauthorized")}
+			got := check.Advise(d, a, check.HintContext{})
+			if got.Kind != tt.kind {
+				t.Errorf("advice %+v, want kind %q", got, tt.kind)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(got.Text, w) {
+					t.Errorf("hint %q does not say %q", got.Text, w)
+				}
+			}
+		})
+	}
+}

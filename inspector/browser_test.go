@@ -174,20 +174,34 @@ func TestInBrowser(t *testing.T) {
 			t.Fatalf("stored attempts: %+v, %v", stored, err)
 		}
 
-		// Edit and replay: a changed body, sent as-is.
+		// Edit and replay: a changed body, re-signed (the default).
 		tab.Run(t,
+			inspectortest.WaitText(`#attempts .attempt[data-seq="2"] .chip.made`, "re-signed"),
 			inspectortest.Click("#replay-edit"),
 			inspectortest.WaitSelector("#replay-editor:not([hidden])"),
 			chromedp.SetValue(chromedp.CSS("#edit-body"), `{"edited":"by hand"}`),
 			inspectortest.Click("#replay-send"),
 			inspectortest.WaitCount("#attempts .attempt", 3),
-			inspectortest.WaitText(`#attempts .attempt[data-seq="3"]`, "re-signed"),
-			inspectortest.WaitText(`#attempts .attempt[data-seq="3"]`, "edited body"),
+			inspectortest.WaitText(`#attempts .attempt[data-seq="3"] .chip.made`, "edited, re-signed"),
 		)
 		got = f.Receiver.requests()
 		if r := got[len(got)-1]; string(r.Body) != `{"edited":"by hand"}` {
 			t.Errorf("the receiver saw %q after the edit", r.Body)
 		}
+		// Not re-signed: the label says so, and the receiver that took
+		// the edited body with its original signature does not check
+		// signatures.
+		tab.Run(t,
+			inspectortest.Click("#replay-edit"),
+			inspectortest.WaitSelector("#replay-editor:not([hidden])"),
+			chromedp.SetValue(chromedp.CSS("#edit-body"), `{"edited":"not signed"}`),
+			inspectortest.Click("#edit-resign"),
+			inspectortest.Click("#replay-send"),
+			inspectortest.WaitCount("#attempts .attempt", 4),
+			inspectortest.WaitText(`#attempts .attempt[data-seq="4"] .chip.made.warn`, "edited, not re-signed"),
+			inspectortest.WaitText(`#attempts .attempt[data-seq="4"] .refusal-hint`, "accepted an edited body sent with its original signature"),
+			inspectortest.WaitText(`#attempts .attempt[data-seq="4"] .sent summary`, "Request as sent (edited, not re-signed)"),
+		)
 
 		// Compare two attempts side by side.
 		tab.Run(t,

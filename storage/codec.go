@@ -19,7 +19,9 @@ import (
 // by the bytes; a time is a varint of Unix seconds and a uvarint of
 // nanoseconds, or a single 0 byte for the zero time; a header is a count of
 // names, then for each name its values in order (repeated headers keep every
-// value).
+// value). An attempt may end with optional fields (attemptMade and those
+// after it), each a tag and a value, which a reader that does not know them
+// skips: a field added there needs no new format byte.
 const (
 	formatMeta    = 1 // deliveries bucket: a delivery without body and attempts
 	formatSummary = 1 // summaries bucket
@@ -436,7 +438,34 @@ func appendAttemptTail(b []byte, a *devhook.Attempt) []byte {
 	e.header(a.Header)
 	e.bytes(a.Body)
 	e.str(a.Error)
+	if a.Made != "" {
+		e.uint(attemptMade)
+		e.str(a.Made)
+	}
 	return e.b
+}
+
+// Optional fields of an attempt, after its Error: each a uvarint tag and a
+// length-prefixed value, in any order. A decoder skips a tag it does not
+// know, and a record without them (written before they were added) ends
+// at its Error. A devhook from before them reads a record up to its Error
+// and ignores the rest.
+const (
+	attemptMade = 1 // Attempt.Made
+)
+
+// made returns the Attempt.Made name v, without allocating for the
+// names devhook writes.
+func made(v []byte) string {
+	switch string(v) {
+	case devhook.MadeAsArrived:
+		return devhook.MadeAsArrived
+	case devhook.MadeResigned:
+		return devhook.MadeResigned
+	case devhook.MadeEdited:
+		return devhook.MadeEdited
+	}
+	return string(v)
 }
 
 func decodeAttempt(b []byte) (devhook.Attempt, error) {
@@ -465,5 +494,12 @@ func decodeAttempt(b []byte) (devhook.Attempt, error) {
 		a.Body = nil // omitempty in JSON: no answer body reads as absent
 	}
 	a.Error = dec.str()
+	for dec.err == nil && len(dec.b) > 0 {
+		tag := dec.uint()
+		v := dec.raw()
+		if tag == attemptMade {
+			a.Made = made(v)
+		}
+	}
 	return a, dec.err
 }

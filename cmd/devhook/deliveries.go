@@ -315,9 +315,7 @@ func printDelivery(w io.Writer, d *devhook.Delivery) {
 	for _, a := range d.Attempts {
 		fmt.Fprintf(w, "\nattempt %d (%s) → %s at %s, %s, status %s\n", a.Seq, a.Kind, a.Target, a.StartedAt.Local().Format("15:04:05.000"),
 			formatDuration(time.Duration(a.Duration)), statusWord(a.Status))
-		if a.Request != nil && a.Request.Resigned {
-			fmt.Fprintln(w, "  re-signed with a fresh t")
-		}
+		printSent(w, &a)
 		if a.Error != "" {
 			fmt.Fprintf(w, "  error: %s\n", a.Error)
 		}
@@ -330,6 +328,44 @@ func printDelivery(w io.Writer, d *devhook.Delivery) {
 			fmt.Fprintf(w, "  hint: %s\n", h)
 		}
 	}
+}
+
+// printSent prints how attempt a was made and, when it is not the
+// delivery, the request it sent.
+func printSent(w io.Writer, a *devhook.Attempt) {
+	if m := madeText(a); m != "" {
+		fmt.Fprintf(w, "  made: %s\n", m)
+	} else if a.Resigned() { // recorded before devhook kept how
+		fmt.Fprintln(w, "  re-signed with a fresh t")
+	}
+	if r := a.Request; r != nil {
+		fmt.Fprintf(w, "  request as sent: %s %s", r.Method, r.Path)
+		if r.RawQuery != "" {
+			fmt.Fprintf(w, "?%s", r.RawQuery)
+		}
+		fmt.Fprintf(w, " (%d bytes of body)\n", len(r.Body))
+		// Indented more than the answer that follows.
+		var b strings.Builder
+		printHeader(&b, r.Header)
+		printBody(&b, r.Body)
+		io.WriteString(w, "  "+strings.ReplaceAll(strings.TrimSuffix(b.String(), "\n"), "\n", "\n  ")+"\n")
+	}
+}
+
+// madeText says how attempt a was made from its delivery, or "" when the
+// record does not say (written by an older devhook).
+func madeText(a *devhook.Attempt) string {
+	switch {
+	case a.Made == devhook.MadeAsArrived:
+		return "as it arrived, with its original signature"
+	case a.Made == devhook.MadeResigned:
+		return "as it arrived, re-signed with a fresh t"
+	case a.Made == devhook.MadeEdited && a.Resigned():
+		return "edited, re-signed with a fresh t"
+	case a.Made == devhook.MadeEdited:
+		return "edited, not re-signed (sent with the service-signature header as edited, or as it arrived)"
+	}
+	return a.Made
 }
 
 func printHeader(w io.Writer, h http.Header) {

@@ -356,7 +356,8 @@ func (p *printer) retried(r agent.Result) {
 // replayed prints a replay asked for from the inspector or devhook replay.
 func (p *printer) replayed(r agent.Result) {
 	d, at := r.Delivery, r.Attempt
-	resigned := at.Request != nil && at.Request.Resigned
+	resigned := at.Resigned()
+	adv, shown := p.advice(d, at)
 	if p.json {
 		p.emit(struct {
 			Event    string  `json:"event"`
@@ -365,20 +366,32 @@ func (p *printer) replayed(r agent.Result) {
 			Target   string  `json:"target"`
 			Status   int     `json:"status"`
 			Duration float64 `json:"duration_ms"`
+			Made     string  `json:"made,omitempty"`
 			Resigned bool    `json:"resigned,omitempty"`
 			Error    string  `json:"error,omitempty"`
-		}{"replay", d.ID, at.Seq, at.Target, at.Status, float64(at.Duration) / float64(time.Millisecond), resigned, at.Error})
+			Hint     string  `json:"hint,omitempty"`
+		}{"replay", d.ID, at.Seq, at.Target, at.Status, float64(at.Duration) / float64(time.Millisecond), at.Made, resigned, at.Error, adv.Text})
 		return
 	}
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "%s  %-6s %-*s replay of %s → %s  %s", at.StartedAt.In(p.location()).Format("15:04:05.000"), d.Method,
 		pathWidth, clip(pathQuery(d.Path, d.RawQuery), pathWidth), d.ID, p.paint(statusColor(at.Status), statusWord(at.Status)),
 		formatDuration(time.Duration(at.Duration)))
-	if resigned {
+	switch {
+	case at.Edited() && resigned:
+		b.WriteString("  (edited, re-signed)")
+	case at.Edited():
+		b.WriteString("  (edited, not re-signed)")
+	case resigned:
 		b.WriteString("  (re-signed)")
 	}
 	if at.Error != "" {
 		b.WriteString("  " + at.Error)
+	}
+	// A hint once per kind, as for deliveries.
+	if adv.Text != "" && !shown {
+		p.hintShown(adv.Kind)
+		b.WriteString("\n              hint: " + adv.Text)
 	}
 	b.WriteByte('\n')
 	p.write(b.Bytes())

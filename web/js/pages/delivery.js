@@ -107,9 +107,7 @@ function attemptCard(D, a, index, highlightSeq) {
     h('summary', null,
       h('span', { class: 'seq' }, '#' + a.seq),
       h('span', { class: 'chip kind-' + a.kind }, a.kind),
-      req && req.resigned ? h('span', { class: 'chip', title: 'signed again with a fresh t' }, 're-signed') : null,
-      req && req.body !== d.body ? h('span', { class: 'chip warn', title: 'sent with another body' }, 'edited body') : null,
-      req && headersEdited(d.header, req.header) ? h('span', { class: 'chip warn', title: 'sent with other headers' }, 'edited headers') : null,
+      madeChips(d, a),
       statusBadge(a.status, a.error),
       h('span', { class: 'mono small' }, fmtMs(a.duration_ms)),
       h('span', { class: 'muted small', title: a.started_at }, fmtTime(a.started_at)),
@@ -124,10 +122,42 @@ function attemptCard(D, a, index, highlightSeq) {
       h('h3', null, 'Response body'),
       bodyViewer(av.response, a.body, attemptBodyURL(d.id, a.seq), 'attempt-' + a.seq),
       req ? h('details', { class: 'sent' },
-        h('summary', null, 'Request as sent (' + (req.resigned ? 're-signed' : 'edited') + ')'),
+        h('summary', null, 'Request as sent (' + (a.made ? madeLabel(a) : req.resigned ? 're-signed' : 'edited') + ')'),
         h('p', { class: 'mono small' }, req.method + ' ' + req.path + (req.query ? '?' + req.query : '')),
         headerTable(req.header),
         av.request ? bodyViewer(av.request, req.body, null, 'sent-' + a.seq) : null) : null));
+}
+
+// MADE says how an attempt's request was made from its delivery (the
+// attempt's "made"): its label and what it means.
+const MADE = {
+  'as-arrived': ['as arrived', 'sent as the delivery arrived, with its original signature'],
+  're-signed': ['re-signed', 'sent as the delivery arrived, signed again with a fresh t'],
+  'edited': ['edited, not re-signed', 'body or headers edited, sent with the signature header as edited (the delivery\'s, unless changed): not signed again, so it does not sign an edited body'],
+  'edited re-signed': ['edited, re-signed', 'body or headers edited, then signed with a fresh t'],
+};
+
+function madeKey(a) {
+  return a.made === 'edited' && a.request && a.request.resigned ? 'edited re-signed' : a.made;
+}
+
+function madeLabel(a) {
+  return (MADE[madeKey(a)] || [a.made])[0];
+}
+
+// madeChips label how attempt a was made. An attempt recorded before
+// devhook kept that (no "made") is told from its request, as then.
+function madeChips(d, a) {
+  const req = a.request;
+  if (!a.made) {
+    return [
+      req && req.resigned ? h('span', { class: 'chip', title: 'signed again with a fresh t' }, 're-signed') : null,
+      req && req.body !== d.body ? h('span', { class: 'chip warn', title: 'sent with another body' }, 'edited body') : null,
+      req && headersEdited(d.header, req.header) ? h('span', { class: 'chip warn', title: 'sent with other headers' }, 'edited headers') : null,
+    ];
+  }
+  const [label, title] = MADE[madeKey(a)] || [a.made, ''];
+  return [h('span', { class: 'chip made' + (madeKey(a) === 'edited' ? ' warn' : ''), 'data-made': a.made, title }, label)];
 }
 
 // headersEdited compares two header maps, leaving out the signature,
