@@ -239,8 +239,18 @@ func (t *procTree) kill() {
 		close(t.stop)
 	}
 	<-t.done
-	// The group first: it is reachable even when /proc is not.
-	syscall.Kill(-t.root, syscall.SIGKILL)
+	t.walk()
+	t.mu.Lock()
+	noProc := t.noProc
+	t.mu.Unlock()
+	if noProc {
+		// Without /proc, the group is all there is to reach (its id may
+		// have gone to another group once the run's was empty, as with
+		// any process-group kill). With /proc, the walk below reaches the
+		// group's members, each checked.
+		syscall.Kill(-t.root, syscall.SIGKILL)
+		return
+	}
 	stopped := map[int]bool{}
 	for round := 0; round < 100; round++ {
 		alive, added := t.walk()
