@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -342,3 +343,81 @@ func TestIsFinalStatus(t *testing.T) {
 type sessionToken string
 
 func (s sessionToken) Token(context.Context) (string, error) { return string(s), nil }
+
+// TestLargeOutputAndInput: a run whose output or input is over 5 MiB is
+// read as the service's own clients read it: through format=url and a GET
+// of the download URL with no credential; GetRun, WaitRun and GetRunInput
+// give it whole, the same as inline.
+func TestLargeOutputAndInput(t *testing.T) {
+	e, err := emulator.New(emulator.Config{APIKeys: []string{key}, QueueTime: 10 * time.Millisecond, RunTime: 10 * time.Millisecond, RetryDelays: []time.Duration{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var seen []string // method, path, query and whether it carried a credential
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Method+" "+r.URL.Path+"?"+r.URL.RawQuery+" auth="+strconv.FormatBool(r.Header.Get("Authorization") != ""))
+		mu.Unlock()
+		e.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() {
+		srv.Close()
+		e.Close()
+	})
+	c, err := cloud.New(cloud.Config{Endpoint: srv.URL, Credentials: cloud.APIKey(key), Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, err := c.CreateApplication(ctx, cloud.ApplicationInput{ID: "app", Name: "App"}); err != nil {
+		t.Fatal(err)
+	}
+	input, _ := json.Marshal(map[string]string{"blob": strings.Repeat("y", 6<<20)})
+	r, err := c.StartRun(ctx, "app", "", cloud.RunInput{Input: input})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, err := c.WaitRun(ctx, "app", r.ID, 10*time.Millisecond, nil)
+	if err != nil || !done.Succeeded() {
+		t.Fatalf("wait: %v %+v", err, done.Metadata)
+	}
+	var out struct {
+		Solution json.RawMessage `json:"solution"`
+	}
+	if err := json.Unmarshal(done.Output, &out); err != nil || string(out.Solution) != string(input) {
+		t.Fatalf("the output read by WaitRun: %d bytes (%v), want the solution to be the input", len(done.Output), err)
+	}
+	if size, _ := done.Metadata.OutputSize.Int64(); size != int64(len(done.Output)) {
+		t.Errorf("output_size %d, read %d bytes", size, len(done.Output))
+	}
+	var rec map[string]json.RawMessage
+	if err := json.Unmarshal(done.Raw, &rec); err != nil || string(rec["output"]) != string(done.Output) {
+		t.Errorf("the raw record does not hold the downloaded output (%v)", err)
+	}
+	got, err := c.GetRun(ctx, "app", r.ID)
+	if err != nil || string(got.Output) != string(done.Output) {
+		t.Errorf("GetRun: %v, %d bytes", err, len(got.Output))
+	}
+	in, err := c.GetRunInput(ctx, "app", r.ID)
+	if err != nil || string(in) != string(input) {
+		t.Errorf("GetRunInput: %v, %d bytes of %d", err, len(in), len(input))
+	}
+
+	mu.Lock()
+	defer mu.Unlock()
+	var asked, downloaded, inline int
+	for _, s := range seen {
+		switch {
+		case strings.Contains(s, "format=url") && strings.HasSuffix(s, "auth=true"):
+			asked++
+		case strings.HasPrefix(s, "GET /downloads/") && strings.HasSuffix(s, "auth=false"):
+			downloaded++
+		case strings.HasPrefix(s, "GET /v1/applications/app/runs/"+r.ID+"?"):
+			inline++
+		}
+	}
+	if asked != 3 || downloaded != 3 || inline != 0 {
+		t.Errorf("%d reads with format=url, %d downloads without a credential, %d inline reads; want 3, 3, 0:\n%s", asked, downloaded, inline, strings.Join(seen, "\n"))
+	}
+}

@@ -348,6 +348,7 @@ func TestInterfaceRecords(t *testing.T) {
 		"Binary upload answer": {raws: [][]byte{binaryUpload}, client: reflect.TypeFor[cloud.BinaryUpload]()},
 		"Push object":          {raws: [][]byte{pushObject(t, c, srv.Client(), binaryUpload)}, client: reflect.TypeFor[cloud.PushResult]()},
 		"Run record":           {raws: [][]byte{run}, client: reflect.TypeFor[cloud.Run]()},
+		"Download URL":         {raws: [][]byte{outputURL(t, api("GET", "/v1/applications/app/runs/"+start.ID+"?format=url", "", 200)), api("GET", "/v1/applications/app/runs/"+start.ID+"/input?format=url", "", 200)}, client: reflect.TypeFor[cloud.DownloadURL]()},
 		"Run start answer":     {raws: [][]byte{started}, client: reflect.TypeFor[cloud.Run]()},
 		"Run log":              {raws: [][]byte{api("GET", "/v1/applications/app/runs/"+start.ID+"/logs", "", 200)}, client: reflect.TypeFor[cloud.RunLog]()},
 		// Run inputs are sent inline by devhook's client: it does not read this one.
@@ -478,4 +479,16 @@ func tokenRecord(t *testing.T) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// outputURL is the output of a run record read with format=url.
+func outputURL(t *testing.T, record []byte) []byte {
+	t.Helper()
+	var r struct {
+		Output json.RawMessage `json:"output"`
+	}
+	if err := json.Unmarshal(record, &r); err != nil {
+		t.Fatalf("run record %s: %v", record, err)
+	}
+	return r.Output
 }

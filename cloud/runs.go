@@ -3,7 +3,9 @@ package cloud
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -185,10 +187,35 @@ func (c *Client) StartRun(ctx context.Context, app, instance string, in RunInput
 	return r, nil
 }
 
-// GetRun reads a run record.
+// LargeRunBytes is the size past which a run's output or input is read
+// through a download URL (format=url), as the service's own clients read
+// them: larger ones are not for an inline answer.
+const LargeRunBytes = 5 << 20
+
+// maxDownload is the most of an output or input downloaded.
+const maxDownload = 1 << 30
+
+// DownloadURL is a run's output in a record read with format=url, and the
+// answer of GET …/input?format=url.
+type DownloadURL struct {
+	URL string `json:"url"`
+}
+
+// GetRun reads a run record. An output over LargeRunBytes is read through
+// its download URL, and put in the record in its place.
 func (c *Client) GetRun(ctx context.Context, app, id string) (Run, error) {
+	m, err := c.RunMetadata(ctx, app, id)
+	if err != nil {
+		return m, err
+	}
+	return c.runWithOutput(ctx, app, id, m)
+}
+
+// RunMetadata reads a run record without its output (GET …/metadata):
+// what polling needs.
+func (c *Client) RunMetadata(ctx context.Context, app, id string) (Run, error) {
 	var r Run
-	raw, err := c.call(ctx, http.MethodGet, path("v1", "applications", app, "runs", id), nil, nil, &r)
+	raw, err := c.call(ctx, http.MethodGet, path("v1", "applications", app, "runs", id, "metadata"), nil, nil, &r)
 	if err != nil {
 		return r, err
 	}
@@ -197,6 +224,118 @@ func (c *Client) GetRun(ctx context.Context, app, id string) (Run, error) {
 		r.ID = id
 	}
 	return r, nil
+}
+
+// runWithOutput reads the record of the run whose metadata is m, its
+// output through a download URL when it is large.
+func (c *Client) runWithOutput(ctx context.Context, app, id string, m Run) (Run, error) {
+	size, _ := m.Metadata.OutputSize.Int64()
+	large := size > LargeRunBytes
+	var q url.Values
+	if large {
+		q = url.Values{"format": {"url"}}
+	}
+	var r Run
+	raw, err := c.call(ctx, http.MethodGet, path("v1", "applications", app, "runs", id), q, nil, &r)
+	if err != nil {
+		return r, err
+	}
+	r.fill(raw)
+	if r.ID == "" {
+		r.ID = id
+	}
+	if u, ok := downloadURL(r.Output); ok {
+		out, err := c.download(ctx, u, "the output of run "+id)
+		if err != nil {
+			return r, err
+		}
+		r.Output = out
+		var rec map[string]json.RawMessage
+		if json.Unmarshal(raw, &rec) == nil {
+			rec["output"] = out
+			if b, err := json.Marshal(rec); err == nil {
+				r.Raw = b
+			}
+		}
+	}
+	return r, nil
+}
+
+// downloadURL returns the URL when v is {"url": <URL>} and nothing else.
+func downloadURL(v json.RawMessage) (string, bool) {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(v, &m) != nil || len(m) != 1 || m["url"] == nil {
+		return "", false
+	}
+	var d DownloadURL
+	if json.Unmarshal(v, &d) != nil || d.URL == "" {
+		return "", false
+	}
+	return d.URL, true
+}
+
+// GetRunInput reads a run's input as it was given (JSON, or an uploaded
+// text input's text); one over LargeRunBytes through its download URL.
+func (c *Client) GetRunInput(ctx context.Context, app, id string) ([]byte, error) {
+	m, err := c.RunMetadata(ctx, app, id)
+	if err != nil {
+		return nil, err
+	}
+	p := path("v1", "applications", app, "runs", id, "input")
+	if size, _ := m.Metadata.InputSize.Int64(); size <= LargeRunBytes {
+		return c.do(ctx, http.MethodGet, p, nil, nil)
+	}
+	var d DownloadURL
+	raw, err := c.call(ctx, http.MethodGet, p, url.Values{"format": {"url"}}, nil, &d)
+	if err != nil {
+		return nil, err
+	}
+	u, ok := downloadURL(raw)
+	if !ok {
+		return raw, nil // a service that answered it inline after all
+	}
+	return c.download(ctx, u, "the input of run "+id)
+}
+
+// download GETs a download URL, with no credential: the URL is one, and a
+// storage service refuses a request that carries two.
+func (c *Client) download(ctx context.Context, u, what string) ([]byte, error) {
+	pu, err := url.Parse(u)
+	if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+		return nil, fmt.Errorf("download %s: %q is not an absolute http or https URL", what, u)
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return nil, fmt.Errorf("download %s: %w", what, err)
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", c.cfg.UserAgent)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
+		return nil, fmt.Errorf("download %s from %s: %w", what, redactURL(u), err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxDownload+1))
+	if err != nil {
+		return nil, fmt.Errorf("download %s from %s: %w", what, redactURL(u), err)
+	}
+	if resp.StatusCode/100 != 2 {
+		ae := c.apiError(http.MethodGet, redactURL(u), resp.StatusCode, b)
+		if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusForbidden {
+			ae.Hint = "the download URL expired: read the run again for a new one"
+		}
+		return nil, ae
+	}
+	if len(b) > maxDownload {
+		return nil, fmt.Errorf("download %s: it is larger than %d bytes, the most devhook reads", what, maxDownload)
+	}
+	return b, nil
 }
 
 // CancelRun cancels a queued or running run (PATCH …/cancel) and returns
@@ -233,8 +372,8 @@ func (c *Client) RunLogs(ctx context.Context, app, id string) (string, error) {
 	return *l.Log, nil
 }
 
-// WaitRun reads the run every interval (0 means 500 ms) until its status
-// is final or ctx ends. onStatus, when not nil, is called with the run
+// WaitRun reads the run's metadata every interval (0 means 500 ms) until
+// its status is final or ctx ends, then the whole record (as GetRun). onStatus, when not nil, is called with the run
 // each time its status changes.
 func (c *Client) WaitRun(ctx context.Context, app, id string, interval time.Duration, onStatus func(Run)) (Run, error) {
 	if interval <= 0 {
@@ -244,7 +383,7 @@ func (c *Client) WaitRun(ctx context.Context, app, id string, interval time.Dura
 	defer t.Stop()
 	last := ""
 	for {
-		r, err := c.GetRun(ctx, app, id)
+		r, err := c.RunMetadata(ctx, app, id)
 		if err != nil {
 			return r, fmt.Errorf("wait for run %s: %w", id, err)
 		}
@@ -255,7 +394,11 @@ func (c *Client) WaitRun(ctx context.Context, app, id string, interval time.Dura
 			}
 		}
 		if r.Final() {
-			return r, nil
+			done, err := c.runWithOutput(ctx, app, id, r)
+			if err != nil {
+				return done, fmt.Errorf("read run %s: %w", id, err)
+			}
+			return done, nil
 		}
 		select {
 		case <-ctx.Done():

@@ -70,9 +70,13 @@ func (e *Emulator) sendAll(ctx context.Context, account string, hooks []string, 
 }
 
 // deliver makes the first attempt and, while attempts fail, the retries
-// after each of RetryDelays. It stops when the webhook is deleted or the
-// emulator closes.
+// after each of RetryDelays (the service's schedule, 1 s, 5 s and 25 s by
+// default: a backoff of its own, kept exact, as DECISIONS.md gives it).
+// It stops when the webhook is deleted or the emulator closes. Each
+// attempt is a conversation; a delivery that fails every attempt is
+// logged once, with the count.
 func (e *Emulator) deliver(ctx context.Context, account, hookID string, out outgoing, firstDone func()) {
+	var why string
 	for n := 0; n <= len(e.cfg.RetryDelays); n++ {
 		if n > 0 {
 			t := time.NewTimer(e.cfg.RetryDelays[n-1])
@@ -83,26 +87,29 @@ func (e *Emulator) deliver(ctx context.Context, account, hookID string, out outg
 			case <-t.C:
 			}
 		}
-		ok, stop := e.attempt(ctx, account, hookID, out)
+		ok, stop, failed := e.attempt(ctx, account, hookID, out)
 		if n == 0 {
 			firstDone()
 		}
 		if ok || stop {
 			return
 		}
+		why = failed
 	}
+	e.cfg.Logf("emulator: a delivery to webhook %q failed all %d attempts (the last: %s); its conversations say more", hookID, len(e.cfg.RetryDelays)+1, why)
 }
 
 // attempt POSTs the body, signed afresh, to the webhook's current endpoint
 // and records the attempt as a conversation. stop is true when there is
-// nothing more to do: the webhook is gone or the emulator is closing.
-func (e *Emulator) attempt(ctx context.Context, account, hookID string, out outgoing) (ok, stop bool) {
+// nothing more to do: the webhook is gone or the emulator is closing;
+// failed says why an attempt failed.
+func (e *Emulator) attempt(ctx context.Context, account, hookID string, out outgoing) (ok, stop bool, failed string) {
 	body := out.body
 	e.mu.Lock()
 	h := e.st.webhooks[whKey(account, hookID)]
 	if h == nil {
 		e.mu.Unlock()
-		return false, true
+		return false, true, ""
 	}
 	endpoint, secret := h.EndpointURL, h.Secret
 	e.mu.Unlock()
@@ -144,7 +151,7 @@ func (e *Emulator) attempt(ctx context.Context, account, hookID string, out outg
 		cv.DurationMS = time.Since(start).Milliseconds()
 		switch {
 		case ctx.Err() != nil:
-			return false, true // closing: no attempt to record
+			return false, true, "" // closing: no attempt to record
 		case err != nil:
 			cv.fail(cv.HTTPStatus, attemptError(err))
 		case resp.StatusCode/100 != 2:
@@ -153,23 +160,51 @@ func (e *Emulator) attempt(ctx context.Context, account, hookID string, out outg
 			cv.Status = "succeeded"
 		}
 	}
+	if cv.Error != nil {
+		failed = *cv.Error
+	}
 	id, err := e.newID()
 	if err != nil {
-		return false, true
+		return false, true, failed
 	}
 	cv.ID = id
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.st.webhooks[whKey(account, hookID)] == nil {
-		return false, true // deleted while the attempt ran: its conversations went with it
+		return false, true, failed // deleted while the attempt ran: its conversations went with it
 	}
 	cv.Seq = e.nextSeq()
 	k := convKey(account, hookID, id)
 	e.st.convs[k] = cv
 	if err := e.persist(op{bucketConvs, k, cv}); err != nil {
 		delete(e.st.convs, k)
+		e.convWrites.fail(err)
+	} else {
+		e.convWrites.ok()
 	}
-	return cv.Status == "succeeded", false
+	return cv.Status == "succeeded", false, failed
+}
+
+// failures logs a failure that may repeat once, with a count when it
+// stops: not once per try. The caller holds whatever guards it.
+type failures struct {
+	what string
+	logf func(string, ...any)
+	n    int
+}
+
+func (f *failures) fail(err error) {
+	f.n++
+	if f.n == 1 {
+		f.logf("emulator: %s failed: %v (told once; the count comes when it works again)", f.what, err)
+	}
+}
+
+func (f *failures) ok() {
+	if f.n > 0 {
+		f.logf("emulator: %s works again after %d failures", f.what, f.n)
+		f.n = 0
+	}
 }
 
 // requestBody is a body as a conversation keeps it: as is when it is JSON,

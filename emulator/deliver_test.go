@@ -104,6 +104,7 @@ func TestRunDeliveries(t *testing.T) {
 	// Three deliveries, in order, with the status pairs of the interface.
 	wantPairs := [][2]string{{"running", "queued"}, {"running", "running"}, {"succeeded", "succeeded"}}
 	inputJSON, _ := json.Marshal(input)
+	var lastSize float64
 	for i, pair := range wantPairs {
 		ev := checkDelivery(t, rc.next(t), secret)
 		if ev.Data.Status != pair[0] || ev.Data.StatusV2 != pair[1] {
@@ -120,8 +121,8 @@ func TestRunDeliveries(t *testing.T) {
 		if finished != (ev.Data.Duration > 0) || finished != (ev.Data.OutputSize > 0) {
 			t.Errorf("delivery %d (%s): duration %v output_size %v; both are zero until finished", i, pair[1], ev.Data.Duration, ev.Data.OutputSize)
 		}
-		if finished && ev.Data.OutputSize != float64(len(inputJSON)) {
-			t.Errorf("output_size %v, want %d (the solution is the input)", ev.Data.OutputSize, len(inputJSON))
+		if finished {
+			lastSize = ev.Data.OutputSize
 		}
 	}
 
@@ -131,6 +132,14 @@ func TestRunDeliveries(t *testing.T) {
 	checkRunRecord(t, raw, shapeFull)
 	if done.Metadata.StatusV2 != "succeeded" || !equalJSON(done.Output.Solution, input) {
 		t.Errorf("finished run: status_v2 %q solution %v", done.Metadata.StatusV2, done.Output.Solution)
+	}
+	// output_size counts the whole output as served, in the record and
+	// in the delivery alike.
+	var served struct{ Output json.RawMessage }
+	json.Unmarshal(raw, &served)
+	if lastSize != float64(len(served.Output)) || done.Metadata.OutputSize != lastSize {
+		t.Errorf("output_size %v in the delivery, %v in the record; the output is %d bytes: %s",
+			lastSize, done.Metadata.OutputSize, len(served.Output), served.Output)
 	}
 	if done.Metadata.Duration < 50 || done.Metadata.ExecutionDuration < 30 || done.Metadata.Duration < done.Metadata.ExecutionDuration {
 		t.Errorf("durations %v / %v ms, want at least the schedule's 50 / 30", done.Metadata.Duration, done.Metadata.ExecutionDuration)

@@ -26,6 +26,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -52,6 +53,9 @@ const (
 	// DefaultMaxUnpackedBytes what it unpacks to.
 	DefaultMaxPackageBytes  = 256 << 20
 	DefaultMaxUnpackedBytes = 1 << 30
+	// DefaultMaxPushedBytes bounds every pushed package together, with
+	// the runs' working copies and the uploads in progress (packages.go).
+	DefaultMaxPushedBytes = 2 << 30
 	// DefaultMaxOutputBytes bounds what an executed run prints on standard
 	// output: beyond it the run is killed and fails.
 	DefaultMaxOutputBytes = 16 << 20
@@ -136,6 +140,11 @@ type Config struct {
 	// unpacks to; 0 = the defaults.
 	MaxPackageBytes  int64
 	MaxUnpackedBytes int64
+	// MaxPushedBytes bounds all pushed packages together, unpacked, with
+	// the working copies of the runs executing them and the uploads being
+	// received; 0 = DefaultMaxPushedBytes. Packages nothing uses go first
+	// when room is needed; past it an upload is refused with 413.
+	MaxPushedBytes int64
 	// MaxOutputBytes bounds an executed run's standard output, MaxLogBytes
 	// how much of its standard error is kept; 0 = the defaults.
 	MaxOutputBytes int64
@@ -144,6 +153,11 @@ type Config struct {
 	// once; more stay queued until one ends. 0 = the number of CPUs, at
 	// least 2.
 	MaxParallelRuns int
+	// Logf hears what the emulator has to say that no answer carries: a
+	// delivery given up after its retries, a state write that keeps
+	// failing, a run's process that will not die. nil means nowhere.
+	Logf func(format string, args ...any)
+
 	// Python and Java are the commands that run python and java
 	// applications; empty means python3 and java, found on PATH.
 	Python, Java string
@@ -196,6 +210,11 @@ type Emulator struct {
 	pkgs *packageStore
 	// slots holds one token per run of a pushed application executing.
 	slots chan struct{}
+	// pkgWake wakes the sweep of packages never activated (push.go).
+	pkgWake chan struct{}
+	// convWrites counts the conversations that could not be saved;
+	// guarded by mu.
+	convWrites failures
 }
 
 // New validates cfg, opens the data directory when one is given, resumes
@@ -234,10 +253,14 @@ func New(cfg Config) (*Emulator, error) {
 	setDefault(&cfg.RunTimeout, DefaultRunTimeout)
 	setDefaultN(&cfg.MaxPackageBytes, DefaultMaxPackageBytes)
 	setDefaultN(&cfg.MaxUnpackedBytes, DefaultMaxUnpackedBytes)
+	setDefaultN(&cfg.MaxPushedBytes, DefaultMaxPushedBytes)
 	setDefaultN(&cfg.MaxOutputBytes, DefaultMaxOutputBytes)
 	setDefaultN(&cfg.MaxLogBytes, DefaultMaxLogBytes)
 	if cfg.MaxParallelRuns <= 0 {
 		cfg.MaxParallelRuns = max(2, runtime.NumCPU())
+	}
+	if cfg.Logf == nil {
+		cfg.Logf = func(string, ...any) {}
 	}
 	if cfg.Python == "" {
 		cfg.Python = "python3"
@@ -279,7 +302,8 @@ func New(cfg Config) (*Emulator, error) {
 	}
 	e := &Emulator{cfg: cfg, transport: transport, keys: map[string]string{}, teams: map[string]bool{}, st: newState(),
 		codes: map[string]*authCode{}, sessions: map[string]identity{}, wake: map[string]chan struct{}{},
-		logs: map[string]*tailBuffer{}, slots: make(chan struct{}, cfg.MaxParallelRuns)}
+		logs: map[string]*tailBuffer{}, slots: make(chan struct{}, cfg.MaxParallelRuns), pkgWake: make(chan struct{}, 1)}
+	e.convWrites = failures{what: "saving a delivery's conversation", logf: cfg.Logf}
 	for _, k := range e.cfg.APIKeys {
 		if k == "" || strings.ContainsAny(k, " \t\r\n") {
 			return nil, fmt.Errorf("emulator: API key %q must be non-empty and contain no white space", k)
@@ -314,16 +338,18 @@ func New(cfg Config) (*Emulator, error) {
 		sum := sha256.Sum256([]byte(k))
 		e.keys[k] = "key-" + hex.EncodeToString(sum[:8])
 	}
-	pkgs, err := openPackages(cfg.DataDir)
+	pkgs, err := openPackages(cfg.DataDir, cfg.MaxPushedBytes, e.now)
 	if err != nil {
 		if e.db != nil {
 			e.db.close()
 		}
 		return nil, err
 	}
+	pkgs.pinned = e.pinnedPackages
 	e.pkgs = pkgs
 	e.ctx, e.cancel = context.WithCancel(context.Background())
 	e.handler = e.routes()
+	e.startPackageSweep()
 	e.resumeRuns()
 	return e, nil
 }
@@ -514,12 +540,67 @@ func decodeJSON(b []byte, v any) error {
 	}
 	dec := json.NewDecoder(strings.NewReader(string(b)))
 	if err := dec.Decode(v); err != nil {
-		return errorf(http.StatusBadRequest, "request body is not valid JSON of the expected shape: %v", err)
+		return errorf(http.StatusBadRequest, "%s", jsonError(err))
 	}
 	if dec.More() {
 		return errorf(http.StatusBadRequest, "request body has data after the JSON value")
 	}
 	return nil
+}
+
+// jsonError says what is wrong with a request body that did not decode,
+// in JSON's terms: the field, the JSON type it must have and the one it
+// has; never Go's type names.
+func jsonError(err error) string {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te):
+		got := te.Value
+		switch {
+		case strings.HasPrefix(got, "number "):
+			got = "the number " + strings.TrimPrefix(got, "number ")
+		case got == "array" || got == "object":
+			got = "an " + got
+		case got == "bool":
+			got = "a boolean"
+		default:
+			got = "a " + got
+		}
+		if te.Field == "" {
+			return fmt.Sprintf("request body must be %s, not %s", jsonKind(te.Type), got)
+		}
+		return fmt.Sprintf("field %s must be %s, not %s", te.Field, jsonKind(te.Type), got)
+	case errors.As(err, &se):
+		return fmt.Sprintf("request body is not valid JSON: %v (at byte %d)", se, se.Offset)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return "request body is not valid JSON: it ends before the value does"
+	}
+	return "request body is not valid JSON: " + err.Error()
+}
+
+// jsonKind names the JSON type that decodes into t.
+func jsonKind(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "an integer"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a non-negative integer"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	}
+	return "another JSON type"
 }
 
 // baseURL is the configured base URL or the one the request came to.

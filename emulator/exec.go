@@ -38,9 +38,10 @@ import (
 //     running, to execute again when an emulator with the same data
 //     directory starts.
 //
-// The process gets a process group of its own, and the whole group is
-// killed when the run ends in any of these ways, and when the executable
-// exits (so that nothing it started outlives the run).
+// The process gets a process group of its own, and its whole tree (on
+// Linux, children that left the group too: proc_linux.go) is killed when
+// the run ends in any of these ways, and when the executable exits (so
+// that nothing it started outlives the run).
 
 // Run outcomes' errors.
 const (
@@ -62,17 +63,21 @@ type outcome struct {
 // the process has exited or been killed and its pipes are closed.
 func (e *Emulator) execute(ctx context.Context, key string, rn *run, wake <-chan struct{}) outcome {
 	fail := func(msg string) outcome { return outcome{status: statusFailed, errMsg: msg, logs: msg + "\n"} }
-	dir, err := e.pkgs.workingCopy(rn.Binary.Digest, rn.ID)
+	dir, removeCopy, err := e.pkgs.workingCopy(rn.Binary.Digest, rn.ID)
 	if err != nil {
 		return fail(err.Error())
 	}
-	defer os.RemoveAll(dir)
+	defer removeCopy()
 
 	args := commandLine(rn.Binary.Type, e.cfg.Python, e.cfg.Java, dir, rn.Options)
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Dir = dir
 	cmd.Env = runEnv(dir)
-	ownGroup(cmd)
+	token, err := e.random("", 16)
+	if err != nil {
+		return fail(err.Error())
+	}
+	prepareCmd(cmd, token)
 	if rn.Binary.Type == "go" {
 		os.Chmod(filepath.Join(dir, "main"), 0o755)
 	}
@@ -114,6 +119,9 @@ func (e *Emulator) execute(ctx context.Context, key string, rn *run, wake <-chan
 		return fail(fmt.Sprintf("cannot start the %s application (%s): %v%s", rn.Binary.Type, strings.Join(args, " "), startErr, hint))
 	}
 
+	tree := startTree(cmd, token, e.cfg.Logf)
+	defer tree.close()
+
 	// GET …/logs reads it while the run executes, until finish (or
 	// forgetLogs) keeps its text in the run.
 	logs := &tailBuffer{max: int(e.cfg.MaxLogBytes)}
@@ -147,25 +155,21 @@ func (e *Emulator) execute(ctx context.Context, key string, rn *run, wake <-chan
 	select {
 	case waitErr = <-exited:
 	case <-overflow:
-		killGroup(cmd)
-		waitErr = <-exited
 		res = outcome{status: statusFailed, errMsg: fmt.Sprintf(
 			"the application printed more than %d bytes on standard output, the most a run may print (devhook emulate --max-output); it was stopped", e.cfg.MaxOutputBytes)}
 	case <-timer.C:
-		killGroup(cmd)
-		waitErr = <-exited
 		res = outcome{status: statusFailed, errMsg: errTimeout}
 	case <-wake:
-		killGroup(cmd)
-		waitErr = <-exited
 		stopped = true
 	case <-ctx.Done():
-		killGroup(cmd)
-		waitErr = <-exited
 		stopped = true
 	}
-	// Whatever the executable started dies with it; then its pipes close.
-	killGroup(cmd)
+	// The whole tree dies: the executable, when it has not exited, and
+	// whatever it started; then its pipes close.
+	tree.kill()
+	if res.status != "" || stopped {
+		waitErr = <-exited
+	}
 	drained := make(chan struct{})
 	go func() { pipes.Wait(); close(drained) }()
 	grace := time.NewTimer(pipeDrainTimeout)

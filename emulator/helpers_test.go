@@ -177,10 +177,11 @@ func (v *env) waitConversations(id string, n int) []convItem {
 	return items
 }
 
-// eventually polls cond until it holds, failing after 10 s.
+// eventually polls cond until it holds, failing after 30 s: generous, for
+// a busy machine on which a Python interpreter takes seconds to start.
 func eventually(t *testing.T, cond func() bool, what string, args ...any) {
 	t.Helper()
-	deadline := time.After(10 * time.Second)
+	deadline := time.After(30 * time.Second)
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for !cond() {

@@ -2,15 +2,23 @@
 
 package emulator
 
-import "os/exec"
+import (
+	"os"
+	"os/exec"
+)
 
-// ownGroup does nothing here: process groups are set up on Unix only.
-func ownGroup(cmd *exec.Cmd) {}
+// Where process groups are not set up, only a run's own process is
+// killed: what it started may live on. docs/EMULATOR.md says so.
 
-// killGroup kills the command's process; what it started may live on
-// where process groups are not set up.
-func killGroup(cmd *exec.Cmd) {
-	if cmd.Process != nil {
-		cmd.Process.Kill()
-	}
+// procTree is the process of one execution.
+type procTree struct{ p *os.Process }
+
+func prepareCmd(cmd *exec.Cmd, token string) {}
+
+func startTree(cmd *exec.Cmd, token string, logf func(string, ...any)) *procTree {
+	return &procTree{p: cmd.Process}
 }
+
+func (t *procTree) kill() { t.p.Kill() }
+
+func (t *procTree) close() {}

@@ -1,4 +1,4 @@
-//go:build unix
+//go:build unix && !linux
 
 package emulator
 
@@ -7,15 +7,23 @@ import (
 	"syscall"
 )
 
-// ownGroup gives the command a process group of its own. (No Pdeathsig:
-// it follows the thread that started the process, which Go may end.)
-func ownGroup(cmd *exec.Cmd) {
+// Where there is no /proc to follow a run's processes with and no child
+// subreaper, a run's processes are its process group: a child that leaves
+// the group (setsid) outlives a cancel or timeout. docs/EMULATOR.md says so.
+
+// procTree is the process group of one execution.
+type procTree struct{ root int }
+
+// prepareCmd gives the command a process group of its own.
+func prepareCmd(cmd *exec.Cmd, token string) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 }
 
-// killGroup kills the command's whole process group.
-func killGroup(cmd *exec.Cmd) {
-	if cmd.Process != nil {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	}
+func startTree(cmd *exec.Cmd, token string, logf func(string, ...any)) *procTree {
+	return &procTree{root: cmd.Process.Pid}
 }
+
+// kill kills the whole process group.
+func (t *procTree) kill() { syscall.Kill(-t.root, syscall.SIGKILL) }
+
+func (t *procTree) close() {}

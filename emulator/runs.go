@@ -1,6 +1,7 @@
 package emulator
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,6 +17,8 @@ import (
 
 // Every application has the instances latest (its default, which pushing
 // creates) and devint, as the service creates them; a run may name either.
+// Both run what was pushed: devint is the instance the service's own
+// clients start runs on by default (docs/INTERFACE.md says why).
 const defaultInstance = "latest"
 
 // instances returns the instances of every application.
@@ -160,13 +163,17 @@ func (e *Emulator) startRun(w http.ResponseWriter, r *http.Request, c *call) err
 		return err
 	}
 	var in struct {
-		Input       json.RawMessage   `json:"input"`
-		UploadID    *string           `json:"upload_id"`
-		Options     map[string]string `json:"options"`
-		Name        string            `json:"name"`
-		Description string            `json:"description"`
+		Input       json.RawMessage            `json:"input"`
+		UploadID    *string                    `json:"upload_id"`
+		Options     map[string]json.RawMessage `json:"options"`
+		Name        string                     `json:"name"`
+		Description string                     `json:"description"`
 	}
 	if err := e.decodeBodyN(w, r, &in, e.cfg.MaxInputBytes); err != nil {
+		return err
+	}
+	options, err := optionValues(in.Options)
+	if err != nil {
 		return err
 	}
 	switch {
@@ -175,9 +182,6 @@ func (e *Emulator) startRun(w http.ResponseWriter, r *http.Request, c *call) err
 	case len(in.Input) == 0 && in.UploadID == nil:
 		return errorf(http.StatusBadRequest, `missing field: input; send {"input": <any JSON>, "options": {...}}, `+
 			`or {"upload_id": <id>} after a PUT of the input to the upload_url of POST …/runs/uploadurl`)
-	}
-	if in.Options == nil {
-		in.Options = map[string]string{}
 	}
 	id, err := e.newID()
 	if err != nil {
@@ -188,11 +192,11 @@ func (e *Emulator) startRun(w http.ResponseWriter, r *http.Request, c *call) err
 	rn := &run{Account: c.account, ID: id, AppID: appID, InstanceID: instance,
 		Name: in.Name, Description: in.Description, UserEmail: c.email,
 		ConsoleURL: e.baseURL(r) + "/console/applications/" + url.PathEscape(appID) + "/runs/" + id,
-		Input:      in.Input, Options: in.Options, Status: statusQueued, CreatedAt: now}
+		Input:      in.Input, Options: options, Status: statusQueued, CreatedAt: now}
 	k := acctKey(c.account, id)
 	ops := []op{{bucketRuns, k, rn}}
 	e.mu.Lock()
-	if a := e.st.apps[acctKey(c.account, appID)]; a != nil && a.Binary != nil && instance == defaultInstance {
+	if a := e.st.apps[acctKey(c.account, appID)]; a != nil && a.Binary != nil {
 		b := *a.Binary
 		rn.Binary = &b
 	}
@@ -224,6 +228,42 @@ func (e *Emulator) startRun(w http.ResponseWriter, r *http.Request, c *call) err
 	return nil
 }
 
+// optionValues takes a run's options as the service's clients send them:
+// a string as is, a number as its JSON text as sent (3, 2.50, 1e3), a
+// boolean as true or false. An object, an array or null is 400.
+func optionValues(raw map[string]json.RawMessage) (map[string]string, error) {
+	out := make(map[string]string, len(raw))
+	for name, v := range raw {
+		v = bytes.TrimSpace(v)
+		kind := ""
+		switch {
+		case len(v) == 0:
+			kind = "nothing"
+		case v[0] == '"':
+			var s string
+			if err := json.Unmarshal(v, &s); err != nil {
+				return nil, errorf(http.StatusBadRequest, "options.%s is not a valid JSON string", name)
+			}
+			out[name] = s
+		case string(v) == "true" || string(v) == "false":
+			out[name] = string(v)
+		case v[0] == '-' || (v[0] >= '0' && v[0] <= '9'):
+			out[name] = string(v) // a number, as sent: the decoder checked it
+		case v[0] == '{':
+			kind = "an object"
+		case v[0] == '[':
+			kind = "an array"
+		default:
+			kind = "null"
+		}
+		if kind != "" {
+			return nil, errorf(http.StatusBadRequest, "options.%s is %s: an option's value is a string, a number or a boolean "+
+				"(it reaches the application as the text after -%s)", name, kind, name)
+		}
+	}
+	return out, nil
+}
+
 // lookupRun returns the run of the path's application and run_id. The
 // caller holds e.mu.
 func (e *Emulator) lookupRun(c *call) (string, *run, error) {
@@ -239,15 +279,28 @@ func (e *Emulator) lookupRun(c *call) (string, *run, error) {
 	return k, rn, nil
 }
 
-// getRun answers the run record, output included.
+// getRun answers the run record, output included; with format=url its
+// output is {"url": <download URL>} (downloads.go).
 func (e *Emulator) getRun(w http.ResponseWriter, r *http.Request, c *call) error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	_, rn, err := e.lookupRun(c)
+	f, err := format(r)
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, rn.record(true))
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	k, rn, err := e.lookupRun(c)
+	if err != nil {
+		return err
+	}
+	rec := rn.record(true)
+	if f == "url" && rn.output() != nil {
+		u, err := e.downloadURL(r, c.account, k, "output")
+		if err != nil {
+			return err
+		}
+		rec["output"] = map[string]string{"url": u}
+	}
+	writeJSON(w, http.StatusOK, rec)
 	return nil
 }
 
@@ -314,7 +367,7 @@ func (e *Emulator) cancelRun(w http.ResponseWriter, r *http.Request, c *call) er
 		return err
 	}
 	if final(old.Status) {
-		return errorf(http.StatusConflict, "run %q is already %s; only a queued or running run can be canceled", old.ID, old.Status)
+		return errorf(http.StatusConflict, "run %s already finished (%s): nothing to cancel", old.ID, old.Status)
 	}
 	rn := *old
 	rn.Status, rn.FinishedAt = statusCanceled, e.now()
@@ -428,9 +481,13 @@ func (e *Emulator) schedule(key string, first *devhook.RunStatus) {
 					}
 					<-e.slots
 					holding = false
-					ev, moved, err := e.finish(key, res)
-					if err != nil {
-						return
+					var ev devhook.RunStatus
+					var moved bool
+					if !e.retrying(ctx, "saving how run "+rn.ID+" ended", func() (err error) {
+						ev, moved, err = e.finish(key, res)
+						return err
+					}) {
+						return // Close: the run executes again at the next start
 					}
 					if moved {
 						events <- ev
@@ -464,8 +521,11 @@ func (e *Emulator) schedule(key string, first *devhook.RunStatus) {
 					continue
 				}
 			}
-			ev, moved, err := e.transition(key, status, next)
-			if err != nil {
+			var moved bool
+			if !e.retrying(ctx, "saving run "+rn.ID+" as "+next, func() (err error) {
+				ev, moved, err = e.transition(key, status, next)
+				return err
+			}) {
 				return
 			}
 			if moved {
@@ -476,6 +536,37 @@ func (e *Emulator) schedule(key string, first *devhook.RunStatus) {
 	if !started {
 		forget()
 		close(events)
+	}
+}
+
+// Bounds of the waits between tries of a write that failed.
+const (
+	retryFirst = 100 * time.Millisecond
+	retryMax   = 30 * time.Second
+)
+
+// retrying calls f until it succeeds, waiting between tries from
+// retryFirst, doubling to retryMax, give or take a fifth; the first
+// failure is logged, and the count once it succeeds. It returns false
+// when ctx ends first.
+func (e *Emulator) retrying(ctx context.Context, what string, f func() error) bool {
+	fails := failures{what: what, logf: e.cfg.Logf}
+	wait := retryFirst
+	for {
+		err := f()
+		if err == nil {
+			fails.ok()
+			return true
+		}
+		fails.fail(err)
+		t := time.NewTimer(jitter(wait))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+		wait = min(2*wait, retryMax)
 	}
 }
 
@@ -527,12 +618,32 @@ func (e *Emulator) finish(key string, res outcome) (ev devhook.RunStatus, moved 
 	return rn.event(), moved, nil
 }
 
-// solution is the emulated execution's output: the input, copied.
-func (rn *run) solution() json.RawMessage {
-	if rn.Status != statusSucceeded || string(rn.Input) == "null" {
-		return json.RawMessage("{}")
+// output is the run's output as served, compact: what a pushed
+// application printed, or the emulated execution's options, metrics and
+// solution (the input, copied). nil until the run has succeeded: a run
+// that failed or was canceled has none.
+func (rn *run) output() json.RawMessage {
+	if rn.Status != statusSucceeded {
+		return nil
 	}
-	return rn.Input
+	if rn.Binary != nil {
+		return rn.Output
+	}
+	solution := rn.Input
+	if len(solution) == 0 || string(solution) == "null" {
+		solution = json.RawMessage("{}")
+	}
+	options := rn.Options
+	if options == nil {
+		options = map[string]string{}
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // as writeJSON serves it
+	if err := enc.Encode(map[string]any{"options": options, "solution": solution, "metrics": map[string]any{}}); err != nil {
+		return nil // the input was checked as JSON when it came
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }
 
 // inputSize is the input's size in bytes: the JSON as sent, or the text
@@ -553,14 +664,7 @@ func (rn *run) durations() (total, execution, outputSize int64) {
 	if !rn.InitiatedAt.IsZero() {
 		execution = rn.FinishedAt.Sub(rn.InitiatedAt).Milliseconds()
 	}
-	switch {
-	case rn.Status != statusSucceeded:
-	case rn.Binary != nil:
-		outputSize = int64(len(rn.Output))
-	default:
-		outputSize = int64(len(rn.solution()))
-	}
-	return total, execution, outputSize
+	return total, execution, int64(len(rn.output()))
 }
 
 // errorText is the run's error: "" when none.
@@ -630,10 +734,9 @@ func (rn *run) record(withOutput bool) map[string]any {
 		},
 	}
 	if withOutput {
-		if rn.Binary != nil && rn.Status == statusSucceeded {
-			rec["output"] = rn.Output // what the application printed
-		} else {
-			rec["output"] = map[string]any{"options": rn.Options, "solution": rn.solution(), "metrics": map[string]any{}}
+		rec["output"] = nil // null until the run has succeeded
+		if out := rn.output(); out != nil {
+			rec["output"] = out
 		}
 	}
 	return rec

@@ -86,8 +86,28 @@ func checkRunRecord(t *testing.T, raw []byte, shape runShape) {
 	sameKeys(t, "run", raw, top...)
 	var fields map[string]json.RawMessage
 	json.Unmarshal(raw, &fields)
+	var status struct {
+		Metadata struct {
+			StatusV2   string  `json:"status_v2"`
+			OutputSize float64 `json:"output_size"`
+		} `json:"metadata"`
+	}
+	json.Unmarshal(raw, &status)
+	succeeded := status.Metadata.StatusV2 == "succeeded"
 	if shape != shapeMetadata {
-		sameKeys(t, "run output", fields["output"], "options", "solution", "metrics")
+		// Only a run that succeeded has an output, and output_size is
+		// all of it as served.
+		if succeeded {
+			sameKeys(t, "run output", fields["output"], "options", "solution", "metrics")
+		} else if string(fields["output"]) != "null" {
+			t.Errorf("a run that is %s has output %s, want null", status.Metadata.StatusV2, fields["output"])
+		}
+		if want := float64(len(fields["output"])); succeeded && status.Metadata.OutputSize != want {
+			t.Errorf("output_size %v, the output as served is %v bytes: %s", status.Metadata.OutputSize, want, fields["output"])
+		}
+	}
+	if !succeeded && status.Metadata.OutputSize != 0 {
+		t.Errorf("a run that is %s has output_size %v, want 0", status.Metadata.StatusV2, status.Metadata.OutputSize)
 	}
 	sameKeys(t, "run metadata", fields["metadata"], "application_id", "application_instance_id", "application_version_id",
 		"created_at", "initiated_at", "duration", "execution_duration", "input_size", "output_size", "error",
@@ -172,7 +192,7 @@ func TestApplicationsAndRuns(t *testing.T) {
 	if r.Metadata.StatusV2 != "queued" || r.Metadata.Duration != 0 || r.Metadata.OutputSize != 0 ||
 		r.Metadata.InputSize != float64(len(`["not","an","object"]`)) || r.UserEmail != emulator.DefaultUserEmail ||
 		r.ConsoleURL != "http://emulator.test:4010/console/applications/app-1/runs/"+r.ID ||
-		r.Metadata.CreatedAt != "2026-11-22T10:00:00.000000Z" || !equalJSON(r.Output.Solution, map[string]any{}) ||
+		r.Metadata.CreatedAt != "2026-11-22T10:00:00.000000Z" || r.Output.Solution != nil ||
 		r.Metadata.Options.OptionsSummary[0]["name"] != "a" {
 		t.Errorf("queued run %s", raw)
 	}
@@ -193,7 +213,7 @@ func TestApplicationsAndRuns(t *testing.T) {
 		{"run of unknown app", "POST", "/v1/applications/nope/runs?instance_id=latest", map[string]any{"input": 1}, 404},
 		{"unknown instance", "POST", "/v1/applications/app-1/runs?instance_id=v2", map[string]any{"input": 1}, 404},
 		{"run without input", "POST", "/v1/applications/app-1/runs?instance_id=latest", map[string]any{"options": map[string]string{}}, 400},
-		{"option not a string", "POST", "/v1/applications/app-1/runs?instance_id=latest", map[string]any{"input": 1, "options": map[string]any{"a": 1}}, 400},
+		{"option an object", "POST", "/v1/applications/app-1/runs?instance_id=latest", map[string]any{"input": 1, "options": map[string]any{"a": map[string]int{"b": 1}}}, 400},
 		{"run body not JSON", "POST", "/v1/applications/app-1/runs?instance_id=latest", "{", 400},
 		{"run unknown", "GET", "/v1/applications/app-1/runs/nope", nil, 404},
 		{"run under another app", "GET", "/v1/applications/other/runs/" + r.ID, nil, 404},

@@ -24,6 +24,9 @@ type state struct {
 	uploads  map[string]*upload       // acctKey(account, id)
 	// pkgUploads are the upload URLs of packages, by their token's hash.
 	pkgUploads map[string]*packageUpload
+	// downloads are the download URLs of outputs and inputs, by their
+	// token's hash.
+	downloads map[string]*download
 	// uploadTokens maps the hash of an upload URL's token to its key in
 	// uploads; it is not stored, New rebuilds it.
 	uploadTokens map[string]string
@@ -34,6 +37,7 @@ func newState() *state {
 		webhooks: map[string]*webhook{}, convs: map[string]*conversation{},
 		apps: map[string]*application{}, runs: map[string]*run{}, tokens: map[string]*token{},
 		uploads: map[string]*upload{}, uploadTokens: map[string]string{}, pkgUploads: map[string]*packageUpload{},
+		downloads: map[string]*download{},
 	}
 }
 
@@ -135,12 +139,13 @@ const (
 	bucketUploads  = "uploads"
 	// bucketPackageUploads holds packageUploads by their token's hash.
 	bucketPackageUploads = "package_uploads"
+	bucketDownloads      = "downloads"
 	bucketMeta           = "meta"
 )
 
 // buckets returns the buckets of the emulator's file.
 func buckets() []string {
-	return []string{bucketWebhooks, bucketConvs, bucketApps, bucketRuns, bucketTokens, bucketUploads, bucketPackageUploads, bucketMeta}
+	return []string{bucketWebhooks, bucketConvs, bucketApps, bucketRuns, bucketTokens, bucketUploads, bucketPackageUploads, bucketDownloads, bucketMeta}
 }
 
 type boltStore struct{ db *bolt.DB }
@@ -216,6 +221,7 @@ func (s *boltStore) load(st *state) error {
 			each(bucketTokens, func(k string, v []byte) error { return loadInto(st.tokens, k, v) }),
 			each(bucketUploads, func(k string, v []byte) error { return loadInto(st.uploads, k, v) }),
 			each(bucketPackageUploads, func(k string, v []byte) error { return loadInto(st.pkgUploads, k, v) }),
+			each(bucketDownloads, func(k string, v []byte) error { return loadInto(st.downloads, k, v) }),
 		)
 	})
 	if err != nil {

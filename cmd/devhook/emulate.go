@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"os"
@@ -32,9 +33,11 @@ type emulateOptions struct {
 	// Pushed applications' runs.
 	runTimeout time.Duration
 	maxPackage int64
+	maxPushed  int64
 	maxOutput  int64
 	parallel   int
 	stdout     io.Writer
+	stderr     io.Writer
 }
 
 func newEmulateCmd() *cobra.Command {
@@ -47,7 +50,7 @@ func newEmulateCmd() *cobra.Command {
   devhook emulate --api-key devkey --run-timeout 30s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			o.stdout = cmd.OutOrStdout()
+			o.stdout, o.stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
 			return o.run(cmd.Context())
 		},
 	}
@@ -64,6 +67,8 @@ func newEmulateCmd() *cobra.Command {
 	f.StringVar(&o.userEmail, "user-email", emulator.DefaultUserEmail, "e-mail of the user who signs in")
 	f.DurationVar(&o.runTimeout, "run-timeout", emulator.DefaultRunTimeout, "time limit of a run of a pushed application: past it the run is killed and fails with error \"timeout\"")
 	f.Int64Var(&o.maxPackage, "max-package", emulator.DefaultMaxPackageBytes, "largest pushed package (gzip'd tar) taken, in bytes")
+	f.Int64Var(&o.maxPushed, "max-pushed", emulator.DefaultMaxPushedBytes, "most bytes all pushed packages take together, unpacked, with their runs' working copies: "+
+		"packages no instance uses make room first, past it an upload is refused")
 	f.Int64Var(&o.maxOutput, "max-output", emulator.DefaultMaxOutputBytes, "most bytes a run of a pushed application may print on standard output: beyond it the run is killed and fails")
 	f.IntVar(&o.parallel, "parallel-runs", 0, "most runs of pushed applications executing at once; more stay queued (default: the number of CPUs, at least 2)")
 	f.BoolVar(&o.noRotate, "no-rotate-refresh", false, "keep refresh tokens good until they expire and answer refreshes without a new one (default: each refresh token is good once)")
@@ -73,6 +78,9 @@ func newEmulateCmd() *cobra.Command {
 func (o *emulateOptions) run(ctx context.Context) error {
 	if o.stdout == nil {
 		o.stdout = io.Discard
+	}
+	if o.stderr == nil {
+		o.stderr = io.Discard
 	}
 	var g lifecycle.Group
 	if err := o.wire(&g); err != nil {
@@ -105,7 +113,8 @@ func (o *emulateOptions) wire(g *lifecycle.Group) error {
 		APIKeys: o.apiKeys, DataDir: o.dataDir, BaseURL: base,
 		QueueTime: o.queueTime, RunTime: o.runTime, RetryDelays: o.retries,
 		Teams: teams, SSODomains: sso, UserEmail: o.userEmail, NoRotateRefresh: o.noRotate,
-		RunTimeout: o.runTimeout, MaxPackageBytes: o.maxPackage, MaxOutputBytes: o.maxOutput, MaxParallelRuns: o.parallel,
+		RunTimeout: o.runTimeout, MaxPackageBytes: o.maxPackage, MaxPushedBytes: o.maxPushed, MaxOutputBytes: o.maxOutput, MaxParallelRuns: o.parallel,
+		Logf: log.New(o.stderr, "", log.LstdFlags).Printf,
 	})
 	if err != nil {
 		return err

@@ -1,7 +1,10 @@
 package main
 
 import (
+	"archive/tar"
 	"bufio"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -186,5 +189,43 @@ func TestEmulateTLSAndData(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != 200 {
 		t.Errorf("webhook after restart: %d", resp.StatusCode)
+	}
+}
+
+// TestEmulateMaxPushed: --max-pushed bounds the pushed packages: a
+// package that unpacks past it is refused with 413, naming the flag.
+func TestEmulateMaxPushed(t *testing.T) {
+	out, _ := startEmulate(t, "--api-key", "k", "--max-pushed", "65536")
+	client := &http.Client{Timeout: 10 * time.Second}
+	call := func(method, url, body string) (int, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(method, url, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer k")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	if status, b := call("POST", out["base"]+"/v1/applications", `{"id":"app","name":"App","description":""}`); status != 201 {
+		t.Fatalf("create: %d %s", status, b)
+	}
+	var u struct {
+		UploadURL string `json:"upload_url"`
+	}
+	_, b := call("GET", out["base"]+"/v1/applications/app/binary", "")
+	json.Unmarshal(b, &u)
+	var pkg bytes.Buffer
+	zw := gzip.NewWriter(&pkg)
+	tw := tar.NewWriter(zw)
+	tw.WriteHeader(&tar.Header{Name: "main.py", Mode: 0o644, Size: 1 << 20, Typeflag: tar.TypeReg})
+	tw.Write(make([]byte, 1<<20))
+	tw.Close()
+	zw.Close()
+	status, b := call("PUT", u.UploadURL, pkg.String())
+	if status != 413 || !strings.Contains(string(b), "--max-pushed") {
+		t.Errorf("a package that unpacks past --max-pushed: %d %s", status, b)
 	}
 }

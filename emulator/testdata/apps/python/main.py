@@ -4,7 +4,9 @@
 # and exits 3; sleep starts a child process and sleeps; once sleeps like
 # sleep the first time (it leaves the file "marker" behind) and prints its
 # output the next; flood prints without end; silent exits 0 printing
-# nothing.
+# nothing; escape starts a child that calls setsid() and a daemon made by
+# a double fork, each writing its pid to a file in "dir", then writes its
+# own pid to "dir"/parent and sleeps.
 import json
 import os
 import subprocess
@@ -32,6 +34,27 @@ if mode == "once":
 if mode == "sleep":
     child = subprocess.Popen(["sleep", "1000"])
     print(f"started pid={os.getpid()} child={child.pid}", file=sys.stderr, flush=True)
+    time.sleep(1000)
+if mode == "escape":
+    def write(name, pid):
+        tmp = os.path.join(data["dir"], name + ".tmp")
+        with open(tmp, "w") as f:
+            f.write(str(pid))
+        os.rename(tmp, os.path.join(data["dir"], name))
+    if os.fork() == 0:
+        os.setsid()  # out of the run's process group and session
+        write("child", os.getpid())
+        time.sleep(1000)
+        os._exit(0)
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:  # its parent exits at once: an orphan
+            write("daemon", os.getpid())
+            time.sleep(1000)
+        os._exit(0)
+    while not all(os.path.exists(os.path.join(data["dir"], n)) for n in ("child", "daemon")):
+        time.sleep(0.01)
+    write("parent", os.getpid())
     time.sleep(1000)
 if mode == "flood":
     line = "x" * 65535 + "\n"
