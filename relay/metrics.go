@@ -132,9 +132,12 @@ func newMetrics(s *Server) *metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	if c, ok := s.cfg.Store.(Counter); ok {
-		m.reg.MustRegister(&storeCollector{c: c, logf: s.cfg.Logf})
+		m.reg.MustRegister(&storeCollector{c: c, logf: s.logStore})
 	}
-	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorLog: logAdapter(s.cfg.Logf)})
+	// A store that cannot count (NATS away) leaves its gauges out of the
+	// scrape, not the whole of it: the counters of its failures are what
+	// an operator looks at then.
+	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorLog: logAdapter(s.logStore), ErrorHandling: promhttp.ContinueOnError})
 	return m
 }
 

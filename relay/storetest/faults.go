@@ -268,6 +268,9 @@ func testFault(t *testing.T, open Open, method string, ferr error) {
 	}
 	if resp, err := http.Get(hs.URL + "/metrics"); err == nil {
 		ev.scrapes.Add(1)
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("/metrics while %s fails: %s, want 200 with what can be counted", method, resp.Status)
+		}
 		resp.Body.Close()
 	}
 	// Halfway, A's agent reconnects: a new connection, new loops.
