@@ -2,11 +2,13 @@ package natsrelay_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -101,5 +103,68 @@ func TestIdleSweepKeepsAChannelHeldOnAnotherInstance(t *testing.T) {
 	}
 	if d := ag.next(t); string(d.Body) != "through b" {
 		t.Fatalf("agent got %q", d.Body)
+	}
+}
+
+// Issue 36: listing the channels bucket (KeyValue.Keys) may miss a key
+// updated while it lists (a channel touched because its agent is
+// connected), and RemoveIdleChannels took the queue of a channel it did
+// not list for a queue left behind by a removed channel: it removed the
+// queue of a live channel, deliveries answered 202 with it. The fault
+// suite's sweeps and touches found it; here channels are touched without
+// pause while idle channels are looked for again and again.
+func TestRemoveIdleChannelsKeepsChannelsTouchedMeanwhile(t *testing.T) {
+	ns := natstest.Run(t)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	s, err := natsrelay.OpenStore(context.Background(), natsrelay.Config{Conn: nc, Timeout: 5 * time.Second, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chans []string
+	for i := range 4 {
+		ch := fmt.Sprintf("%032x", i+1)
+		if err := s.PutChannel(relay.Channel{ID: ch, TokenHash: []byte("h"), CreatedAt: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		id, _ := uuid.NewV7()
+		d := &devhook.Delivery{ID: id.String(), Channel: ch, Method: "POST", Path: "/", Body: []byte("kept"), ReceivedAt: time.Now(), Queued: true}
+		if err := s.Enqueue(ch, d); err != nil {
+			t.Fatal(err)
+		}
+		chans = append(chans, ch)
+	}
+	stop := make(chan struct{})
+	touched := make(chan struct{})
+	go func() {
+		defer close(touched)
+		for {
+			for _, ch := range chans {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				s.TouchChannel(ch, time.Now())
+			}
+		}
+	}()
+	defer func() { close(stop); <-touched }()
+	for i := range 300 {
+		removed, err := s.RemoveIdleChannels(time.Now().Add(-time.Hour), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(removed) > 0 {
+			t.Fatalf("look %d: removed %+v, all of whose channels exist and were touched just now", i, removed)
+		}
+	}
+	for _, ch := range chans {
+		if n, err := s.QueueLen(ch); err != nil || n != 1 {
+			t.Fatalf("queue of %s: %d, %v; want its delivery", ch, n, err)
+		}
 	}
 }

@@ -386,10 +386,16 @@ func (s *Store) RemoveIdleChannels(before time.Time, inUse func(channel string) 
 		removed[rc.ID] = true
 	}
 	for _, k := range ukeys {
-		if !exists[k] && !removed[k] {
-			out = append(out, relay.RemovedChannel{ID: k}) // queued as its channel went
-			removed[k] = true
+		if exists[k] || removed[k] {
+			continue
 		}
+		// Keys may miss a key updated while it lists (a channel touched
+		// meanwhile): a queue is left behind only if its channel is gone.
+		if _, err := s.channels.Get(ctx, k); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		out = append(out, relay.RemovedChannel{ID: k}) // queued as its channel went
+		removed[k] = true
 	}
 	var errs []error
 	for i := range out {
