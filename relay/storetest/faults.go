@@ -261,7 +261,7 @@ func testFault(t *testing.T, open Open, method string, ferr error) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); sendDuringFault(t, hs.URL, a, b, &acked, &ev, stop) }()
+	go func() { defer wg.Done(); sendDuringFault(hs.URL, a, b, &acked, &ev, stop) }()
 	if resp, err := http.Post(hs.URL+"/v1/channels", "application/json", nil); err == nil {
 		ev.opens.Add(1)
 		resp.Body.Close()
@@ -383,7 +383,7 @@ func postID(url string, body []byte) (int, string, string) {
 
 // sendDuringFault posts run.status deliveries to A and B in turn until
 // stop, keeping those acknowledged: 202, or the agent's own answer.
-func sendDuringFault(t *testing.T, url string, a, b relay.Credentials, acked *sync.Map, ev *faultEvents, stop chan struct{}) {
+func sendDuringFault(url string, a, b relay.Credentials, acked *sync.Map, ev *faultEvents, stop chan struct{}) {
 	for i := 0; ; i++ {
 		select {
 		case <-stop:
@@ -413,8 +413,6 @@ type agentKeeper struct {
 	cr     relay.Credentials
 	got    *received
 	ev     *faultEvents
-	mu     sync.Mutex
-	a      *agent
 	redial chan struct{}
 	quit   chan struct{}
 	done   chan struct{}
@@ -441,9 +439,6 @@ func (k *agentKeeper) run() {
 			}
 		}
 		k.ev.conns.Add(1)
-		k.mu.Lock()
-		k.a = a
-		k.mu.Unlock()
 		select {
 		case <-k.quit:
 			a.close()
