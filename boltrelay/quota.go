@@ -255,31 +255,63 @@ func (s *Store) TouchChannel(id string, t time.Time) error {
 }
 
 // RemoveIdleChannels implements relay.Sweeper: the channels idle since
-// before go, with their queued and parked deliveries, and so do queues
-// whose channel is gone (a delivery queued as its channel was removed).
-func (s *Store) RemoveIdleChannels(before time.Time) ([]relay.RemovedChannel, error) {
-	var out []relay.RemovedChannel
-	var queued []chanUsage // of out's queues, as the quotas count them
-	err := s.update(func(tx *bolt.Tx) error {
-		out = out[:0]
-		chans, queue, parked := tx.Bucket(bucketChannels), tx.Bucket(bucketQueue), tx.Bucket(bucketParked)
+// before go, with their queued and parked deliveries, unless inUse says
+// an agent holds them, and so do queues whose channel is gone (a delivery
+// queued as its channel was removed). The channels are read first, inUse
+// asked outside the write, and each one checked again as it is removed.
+func (s *Store) RemoveIdleChannels(before time.Time, inUse func(channel string) bool) ([]relay.RemovedChannel, error) {
+	var idle []string
+	ghosts := false
+	err := s.bolt.View(func(tx *bolt.Tx) error {
+		chans, queue := tx.Bucket(bucketChannels), tx.Bucket(bucketQueue)
 		err := chans.ForEach(func(k, v []byte) error {
 			var ch relay.Channel
-			if err := json.Unmarshal(v, &ch); err != nil {
-				return nil // not removed: it cannot be read to say
+			if json.Unmarshal(v, &ch) == nil && ch.IdleSince(before) {
+				idle = append(idle, string(k))
 			}
-			if ch.IdleSince(before) {
-				out = append(out, relay.RemovedChannel{ID: string(k), LastOpened: ch.LastOpened})
-				if ch.LastOpened.IsZero() {
-					out[len(out)-1].LastOpened = ch.CreatedAt
-				}
-			}
-			return nil
+			return nil // one that cannot be read is not removed: it cannot be read to say
 		})
 		if err != nil {
 			return err
 		}
-		err = queue.ForEachBucket(func(k []byte) error {
+		return queue.ForEachBucket(func(k []byte) error {
+			ghosts = ghosts || chans.Get(k) == nil
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("boltrelay: remove idle channels: %w", err)
+	}
+	drop := make(map[string]bool, len(idle))
+	for _, id := range idle {
+		if inUse == nil || !inUse(id) {
+			drop[id] = true
+		}
+	}
+	if len(drop) == 0 && !ghosts {
+		return nil, nil // no write, no fsync
+	}
+	var out []relay.RemovedChannel
+	var queued []chanUsage // of out's queues, as the quotas count them
+	err = s.update(func(tx *bolt.Tx) error {
+		out = out[:0]
+		chans, queue, parked := tx.Bucket(bucketChannels), tx.Bucket(bucketQueue), tx.Bucket(bucketParked)
+		for _, id := range idle {
+			if !drop[id] {
+				continue
+			}
+			v := chans.Get([]byte(id))
+			var ch relay.Channel
+			if v == nil || json.Unmarshal(v, &ch) != nil || !ch.IdleSince(before) {
+				continue // opened meanwhile, or gone
+			}
+			last := ch.LastOpened
+			if last.IsZero() {
+				last = ch.CreatedAt
+			}
+			out = append(out, relay.RemovedChannel{ID: id, LastOpened: last})
+		}
+		err := queue.ForEachBucket(func(k []byte) error {
 			if chans.Get(k) == nil {
 				out = append(out, relay.RemovedChannel{ID: string(k)})
 			}

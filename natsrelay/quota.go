@@ -335,10 +335,11 @@ func (s *Store) TouchChannel(id string, t time.Time) error {
 
 // RemoveIdleChannels implements relay.Sweeper: the channels idle since
 // before go (their key deleted only if unchanged since it was read, so
-// that a channel opened meanwhile stays), with their queued and parked
-// deliveries and large objects; so do the queues of channels that are
-// gone. The usage count of a channel whose queue is empty is reset.
-func (s *Store) RemoveIdleChannels(before time.Time) ([]relay.RemovedChannel, error) {
+// that a channel opened meanwhile stays), unless inUse says an agent
+// holds them, with their queued and parked deliveries and large objects;
+// so do the queues of channels that are gone. The usage count of a
+// channel whose queue is empty is reset.
+func (s *Store) RemoveIdleChannels(before time.Time, inUse func(channel string) bool) ([]relay.RemovedChannel, error) {
 	ctx, cancel, err := s.link.ctx(context.Background(), 10*s.cfg.Timeout)
 	if err != nil {
 		return nil, fmt.Errorf("natsrelay: remove idle channels: %w", err)
@@ -360,7 +361,7 @@ func (s *Store) RemoveIdleChannels(before time.Time) ([]relay.RemovedChannel, er
 		}
 		exists[k] = true
 		var ch relay.Channel
-		if json.Unmarshal(e.Value(), &ch) != nil || !ch.IdleSince(before) {
+		if json.Unmarshal(e.Value(), &ch) != nil || !ch.IdleSince(before) || (inUse != nil && inUse(k)) {
 			continue
 		}
 		if err := s.channels.Delete(ctx, k, jetstream.LastRevision(e.Revision())); err != nil {
@@ -385,10 +386,16 @@ func (s *Store) RemoveIdleChannels(before time.Time) ([]relay.RemovedChannel, er
 		removed[rc.ID] = true
 	}
 	for _, k := range ukeys {
-		if !exists[k] && !removed[k] {
-			out = append(out, relay.RemovedChannel{ID: k}) // queued as its channel went
-			removed[k] = true
+		if exists[k] || removed[k] {
+			continue
 		}
+		// Keys may miss a key updated while it lists (a channel touched
+		// meanwhile): a queue is left behind only if its channel is gone.
+		if _, err := s.channels.Get(ctx, k); !errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		out = append(out, relay.RemovedChannel{ID: k}) // queued as its channel went
+		removed[k] = true
 	}
 	var errs []error
 	for i := range out {

@@ -402,6 +402,10 @@ func (r *Router) serve(channel string, m *nats.Msg) {
 		}
 		return
 	}
+	if strings.HasSuffix(m.Subject, ".held") {
+		m.Respond(nil) // HasAgent: this instance holds the channel's agent
+		return
+	}
 	r.mu.Lock()
 	if r.closed {
 		r.mu.Unlock()
@@ -461,4 +465,41 @@ func replyError(m *nats.Msg, what string) {
 	rm := &nats.Msg{Header: nats.Header{}}
 	rm.Header.Set(hdrError, what)
 	m.RespondMsg(rm)
+}
+
+// HasAgent implements relay.AgentLocator, for the sweeper of idle
+// channels: whether an agent holds channel on any instance. Here; else by
+// the agents bucket (a key left by an instance that died keeps the
+// channel until the key's TTL); else, for an agent whose key is gone (an
+// agent connected for longer than the TTL, or whose announcement failed),
+// by a request to the instance subscribed for its deliveries: no
+// responders means none holds it. An error (NATS away, no answer) means
+// it cannot be told.
+func (r *Router) HasAgent(channel string) (bool, error) {
+	if r.holder(channel) != nil {
+		return true, nil
+	}
+	if !validToken(channel) {
+		return false, nil
+	}
+	ctx, cancel, err := r.link.ctx(r.ctx, r.cfg.Timeout)
+	if err != nil {
+		return false, fmt.Errorf("natsrelay: whether channel %s has an agent: %w", channel, err)
+	}
+	defer cancel()
+	_, err = r.agents.Get(ctx, channel)
+	switch {
+	case err == nil:
+		return true, nil
+	case !errors.Is(err, jetstream.ErrKeyNotFound):
+		return false, fmt.Errorf("natsrelay: whether channel %s has an agent: %w", channel, why(ctx, err))
+	}
+	_, err = r.cfg.Conn.RequestWithContext(ctx, r.subject(channel, "held"), nil)
+	switch {
+	case errors.Is(err, nats.ErrNoResponders):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("natsrelay: whether channel %s has an agent: %w", channel, why(ctx, err))
+	}
+	return true, nil
 }

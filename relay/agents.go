@@ -102,14 +102,10 @@ type agentConn struct {
 	// Live run.status deliveries are queued meanwhile, behind them
 	// (Deliver).
 	behind    bool
-	kicks     uint64          // Kicks so far: a delivery may have been queued
-	passKicks uint64          // kicks when the drain pass under way began
-	readWait  time.Duration   // before the drain reads again after a failed read; 0 after a good one
-	readRetry *time.Timer     // the drain's next read after a failed one
-	removals  []string        // acknowledged queued deliveries to remove from the store
-	toRemove  map[string]bool // ids in removals or being removed: a second ack is ignored
-	removing  bool            // a removal goroutine runs
-	done      chan struct{}   // closed when the connection ends
+	kicks     uint64        // Kicks so far: a delivery may have been queued
+	passKicks uint64        // kicks when the drain pass under way began
+	dr        drainState    // the drain's retries and the removals of acknowledged deliveries (drain.go)
+	done      chan struct{} // closed when the connection ends
 	closeOnce sync.Once
 }
 
@@ -133,9 +129,7 @@ func (c *agentConn) closeWith(code int, reason string) {
 		if c.pinger != nil {
 			c.pinger.Stop()
 		}
-		if c.readRetry != nil {
-			c.readRetry.Stop()
-		}
+		c.dr.stop()
 		c.mu.Unlock()
 		close(c.done)
 		// WriteControl may run beside a data write.

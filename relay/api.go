@@ -55,7 +55,7 @@ func (s *Server) serveOpen(w http.ResponseWriter, r *http.Request) {
 	}
 	cr, err := s.OpenChannel(r)
 	if err != nil {
-		s.cfg.Logf("relay: %v", err)
+		s.logStore("relay: %v", err)
 		httpError(w, http.StatusInternalServerError, "could not open a channel")
 		return
 	}
@@ -81,7 +81,7 @@ func (s *Server) authorize(channel, token string) (int, string) {
 	if devhook.ErrorCode(err) == devhook.ENOTFOUND {
 		return http.StatusNotFound, "unknown channel " + channel + "; open a new one"
 	} else if err != nil {
-		s.cfg.Logf("relay: read channel %s: %v", channel, err)
+		s.logStore("relay: read channel %s: %v", channel, err)
 		return http.StatusInternalServerError, "could not read the channel"
 	}
 	sum := sha256.Sum256([]byte(token))

@@ -110,7 +110,7 @@ func (s *Server) channelExists(channel string) (int, string) {
 	if devhook.ErrorCode(err) == devhook.ENOTFOUND {
 		return http.StatusNotFound, "unknown channel " + channel
 	} else if err != nil {
-		s.cfg.Logf("relay: read channel %s: %v", channel, err)
+		s.logStore("relay: read channel %s: %v", channel, err)
 		return http.StatusInternalServerError, "could not read the channel"
 	}
 	s.known.Store(channel, s.cfg.Now())

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,15 +19,20 @@ import (
 )
 
 // faultyStore is a relay.Store whose queue reads fail while failReads is
-// above zero (each failure counts it down), and whose removals wait for
-// unblock while it is set.
+// above zero (each failure counts it down), whose removals fail while
+// failRemovals is set, and wait for unblock while it is set.
 type faultyStore struct {
 	*boltrelay.Store
-	failReads atomic.Int32
-	reads     atomic.Int32
-	removing  chan string   // told of each removal as it starts
-	unblock   chan struct{} // when not nil, removals wait for it
+	failReads    atomic.Int32
+	reads        atomic.Int32
+	failRemovals atomic.Bool
+	removes      atomic.Int32  // calls of Dequeue
+	removing     chan string   // told of each removal as it starts
+	unblock      chan struct{} // when not nil, removals wait for it
 }
+
+// errNoSpace is what a removal from a full bbolt file fails with.
+var errNoSpace = fmt.Errorf("boltrelay: dequeue: %w: write relay.db: %w", relay.ErrStorageFull, syscall.ENOSPC)
 
 func (s *faultyStore) Queued(channel, after string, limit int) ([]*devhook.Delivery, error) {
 	s.reads.Add(1)
@@ -37,6 +43,10 @@ func (s *faultyStore) Queued(channel, after string, limit int) ([]*devhook.Deliv
 }
 
 func (s *faultyStore) Dequeue(channel, id string) error {
+	s.removes.Add(1)
+	if s.failRemovals.Load() {
+		return errNoSpace
+	}
 	if s.removing != nil {
 		s.removing <- id
 	}
@@ -66,8 +76,9 @@ func newFaultyRelay(t *testing.T, cfg relay.Config, fs *faultyStore) (*relay.Ser
 }
 
 // Issue 29, the drain: a read of the queue that fails is tried again after
-// a backoff, with a log line and a count in /metrics, and the queue
-// reaches the agent without a new delivery, an ack or a reconnect.
+// a backoff, counted in /metrics and logged once with a count (issue 36),
+// and the queue reaches the agent without a new delivery, an ack or a
+// reconnect.
 func TestDrainRetriesAFailedQueueRead(t *testing.T) {
 	var logs logBuffer
 	fs := &faultyStore{}
@@ -97,11 +108,11 @@ func TestDrainRetriesAFailedQueueRead(t *testing.T) {
 	if n := fs.reads.Load(); n < failures+1 {
 		t.Fatalf("%d reads of the queue, want at least %d", n, failures+1)
 	}
-	if got := strings.Count(logs.String(), "read queue: injected"); got < failures {
-		t.Fatalf("%d log lines of a failed read, want %d; log:\n%s", got, failures, logs.String())
+	if got := strings.Count(logs.String(), "read queue: injected"); got != 1 {
+		t.Fatalf("%d log lines of the failed reads, want 1 (then a count); log:\n%s", got, logs.String())
 	}
-	if !strings.Contains(logs.String(), "reading it again in") {
-		t.Fatalf("the log does not say when the queue is read again:\n%s", logs.String())
+	if !strings.Contains(logs.String(), "reading it again in") || !strings.Contains(logs.String(), fmt.Sprintf("read queue: works again after %d failures", failures)) {
+		t.Fatalf("the log does not say when the queue is read again, nor how many reads failed:\n%s", logs.String())
 	}
 	_, m := get(t, u+"/metrics")
 	if v, _ := strconv.Atoi(metricValue(m, "devhook_relay_queue_read_errors_total")); v < failures {
@@ -109,8 +120,9 @@ func TestDrainRetriesAFailedQueueRead(t *testing.T) {
 	}
 }
 
-// The wait between two reads of a failing queue grows to a bound: a store
-// that fails for a while is read a few times, not in a loop.
+// A queue that keeps failing is read by the backoff's schedule, however
+// many deliveries are queued meanwhile (each one a kick of the drain):
+// a few reads, not one per kick, and one log line.
 func TestDrainReadBackoffIsBounded(t *testing.T) {
 	var logs logBuffer
 	fs := &faultyStore{}
@@ -119,28 +131,174 @@ func TestDrainReadBackoffIsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	pub := u + "/c/" + cr.Channel + "/"
+	if st, _ := post(t, pub, "first"); st != http.StatusAccepted {
+		t.Fatalf("with no agent: %d", st)
+	}
 	fs.failReads.Store(1 << 30)
+	start := time.Now()
 	dialWith(t, relay.DialConfig{RelayURL: u, Credentials: cr})
-	waitFor(t, "five failed reads", func() bool { return fs.reads.Load() >= 5 })
-	waits := []string{}
-	for _, l := range strings.Split(logs.String(), "\n") {
-		if _, w, ok := strings.Cut(l, "reading it again in "); ok {
-			waits = append(waits, w)
+	// The queue is not sent: run.status deliveries are queued behind it,
+	// and each queued one kicks the drain.
+	const kicks = 40
+	for i := range kicks {
+		if st, _ := post(t, pub, runBody(t, "r1", fmt.Sprint("s", i))); st != http.StatusAccepted {
+			t.Fatalf("run.status behind an unsent queue: %d, want 202", st)
 		}
 	}
-	if len(waits) < 4 {
-		t.Fatalf("log:\n%s", logs.String())
+	reads, elapsed := fs.reads.Load(), time.Since(start)
+	bound := 2*relay.RetrySchedule(relay.RetryMin, relay.RetryMax, elapsed) + 2
+	if int(reads) > bound {
+		t.Fatalf("%d reads of a failing queue in %s with %d kicks, want at most %d (the backoff's schedule, with slack)", reads, elapsed, kicks, bound)
 	}
-	var prev time.Duration
-	for _, w := range waits {
-		d, err := time.ParseDuration(w)
-		if err != nil || d < prev || d > 5*time.Second {
-			t.Fatalf("waits %v: want growing, at most 5s", waits)
+	if got := logLines(logs.String(), "read queue"); got != 1 {
+		t.Fatalf("%d log lines of %d failed reads, want 1; log:\n%s", got, reads, logs.String())
+	}
+}
+
+// Issue 36: a removal of an acknowledged delivery that fails (a full
+// disk) leaves it queued and in flight: it is not sent again on the
+// connection, the removal is tried again by the backoff's schedule,
+// logged once, counted in /metrics; ack counts only what was removed; the
+// queue empties by itself once removals work.
+func TestFailedRemovalIsNotResent(t *testing.T) {
+	var logs logBuffer
+	fs := &faultyStore{}
+	srv, u := newFaultyRelay(t, relay.Config{Logf: logs.printf}, fs)
+	cr, err := srv.OpenChannel(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, _ := post(t, u+"/c/"+cr.Channel+"/", "queued"); st != http.StatusAccepted {
+		t.Fatalf("with no agent: %d", st)
+	}
+	fs.failRemovals.Store(true)
+	start := time.Now()
+	conn := dialWith(t, relay.DialConfig{RelayURL: u, Credentials: cr})
+	var got atomic.Int32
+	go func() {
+		for {
+			d, err := conn.Receive()
+			if err != nil {
+				return
+			}
+			got.Add(1)
+			conn.Ack(d.ID)
 		}
-		prev = d
+	}()
+	waitFor(t, "four failed removals", func() bool { return fs.removes.Load() >= 4 })
+	removes, elapsed := fs.removes.Load(), time.Since(start)
+	if n := got.Load(); n != 1 {
+		t.Fatalf("the agent got the delivery %d times while its removal failed, want once", n)
 	}
-	if prev <= 50*time.Millisecond {
-		t.Fatalf("waits %v do not grow", waits)
+	if bound := 2*relay.RetrySchedule(relay.RetryMin, relay.RetryMax, elapsed) + 2; int(removes) > bound {
+		t.Fatalf("%d removals in %s, want at most %d (the backoff's schedule, with slack)", removes, elapsed, bound)
+	}
+	_, m := get(t, u+"/metrics")
+	for name, want := range map[string]string{
+		"devhook_relay_queue_acked_total":      "0",
+		"devhook_relay_queue_removals_waiting": "1",
+	} {
+		if v := metricValue(m, name); v != want {
+			t.Errorf("while the removal fails: %s = %q, want %s", name, v, want)
+		}
+	}
+	if v, _ := strconv.Atoi(metricValue(m, "devhook_relay_queue_remove_errors_total")); v < 4 {
+		t.Errorf("devhook_relay_queue_remove_errors_total = %d, want at least 4", v)
+	}
+	if n := logLines(logs.String(), "remove acknowledged"); n != 1 {
+		t.Fatalf("%d log lines of %d failed removals, want 1; log:\n%s", n, removes, logs.String())
+	}
+
+	fs.failRemovals.Store(false)
+	waitLong(t, "the queue to empty once removals work", func() bool { n, _ := fs.QueueLen(cr.Channel); return n == 0 })
+	waitLong(t, "the removal counted", func() bool {
+		_, m = get(t, u+"/metrics")
+		return metricValue(m, "devhook_relay_queue_acked_total") == "1" && metricValue(m, "devhook_relay_queue_removals_waiting") == "0"
+	})
+	if n := got.Load(); n != 1 {
+		t.Fatalf("the agent got the delivery %d times, want once", n)
+	}
+	if !strings.Contains(logs.String(), "removing acknowledged deliveries from the queue works again after") {
+		t.Fatalf("the log does not say removals work again:\n%s", logs.String())
+	}
+}
+
+// Issue 36: when the connection ends while removals fail, each is tried
+// once more, not again and again; the deliveries stay queued and reach
+// the channel's next connection once; the relay closes without waiting
+// for removals that fail.
+func TestFailedRemovalsWhenTheConnectionEnds(t *testing.T) {
+	var logs logBuffer
+	fs := &faultyStore{}
+	srv, u := newFaultyRelay(t, relay.Config{Logf: logs.printf}, fs)
+	cr, err := srv.OpenChannel(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if st, _ := post(t, u+"/c/"+cr.Channel+"/", fmt.Sprint(i)); st != http.StatusAccepted {
+			t.Fatalf("with no agent: %d", st)
+		}
+	}
+	fs.failRemovals.Store(true)
+	got := map[string]int{}
+	for round := range 2 {
+		conn := dialWith(t, relay.DialConfig{RelayURL: u, Credentials: cr})
+		before := fs.removes.Load()
+		for range 2 {
+			d := receive(t, conn, 20*time.Second)
+			got[d.ID]++
+			conn.Ack(d.ID)
+		}
+		waitFor(t, "a failed removal", func() bool { return fs.removes.Load() > before })
+		if round == 1 {
+			break
+		}
+		conn.Close()
+		waitFor(t, "the removals given up", func() bool { return strings.Contains(logs.String(), "2 stay queued") })
+		if n, _ := fs.QueueLen(cr.Channel); n != 2 {
+			t.Fatalf("queue holds %d, want the 2 whose removal failed", n)
+		}
+	}
+	for id, n := range got {
+		if n != 2 {
+			t.Fatalf("delivery %s reached the agent %d times over 2 connections, want once each", id, n)
+		}
+	}
+	closed := make(chan struct{})
+	go func() { srv.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the relay does not close while removals fail")
+	}
+	if n, _ := fs.QueueLen(cr.Channel); n != 2 {
+		t.Fatalf("queue holds %d after the relay closed, want the 2 whose removal failed", n)
+	}
+}
+
+// logLines counts the lines of log that contain substr.
+func logLines(log, substr string) int {
+	n := 0
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, substr) {
+			n++
+		}
+	}
+	return n
+}
+
+// waitLong polls cond until it holds, failing the test after 30 s: for
+// what waits on a backoff (up to relay.RetryMax) on a busy machine.
+func waitLong(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

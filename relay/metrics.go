@@ -47,6 +47,13 @@ type metrics struct {
 	duration   *prometheus.HistogramVec
 	acked      prometheus.Counter
 	readErrors prometheus.Counter
+	// removeErrors counts failed removals of acknowledged deliveries;
+	// removalsWaiting the deliveries whose removal failed and waits to
+	// be tried again.
+	removeErrors    prometheus.Counter
+	removalsWaiting prometheus.Gauge
+	parkErrors      prometheus.Counter
+	sweepErrors     *prometheus.CounterVec
 	// expired and expiredBytes count queued deliveries dropped unsent:
 	// too old (Quota.MaxAge), or with their idle channel.
 	expired, expiredBytes prometheus.Counter
@@ -68,13 +75,29 @@ func newMetrics(s *Server) *metrics {
 		}, []string{"outcome"}),
 		acked: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "devhook_relay_queue_acked_total",
-			Help: "Queued deliveries acknowledged by their agent and removed from the queue.",
+			Help: "Queued deliveries acknowledged by their agent and removed from the queue (counted once removed).",
 		}),
 		readErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "devhook_relay_queue_read_errors_total",
 			Help: "Reads of a channel's queue for its agent that failed; each is tried again after a backoff.",
 		}),
 	}
+	m.removeErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "devhook_relay_queue_remove_errors_total",
+		Help: "Removals of acknowledged deliveries from the queue that failed; each is tried again after a backoff, and the delivery is not sent again meanwhile.",
+	})
+	m.removalsWaiting = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "devhook_relay_queue_removals_waiting",
+		Help: "Acknowledged deliveries whose removal from the queue failed and waits to be tried again.",
+	})
+	m.parkErrors = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "devhook_relay_queue_park_errors_total",
+		Help: "Deliveries that can never be sent which the store could not park; each is tried again after a backoff.",
+	})
+	m.sweepErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "devhook_relay_sweep_errors_total",
+		Help: "Steps of the sweeper that failed, by step (expire, touch, idle); each is tried again after a backoff.",
+	}, []string{"step"})
 	m.expired = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "devhook_relay_queue_expired_total",
 		Help: "Queued deliveries dropped unsent: older than the queue's maximum age, or removed with their idle channel.",
@@ -87,7 +110,8 @@ func newMetrics(s *Server) *metrics {
 		Name: "devhook_relay_channels_removed_total",
 		Help: "Channels removed, with their queues, because no agent opened them within the relay's idle time.",
 	})
-	m.reg.MustRegister(m.deliveries, m.duration, m.acked, m.readErrors, m.expired, m.expiredBytes, m.channelsRemoved,
+	m.reg.MustRegister(m.deliveries, m.duration, m.acked, m.readErrors, m.removeErrors, m.removalsWaiting, m.parkErrors, m.sweepErrors,
+		m.expired, m.expiredBytes, m.channelsRemoved,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "devhook_relay_agents_connected",
 			Help: "Agents connected to this relay process.",
@@ -108,9 +132,12 @@ func newMetrics(s *Server) *metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	if c, ok := s.cfg.Store.(Counter); ok {
-		m.reg.MustRegister(&storeCollector{c: c, logf: s.cfg.Logf})
+		m.reg.MustRegister(&storeCollector{c: c, logf: s.logStore})
 	}
-	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorLog: logAdapter(s.cfg.Logf)})
+	// A store that cannot count (NATS away) leaves its gauges out of the
+	// scrape, not the whole of it: the counters of its failures are what
+	// an operator looks at then.
+	m.handler = promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorLog: logAdapter(s.logStore), ErrorHandling: promhttp.ContinueOnError})
 	return m
 }
 

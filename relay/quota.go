@@ -107,8 +107,11 @@ type Sweeper interface {
 	// TouchChannel records that an agent opened channel at t.
 	TouchChannel(id string, t time.Time) error
 	// RemoveIdleChannels removes the channels no agent opened (nor was
-	// created) since before, with their queued and parked deliveries.
-	RemoveIdleChannels(before time.Time) ([]RemovedChannel, error)
+	// created) since before, with their queued and parked deliveries,
+	// except those for which inUse (when not nil) reports true: an agent
+	// holds them now. inUse is asked only of channels idle since before,
+	// outside any transaction of the store.
+	RemoveIdleChannels(before time.Time, inUse func(channel string) bool) ([]RemovedChannel, error)
 }
 
 // lastOpened is the last time an agent opened ch, or its creation.

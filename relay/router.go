@@ -51,6 +51,15 @@ type Router interface {
 	Kick(channel string)
 }
 
+// AgentLocator is a Router that can tell whether an agent holds a
+// channel, on this relay or (in a cluster) on any: the sweeper never
+// removes such a channel as idle, however long ago it was opened. Hub
+// implements it, and so does the cluster's router. An error means it
+// cannot be told: the channel is kept.
+type AgentLocator interface {
+	HasAgent(channel string) (bool, error)
+}
+
 // Endpoint is an agent connection as a Router sees it. The relay Server's
 // WebSocket connections are Endpoints.
 type Endpoint interface {
@@ -104,6 +113,9 @@ func (h *Hub) Deliver(ctx context.Context, d *devhook.Delivery) (*Answer, error)
 	}
 	return e.Deliver(ctx, d)
 }
+
+// HasAgent implements AgentLocator.
+func (h *Hub) HasAgent(channel string) (bool, error) { return h.holder(channel) != nil, nil }
 
 // Kick implements Router.
 func (h *Hub) Kick(channel string) {

@@ -88,12 +88,13 @@ type Server struct {
 	known    sync.Map // id of a channel known to exist → when it was read (knownFor)
 	touched  sync.Map // channel id → when this Server last marked it opened
 
-	sweepMu       sync.Mutex // one Sweep at a time
-	lastIdleSweep time.Time
-	sweepStop     chan struct{}
-	sweepDone     chan struct{}
-	sweepOnce     sync.Once
-	fullLog       logEvery // refusals for a full queue or disk
+	sweepMu   sync.Mutex // one Sweep at a time
+	sw        sweepState // under sweepMu (sweep.go)
+	storeLog  logEvery   // a store call a request made that failed
+	sweepStop chan struct{}
+	sweepDone chan struct{}
+	sweepOnce sync.Once
+	fullLog   logEvery // refusals for a full queue or disk
 
 	wg sync.WaitGroup // every connection's goroutines
 

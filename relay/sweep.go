@@ -18,18 +18,26 @@ import (
 //     (Sweeper.Expire), each channel's count and bytes logged and counted
 //     in devhook_relay_queue_expired_total;
 //   - records that the channels of the agents connected here are still
-//     in use (Sweeper.TouchChannel, at most once every touchEvery), so
-//     that an agent connected for longer than ChannelIdle keeps its
-//     channel;
-//   - once every idleEvery, removes the channels no agent opened within
-//     ChannelIdle, with their queues (Sweeper.RemoveIdleChannels), logged
-//     and counted in devhook_relay_channels_removed_total.
+//     in use (Sweeper.TouchChannel, at most once every touchEvery), and
+//     that the agent of a channel was connected until it went (at the
+//     first sweep after), so that a channel's idle time counts from when
+//     its last agent went, not from when it connected;
+//   - once every idleEvery, or ChannelIdle when shorter, removes the
+//     channels no agent opened within ChannelIdle, with their queues
+//     (Sweeper.RemoveIdleChannels), logged and counted in
+//     devhook_relay_channels_removed_total. A channel an agent holds now
+//     is never removed, whatever ChannelIdle: on this relay, or on any
+//     instance of a cluster when the Router is an AgentLocator.
+//
+// A step that fails is tried again at a later sweep, after a backoff from
+// SweepInterval doubling to SweepRetryMax (retry.go), counted in
+// devhook_relay_sweep_errors_total and logged once with a count.
 //
 // In a cluster every instance sweeps; a delivery or channel is counted by
 // the instance that removed it.
 
 // touchEvery is how often the channel of a connected agent is marked in
-// use; idleEvery how often idle channels are looked for.
+// use; idleEvery how often idle channels are looked for (at most).
 const (
 	touchEvery = time.Hour
 	idleEvery  = time.Hour
@@ -40,8 +48,21 @@ const (
 // taking deliveries here within it.
 const knownFor = time.Minute
 
+// sweepState is what the sweeper keeps between sweeps, under sweepMu.
+type sweepState struct {
+	expire, touch, idle                retry
+	expireAfter, touchAfter, idleAfter time.Time // a failed step is not tried before (wall clock)
+	lastIdle                           time.Time // the last idle sweep, by Config.Now
+	connected                          map[string]bool
+	// gone: channels whose agent went since a sweep saw it connected,
+	// to be marked opened (touched) now.
+	gone map[string]bool
+}
+
 // startSweeper starts the sweeper goroutine, owned by s: Close stops it.
 func (s *Server) startSweeper() {
+	retries := retry{min: s.cfg.SweepInterval, max: max(SweepRetryMax, s.cfg.SweepInterval)}
+	s.sw.expire, s.sw.touch, s.sw.idle = retries, retries, retries
 	if _, ok := s.cfg.Store.(Sweeper); !ok {
 		close(s.sweepDone)
 		return
@@ -70,7 +91,7 @@ func (s *Server) stopSweeper() {
 // Sweep runs the sweeper once, now (by Config.Now): expired deliveries
 // dropped, connected agents' channels marked in use, idle channels
 // removed when due. It runs by itself every SweepInterval; tests call it
-// after moving their clock.
+// after moving their clock. A step waiting after a failure is skipped.
 func (s *Server) Sweep() {
 	sw, ok := s.cfg.Store.(Sweeper)
 	if !ok {
@@ -79,6 +100,16 @@ func (s *Server) Sweep() {
 	s.sweepMu.Lock()
 	defer s.sweepMu.Unlock()
 	now := s.cfg.Now()
+	s.sweepExpired(sw, now)
+	s.sweepTouch(sw, now)
+	s.sweepIdle(sw, now)
+}
+
+// sweepExpired has the store drop the deliveries older than their age.
+func (s *Server) sweepExpired(sw Sweeper, now time.Time) {
+	if time.Now().Before(s.sw.expireAfter) {
+		return
+	}
 	expired, err := sw.Expire(now)
 	for _, e := range expired {
 		s.metrics.expired.Add(float64(e.Deliveries))
@@ -86,25 +117,94 @@ func (s *Server) Sweep() {
 		s.cfg.Logf("relay: channel %s: %d queued deliveries (%d bytes) dropped: older than the queue's maximum age; their agent did not connect in time",
 			e.Channel, e.Deliveries, e.Bytes)
 	}
-	if err != nil {
-		s.cfg.Logf("relay: drop expired deliveries: %v (retried in %s)", err, s.cfg.SweepInterval)
-	}
+	s.sw.expireAfter = s.stepDone("expire", "drop expired deliveries", &s.sw.expire, err)
+}
 
+// stepDone counts and logs the outcome of a sweeper step and returns
+// when the step may run again: at once after a success, after the
+// backoff after a failure.
+func (s *Server) stepDone(step, what string, r *retry, err error) time.Time {
+	now := time.Now()
+	if err == nil {
+		if fails, since := r.ok(); fails > 0 {
+			s.cfg.Logf("relay: %s: works again after %d failures in %s", what, fails, now.Sub(since).Round(time.Second))
+		}
+		return time.Time{}
+	}
+	s.metrics.sweepErrors.WithLabelValues(step).Inc()
+	wait, log := r.fail(now)
+	switch {
+	case !log:
+	case r.failing() == 1:
+		s.cfg.Logf("relay: %s: %v; trying again in %s, then less and less often (at most every %s) until it works", what, err, wait.Round(time.Millisecond), max(r.max, r.min))
+	default:
+		s.cfg.Logf("relay: %s: still failing: %d failures in %s: %v", what, r.failing(), now.Sub(r.since).Round(time.Second), err)
+	}
+	return now.Add(wait)
+}
+
+// sweepTouch marks in use the channels of the agents connected here (at
+// most once every touchEvery each), and those whose agent went since the
+// last sweep. A failure ends the step: the rest wait for the next try.
+func (s *Server) sweepTouch(sw Sweeper, now time.Time) {
+	connected := make(map[string]bool)
 	s.mu.Lock()
-	channels := make([]string, 0, len(s.conns))
 	for c := range s.conns {
-		channels = append(channels, c.channel)
+		connected[c.channel] = true
 	}
 	s.mu.Unlock()
-	for _, ch := range channels {
-		s.touch(ch, false)
+	for ch := range s.sw.connected {
+		if !connected[ch] {
+			if s.sw.gone == nil {
+				s.sw.gone = make(map[string]bool)
+			}
+			s.sw.gone[ch] = true
+		}
 	}
-
-	if !s.lastIdleSweep.IsZero() && now.Sub(s.lastIdleSweep) < idleEvery {
+	s.sw.connected = connected
+	if time.Now().Before(s.sw.touchAfter) {
 		return
 	}
-	s.lastIdleSweep = now
-	removed, err := sw.RemoveIdleChannels(now.Add(-s.cfg.ChannelIdle))
+	var err error
+	for ch := range s.sw.gone {
+		if err = s.storeTouch(sw, ch, now); err != nil {
+			break
+		}
+		delete(s.sw.gone, ch)
+	}
+	for ch := range connected {
+		if err != nil {
+			break
+		}
+		if at, ok := s.touched.Load(ch); !ok || now.Sub(at.(time.Time)) >= touchEvery {
+			err = s.storeTouch(sw, ch, now)
+		}
+	}
+	s.sw.touchAfter = s.stepDone("touch", "record that agents are connected", &s.sw.touch, err)
+}
+
+// storeTouch records in the store that an agent held channel at now.
+func (s *Server) storeTouch(sw Sweeper, channel string, now time.Time) error {
+	if err := sw.TouchChannel(channel, now); err != nil {
+		return err
+	}
+	s.touched.Store(channel, now)
+	return nil
+}
+
+// sweepIdle removes the channels idle for ChannelIdle, when due, but
+// those an agent holds.
+func (s *Server) sweepIdle(sw Sweeper, now time.Time) {
+	every := min(idleEvery, s.cfg.ChannelIdle)
+	if !s.sw.lastIdle.IsZero() && now.Sub(s.sw.lastIdle) < every && !now.Before(s.sw.lastIdle) {
+		return
+	}
+	if time.Now().Before(s.sw.idleAfter) {
+		return
+	}
+	s.sw.lastIdle = now
+	inUse, unsure := s.inUse()
+	removed, err := sw.RemoveIdleChannels(now.Add(-s.cfg.ChannelIdle), inUse)
 	for _, rc := range removed {
 		s.known.Delete(rc.ID)
 		s.touched.Delete(rc.ID)
@@ -120,14 +220,57 @@ func (s *Server) Sweep() {
 		s.cfg.Logf("relay: channel %s removed: no agent opened it since %s (idle for more than %s); %d deliveries (%d bytes) removed with it",
 			rc.ID, rc.LastOpened.UTC().Format(time.RFC3339), s.cfg.ChannelIdle, rc.Deliveries, rc.Bytes)
 	}
+	if n, uerr := unsure(); n > 0 {
+		s.logStore("relay: remove idle channels: %d kept, as whether an agent holds them could not be told: %v", n, uerr)
+	}
 	if err != nil {
-		s.cfg.Logf("relay: remove idle channels: %v (retried in %s)", err, idleEvery)
-		s.lastIdleSweep = time.Time{}
+		s.sw.lastIdle = time.Time{}
+	}
+	s.sw.idleAfter = s.stepDone("idle", "remove idle channels", &s.sw.idle, err)
+}
+
+// inUse returns the sweeper's test of whether an agent holds a channel
+// now: one connected here, or one the Router knows of (when it is an
+// AgentLocator). A channel the Router cannot tell about is in use;
+// unsure returns how many there were, and the last error.
+func (s *Server) inUse() (inUse func(string) bool, unsure func() (int, error)) {
+	local := make(map[string]bool)
+	s.mu.Lock()
+	for c := range s.conns {
+		local[c.channel] = true
+	}
+	s.mu.Unlock()
+	al, _ := s.router.(AgentLocator)
+	var mu sync.Mutex
+	var n int
+	var last error
+	inUse = func(channel string) bool {
+		if local[channel] {
+			return true
+		}
+		if al == nil {
+			return false
+		}
+		held, err := al.HasAgent(channel)
+		if err != nil {
+			mu.Lock()
+			n, last = n+1, err
+			mu.Unlock()
+			return true
+		}
+		return held
+	}
+	return inUse, func() (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return n, last
 	}
 }
 
 // touch records that an agent opened channel now, in the store, unless
-// this Server did so within touchEvery (always when force).
+// this Server did so within touchEvery, or within touchAgain when force
+// (an agent connected). A failure is logged (at most once every 10
+// seconds with the count left out): the sweeper touches the channel again.
 func (s *Server) touch(channel string, force bool) {
 	sw, ok := s.cfg.Store.(Sweeper)
 	if !ok {
@@ -137,14 +280,14 @@ func (s *Server) touch(channel string, force bool) {
 	if at, ok := s.touched.Load(channel); ok && !force && now.Sub(at.(time.Time)) < touchEvery {
 		return
 	}
-	if at, ok := s.touched.Load(channel); ok && force && now.Sub(at.(time.Time)) < time.Minute {
-		return // reconnects in a row: once a minute is enough
-	}
-	if err := sw.TouchChannel(channel, now); err != nil {
-		s.cfg.Logf("relay: channel %s: record that its agent connected: %v", channel, err)
+	// Reconnects in a row: once a minute is enough (a quarter of
+	// ChannelIdle when shorter).
+	if at, ok := s.touched.Load(channel); ok && force && now.Sub(at.(time.Time)) < min(time.Minute, s.cfg.ChannelIdle/4) {
 		return
 	}
-	s.touched.Store(channel, now)
+	if err := s.storeTouch(sw, channel, now); err != nil {
+		s.logStore("relay: channel %s: record that its agent connected: %v", channel, err)
+	}
 }
 
 // refuseQueue answers a delivery the store could not queue: 429 when its
@@ -167,7 +310,7 @@ func (s *Server) refuseQueue(w http.ResponseWriter, d *devhook.Delivery, err err
 		}
 		httpError(w, http.StatusServiceUnavailable, "no agent is connected and the relay's storage is full; retry later")
 	default:
-		s.cfg.Logf("relay: queue delivery %s: %v", d.ID, err)
+		s.logStore("relay: queue delivery %s: %v", d.ID, err)
 		httpError(w, http.StatusServiceUnavailable, "no agent is connected and the delivery could not be queued; try again")
 	}
 }

@@ -167,7 +167,7 @@ at any instance reaches the agent wherever it is connected. See docs/DEPLOY.md.`
 	f.Int64Var(&o.queueMaxBytes, "queue-max-bytes", relay.DefaultQueueBytes, "bytes the queues of all channels may hold; beyond, senders get 503 with Retry-After")
 	f.Int64Var(&o.queueChannelMaxBytes, "queue-channel-max-bytes", relay.DefaultChannelQueueBytes, "bytes one channel's queue may hold; beyond, its senders get 429 with Retry-After (at most --queue-max-bytes)")
 	f.IntVar(&o.queueChannelMaxDeliv, "queue-channel-max-deliveries", relay.DefaultChannelQueueDeliveries, "deliveries one channel's queue may hold; beyond, its senders get 429 with Retry-After")
-	f.DurationVar(&o.channelIdle, "channel-idle", relay.DefaultChannelIdle, "a channel no agent opens for this long is removed with its queue (counted in /metrics and logged)")
+	f.DurationVar(&o.channelIdle, "channel-idle", relay.DefaultChannelIdle, "a channel with no agent connected for this long is removed with its queue (counted in /metrics and logged); one whose agent is connected never is")
 	return cmd
 }
 

@@ -1,7 +1,7 @@
 // Package storetest is the test suite every relay.Store runs: the same
-// tests of quotas, expiry, idle channels and a full disk against the
-// single relay's bbolt store (storage) and the cluster's NATS store
-// (natsrelay). A store's test calls Run with a function that opens a new,
+// tests of quotas, expiry, idle channels, a full disk and a store whose
+// every method fails in turn (faults.go) against the single relay's bbolt
+// store (boltrelay) and the cluster's NATS store (natsrelay). A store's test calls Run with a function that opens a new,
 // empty store.
 package storetest
 
@@ -62,6 +62,9 @@ func Run(t *testing.T, open Open) {
 		{"DiskFull", testDiskFull},
 		{"ServerAnswers", testServerAnswers},
 		{"ServerSweeps", testServerSweeps},
+		{"ConnectedChannelsKept", testConnectedChannelsKept},
+		{"ConnectedChannelsKeptRealTime", testConnectedChannelsKeptRealTime},
+		{"Faults", testFaults},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, open) })
@@ -339,7 +342,8 @@ func testExpire(t *testing.T, open Open) {
 }
 
 // Channels no agent opened since the cutoff go with their queues; one
-// opened (TouchChannel) or created since stays.
+// opened (TouchChannel) or created since stays, and so does one an agent
+// holds now (inUse), however long ago it was opened.
 func testIdleChannels(t *testing.T, open Open) {
 	s := open(t, Config{Quota: relay.Quota{ChannelDeliveries: 2}})
 	now := time.Now().UTC()
@@ -347,6 +351,9 @@ func testIdleChannels(t *testing.T, open Open) {
 	putChannel(t, s, "idle", now.Add(-40*day))
 	putChannel(t, s, "opened", now.Add(-40*day))
 	putChannel(t, s, "fresh", now.Add(-time.Hour))
+	putChannel(t, s, "held", now.Add(-40*day))
+	var asked []string
+	inUse := func(ch string) bool { asked = append(asked, ch); return ch == "held" }
 	if err := s.TouchChannel("opened", now.Add(-day)); err != nil {
 		t.Fatal(err)
 	}
@@ -367,9 +374,16 @@ func testIdleChannels(t *testing.T, open Open) {
 	if err := s.Enqueue("ghost", delivery(t, "ghost", 100)); err != nil {
 		t.Fatal(err)
 	}
-	removed, err := s.RemoveIdleChannels(now.Add(-30 * day))
+	removed, err := s.RemoveIdleChannels(now.Add(-30*day), inUse)
 	if err != nil {
 		t.Fatal(err)
+	}
+	slices.Sort(asked)
+	if !slices.Equal(asked, []string{"held", "idle"}) {
+		t.Fatalf("inUse asked of %q, want the idle channels held and idle", asked)
+	}
+	if _, err := s.Channel("held"); err != nil {
+		t.Fatalf("an idle channel an agent holds: %v, want it kept", err)
 	}
 	slices.SortFunc(removed, func(a, b relay.RemovedChannel) int { return strings.Compare(b.ID, a.ID) })
 	if len(removed) != 2 || removed[0].ID != "idle" || removed[0].Deliveries != 2 || removed[0].Bytes < 200 {
@@ -401,8 +415,13 @@ func testIdleChannels(t *testing.T, open Open) {
 			t.Fatalf("the channel opened again: %v", err)
 		}
 	}
-	if removed, err := s.RemoveIdleChannels(now.Add(-30 * day)); err != nil || len(removed) != 0 {
+	if removed, err := s.RemoveIdleChannels(now.Add(-30*day), inUse); err != nil || len(removed) != 0 {
 		t.Fatalf("again: removed %+v, %v", removed, err)
+	}
+	// Once no agent holds it, it goes.
+	removed, err = s.RemoveIdleChannels(now.Add(-30*day), nil)
+	if err != nil || len(removed) != 1 || removed[0].ID != "held" {
+		t.Fatalf("no agent any more: removed %+v, %v; want channel held", removed, err)
 	}
 }
 
@@ -548,6 +567,26 @@ func (l *logLines) logf(format string, args ...any) {
 	l.mu.Lock()
 	l.lines = append(l.lines, fmt.Sprintf(format, args...))
 	l.mu.Unlock()
+}
+
+// count returns the lines that contain substr.
+func (l *logLines) count(substr string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, s := range l.lines {
+		if strings.Contains(s, substr) {
+			n++
+		}
+	}
+	return n
+}
+
+// text returns the log, a line each.
+func (l *logLines) text() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.lines, "\n")
 }
 
 func (l *logLines) find(substr string) bool {
