@@ -47,24 +47,33 @@ func startInstance(t *testing.T, ns *server.Server, opts ...nats.Option) *instan
 
 func startInstanceWith(t *testing.T, ns *server.Server, cfg natsrelay.Config, opts ...nats.Option) *instance {
 	t.Helper()
+	return startInstanceSplit(t, ns, cfg, cfg, opts...)
+}
+
+// startInstanceSplit starts an instance whose Store and Router have
+// configurations of their own (their Conn set here, Logf and
+// ResponseTimeout the Store's).
+func startInstanceSplit(t *testing.T, ns *server.Server, cfg, rcfg natsrelay.Config, opts ...nats.Option) *instance {
+	t.Helper()
 	nc, err := nats.Connect(ns.ClientURL(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Conn = nc
+	cfg.Conn, rcfg.Conn = nc, nc
 	if cfg.Logf == nil {
 		cfg.Logf = t.Logf
 	}
+	rcfg.Logf, rcfg.ResponseTimeout = cfg.Logf, cfg.ResponseTimeout
 	store, err := natsrelay.OpenStore(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	router, err := natsrelay.OpenRouter(context.Background(), cfg)
+	router, err := natsrelay.OpenRouter(context.Background(), rcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	in := &instance{nc: nc, store: store, router: router}
-	srv, err := relay.NewServer(relay.Config{Store: store, Router: router, ResponseTimeout: cfg.ResponseTimeout, Logf: t.Logf,
+	srv, err := relay.NewServer(relay.Config{Store: store, Router: router, ResponseTimeout: cfg.ResponseTimeout, Logf: cfg.Logf,
 		Now: func() time.Time { return time.Now().Add(time.Duration(in.skew.Load())) }})
 	if err != nil {
 		t.Fatal(err)
