@@ -297,8 +297,13 @@ func TestInstanceKilledBetweenRequestParts(t *testing.T) {
 	default:
 	}
 
-	// The agent's relay loses NATS while it sends the answer.
-	c := startInstanceWith(t, ns, natsrelay.Config{ResponseTimeout: 10 * time.Second, Timeout: time.Second})
+	// The agent's relay loses NATS while it sends the answer. The
+	// sender's relay gives up on the missing part after its Router's
+	// Timeout (short, to keep the test quick), and queues the delivery:
+	// its Store writes a 10 MiB object, which a loaded machine does not
+	// do within so short a Timeout (the sender would get 503): its
+	// Store has the default.
+	c := startInstanceSplit(t, ns, natsrelay.Config{ResponseTimeout: 10 * time.Second}, natsrelay.Config{Timeout: time.Second})
 	a.router.SetBeforePart(func(i int) {
 		if i == 3 {
 			a.nc.Close()
