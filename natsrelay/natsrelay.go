@@ -28,8 +28,10 @@
 //	objects devhook_large         <channel>.<delivery id>: the deliver frame of a
 //	                              queued or parked delivery too large for one
 //	                              message, in chunks; written before its entry,
-//	                              deleted after it, TTL Quota.MaxAge + 1 h for those
-//	                              a crash left behind, bounded by Quota.TotalBytes
+//	                              deleted after it (or when the entry is refused);
+//	                              those a crash left behind removed by the sweep
+//	                              after Config.OrphanGrace (orphans.go), TTL
+//	                              Quota.MaxAge + 1 h; bounded by Quota.TotalBytes
 //	devhook.agent.<channel>.deliver  request/reply: a live delivery for the agent
 //	                              of channel, answered by the instance holding it
 //	                              (queue group: one instance answers); larger than
