@@ -487,3 +487,39 @@ func TestAgentAttachedWhileNATSAwayIsAnnounced(t *testing.T) {
 	default:
 	}
 }
+
+// A NATS server that drops the relay's connection as soon as it is back
+// is not dialled in a loop: a connection lost again right after its
+// reconnect goes on with the backoff where it was, rather than start
+// again from its first, short wait.
+func TestNATSDroppingEachConnectionIsNotRedialledInALoop(t *testing.T) {
+	ns := natstest.Run(t)
+	ev := newNATSEvents()
+	nc, err := nats.Connect(ns.ClientURL(), ev.options()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	const drops = 6
+	start := time.Now()
+	for i := range drops {
+		id, err := nc.GetClientID()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ns.DisconnectClientByID(id); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-ev.back:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("drop %d: not reconnected", i)
+		}
+	}
+	elapsed := time.Since(start)
+	tries := drops + int(ev.attempts.Load())
+	t.Logf("%d connections dropped at once in %s: %d reconnects tried (bound %d)", drops, elapsed.Round(time.Millisecond), tries, reconnectBound(elapsed)+2)
+	if tries > reconnectBound(elapsed)+2 {
+		t.Fatalf("%d reconnects in %s: faster than the backoff (at most %d)", tries, elapsed, reconnectBound(elapsed)+2)
+	}
+}
