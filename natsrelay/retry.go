@@ -7,9 +7,10 @@ package natsrelay
 //
 //   - the NATS connection's reconnects: ReconnectOptions, which the
 //     relay's connection uses (nats.go's own loop, with this delay);
-//   - an agent announced again after NATS comes back (router.go,
-//     announceLoop), and its channel's queue read again then (kickAll:
-//     once per reconnect; the relay's drain backs off its own reads);
+//   - catching up after NATS comes back (router.go, announceLoop): the
+//     agents bucket watched anew, and the agents that attached meanwhile
+//     announced; the local agents' queues read again then (kickAll: once
+//     per reconnect; the relay's drain backs off its own reads);
 //   - compare-and-set of a channel's usage count or its last opening
 //     (quota.go): a few tries, apart, and only on a conflict;
 //   - the sweep of objects no entry points to (orphans.go): after a

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -29,7 +30,9 @@ type Router struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // watcher, and deliveries from other instances
 
-	announce chan struct{} // a holder is pending, or NATS is back: announceLoop goes
+	announce  chan struct{} // a holder is pending, or NATS is back: announceLoop goes
+	resyncDue atomic.Bool   // NATS is back: the watch of the agents bucket is made anew
+	rewatched chan struct{} // resync replaced watch
 
 	mu      sync.Mutex
 	local   map[string]*holder
@@ -90,7 +93,7 @@ func OpenRouter(ctx context.Context, cfg Config) (*Router, error) {
 	var b [8]byte
 	rand.Read(b[:])
 	r := &Router{cfg: cfg, id: hex.EncodeToString(b[:]), local: make(map[string]*holder), waiting: make(map[string]map[*waiter]struct{}),
-		announce: make(chan struct{}, 1)}
+		announce: make(chan struct{}, 1), rewatched: make(chan struct{}, 1)}
 	cctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	r.agents, err = js.CreateOrUpdateKeyValue(cctx, jetstream.KeyValueConfig{
@@ -116,6 +119,7 @@ func OpenRouter(ctx context.Context, cfg Config) (*Router, error) {
 	// announced.
 	r.link = newLink(cfg.Conn, cfg.LostWait, func() {
 		r.kickAll()
+		r.resyncDue.Store(true)
 		r.wake()
 	})
 	return r, nil
@@ -129,10 +133,14 @@ func (r *Router) wake() {
 	}
 }
 
-// Announcing again: an agent that attached while NATS was away (its Put
-// failed) is announced once NATS is back, so that a newer agent elsewhere
-// replaces it, and it replaces older ones. Tried at each reconnect, and
-// between, after a backoff (retry.go) while it fails.
+// Catching up after NATS comes back: the watch of the agents bucket is
+// made anew (the one under way would notice the loss only when its
+// heartbeats fail, seconds later) and the entries of the local agents'
+// channels read, for agents that attached elsewhere meanwhile (resync);
+// an agent that attached while NATS was away (its Put failed) is
+// announced, so that a newer agent elsewhere replaces it, and it replaces
+// older ones. Tried at each reconnect, and between, after a backoff
+// (retry.go) while it fails.
 const (
 	announceMin = 100 * time.Millisecond
 	announceMax = 30 * time.Second
@@ -149,27 +157,116 @@ func (r *Router) announceLoop() {
 		case <-r.announce:
 		}
 		for {
-			n, err := r.announcePending()
+			var n int
+			err := r.resync()
 			if err == nil {
-				if n > 0 {
-					log.ok(r.cfg.Logf, time.Now(), fmt.Sprintf("relay: %d agents announced to other relays", n))
-				}
+				n, err = r.announcePending()
+			}
+			if err == nil {
+				log.ok(r.cfg.Logf, time.Now(), fmt.Sprintf("relay: caught up with the agents of other relays (%d announced)", n))
 				b.reset()
 				break
 			}
 			wait := b.next()
-			log.fail(r.cfg.Logf, time.Now(), "relay: announce agents that connected while NATS was away to other relays: %v (tried again in %s, and when NATS is back)", err, wait.Round(time.Millisecond))
-			t := time.NewTimer(wait)
-			select {
-			case <-r.ctx.Done():
-				t.Stop()
+			log.fail(r.cfg.Logf, time.Now(), "relay: catch up with the agents of other relays after NATS was away: %v (tried again in %s, and when NATS is back)", err, wait.Round(time.Millisecond))
+			if !r.backoff(wait) {
 				return
-			case <-r.announce: // NATS is back: at once
-			case <-t.C:
 			}
-			t.Stop()
 		}
 	}
+}
+
+// backoff waits d, or less if NATS comes back meanwhile; it reports
+// false if the Router is closed. An agent attaching waits its turn.
+func (r *Router) backoff(d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.ctx.Done():
+			return false
+		case <-r.announce:
+			if r.resyncDue.Load() {
+				return true // NATS is back: at once
+			}
+		case <-t.C:
+			return true
+		}
+	}
+}
+
+// resync, when NATS came back since the last, watches the agents bucket
+// anew and replaces the local agents whose channel another agent took
+// meanwhile.
+func (r *Router) resync() error {
+	if !r.resyncDue.Swap(false) {
+		return nil
+	}
+	err := r.rewatch()
+	if err != nil {
+		r.resyncDue.Store(true)
+	}
+	return err
+}
+
+func (r *Router) rewatch() error {
+	_, cancel, err := r.link.ctx(r.ctx, r.cfg.Timeout)
+	if err != nil {
+		return err // not back after all
+	}
+	cancel()
+	// The watch lives as long as the Router (r.ctx); its calls have
+	// JetStream's own timeouts.
+	w, err := r.agents.WatchAll(r.ctx, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+	if err != nil {
+		return fmt.Errorf("watch the agents bucket: %w", err)
+	}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		w.Stop()
+		return nil
+	}
+	old := r.watch
+	r.watch = w
+	var held []string
+	for ch, h := range r.local {
+		if h.rev != 0 {
+			held = append(held, ch)
+		}
+	}
+	r.mu.Unlock()
+	old.Stop()
+	select {
+	case r.rewatched <- struct{}{}:
+	default:
+	}
+	// What the new watch cannot tell: puts while NATS was away.
+	for _, ch := range held {
+		if err := r.readAgent(ch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// readAgent reads the agents bucket's entry of channel, and acts on it
+// (seen).
+func (r *Router) readAgent(channel string) error {
+	ctx, cancel, err := r.link.ctx(r.ctx, r.cfg.Timeout)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	e, err := r.agents.Get(ctx, channel)
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound):
+	case err != nil:
+		return fmt.Errorf("channel %s: read its agent: %w", channel, why(ctx, err))
+	default:
+		r.seen(channel, string(e.Value()), e.Revision(), false)
+	}
+	return nil
 }
 
 // announcePending announces the pending holders and returns how many it
@@ -274,8 +371,9 @@ func (r *Router) Close() error {
 		}
 		delete(r.local, ch)
 	}
+	w := r.watch
 	r.mu.Unlock()
-	r.watch.Stop()
+	w.Stop()
 	r.cancel()
 	r.wg.Wait()
 	return nil
@@ -399,31 +497,59 @@ func (r *Router) wait(ctx context.Context, channel string) (context.Context, fun
 }
 
 // watchLoop replaces a local agent when a newer one attached elsewhere,
-// and lets deliveries waiting on another instance for the channel go.
+// and lets deliveries waiting on another instance for the channel go, with
+// the watch of the moment: resync replaces it after a reconnect.
 func (r *Router) watchLoop() {
-	for e := range r.watch.Updates() {
-		if e == nil || e.Operation() != jetstream.KeyValuePut {
-			continue
-		}
-		channel, value, rev := e.Key(), string(e.Value()), e.Revision()
+	for {
 		r.mu.Lock()
+		w := r.watch
+		r.mu.Unlock()
+		for e := range w.Updates() {
+			if e != nil && e.Operation() == jetstream.KeyValuePut {
+				r.seen(e.Key(), string(e.Value()), e.Revision(), true)
+			}
+		}
+		r.mu.Lock()
+		closed, same := r.closed, r.watch == w
+		r.mu.Unlock()
+		switch {
+		case closed:
+			return
+		case same:
+			// Ended by itself (its subscription closed): resync
+			// makes another.
+			select {
+			case <-r.ctx.Done():
+				return
+			case <-r.rewatched:
+			}
+		}
+	}
+}
+
+// seen acts on the agents bucket's entry of channel at revision rev: the
+// agent value attached there. With release, deliveries waiting on another
+// instance for the channel go (it is a put just made).
+func (r *Router) seen(channel, value string, rev uint64, release bool) {
+	r.mu.Lock()
+	if release {
 		for w := range r.waiting[channel] {
 			w.cancel(errAgentMoved)
 		}
-		h := r.local[channel]
-		var replaced relay.Endpoint
-		switch {
-		case h == nil || h.value == value:
-		case h.rev == 0:
-			h.newer = max(h.newer, rev) // Attach decides when its Put returns
-		case rev > h.rev:
-			r.dropLocked(channel, h)
-			replaced = h.e
-		}
-		r.mu.Unlock()
-		if replaced != nil {
-			replaced.Replace()
-		}
+	}
+	h := r.local[channel]
+	var replaced relay.Endpoint
+	switch {
+	case h == nil || h.value == value:
+	case h.rev == 0:
+		h.newer = max(h.newer, rev) // Attach decides when its Put returns
+	case rev > h.rev:
+		r.dropLocked(channel, h)
+		replaced = h.e
+	}
+	r.mu.Unlock()
+	if replaced != nil {
+		replaced.Replace()
 	}
 }
 
