@@ -118,7 +118,7 @@ func (s *Store) writeEntry(ctx context.Context, subject, channel, id string, fra
 		m.Header = pointTo(hdr, name, len(frame))
 	}
 	if s.beforeEntry != nil {
-		s.beforeEntry()
+		s.beforeEntry(name)
 	}
 	ack, err := s.js.PublishMsg(ctx, m, opts...)
 	if err != nil && name != "" && refused(err) {

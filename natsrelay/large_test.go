@@ -183,7 +183,7 @@ func TestQueueWriterKilledBetweenParts(t *testing.T) {
 			}, nil)
 		}, false},
 		{"after the object", func(in *instance) {
-			in.store.SetBeforePart(nil, func() { in.nc.Close() })
+			in.store.SetBeforePart(nil, func(string) { in.nc.Close() })
 		}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -202,7 +202,7 @@ type Store struct {
 	// Tests only (export_test.go): called before each part of an
 	// object is read to be written, and before an entry is written.
 	beforePart  func(written int)
-	beforeEntry func()
+	beforeEntry func(object string)
 
 	// usageLocks serialize this instance's updates of a channel's usage
 	// count (by a hash of the channel), so that its own concurrent
