@@ -20,9 +20,12 @@ package natsrelay
 // harmless:
 //
 //   - writing: the object, whole (the Object Store writes its chunks,
-//     then the metadata that makes it visible), then the entry. A writer
+//     then the metadata that makes it visible), then the entry. When the
+//     entry is refused (the queue is full: the sender gets 503) or the
+//     object's write fails, the writer deletes what it wrote. A writer
 //     that dies before the entry leaves an object no entry points to, and
-//     no 202 to its sender, who sends again.
+//     no 202 to its sender, who sends again: the sweep removes it
+//     (orphans.go).
 //   - reading: an entry whose object is missing or damaged is a
 //     relay.UnreadableError, which the relay parks with the reason: never
 //     dropped silently.
@@ -32,11 +35,13 @@ package natsrelay
 //     written again, under the same name, before the new entry, so that
 //     it lives as long as the new entry; then the old entry is removed.
 //
-// Objects no entry points to are removed by the bucket's TTL, Quota.MaxAge
-// and an hour: longer than any entry pointing to one lives, as entries
-// expire after Quota.MaxAge and are written after their object. The bucket
-// is bounded by Quota.TotalBytes as the queue stream is: when full, Enqueue
-// fails and the sender gets 503.
+// Objects no entry points to are removed by the sweep of orphans
+// (orphans.go) once older than Config.OrphanGrace; the bucket's TTL,
+// Quota.MaxAge and an hour (longer than any entry pointing to one lives,
+// as entries expire after Quota.MaxAge and are written after their
+// object), is the last resort. The bucket is bounded by Quota.TotalBytes
+// as the queue stream is: when full, Enqueue fails and the sender gets
+// 503; nothing a refused delivery wrote stays to keep it full.
 
 import (
 	"bytes"
@@ -95,22 +100,102 @@ func isObjectEntry(h nats.Header) bool { return h.Get(hdrObject) != "" }
 
 // writeEntry stores frame, the deliver frame of delivery id of channel, as
 // the entry subject with headers hdr (nil for none): inline, or as an
-// object first. opts are those of the entry's publish.
+// object first. opts are those of the entry's publish. An object whose
+// entry JetStream refused, or that was cut short, is deleted (dropObject).
 func (s *Store) writeEntry(ctx context.Context, subject, channel, id string, frame []byte, hdr nats.Header, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	m := &nats.Msg{Subject: subject, Header: hdr}
+	name := ""
 	if len(frame) <= partSize(s.cfg.Conn) {
 		m.Data = frame
 	} else {
-		name := objectName(channel, id)
+		name = objectName(channel, id)
 		if err := s.putObject(ctx, name, frame); err != nil {
+			// Cut short: no entry of this write points to what
+			// it left.
+			s.dropObject(channel, id, name, err)
 			return nil, err
 		}
 		m.Header = pointTo(hdr, name, len(frame))
 	}
 	if s.beforeEntry != nil {
-		s.beforeEntry()
+		s.beforeEntry(name)
 	}
-	return s.js.PublishMsg(ctx, m, opts...)
+	ack, err := s.js.PublishMsg(ctx, m, opts...)
+	if err != nil && name != "" && refused(err) {
+		s.dropObject(channel, id, name, err)
+	}
+	return ack, err
+}
+
+// refused reports whether err, of a publish, says JetStream did not store
+// the message: it answered with an error (a full queue, no storage), or
+// nothing listens on the subject. Otherwise (a timeout, NATS lost) the
+// message may be stored all the same.
+func refused(err error) bool {
+	var api *jetstream.APIError
+	return errors.As(err, &api) || errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders)
+}
+
+// dropObject deletes object name, of delivery id of channel, written for
+// an entry that was not stored (the write failed with err), unless an
+// entry points to it all the same: a move between the streams writes the
+// object of an entry that stays. When the publish's fate is unknown the
+// entry may be stored after all: writeEntry does not call dropObject, and
+// the object is left to the sweep (orphans.go), which removes it after
+// Config.OrphanGrace if no entry came; so is one this fails to delete. In
+// a fresh context: the write's may be over.
+func (s *Store) dropObject(channel, id, name string, err error) {
+	ctx, cancel := s.ctx()
+	defer cancel()
+	pointed, perr := s.pointedTo(ctx, channel, id)
+	if perr == nil && !pointed {
+		perr = s.deleteObjectOf(ctx, nats.Header{hdrObject: {name}})
+	}
+	if perr != nil {
+		s.cfg.Logf("relay: channel %s: delivery %s not queued (%v), and what was written of its object stays: %v (the sweep removes it)", channel, id, err, why(ctx, perr))
+	}
+}
+
+// pointedTo reports whether an entry of the queue or of the parked
+// deliveries points to the object of delivery id of channel. The queue is
+// read first: an entry moves from the queue to the parked deliveries (or
+// back) by writing the new entry before removing the old, so that one of
+// the two is always seen.
+func (s *Store) pointedTo(ctx context.Context, channel, id string) (bool, error) {
+	for _, e := range []struct {
+		st      jetstream.Stream
+		subject string
+	}{{s.queue, s.queueSubject(channel, id)}, {s.parked, s.parkedSubject(channel, id)}} {
+		m, err := e.st.GetLastMsgForSubject(ctx, e.subject)
+		switch {
+		case err == nil:
+			if isObjectEntry(m.Header) {
+				return true, nil
+			}
+		case !errors.Is(err, jetstream.ErrMsgNotFound):
+			return false, err
+		}
+	}
+	return false, nil
+}
+
+// mendObject writes frame again as the object of entry m, of delivery id
+// of channel, queued already, if the object is missing: the delivery is
+// being queued again, and its entry would otherwise be unreadable.
+func (s *Store) mendObject(ctx context.Context, channel, id string, m *jetstream.RawStreamMsg, frame []byte) error {
+	name := m.Header.Get(hdrObject)
+	if name == "" {
+		return nil
+	}
+	_, err := s.objects.GetInfo(ctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		s.cfg.Logf("relay: channel %s: delivery %s is queued, but its object was missing: written again", channel, id)
+		err = s.putObject(ctx, name, frame)
+	}
+	if err != nil {
+		return fmt.Errorf("natsrelay: enqueue delivery %s for channel %s: %w", id, channel, fullError(why(ctx, err)))
+	}
+	return nil
 }
 
 // pointTo returns hdr, or new headers, pointing to object name of size
@@ -224,7 +309,7 @@ func (s *Store) copyEntry(ctx context.Context, m *jetstream.RawStreamMsg, subjec
 		// Inline now (the NATS servers' max_payload grew): the
 		// object is of no use any more.
 		if err := s.deleteObjectOf(ctx, m.Header); err != nil {
-			s.cfg.Logf("relay: %v (the bucket's TTL removes it)", err)
+			s.cfg.Logf("relay: %v (the sweep removes it)", err)
 		}
 	}
 	return nil

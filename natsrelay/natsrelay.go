@@ -28,8 +28,10 @@
 //	objects devhook_large         <channel>.<delivery id>: the deliver frame of a
 //	                              queued or parked delivery too large for one
 //	                              message, in chunks; written before its entry,
-//	                              deleted after it, TTL Quota.MaxAge + 1 h for those
-//	                              a crash left behind, bounded by Quota.TotalBytes
+//	                              deleted after it (or when the entry is refused);
+//	                              those a crash left behind removed by the sweep
+//	                              after Config.OrphanGrace (orphans.go), TTL
+//	                              Quota.MaxAge + 1 h; bounded by Quota.TotalBytes
 //	devhook.agent.<channel>.deliver  request/reply: a live delivery for the agent
 //	                              of channel, answered by the instance holding it
 //	                              (queue group: one instance answers); larger than
@@ -111,7 +113,12 @@ type Config struct {
 	// connection to come back, counted from the loss; after, such calls
 	// fail at once (the sender gets 503 and Retry-After). See link.go.
 	LostWait time.Duration
-	Logf     func(format string, args ...any)
+	// OrphanGrace is how old an object of a large delivery that no entry
+	// points to must be before the sweep removes it (orphans.go): longer
+	// than a writer takes between the object and its entry. Default
+	// DefaultOrphanGrace.
+	OrphanGrace time.Duration
+	Logf        func(format string, args ...any)
 }
 
 func (c *Config) setDefaults() error {
@@ -143,6 +150,9 @@ func (c *Config) setDefaults() error {
 	}
 	if c.LostWait <= 0 {
 		c.LostWait = DefaultLostWait
+	}
+	if c.OrphanGrace <= 0 {
+		c.OrphanGrace = DefaultOrphanGrace
 	}
 	if c.Logf == nil {
 		c.Logf = func(string, ...any) {}
@@ -178,19 +188,21 @@ func validToken(s string) bool {
 // Store is the cluster's relay.Store: channels in a JetStream KV bucket,
 // the queue in a JetStream stream, large deliveries in an object bucket.
 type Store struct {
-	cfg      Config
-	link     *link
-	js       jetstream.JetStream
-	channels jetstream.KeyValue
-	queue    jetstream.Stream
-	parked   jetstream.Stream
-	objects  jetstream.ObjectStore
-	usage    jetstream.KeyValue // nil in a Store of LookupStore on a cluster of earlier relays
+	cfg       Config
+	link      *link
+	js        jetstream.JetStream
+	channels  jetstream.KeyValue
+	queue     jetstream.Stream
+	parked    jetstream.Stream
+	objects   jetstream.ObjectStore
+	objStream jetstream.Stream   // the stream under objects, for the sweep of orphans
+	usage     jetstream.KeyValue // nil in a Store of LookupStore on a cluster of earlier relays
+	orphans   orphanSweep
 
 	// Tests only (export_test.go): called before each part of an
 	// object is read to be written, and before an entry is written.
 	beforePart  func(written int)
-	beforeEntry func()
+	beforeEntry func(object string)
 
 	// usageLocks serialize this instance's updates of a channel's usage
 	// count (by a hash of the channel), so that its own concurrent
@@ -227,6 +239,7 @@ func OpenStore(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("natsrelay: %w", err)
 	}
 	s := &Store{cfg: cfg, js: js, seqs: make(map[string]queued)}
+	s.orphans.init()
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	s.channels, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
@@ -270,6 +283,9 @@ func OpenStore(ctx context.Context, cfg Config) (*Store, error) {
 	})
 	if err != nil {
 		return nil, jsError("create the bucket of large deliveries", err)
+	}
+	if s.objStream, err = js.Stream(ctx, "OBJ_"+s.bucket()); err != nil {
+		return nil, jsError("find the stream of the bucket of large deliveries", err)
 	}
 	s.link = newLink(cfg.Conn, cfg.LostWait, nil)
 	return s, nil
@@ -354,10 +370,12 @@ func (s *Store) Enqueue(channel string, d *devhook.Delivery) error {
 	size := int64(len(frame))
 	subject := s.queueSubject(channel, d.ID)
 	if len(frame) > partSize(s.cfg.Conn) {
-		// Queued already: kept once, its object not written again.
-		_, err := s.queue.GetLastMsgForSubject(ctx, subject)
+		// Queued already: kept once, its object not written again
+		// unless it is missing (deleted after a publish that failed,
+		// but was stored after all).
+		m, err := s.queue.GetLastMsgForSubject(ctx, subject)
 		if err == nil {
-			return nil
+			return s.mendObject(ctx, channel, d.ID, m, frame)
 		}
 		if !errors.Is(err, jetstream.ErrMsgNotFound) {
 			return fmt.Errorf("natsrelay: enqueue delivery %s for channel %s: %w", d.ID, channel, why(ctx, err))
@@ -380,8 +398,11 @@ func (s *Store) Enqueue(channel string, d *devhook.Delivery) error {
 			jetstream.WithMsgID(d.ID), jetstream.WithExpectStream(s.cfg.upper()+"_QUEUE"))
 	}
 	if err != nil || ack.Duplicate {
-		// Not queued, or queued already: not counted twice.
-		s.release(ctx, channel, size)
+		// Not queued, or queued already: not counted twice. In a
+		// fresh context: a write that timed out used all of ctx.
+		rctx, rcancel := s.ctx()
+		s.release(rctx, channel, size)
+		rcancel()
 	}
 	if err != nil {
 		return fmt.Errorf("natsrelay: enqueue delivery %s for channel %s: %w", d.ID, channel, fullError(why(ctx, err)))
@@ -492,7 +513,7 @@ func (s *Store) Dequeue(channel, id string) error {
 		h := nats.Header{hdrObject: {objectName(channel, id)}}
 		if err := s.deleteObjectOf(ctx, h); err != nil {
 			// Dequeued all the same: nothing points to the object.
-			s.cfg.Logf("relay: channel %s: delivery %s dequeued, but: %v (the bucket's TTL removes it)", channel, id, why(ctx, err))
+			s.cfg.Logf("relay: channel %s: delivery %s dequeued, but: %v (the sweep removes it)", channel, id, why(ctx, err))
 		}
 	}
 	return nil

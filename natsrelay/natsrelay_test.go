@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,7 +34,11 @@ type instance struct {
 	srv    *relay.Server
 	hs     *httptest.Server
 	once   sync.Once
+	skew   atomic.Int64 // added to the time of the relay.Server (its sweeps'): tests move it
 }
+
+// later moves the instance's clock by d.
+func (in *instance) later(d time.Duration) { in.skew.Add(int64(d)) }
 
 func startInstance(t *testing.T, ns *server.Server, opts ...nats.Option) *instance {
 	t.Helper()
@@ -42,27 +47,38 @@ func startInstance(t *testing.T, ns *server.Server, opts ...nats.Option) *instan
 
 func startInstanceWith(t *testing.T, ns *server.Server, cfg natsrelay.Config, opts ...nats.Option) *instance {
 	t.Helper()
+	return startInstanceSplit(t, ns, cfg, cfg, opts...)
+}
+
+// startInstanceSplit starts an instance whose Store and Router have
+// configurations of their own (their Conn set here, Logf and
+// ResponseTimeout the Store's).
+func startInstanceSplit(t *testing.T, ns *server.Server, cfg, rcfg natsrelay.Config, opts ...nats.Option) *instance {
+	t.Helper()
 	nc, err := nats.Connect(ns.ClientURL(), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Conn = nc
+	cfg.Conn, rcfg.Conn = nc, nc
 	if cfg.Logf == nil {
 		cfg.Logf = t.Logf
 	}
+	rcfg.Logf, rcfg.ResponseTimeout = cfg.Logf, cfg.ResponseTimeout
 	store, err := natsrelay.OpenStore(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	router, err := natsrelay.OpenRouter(context.Background(), cfg)
+	router, err := natsrelay.OpenRouter(context.Background(), rcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := relay.NewServer(relay.Config{Store: store, Router: router, ResponseTimeout: cfg.ResponseTimeout, Logf: t.Logf})
+	in := &instance{nc: nc, store: store, router: router}
+	srv, err := relay.NewServer(relay.Config{Store: store, Router: router, ResponseTimeout: cfg.ResponseTimeout, Logf: cfg.Logf,
+		Now: func() time.Time { return time.Now().Add(time.Duration(in.skew.Load())) }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := &instance{nc: nc, store: store, router: router, srv: srv, hs: httptest.NewServer(srv)}
+	in.srv, in.hs = srv, httptest.NewServer(srv)
 	in.URL = in.hs.URL
 	t.Cleanup(in.stop)
 	return in

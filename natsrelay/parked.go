@@ -37,6 +37,7 @@ func LookupStore(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("natsrelay: %w", err)
 	}
 	s := &Store{cfg: cfg, js: js, seqs: make(map[string]queued)}
+	s.orphans.init()
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	missing := func(what string, err error) error {
@@ -56,6 +57,9 @@ func LookupStore(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	if s.objects, err = js.ObjectStore(ctx, cfg.Prefix+"_large"); err != nil {
 		return nil, missing("bucket "+cfg.Prefix+"_large", err)
+	}
+	if s.objStream, err = js.Stream(ctx, "OBJ_"+s.bucket()); err != nil {
+		return nil, missing("stream OBJ_"+s.bucket(), err)
 	}
 	if s.usage, err = js.KeyValue(ctx, cfg.Prefix+"_usage"); err != nil {
 		s.usage = nil // a cluster of earlier relays: no counts to keep

@@ -45,7 +45,8 @@ import (
 
 var _ relay.Sweeper = (*Store)(nil)
 
-// casTries bounds the compare-and-set attempts on one usage key.
+// casTries bounds the compare-and-set attempts on one key; between two,
+// casBackoff (retry.go).
 const casTries = 32
 
 type chanUsage struct {
@@ -78,6 +79,7 @@ func (s *Store) addUsage(ctx context.Context, channel string, size int64, n int,
 	mu.Lock()
 	defer mu.Unlock()
 	var err error
+	b := casBackoff()
 	for try := range casTries {
 		var rev uint64
 		var u chanUsage
@@ -126,8 +128,11 @@ func (s *Store) addUsage(ctx context.Context, channel string, size int64, n int,
 			return nil
 		}
 		s.usageCache.drop(channel)
-		if ctx.Err() != nil {
-			break
+		if !conflict(err) || ctx.Err() != nil {
+			break // not another writer's doing: trying again would fail alike
+		}
+		if !fromCache && !sleep(ctx, b.next()) {
+			break // another instance won on a fresh read: it is busy here
 		}
 	}
 	return fmt.Errorf("update the queue's usage of channel %s: %w", channel, why(ctx, err))
@@ -234,8 +239,16 @@ func (s *Store) channelOf(subject string) string {
 // on.
 const expireBatch = 10000
 
-// Expire implements relay.Sweeper.
+// Expire implements relay.Sweeper: the queued deliveries older than
+// Quota.MaxAge, then, when due, the objects no entry points to
+// (orphans.go).
 func (s *Store) Expire(now time.Time) ([]relay.Expired, error) {
+	expired, err := s.expire(now)
+	s.sweepOrphans(now)
+	return expired, err
+}
+
+func (s *Store) expire(now time.Time) ([]relay.Expired, error) {
 	cutoff := now.Add(-s.cfg.Quota.MaxAge)
 	byChannel := map[string]*relay.Expired{}
 	var order []string
@@ -278,7 +291,7 @@ func (s *Store) Expire(now time.Time) ([]relay.Expired, error) {
 		s.forget(channel, id)
 		size := entrySize(m)
 		if err := s.deleteObjectOf(ctx, m.Header); err != nil {
-			s.cfg.Logf("relay: channel %s: expired delivery %s dropped, but: %v (the bucket's TTL removes it)", channel, id, why(ctx, err))
+			s.cfg.Logf("relay: channel %s: expired delivery %s dropped, but: %v (the sweep removes it)", channel, id, why(ctx, err))
 		}
 		s.release(ctx, channel, size)
 		cancel()
@@ -303,6 +316,7 @@ func (s *Store) TouchChannel(id string, t time.Time) error {
 	ctx, cancel := s.ctx()
 	defer cancel()
 	var err error
+	b := casBackoff()
 	for range casTries {
 		e, gerr := s.channels.Get(ctx, id)
 		if errors.Is(gerr, jetstream.ErrKeyNotFound) {
@@ -326,7 +340,7 @@ func (s *Store) TouchChannel(id string, t time.Time) error {
 		if _, err = s.channels.Update(ctx, id, v, e.Revision()); err == nil {
 			return nil
 		}
-		if ctx.Err() != nil {
+		if !conflict(err) || ctx.Err() != nil || !sleep(ctx, b.next()) {
 			break
 		}
 	}
@@ -455,7 +469,7 @@ func (s *Store) removeQueue(ctx context.Context, rc *relay.RemovedChannel) error
 	for _, o := range objs {
 		if strings.HasPrefix(o.Name, rc.ID+".") {
 			if err := s.objects.Delete(ctx, o.Name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
-				s.cfg.Logf("relay: channel %s removed, but not its object %s: %v (the bucket's TTL removes it)", rc.ID, o.Name, err)
+				s.cfg.Logf("relay: channel %s removed, but not its object %s: %v (the sweep removes it)", rc.ID, o.Name, err)
 			}
 		}
 	}

@@ -23,6 +23,13 @@ type Counter interface {
 	Counts() (Counts, error)
 }
 
+// OrphanCounter is implemented by a Store that removes what refused or
+// cut-short writes left behind (the cluster's objects no queued delivery
+// points to): /metrics counts them.
+type OrphanCounter interface {
+	OrphansRemoved() uint64
+}
+
 // HealthChecker is implemented by a Store or Router that depends on
 // something outside the process (a NATS connection): /healthz answers 503
 // with the error while Health returns one, and shows status otherwise.
@@ -133,6 +140,12 @@ func newMetrics(s *Server) *metrics {
 	)
 	if c, ok := s.cfg.Store.(Counter); ok {
 		m.reg.MustRegister(&storeCollector{c: c, logf: s.logStore})
+	}
+	if o, ok := s.cfg.Store.(OrphanCounter); ok {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "devhook_relay_queue_orphans_removed_total",
+			Help: "Stored parts of deliveries that no queued delivery pointed to (left by refused or cut-short writes), removed by this relay process's sweeps.",
+		}, func() float64 { return float64(o.OrphansRemoved()) }))
 	}
 	// A store that cannot count (NATS away) leaves its gauges out of the
 	// scrape, not the whole of it: the counters of its failures are what

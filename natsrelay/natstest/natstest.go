@@ -1,7 +1,9 @@
 // Package natstest runs a NATS server with JetStream inside the process,
 // on a free loopback port: for the tests of the relay cluster and for the
 // load harness. The server has NATS's own defaults (max_payload 1 MiB)
-// unless an Option says otherwise.
+// unless an Option says otherwise. A server shut down (Shutdown) and
+// started again with the same directory and Port is the same server
+// restarted: its streams, buckets and messages are kept.
 package natstest
 
 import (
@@ -20,6 +22,12 @@ type Option func(*server.Options)
 // may publish, in bytes.
 func MaxPayload(n int32) Option {
 	return func(o *server.Options) { o.MaxPayload = n }
+}
+
+// Port sets the server's port, where the default picks a free one: a
+// server restarted on the port, and with the store, of one shut down.
+func Port(p int) Option {
+	return func(o *server.Options) { o.Port = p }
 }
 
 // Start runs a server with its JetStream store under dir. The caller
