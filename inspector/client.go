@@ -24,6 +24,13 @@ type Client struct {
 
 // List returns deliveries, newest first.
 func (c *Client) List(ctx context.Context, f devhook.Filter) ([]devhook.Summary, error) {
+	p, err := c.ListPage(ctx, f)
+	return p.Items, err
+}
+
+// ListPage returns a page of deliveries, newest first, with what the
+// store skipped.
+func (c *Client) ListPage(ctx context.Context, f devhook.Filter) (ListPage, error) {
 	q := url.Values{}
 	set := func(k, v string) {
 		if v != "" {
@@ -41,11 +48,9 @@ func (c *Client) List(ctx context.Context, f devhook.Filter) ([]devhook.Summary,
 	set("run_id", f.RunID)
 	set("status_v2", f.StatusV2)
 	set("q", f.Text)
-	var out struct {
-		Items []devhook.Summary `json:"items"`
-	}
+	var out ListPage
 	err := c.do(ctx, http.MethodGet, "/api/deliveries?"+q.Encode(), nil, &out)
-	return out.Items, err
+	return out, err
 }
 
 // Delivery returns one delivery with its attempts.

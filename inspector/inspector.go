@@ -57,6 +57,9 @@ type Store interface {
 	RunDeliveries(runID string) ([]devhook.Summary, error)
 	// Retries returns the retry state of those of ids that have one.
 	Retries(ids []string) (map[string]devhook.RetryState, error)
+	// Damage returns the records the store's reads skipped: damaged, or
+	// written by a newer devhook. The list says so.
+	Damage() devhook.Damage
 }
 
 // Replayer sends a stored delivery again and records the attempt itself.

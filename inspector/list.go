@@ -22,6 +22,11 @@ type ListPage struct {
 	Items []devhook.Summary `json:"items"`
 	// Next is the before cursor of the following page, empty on the last.
 	Next string `json:"next"`
+	// Damage is set when the store's reads skipped records (damaged, or a
+	// newer devhook's), this list's or an earlier read's: the list holds
+	// the others. DamageNote says it in a sentence, with what to do.
+	Damage     *devhook.Damage `json:"damage,omitempty"`
+	DamageNote string          `json:"damage_note,omitempty"`
 }
 
 // ParseFilter reads a list filter from URL query values, as the list
@@ -70,6 +75,10 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	page := ListPage{Items: items}
+	if d := s.cfg.Store.Damage(); d.Any() {
+		page.Damage = &d
+		page.DamageNote = fmt.Sprintf("Skipped %s; %s.", d.Summary(), d.Advice())
+	}
 	if len(items) > limit {
 		page.Items = items[:limit]
 		page.Next = items[limit-1].ID

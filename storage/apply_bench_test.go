@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 	"net/http"
 	"path/filepath"
 	"runtime"
@@ -45,7 +46,7 @@ func applyBenchRecs(b *testing.B, from, n int, seq *uint64) []jrec {
 		put.b = binary.BigEndian.AppendUint64(put.b, *seq)
 		put.byte(recPut)
 		put.str(d.ID)
-		put.bytes(appendMeta(nil, d, false))
+		put.bytes(appendMeta(nil, d, crc32.Checksum(d.Body, crcTable())))
 		put.bytes(appendSummary(nil, &s))
 		put.str(d.Event.RunID)
 		put.bytes(d.Body)

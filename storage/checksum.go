@@ -8,21 +8,18 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// Checksums of the values that bbolt stores on pages of their own. bbolt
-// checks no page's bytes: a body or an attempt longer than a page lies on
-// overflow pages, where damage (a disk's, a copy's) changes the value and
-// nothing else, so that no page check can find it. The checks bucket holds
-// the CRC-32C of each body (key: the delivery's id) and of each attempt
-// (key: the attempt's key) longer than half a page, written with them; a
-// read compares them and fails naming the delivery and the file, and the
-// other deliveries read as before. A value without one (shorter, or
-// written before checksums) is not checked: a shorter value lies in a leaf
-// page with others, whose structure Open reads (checkTree), though not its
-// values' bytes. Two more bbolt puts for every delivery would cost about
-// 10 allocations each (TestDeliveryAllocations); a large delivery's own
-// cost dwarfs its checksum.
-// The bucket is created by its first write, so that an older devhook's
-// file opens as it is, and a read-only Open needs nothing from it.
+// The checks bucket: checksums of the values that bbolt stores on pages of
+// their own, written by devhook before every record had its own (codec.go)
+// and still read. bbolt checks no page's bytes: a body or an attempt
+// longer than a page lies on overflow pages, where damage (a disk's, a
+// copy's) changes the value and nothing else, so that no page check can
+// find it. That bucket holds the CRC-32C of each such body (key: the
+// delivery's id) and attempt (key: the attempt's key) longer than half a
+// page; a read compares them and fails naming the delivery and the file,
+// and the other deliveries read as before. Records written since carry
+// their checksum in themselves, a body's in its delivery's record, and
+// nothing is added to the bucket; retention removes what it holds of the
+// deliveries it removes.
 const bucketChecks = "checks"
 
 // checkOf returns the checksum of v as it is stored.
@@ -30,23 +27,6 @@ func checkOf(v []byte) [4]byte {
 	var c [4]byte
 	binary.BigEndian.PutUint32(c[:], crc32.Checksum(v, crcTable()))
 	return c
-}
-
-// putCheck stores the checksum of the value v stored at key.
-func (a *applyTx) putCheck(key, v []byte) error {
-	if len(v) <= a.bigValue {
-		return nil
-	}
-	if a.checks == nil {
-		b, err := a.tx.CreateBucketIfNotExists([]byte(bucketChecks))
-		if err != nil {
-			return err
-		}
-		b.FillPercent = appendFill
-		a.checks = b
-	}
-	c := checkOf(v)
-	return a.checks.Put(key, a.keep(c[:]))
 }
 
 // errValueDamaged is what a read gets for a value whose checksum does not

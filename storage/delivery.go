@@ -124,13 +124,19 @@ func (db *DB) Delivery(id string) (*devhook.Delivery, error) {
 		if dv := (errValueDamaged{}); errors.As(err, &dv) {
 			return nil, db.damagedValue(err)
 		}
+		if re := (*recordError)(nil); errors.As(err, &re) {
+			db.damage.note(re)
+			return nil, db.recordReadError(re)
+		}
 		return nil, fmt.Errorf("storage: read delivery %s: %w", id, err)
 	}
 	return d, nil
 }
 
 // List returns the deliveries that pass f, newest first. It reads only
-// summaries, and bodies when f.Text is set.
+// summaries, and bodies when f.Text is set. A summary that fails its
+// checks, or that a newer devhook wrote, is skipped, and counted in
+// Damage.
 func (db *DB) List(f devhook.Filter) ([]devhook.Summary, error) {
 	limit := f.Limit
 	switch {
@@ -164,20 +170,23 @@ func (db *DB) List(f devhook.Filter) ([]devhook.Summary, error) {
 					}
 				}
 			}
-			sv, err := v.summary(id, sv)
+			p, err := v.summary(id, sv)
 			if err != nil {
-				return fmt.Errorf("delivery %s: %w", id, err)
+				if db.noteRecord(err) {
+					continue
+				}
+				return err
 			}
-			ok, err := matchSummary(sv, &f)
+			ok, err := matchSummary(p, &f)
 			if err != nil {
-				return fmt.Errorf("delivery %s: %w", id, err)
+				return err // checked by summary: cannot happen
 			}
 			if !ok || text != nil && !containsFold(v.body(id), text) {
 				continue
 			}
-			s, err := decodeSummary(sv)
+			s, err := decodeSummary(p)
 			if err != nil {
-				return fmt.Errorf("delivery %s: %w", id, err)
+				return err // checked by summary: cannot happen
 			}
 			out = append(out, s)
 			if len(out) == limit {
@@ -277,7 +286,8 @@ func lowerASCII(c byte) byte {
 	return c
 }
 
-// RunDeliveries returns the deliveries of a run, oldest first.
+// RunDeliveries returns the deliveries of a run, oldest first. It skips
+// and counts what List does.
 func (db *DB) RunDeliveries(runID string) ([]devhook.Summary, error) {
 	if runID == "" || strings.IndexByte(runID, 0) >= 0 {
 		return nil, devhook.Errorf(devhook.EINVALID, "run id is empty or contains a NUL byte")
@@ -285,13 +295,25 @@ func (db *DB) RunDeliveries(runID string) ([]devhook.Summary, error) {
 	var out []devhook.Summary
 	err := db.view(func(v *view) error {
 		add := func(id, sv []byte) error {
-			sv, err := v.summary(id, sv)
-			if err != nil || sv == nil {
+			p, err := v.summary(id, sv)
+			if err != nil {
+				if db.noteRecord(err) {
+					return nil
+				}
 				return err
 			}
-			s, err := decodeSummary(sv)
+			if p == nil {
+				return nil
+			}
+			s, err := decodeSummary(p)
 			if err != nil {
-				return fmt.Errorf("delivery %s: %w", id, err)
+				return err // checked by summary: cannot happen
+			}
+			if s.Event.RunID != runID {
+				// The run index names it (its key damaged, or the
+				// summary's bytes): it belongs to another run.
+				db.damage.note(newRecordError(bucketRuns, runKey(runID, id), nil, "the run's index entry", whyKey))
+				return nil
 			}
 			out = append(out, s)
 			return nil

@@ -2,6 +2,7 @@ package storage
 
 import (
 	"fmt"
+	"hash/crc32"
 	"os"
 	"strings"
 
@@ -133,18 +134,39 @@ func (db *DB) BucketLens() map[string]int {
 // and of a.
 func EncodeRecords(d *devhook.Delivery, a devhook.Attempt) [][]byte {
 	s := d.Summarize()
-	return [][]byte{appendMeta(nil, d, false), appendMeta(nil, d, true), appendSummary(nil, &s), appendAttempt(nil, &a)}
+	return [][]byte{appendMeta(nil, d, crc32.Checksum(d.Body, crcTable())), appendQueued(nil, d), appendSummary(nil, &s), appendAttempt(nil, &a)}
 }
 
-// DecodeRecords decodes b as every kind of record and returns their
-// errors: meta, summary, filter match, attempt.
+// DecodeRecords decodes b as every kind of record, not checked against a
+// key, and returns their errors: meta, summary (checked, then matched
+// against a filter and decoded), attempt.
 func DecodeRecords(b []byte) []error {
-	_, e1 := decodeMeta(b)
-	_, e2 := decodeSummary(b)
-	_, e3 := matchSummary(b, &devhook.Filter{Verdict: "ok", RunID: "r"})
-	_, e4 := decodeAttempt(b)
-	return []error{e1, e2, e3, e4}
+	_, _, e1 := decodeMeta(nil, b)
+	p, _, e2 := summaryPayload(nil, b)
+	if e2 == nil {
+		_, e2 = matchSummary(p, &devhook.Filter{Verdict: "ok", RunID: "r"})
+	}
+	if e2 == nil {
+		_, e2 = decodeSummary(p)
+	}
+	_, e4 := decodeAttempt(nil, b)
+	return []error{e1, e2, e4}
 }
+
+// CheckMeta checks a delivery record as Open's scan does.
+func CheckMeta(key, b []byte) error { return checkMeta(key, b) }
+
+// SealSummary returns the summary b, of a checked layout, with its
+// format byte set to format and its checksum made again: a summary a
+// newer devhook could write.
+func SealSummary(b []byte, format byte) []byte {
+	out := append([]byte{checkedFormat | format}, b[1:len(b)-crcLen]...)
+	return seal(out, 0, kindSummary)
+}
+
+// ValueKinds are the checksums the values' checksums start from, by the
+// letter of their kind.
+var ValueKinds = map[string]uint32{"D": uint32(kindMeta), "S": uint32(kindSummary), "A": uint32(kindAttempt)}
 
 // PutDeliveryDirect and AddAttemptDirect are PutDelivery and AddAttempt
 // without the journal: each call one bbolt commit (the group commit of
@@ -165,7 +187,7 @@ func (db *DB) PutDeliveryDirect(d *devhook.Delivery) (created bool, err error) {
 	c.Attempts = nil
 	s := c.Summarize()
 	id := []byte(d.ID)
-	meta := appendMeta(make([]byte, 0, 256), d, false)
+	meta := appendMeta(make([]byte, 0, 256), d, crc32.Checksum(d.Body, crcTable()))
 	summary := appendSummary(make([]byte, 0, 128), &s)
 	body := d.Body
 	if body == nil {
@@ -220,7 +242,11 @@ func (db *DB) AddAttemptDirect(id string, a devhook.Attempt) (devhook.Attempt, e
 		if v == nil {
 			return notFound(id)
 		}
-		s, err := decodeSummary(v)
+		p, _, err := summaryPayload(key, v)
+		if err != nil {
+			return err
+		}
+		s, err := decodeSummary(p)
 		if err != nil {
 			return err
 		}

@@ -90,9 +90,7 @@ type applyTx struct {
 	// known: no delivery id in bbolt sorts after it (nil: unknown). A put
 	// raises it to its id, so that a second put of one id in a batch is
 	// looked up.
-	known    []byte
-	checks   *bolt.Bucket // created by the first value written: see checksum.go
-	bigValue int          // a value longer than this has a checksum: half a page
+	known []byte
 }
 
 // dirtySummary is a summary to write when the records are applied.
@@ -105,7 +103,6 @@ func newApplyTx(tx *bolt.Tx, recs int, known []byte) *applyTx {
 	a := &applyTx{tx: tx, known: known, deliveries: tx.Bucket([]byte(bucketDeliveries)), bodies: tx.Bucket([]byte(bucketBodies)),
 		summaries: tx.Bucket([]byte(bucketSummaries)), attempts: tx.Bucket([]byte(bucketAttempts)), runs: tx.Bucket([]byte(bucketRuns)),
 		arena: make([]byte, 0, 128*recs), sums: make(map[string]int, recs/2), dirty: make([]dirtySummary, 0, recs/2)}
-	a.bigValue = tx.DB().Info().PageSize / 2
 	for _, b := range []*bolt.Bucket{a.deliveries, a.bodies, a.summaries, a.attempts} {
 		b.FillPercent = appendFill
 	}
@@ -206,9 +203,6 @@ func (a *applyTx) put(key string, e *encodedDelivery) error {
 	if err := a.bodies.Put(e.id, e.body); err != nil {
 		return err
 	}
-	if err := a.putCheck(e.id, e.body); err != nil {
-		return err
-	}
 	a.setSummary(key, e.id, e.summary)
 	if e.runID != "" {
 		start := len(a.arena)
@@ -231,22 +225,20 @@ func (a *applyTx) attempt(key string, id []byte, o *outcome, enc []byte) error {
 		return nil
 	}
 	start := len(a.arena)
-	arena, changed, err := appendWithAttempt(a.arena, v, o)
+	arena, changed, err := appendWithAttempt(a.arena, id, v, o)
 	if err != nil {
 		return err
 	}
 	a.arena = arena
+	end := len(a.arena)
 	var seq [4]byte
 	binary.BigEndian.PutUint32(seq[:], uint32(o.seq))
 	akey := a.keep(id, []byte{0}, seq[:])
 	if err := a.attempts.Put(akey, enc); err != nil {
 		return err
 	}
-	if err := a.putCheck(akey, enc); err != nil {
-		return err
-	}
 	if changed {
-		a.setSummary(key, id, a.arena[start:len(a.arena):len(a.arena)])
+		a.setSummary(key, id, a.arena[start:end:end])
 	}
 	return nil
 }

@@ -30,7 +30,7 @@ func TestAppendWithAttempt(t *testing.T) {
 			if changed {
 				want.Attempts, want.Status, want.Duration, want.Error = o.seq, o.status, o.duration, o.err
 			}
-			got, ok, err := appendWithAttempt([]byte("prefix"), enc, &o)
+			got, ok, err := appendWithAttempt([]byte("prefix"), []byte(s.ID), enc, &o)
 			if err != nil || ok != changed {
 				t.Fatalf("summary %d, attempt %d: %v, %v; want %v", i, o.seq, ok, err, changed)
 			}
@@ -45,7 +45,7 @@ func TestAppendWithAttempt(t *testing.T) {
 			}
 		}
 		for n := range len(enc) {
-			if _, _, err := appendWithAttempt(nil, enc[:n], &outcomes[0]); err == nil {
+			if _, _, err := appendWithAttempt(nil, []byte(s.ID), enc[:n], &outcomes[0]); err == nil {
 				t.Errorf("summary %d cut to %d bytes: no error", i, n)
 			}
 		}

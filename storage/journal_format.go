@@ -133,7 +133,7 @@ func uvarintLen(n int) int {
 // fields, which the caller may change once PutDelivery returns.
 func (j *journal) putRecord(d *devhook.Delivery) jrec {
 	sp := j.scratch.get()
-	b := appendMeta((*sp)[:0], d, false)
+	b := appendMeta((*sp)[:0], d, crc32.Checksum(d.Body, crcTable()))
 	metaLen := len(b)
 	c := *d
 	c.Attempts = nil
@@ -210,7 +210,7 @@ func decodeRecord(raw []byte) (jrec, error) {
 		if dec.err != nil || len(dec.b) != 0 {
 			return jrec{}, errCorrupt
 		}
-		a, err := decodeAttempt(r.enc)
+		a, err := decodeAttempt(nil, r.enc)
 		if err != nil {
 			return jrec{}, err
 		}

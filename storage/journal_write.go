@@ -90,7 +90,7 @@ func (db *DB) journalAttempt(id string, a devhook.Attempt) (devhook.Attempt, err
 	sp := db.journal.scratch.get()
 	tail := appendAttemptTail((*sp)[:0], &a)
 	defer db.journal.scratch.put(sp, tail)
-	b := make([]byte, recHeaderLen+8, recHeaderLen+9+binary.MaxVarintLen64+len(id)+binary.MaxVarintLen64+1+binary.MaxVarintLen64+len(tail))
+	b := make([]byte, recHeaderLen+8, recHeaderLen+9+binary.MaxVarintLen64+len(id)+binary.MaxVarintLen64+1+binary.MaxVarintLen64+len(tail)+crcLen)
 	b = append(b, recAttempt)
 	b = binary.AppendUvarint(b, uint64(len(id)))
 	b = append(b, id...)
@@ -104,13 +104,16 @@ func (db *DB) journalAttempt(id string, a devhook.Attempt) (devhook.Attempt, err
 		var s summaryFields
 		err := db.safely(func() error {
 			return db.bolt.View(func(tx *bolt.Tx) error {
-				v := tx.Bucket([]byte(bucketSummaries)).Get(b[idEnd-len(id) : idEnd])
+				key := b[idEnd-len(id) : idEnd]
+				v := tx.Bucket([]byte(bucketSummaries)).Get(key)
 				if v == nil {
 					return notFound(id)
 				}
 				var err error
-				s, err = scanSummary(v)
-				return err
+				if _, s, err = summaryPayload(key, v); err != nil {
+					return newRecordError(bucketSummaries, key, v, "the list row", err)
+				}
+				return nil
 			})
 		})
 		if err != nil {
@@ -122,11 +125,12 @@ func (db *DB) journalAttempt(id string, a devhook.Attempt) (devhook.Attempt, err
 	a.Seq = st.attempts + 1
 	var seq [binary.MaxVarintLen64]byte
 	seqLen := binary.PutVarint(seq[:], int64(a.Seq))
-	b = binary.AppendUvarint(b, uint64(1+seqLen+len(tail)))
+	b = binary.AppendUvarint(b, uint64(1+seqLen+len(tail)+crcLen))
 	encAt := len(b)
-	b = append(b, formatAttempt)
+	b = append(b, checkedFormat|formatAttempt)
 	b = append(b, seq[:seqLen]...)
 	b = append(b, tail...)
+	b = seal(b, encAt, kindAttempt)
 	rec := jrec{kind: recAttempt, raw: b, key: id, id: b[idEnd-len(id) : idEnd : idEnd],
 		att: outcomeOf(&a), enc: b[encAt:len(b):len(b)]}
 	st.attempts = a.Seq

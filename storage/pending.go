@@ -79,10 +79,24 @@ func (v *view) newPuts(runID, before string) []*encodedDelivery {
 	return out
 }
 
-// summary returns the encoded summary of delivery id, given what bbolt
-// holds for it (nil: nothing), with its pending attempts applied; nil if
-// the delivery is in neither.
+// summary returns the payload of the summary of delivery id, given what
+// bbolt holds for it (nil: nothing), with its pending attempts applied;
+// nil if the delivery is in neither. A summary that fails its checks is a
+// *recordError.
 func (v *view) summary(id, stored []byte) ([]byte, error) {
+	sv, err := v.summaryValue(id, stored)
+	if err != nil || sv == nil {
+		return nil, err
+	}
+	p, err := checkSummary(id, sv)
+	if err != nil {
+		return nil, newRecordError(bucketSummaries, id, sv, "the list row", err)
+	}
+	return p, nil
+}
+
+// summaryValue is summary's encoded value.
+func (v *view) summaryValue(id, stored []byte) ([]byte, error) {
 	if stored == nil {
 		e := v.puts[string(id)]
 		if e == nil {
@@ -102,9 +116,9 @@ func (v *view) summary(id, stored []byte) ([]byte, error) {
 			last = r
 		}
 	}
-	s, changed, err := appendWithAttempt(make([]byte, 0, len(stored)+16), stored, &last.att)
+	s, changed, err := appendWithAttempt(make([]byte, 0, len(stored)+16), id, stored, &last.att)
 	if err != nil {
-		return nil, err
+		return nil, newRecordError(bucketSummaries, id, stored, "the list row", err)
 	}
 	if !changed {
 		return stored, nil
@@ -124,7 +138,9 @@ func (v *view) body(id []byte) []byte {
 }
 
 // delivery returns delivery id with its body and attempts, copied out of
-// the transaction and the journal's buffers.
+// the transaction and the journal's buffers. A record of it that fails its
+// checks (the delivery's, its body, an attempt) is a *recordError; so is
+// one that is missing while its list row says it is there.
 func (v *view) delivery(id string) (*devhook.Delivery, error) {
 	key := []byte(id)
 	meta := v.deliveries.Get(key)
@@ -132,16 +148,22 @@ func (v *view) delivery(id string) (*devhook.Delivery, error) {
 	if !inBolt {
 		e := v.puts[id]
 		if e == nil {
+			if v.tx.Bucket([]byte(bucketSummaries)).Get(key) != nil {
+				return nil, newRecordError(bucketDeliveries, key, nil, "the record", whyMissing)
+			}
 			return nil, notFound(id)
 		}
 		meta = e.meta
 	}
-	d, err := decodeMeta(meta)
+	d, sum, err := decodeMeta(key, meta)
 	if err != nil {
-		return nil, err
+		return nil, newRecordError(bucketDeliveries, key, meta, "the record", err)
 	}
 	d.ID = id
 	d.Body = append([]byte{}, v.body(key)...)
+	if !sum.matches(d.Body) {
+		return nil, newRecordError(bucketBodies, key, d.Body, "the body", whyChecksum)
+	}
 	if inBolt {
 		if err := verify(v.tx, key, d.Body, "the body of delivery "+id); err != nil {
 			return nil, err
@@ -149,12 +171,16 @@ func (v *view) delivery(id string) (*devhook.Delivery, error) {
 		c := v.attempts.Cursor()
 		prefix := attemptPrefix(key)
 		for k, val := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, val = c.Next() {
-			if err := verify(v.tx, k, val, fmt.Sprintf("attempt %d of delivery %s", binary.BigEndian.Uint32(k[len(prefix):]), id)); err != nil {
+			what := "an attempt"
+			if len(k) == len(prefix)+4 {
+				what = fmt.Sprintf("attempt %d", binary.BigEndian.Uint32(k[len(prefix):]))
+			}
+			if err := verify(v.tx, k, val, what+" of delivery "+id); err != nil {
 				return nil, err
 			}
-			a, err := decodeAttempt(val)
+			a, err := decodeAttempt(k, val)
 			if err != nil {
-				return nil, fmt.Errorf("attempt %x: %w", k[len(prefix):], err)
+				return nil, newRecordError(bucketAttempts, k, val, what, err)
 			}
 			d.Attempts = append(d.Attempts, a)
 		}
@@ -164,7 +190,7 @@ func (v *view) delivery(id string) (*devhook.Delivery, error) {
 		if inBolt && v.attempts.Get(attemptKey(key, r.att.seq)) != nil {
 			continue
 		}
-		a, err := decodeAttempt(r.enc)
+		a, err := decodeAttempt(nil, r.enc)
 		if err != nil {
 			return nil, fmt.Errorf("attempt %d: %w", r.att.seq, err)
 		}
@@ -174,5 +200,29 @@ func (v *view) delivery(id string) (*devhook.Delivery, error) {
 	if extra {
 		slices.SortStableFunc(d.Attempts, func(a, b devhook.Attempt) int { return a.Seq - b.Seq })
 	}
-	return d, nil
+	return d, v.attemptsAllThere(key, d)
+}
+
+// attemptsAllThere checks that d has every attempt its list row counts,
+// numbered from 1: one whose key was damaged is not found under its
+// delivery, and would go missing silently. A list row that fails its own
+// checks tells nothing (the list reports it).
+func (v *view) attemptsAllThere(key []byte, d *devhook.Delivery) error {
+	p, err := v.summary(key, v.tx.Bucket([]byte(bucketSummaries)).Get(key))
+	if err != nil || p == nil {
+		return nil
+	}
+	f, err := scanSummary(p)
+	if err != nil {
+		return nil
+	}
+	for i, a := range d.Attempts {
+		if a.Seq != i+1 {
+			return newRecordError(bucketAttempts, attemptKey(key, i+1), nil, fmt.Sprintf("attempt %d", i+1), whyMissing)
+		}
+	}
+	if n := len(d.Attempts); f.attempts > n {
+		return newRecordError(bucketAttempts, attemptKey(key, n+1), nil, fmt.Sprintf("attempt %d", n+1), whyMissing)
+	}
+	return nil
 }

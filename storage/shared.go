@@ -1,6 +1,8 @@
 package storage
 
 import (
+	"fmt"
+
 	"github.com/devhook/devhook"
 	bolt "go.etcd.io/bbolt"
 )
@@ -43,11 +45,18 @@ func (c *GroupCommit) Update(b *bolt.DB, fn func(*bolt.Tx) error) error {
 }
 
 // AppendDelivery appends d's record, body included and attempts left out,
-// to b: the encoding of the deliveries bucket (codec.go).
-func AppendDelivery(b []byte, d *devhook.Delivery) []byte { return appendMeta(b, d, true) }
+// to b: layout 1 of a delivery's record, without a checksum (codec.go),
+// as relay.db has always held it.
+func AppendDelivery(b []byte, d *devhook.Delivery) []byte { return appendQueued(b, d) }
 
 // DecodeDelivery decodes a record AppendDelivery wrote.
-func DecodeDelivery(b []byte) (*devhook.Delivery, error) { return decodeMeta(b) }
+func DecodeDelivery(b []byte) (*devhook.Delivery, error) {
+	d, _, err := decodeMeta(nil, b)
+	if err != nil {
+		return nil, fmt.Errorf("its record %w", err)
+	}
+	return d, nil
+}
 
 // ValidID returns an error with code devhook.EINVALID when id cannot be a
 // key of a store: empty, over 200 bytes, or with a NUL byte. what names

@@ -24,7 +24,9 @@
 // with a message that says to move it away, and leaves it untouched
 // (boltcheck.go). A damaged journal has its intact records applied and is
 // renamed to <journal>.damaged-<UTC time>; a record bbolt refuses is kept
-// in <file>.rejected. Each is reported through Config.Logf.
+// in <file>.rejected. Each is reported through Config.Logf. A damaged
+// record inside a page is that record's problem: lists skip it and count
+// it, the read of its delivery fails saying so (damaged_records.go).
 //
 // Delivery ids are UUIDv7 strings, so the byte order of keys is the order
 // of arrival: lists walk the summaries bucket backwards and never touch the
@@ -138,6 +140,8 @@ type DB struct {
 
 	readOnly bool
 	noSpace  func() error // see Config.NoSpace
+
+	damage damageLog // records the reads skipped: damaged_records.go
 }
 
 // Open opens or creates the file at path, with its directory.
@@ -267,6 +271,10 @@ func Open(path string, cfg Config) (*DB, error) {
 			return nil, fmt.Errorf("storage: open %s: %w", path, err)
 		}
 		db.logf("storage: retention could not run on %s (%v); it runs again later", path, err)
+	}
+	if err := db.scanRecords(); err != nil {
+		_ = b.Close()
+		return nil, err
 	}
 	go db.runJournal()
 	return db, nil
@@ -540,9 +548,15 @@ func (db *DB) pruneChunk() (removed int, more bool, err error) {
 					more = true
 					break
 				}
-				s, err := decodeSummary(v)
+				p, err := checkSummary(k, v)
+				var s devhook.Summary
+				if err == nil {
+					s, err = decodeSummary(p)
+				}
 				if err != nil {
-					return fmt.Errorf("delivery %s: %w", k, err)
+					// Its age is unknown, and it is evidence: kept.
+					db.damage.note(newRecordError(bucketSummaries, k, v, "the list row", err))
+					continue
 				}
 				over := db.maxDeliveries > 0 && count-len(victims) > db.maxDeliveries
 				old := db.maxAge > 0 && !s.ReceivedAt.IsZero() && s.ReceivedAt.Before(cutoff)

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/devhook/devhook"
 )
@@ -230,6 +232,120 @@ func TestDamagedJournals_ListAndListen(t *testing.T) {
 			}
 			if _, err := os.Stat(jPath); !os.IsNotExist(err) {
 				t.Errorf("%s still there after listen: %v", jPath, err)
+			}
+		})
+	}
+}
+
+// Storage's record fixtures (one record inside a leaf page damaged, cut
+// short, or written by a newer devhook) met by deliveries list, show and
+// listen: the list shows every other delivery and says on stderr what it
+// skipped, in which file and what to do, changing nothing; show of the
+// damaged delivery says it is damaged, naming the file; listen starts,
+// says so as it starts, and keeps the file where it is; a list through
+// its inspector says the same. No message shows raw bytes.
+func TestDamagedRecords_ListAndListen(t *testing.T) {
+	const n = 30 // deliveries in the fixtures
+	for _, c := range []struct {
+		fixture, bad, says string
+		showFails          bool
+	}{
+		{"db-record-damaged.db", "0195b1c8-0000-7000-8000-00000000000e", "move it away", true},
+		{"db-record-truncated.db", "0195b1c8-0000-7000-8000-000000000011", "move it away", false},
+		{"db-record-newer.db", "0195b1c8-0000-7000-8000-000000000014", "upgrade devhook", false},
+	} {
+		t.Run(c.fixture, func(t *testing.T) {
+			fixture, err := os.ReadFile(filepath.Join("..", "..", "storage", "testdata", c.fixture))
+			if err != nil {
+				t.Fatal(err)
+			}
+			data := filepath.Join(t.TempDir(), "data")
+			if err := os.MkdirAll(data, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			dbPath := filepath.Join(data, "deliveries.db")
+			if err := os.WriteFile(dbPath, fixture, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			plain := func(what, s string) {
+				t.Helper()
+				if !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool { return r != '\n' && unicode.IsControl(r) || r == utf8.RuneError }) {
+					t.Errorf("%s: %q shows raw bytes", what, s)
+				}
+			}
+
+			out, stderr, err := runDevhook(t, "deliveries", "list", "--json", "--limit", "100", "--data", data, "--inspect", closedAddr(t))
+			if err != nil {
+				t.Fatalf("deliveries list: %v; stderr: %s", err, stderr)
+			}
+			var listed []devhook.Summary
+			if err := json.Unmarshal([]byte(out), &listed); err != nil || len(listed) != n-1 {
+				t.Errorf("deliveries list --json: %d deliveries, %v; want the %d intact ones", len(listed), err, n-1)
+			}
+			for _, want := range []string{"devhook deliveries list: skipped", dbPath, c.bad, c.says} {
+				if !strings.Contains(stderr, want) {
+					t.Errorf("deliveries list: stderr %q does not say %q", stderr, want)
+				}
+			}
+			plain("deliveries list", stderr)
+			_, stderr, err = runDevhook(t, "deliveries", "show", c.bad, "--data", data, "--inspect", closedAddr(t))
+			if c.showFails {
+				if err == nil {
+					t.Error("deliveries show of the damaged delivery succeeded")
+				}
+				for _, want := range []string{dbPath, c.bad, "damaged", "move it away"} {
+					if !strings.Contains(stderr, want) {
+						t.Errorf("deliveries show: stderr %q does not say %q", stderr, want)
+					}
+				}
+				plain("deliveries show", stderr)
+			} else if err != nil {
+				t.Errorf("deliveries show %s (its record intact, its list row not): %v; stderr: %s", c.bad, err, stderr)
+			}
+			if got, _ := os.ReadFile(dbPath); !bytes.Equal(got, fixture) {
+				t.Fatal("a read-only command changed the store")
+			}
+
+			p := startProc(t, "listen", "--json", "--forward", "http://127.0.0.1:1", "--secret", "whsec_x",
+				"--inspect", "127.0.0.1:0", "--relay-addr", "127.0.0.1:0", "--data", data)
+			// Its lines before the ready line are printed right after it.
+			var said []string
+			var ready map[string]any
+			for ready == nil || !strings.Contains(strings.Join(said, "\n"), "lists skip") {
+				select {
+				case line, ok := <-p.lines:
+					if !ok {
+						t.Fatalf("listen ended before it was ready; stderr: %s", p.stderr)
+					}
+					var m map[string]any
+					if json.Unmarshal([]byte(line), &m) != nil {
+						continue
+					}
+					switch m["event"] {
+					case "log":
+						said = append(said, m["message"].(string))
+					case "ready":
+						ready = m
+					}
+				case <-time.After(30 * time.Second):
+					t.Fatalf("listen not ready, or said nothing of the damaged record, within 30s: %q; stderr: %s", said, p.stderr)
+				}
+			}
+			all := strings.Join(said, "\n")
+			for _, want := range []string{dbPath, c.bad, "lists skip", c.says} {
+				if !strings.Contains(all, want) {
+					t.Errorf("listen said %q at start, not %q", said, want)
+				}
+			}
+			plain("listen", all)
+			// Through the running listen's inspector, the list says it too.
+			_, stderr, err = runDevhook(t, "deliveries", "list", "--data", data)
+			if err != nil || !strings.Contains(stderr, "skipped") || !strings.Contains(stderr, dbPath) {
+				t.Errorf("deliveries list through listen's inspector: %v; stderr %q, want what it skipped", err, stderr)
+			}
+			p.stop(t, 10*time.Second)
+			if asides, _ := filepath.Glob(dbPath + ".damaged-*"); len(asides) != 0 {
+				t.Errorf("listen set the store aside (%v): a damaged record is that record's problem", asides)
 			}
 		})
 	}

@@ -51,6 +51,9 @@ func (h *historyOptions) flags(cmd *cobra.Command) {
 // history is the part of the store or the inspector the commands use.
 type history interface {
 	List(ctx context.Context, f devhook.Filter) ([]devhook.Summary, error)
+	// ListPage is List with the records the store skipped (damaged, or a
+	// newer devhook's).
+	ListPage(ctx context.Context, f devhook.Filter) (inspector.ListPage, error)
 	Delivery(ctx context.Context, id string) (*devhook.Delivery, error)
 	Replay(ctx context.Context, id string, opt devhook.ReplayOptions) (devhook.Attempt, error)
 }
@@ -129,6 +132,17 @@ type offline struct {
 func (o offline) List(_ context.Context, f devhook.Filter) ([]devhook.Summary, error) {
 	return o.db.List(f)
 }
+func (o offline) ListPage(_ context.Context, f devhook.Filter) (inspector.ListPage, error) {
+	items, err := o.db.List(f)
+	if err != nil {
+		return inspector.ListPage{}, err
+	}
+	p := inspector.ListPage{Items: items}
+	if d := o.db.Damage(); d.Any() {
+		p.Damage = &d
+	}
+	return p, nil
+}
 func (o offline) Delivery(_ context.Context, id string) (*devhook.Delivery, error) {
 	return o.db.Delivery(id)
 }
@@ -172,18 +186,22 @@ receiver itself answered 502; one it did not answer (the sender got 502 from dev
 				return err
 			}
 			defer done()
-			items, err := hist.List(cmd.Context(), f)
-			if err == nil && len(items) == 0 && f.RunID != "" && len(f.RunID) <= devhook.ShortRunIDLen {
+			page, err := hist.ListPage(cmd.Context(), f)
+			if err == nil && len(page.Items) == 0 && f.RunID != "" && len(f.RunID) <= devhook.ShortRunIDLen {
 				// The short run id listen shows: the run it names.
 				var full string
 				if full, err = scenario.ResolveRunID(cmd.Context(), hist.List, f.RunID); err == nil && full != f.RunID {
 					f.RunID = full
-					items, err = hist.List(cmd.Context(), f)
+					page, err = hist.ListPage(cmd.Context(), f)
 				}
 			}
 			if err != nil {
 				return err
 			}
+			if d := page.Damage; d != nil && d.Any() {
+				fmt.Fprintf(cmd.ErrOrStderr(), "devhook deliveries list: skipped %s; %s\n", d.Summary(), d.Advice())
+			}
+			items := page.Items
 			if len(items) == 0 && !asJSON {
 				if used := filterFlags(cmd); used != "" {
 					fmt.Fprintf(cmd.OutOrStdout(), "no delivery matches %s\n", used)

@@ -55,13 +55,16 @@ export function renderList(view, params, redraw) {
     tbody);
   const more = h('div', { class: 'more' });
   const notice = h('div', { class: 'notice', id: 'list-notice', hidden: true });
+  // Records of the store that its reads skipped (damaged, or a newer
+  // devhook's): the list shows the others, and says so here.
+  const damage = h('div', { class: 'notice warn', id: 'list-damage', hidden: true });
   // The selection's bar sits at the end of the filters' row, so that
   // ticking a row moves no other.
   const bar = h('div', { class: 'selection-bar', id: 'selection-bar', hidden: true });
   filters.appendChild(bar);
-  view.appendChild(h('section', { class: 'list-view' }, filters, notice, h('div', { class: 'table-wrap' }, table), more));
+  view.appendChild(h('section', { class: 'list-view' }, filters, damage, notice, h('div', { class: 'table-wrap' }, table), more));
 
-  const L = { filter, items: new Map(), order: [], next: '', tbody, more, notice, loading: false, redraw, selected: new Set(), all, bar };
+  const L = { filter, items: new Map(), order: [], next: '', tbody, more, notice, damage, loading: false, redraw, selected: new Set(), all, bar };
   all.addEventListener('change', () => {
     for (const id of L.order) {
       if (all.checked) L.selected.add(id); else L.selected.delete(id);
@@ -107,6 +110,10 @@ async function loadPage(L, before) {
   }
   if (state.list !== L) return;
   L.loading = false;
+  if (page.damage_note) {
+    L.damage.hidden = false;
+    clear(L.damage).appendChild(h('span', null, page.damage_note));
+  }
   for (const s of page.items) {
     if (L.items.has(s.id)) continue;
     L.items.set(s.id, s);
