@@ -141,7 +141,7 @@ type Config struct {
 	// hold: one that held is redialled at once when it is lost, and the
 	// backoff starts again from MinBackoff; one that ends sooner is a
 	// failed try, redialled after the backoff (conn.go). Default: the
-	// heartbeat period the relay announces, between 1 s and 10 s.
+	// heartbeat period the relay announces, between 1 s and 5 s.
 	HealthyAfter time.Duration
 
 	// RetryFor is how long a queued delivery whose forward got no answer,

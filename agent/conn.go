@@ -14,7 +14,7 @@ package agent
 // workers.go.
 //
 // A connection holds once it has lived Config.HealthyAfter (by default
-// the relay's heartbeat period, between 1 s and 10 s). When one that held
+// the relay's heartbeat period, between 1 s and 5 s). When one that held
 // is lost, the agent dials again at once. Everything else is a failed
 // try: a dial that failed, and a connection that ended before it held (a
 // relay, proxy or load balancer that accepts and then closes). After a
@@ -49,7 +49,7 @@ import (
 // heartbeat.
 const (
 	minHealthyAfter = time.Second
-	maxHealthyAfter = 10 * time.Second
+	maxHealthyAfter = 5 * time.Second
 )
 
 // repeatEvery: a failure that repeats is said again, as a short line with
