@@ -31,8 +31,9 @@ package agent
 // counted, and said again only as a short line at most once every
 // repeatEvery; the count is said when a connection opens again. After a
 // connection that ended before it held, the next ones are reported
-// (OnConnect) only once one holds, so that a relay path that cuts every
-// connection does not print "reconnected" at each try.
+// (OnConnect) only once one holds or brings a delivery, so that a relay
+// path that cuts every connection does not print "reconnected" at each
+// try, and "N queued deliveries follow" still comes before them.
 
 import (
 	"context"
@@ -198,53 +199,56 @@ func (r *redial) failedTry(ctx context.Context, relays []string, at *int, key st
 
 // recovered ends the failure under way, saying how many tries it took
 // when some were not said.
-func (r *redial) recovered(what string) {
+func (r *redial) recovered() {
 	if r.fails > 1 && r.unsaid > 0 {
-		r.a.cfg.Logf("%s after %d failed tries over %s", what, r.fails, FormatDuration(r.a.cfg.Now().Sub(r.since)))
+		r.a.cfg.Logf("connected after %d failed tries over %s", r.fails, FormatDuration(r.a.cfg.Now().Sub(r.since)))
 	}
 	r.fails = 0
 }
 
 // serve serves conn until it ends, reporting it (OnConnect) at once or,
-// while flapping, once it holds. It returns whether it held, and why it
-// ended.
+// while flapping, once it holds or brings a delivery, whichever comes
+// first (so that "reconnected, N queued deliveries follow" precedes
+// them). It returns whether it held, and why it ended.
 func (r *redial) serve(ctx context.Context, conn *relay.Conn, opened time.Time) (held bool, err error) {
 	a := r.a
-	report := func() {
-		if a.cfg.OnConnect == nil {
-			return
-		}
-		c := Connection{PublicURL: conn.PublicURL(), Queued: conn.Queued()}
-		if !r.lost.IsZero() {
-			c.Reconnect, c.Down = true, opened.Sub(r.lost)
-		}
-		a.cfg.OnConnect(c)
-	}
 	deferred := r.flapping && r.reported
-	if !deferred {
-		r.recovered("connected")
-		r.reported = true
-		report()
+	// announce and holds run at most once each, from the timer's
+	// goroutine or this one; their Onces order what they do before what
+	// follows serve's return.
+	var announceOnce, holdOnce sync.Once
+	announced := false
+	announce := func() {
+		announceOnce.Do(func() {
+			announced, r.reported = true, true
+			r.recovered()
+			if a.cfg.OnConnect == nil {
+				return
+			}
+			c := Connection{PublicURL: conn.PublicURL(), Queued: conn.Queued()}
+			if !r.lost.IsZero() {
+				c.Reconnect, c.Down = true, opened.Sub(r.lost)
+			}
+			a.cfg.OnConnect(c)
+		})
 	}
-	// holds runs once the connection has lived HealthyAfter; the Once
-	// orders what it does before what follows serve's return.
-	var once sync.Once
+	if !deferred {
+		announce()
+	}
 	holds := func() {
-		once.Do(func() {
+		holdOnce.Do(func() {
 			held = true
 			r.backoff = a.cfg.MinBackoff
-			if deferred {
-				r.recovered("the connection holds again")
-				report()
-			}
 			r.flapping = false
+			announce()
 		})
 	}
 	t := time.AfterFunc(a.healthyAfter(conn), holds)
-	err = a.serve(ctx, conn)
+	err = a.serve(ctx, conn, announce)
 	t.Stop()
-	once.Do(func() {})     // holds ran, or never will
-	if held || !deferred { // it was reported: the next one's Down counts from here
+	holdOnce.Do(func() {})     // holds ran, or never will
+	announceOnce.Do(func() {}) // likewise
+	if announced {             // the next one's Down counts from here
 		r.lost = a.cfg.Now()
 	}
 	return held, err

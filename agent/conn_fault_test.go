@@ -381,7 +381,7 @@ func TestFlappingConnectionReportedOnceItHolds(t *testing.T) {
 		t.Fatalf("second report %+v after %d dials, want the reconnection of dial %d", c, p.dials.Load(), cuts+1)
 	}
 	logged := strings.Join(log.all(), "\n")
-	for _, want := range []string{"ended right after it opened", fmt.Sprintf("the connection holds again after %d failed tries", cuts)} {
+	for _, want := range []string{"ended right after it opened", fmt.Sprintf("connected after %d failed tries", cuts)} {
 		if strings.Count(logged, want) != 1 {
 			t.Errorf("the log says %q %d times, want once:\n%s", want, strings.Count(logged, want), logged)
 		}

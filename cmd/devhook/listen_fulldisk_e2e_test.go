@@ -122,19 +122,31 @@ func TestListen_StartsOnAReallyFullDisk(t *testing.T) {
 		t.Errorf("webhooks.json once there was room: %s %v", b, err)
 	}
 
-	// Full while connected: a live delivery is refused (503), not
+	// Full while connected: live deliveries are recorded while the
+	// journal's last pages hold them, then refused (503), never
 	// forwarded unrecorded; taken again once there is room.
 	disk.Fill()
-	if st, _, _ := post(t, public+"/hook", []byte(`{"live":"full"}`)); st != http.StatusServiceUnavailable {
-		t.Errorf("live delivery on a disk full while connected: %d, want 503", st)
+	refused := ""
+	for i := 0; refused == "" && i < 400; i++ { // 400 × 16 KiB: four times the disk
+		body := fmt.Sprintf(`{"live_full":%d,"pad":"%s"}`, i, strings.Repeat("f", 16<<10))
+		switch st, _, _ := post(t, public+"/hook", []byte(body)); st {
+		case http.StatusServiceUnavailable:
+			refused = body
+		case http.StatusOK:
+		default:
+			t.Fatalf("live delivery %d on a disk full while connected: %d", i, st)
+		}
+	}
+	if refused == "" {
+		t.Fatal("no live delivery refused on a disk full while connected")
 	}
 	disk.Free()
 	waitUntil(t, "a live delivery answered 200 again", func() bool {
 		st, _, _ := post(t, public+"/hook", []byte(`{"live":"room"}`))
 		return st == http.StatusOK
 	})
-	if recv.count(`{"live":"full"}`) != 0 {
-		t.Error("a live delivery reached the receiver unrecorded")
+	if recv.count(refused) != 0 {
+		t.Error("a live delivery refused 503 reached the receiver")
 	}
 
 	// Stopped: the webhook is deleted and both its entry and listen.json
