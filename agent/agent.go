@@ -137,6 +137,12 @@ type Config struct {
 	Client         *http.Client  // nil: a client that follows no redirects and keeps connections
 	MinBackoff     time.Duration // reconnecting, and retrying a record that failed
 	MaxBackoff     time.Duration
+	// HealthyAfter is how long a connection to the relay must live to
+	// hold: one that held is redialled at once when it is lost, and the
+	// backoff starts again from MinBackoff; one that ends sooner is a
+	// failed try, redialled after the backoff (conn.go). Default: the
+	// heartbeat period the relay announces, between 1 s and 5 s.
+	HealthyAfter time.Duration
 
 	// RetryFor is how long a queued delivery whose forward got no answer,
 	// or 408, 429 or 5xx, is retried; then the agent gives up on it.

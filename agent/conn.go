@@ -4,26 +4,58 @@ package agent
 //
 // Run keeps one connection up at a time. relay.Dial opens it and reads
 // the relay's hello (the public URL, the deliveries queued meanwhile, the
-// largest body, which the connection then accepts);
+// largest body, which the connection then accepts, and the relay's
+// heartbeat, which sets how long a silent connection is kept);
 // Config.OnConnect reports it as a Connection, saying how long the
-// channel was down when it is a reconnection. When a connection is lost
-// the agent dials again: at once to the next of Config.RelayFallbacks
-// (which each agent tries in an order of its own, so that the agents of an
-// instance that dies spread over the others rather than all landing on the
-// next one in a shared list), and once every URL failed, after a jittered wait that doubles from
-// Config.MinBackoff to Config.MaxBackoff and is back to MinBackoff after a
-// success. The relay rejecting the credentials, or another agent taking
-// the channel over, ends Run instead. While the store cannot take a write
-// (a full disk), the agent does not connect (health.go: waitWritable). The
-// deliveries of a connection are served by workers.go.
+// channel was down when it is a reconnection. The relay rejecting the
+// credentials, or another agent taking the channel over, ends Run. While
+// the store cannot take a write (a full disk), the agent does not connect
+// (health.go: waitWritable). The deliveries of a connection are served by
+// workers.go.
+//
+// A connection holds once it has lived Config.HealthyAfter (by default
+// the relay's heartbeat period, between 1 s and 5 s). When one that held
+// is lost, the agent dials again at once. Everything else is a failed
+// try: a dial that failed, and a connection that ended before it held (a
+// relay, proxy or load balancer that accepts and then closes). After a
+// failed try the agent dials the next of Config.RelayFallbacks at once
+// (each agent tries them in an order of its own, so that the agents of an
+// instance that dies spread over the others rather than all landing on
+// the next one in a shared list); once every URL failed, it waits a
+// jittered backoff that doubles from Config.MinBackoff to
+// Config.MaxBackoff, back to MinBackoff once a connection holds. So
+// nothing dials faster than the backoff, whatever the relay path does.
+//
+// What the user reads: each kind of failure is said once, in full (an
+// unreachable relay with what to check); the same failure again is
+// counted, and said again only as a short line at most once every
+// repeatEvery; the count is said when a connection opens again. After a
+// connection that ended before it held, the next ones are reported
+// (OnConnect) only once one holds or brings a delivery, so that a relay
+// path that cuts every connection does not print "reconnected" at each
+// try, and "N queued deliveries follow" still comes before them.
 
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
+	"sync"
 	"time"
 
 	"github.com/devhook/devhook/relay"
 )
+
+// Bounds of the default Config.HealthyAfter, which follows the relay's
+// heartbeat.
+const (
+	minHealthyAfter = time.Second
+	maxHealthyAfter = 5 * time.Second
+)
+
+// repeatEvery: a failure that repeats is said again, as a short line with
+// its count, at most this often.
+const repeatEvery = time.Minute
 
 // Connection is a connection to the relay that just opened, for output.
 type Connection struct {
@@ -37,13 +69,11 @@ type Connection struct {
 }
 
 // stayConnected connects to the relay and serves each connection until
-// ctx ends, reconnecting when it is lost: at once to the next of the
-// relay's URLs, with capped, jittered exponential backoff once every one
-// failed. It returns what Run returns.
+// ctx ends, reconnecting when it is lost (see the top of this file). It
+// returns what Run returns.
 func (a *Agent) stayConnected(ctx context.Context) error {
-	backoff := a.cfg.MinBackoff
-	var lost time.Time // when the last connection ended; zero before the first
 	relays := append([]string{a.cfg.RelayURL}, a.shuffled(a.cfg.RelayFallbacks)...)
+	r := redial{a: a, backoff: a.cfg.MinBackoff}
 	at := 0 // the relay tried next
 	for {
 		if !a.waitWritable(ctx) {
@@ -58,46 +88,194 @@ func (a *Agent) stayConnected(ctx context.Context) error {
 			return nil
 		case errors.Is(err, relay.ErrRejected):
 			return err
-		case err != nil && len(relays) > 1:
-			if at = (at + 1) % len(relays); at != 0 {
-				a.cfg.Logf("relay %s unreachable (%v); trying %s", relays[(at+len(relays)-1)%len(relays)], err, relays[at])
-				continue
-			}
-			fallthrough
 		case err != nil:
-			wait := a.jitter(backoff)
-			var ue *relay.UnreachableError
-			if errors.As(err, &ue) { // says which relay and what to check
-				a.cfg.Logf("%v; retrying in %s", err, wait.Round(time.Millisecond))
-			} else {
-				a.cfg.Logf("relay unreachable (%v); retrying in %s", err, wait.Round(time.Millisecond))
-			}
-			select {
-			case <-ctx.Done():
+			if !r.failedTry(ctx, relays, &at, failureKey(relays[at], err), dialFailure(relays[at], err)) {
 				return nil
-			case <-time.After(wait):
 			}
-			backoff = min(backoff*2, a.cfg.MaxBackoff)
 			continue
 		}
-		backoff = a.cfg.MinBackoff
-		if a.cfg.OnConnect != nil {
-			c := Connection{PublicURL: conn.PublicURL(), Queued: conn.Queued()}
-			if !lost.IsZero() {
-				c.Reconnect, c.Down = true, a.cfg.Now().Sub(lost)
-			}
-			a.cfg.OnConnect(c)
-		}
-		err = a.serve(ctx, conn)
+		opened := a.cfg.Now()
+		held, err := r.serve(ctx, conn, opened)
 		if ctx.Err() != nil {
 			return nil
 		}
 		if errors.Is(err, relay.ErrReplaced) {
 			return err
 		}
-		lost = a.cfg.Now()
-		a.cfg.Logf("connection to the relay lost (%v); reconnecting", err)
+		if held {
+			a.cfg.Logf("connection to the relay lost (%v); reconnecting", err)
+			continue
+		}
+		r.flapping = true
+		when := "right after it opened"
+		if lived := a.cfg.Now().Sub(opened); lived >= time.Second {
+			when = FormatDuration(lived) + " after it opened"
+		}
+		cut := tryFailure{full: fmt.Sprintf("the connection to the relay %s ended %s (%v)", relays[at], when, err),
+			short: "the connection to the relay " + relays[at] + " ends before it holds"}
+		if !r.failedTry(ctx, relays, &at, relays[at]+"\x00ended before it held", cut) {
+			return nil
+		}
 	}
+}
+
+// redial is stayConnected's state between connections: the backoff, the
+// failure under way and what the user was told of it.
+type redial struct {
+	a       *Agent
+	backoff time.Duration // the next wait once every relay failed
+
+	reported bool      // OnConnect was called for a connection of this Run
+	lost     time.Time // when the last connection reported ended; zero before
+	// flapping: a connection ended before it held since the last one
+	// that held; the next ones are reported only once they hold.
+	flapping bool
+
+	// The failed tries since the last connection opened (or held, when
+	// flapping): how many, since when, the kinds said in full, when the
+	// last line was said and how many tries since.
+	fails    int
+	since    time.Time
+	said     map[string]bool
+	lastSaid time.Time
+	unsaid   int
+}
+
+// tryFailure is a failed try in words: in full, said the first time, and
+// short, for the lines that repeat it.
+type tryFailure struct{ full, short string }
+
+// dialFailure says why relay.Dial to relayURL failed.
+func dialFailure(relayURL string, err error) tryFailure {
+	var ue *relay.UnreachableError
+	if errors.As(err, &ue) { // says which relay and what to check
+		return tryFailure{full: err.Error(), short: "cannot reach the relay " + ue.Relay + ": " + ue.Reason}
+	}
+	return tryFailure{full: fmt.Sprintf("relay %s unreachable (%v)", relayURL, err), short: "relay " + relayURL + ": " + err.Error()}
+}
+
+// failedTry notes a failed try of relays[*at] (f, of the kind key), says
+// it as the top of conn.go says, and moves *at to the relay to try next:
+// at once when there is another one, after the backoff once every one
+// failed. It returns false when ctx ended while waiting.
+func (r *redial) failedTry(ctx context.Context, relays []string, at *int, key string, f tryFailure) bool {
+	a := r.a
+	now := a.cfg.Now()
+	if r.fails == 0 {
+		r.since, r.said, r.unsaid = now, map[string]bool{}, 0
+	}
+	r.fails++
+	*at = (*at + 1) % len(relays)
+	var wait time.Duration
+	next := "trying " + relays[*at]
+	if *at == 0 {
+		wait = a.jitter(r.backoff)
+		r.backoff = min(r.backoff*2, a.cfg.MaxBackoff)
+		next = "retrying in " + FormatDuration(wait)
+	}
+	switch {
+	case !r.said[key] && len(r.said) < 16: // a kind not said yet: in full
+		r.said[key] = true
+		r.lastSaid = now
+		a.cfg.Logf("%s; %s", f.full, next)
+	case now.Sub(r.lastSaid) >= repeatEvery:
+		a.cfg.Logf("still failing: %s: %d tries in %s; %s", f.short, r.fails, FormatDuration(now.Sub(r.since)), next)
+		r.lastSaid, r.unsaid = now, 0
+	default:
+		r.unsaid++
+	}
+	if wait == 0 {
+		return true
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// recovered ends the failure under way, saying how many tries it took
+// when some were not said.
+func (r *redial) recovered() {
+	if r.fails > 1 && r.unsaid > 0 {
+		r.a.cfg.Logf("connected after %d failed tries over %s", r.fails, FormatDuration(r.a.cfg.Now().Sub(r.since)))
+	}
+	r.fails = 0
+}
+
+// serve serves conn until it ends, reporting it (OnConnect) at once or,
+// while flapping, once it holds or brings a delivery, whichever comes
+// first (so that "reconnected, N queued deliveries follow" precedes
+// them). It returns whether it held, and why it ended.
+func (r *redial) serve(ctx context.Context, conn *relay.Conn, opened time.Time) (held bool, err error) {
+	a := r.a
+	deferred := r.flapping && r.reported
+	// announce and holds run at most once each, from the timer's
+	// goroutine or this one; their Onces order what they do before what
+	// follows serve's return.
+	var announceOnce, holdOnce sync.Once
+	announced := false
+	announce := func() {
+		announceOnce.Do(func() {
+			announced, r.reported = true, true
+			r.recovered()
+			if a.cfg.OnConnect == nil {
+				return
+			}
+			c := Connection{PublicURL: conn.PublicURL(), Queued: conn.Queued()}
+			if !r.lost.IsZero() {
+				c.Reconnect, c.Down = true, opened.Sub(r.lost)
+			}
+			a.cfg.OnConnect(c)
+		})
+	}
+	if !deferred {
+		announce()
+	}
+	holds := func() {
+		holdOnce.Do(func() {
+			held = true
+			r.backoff = a.cfg.MinBackoff
+			r.flapping = false
+			announce()
+		})
+	}
+	t := time.AfterFunc(a.healthyAfter(conn), holds)
+	err = a.serve(ctx, conn, announce)
+	t.Stop()
+	holdOnce.Do(func() {})     // holds ran, or never will
+	announceOnce.Do(func() {}) // likewise
+	if announced {             // the next one's Down counts from here
+		r.lost = a.cfg.Now()
+	}
+	return held, err
+}
+
+// healthyAfter is how long conn must live to hold: Config.HealthyAfter,
+// or the relay's heartbeat period between minHealthyAfter and
+// maxHealthyAfter.
+func (a *Agent) healthyAfter(conn *relay.Conn) time.Duration {
+	if a.cfg.HealthyAfter > 0 {
+		return a.cfg.HealthyAfter
+	}
+	return min(max(conn.PingInterval(), minHealthyAfter), maxHealthyAfter)
+}
+
+// failureKey tells failures of a kind apart from others, without the
+// parts that change from one try to the next (a local port).
+func failureKey(relayURL string, err error) string {
+	var ue *relay.UnreachableError
+	if errors.As(err, &ue) {
+		return ue.Relay + "\x00" + ue.Reason
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		return relayURL + "\x00" + op.Op + "\x00" + op.Err.Error()
+	}
+	return relayURL + "\x00" + err.Error()
 }
 
 // shuffled returns urls in a random order (Config.Rand), leaving urls as

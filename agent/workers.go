@@ -31,8 +31,9 @@ func (a *Agent) InFlight() int {
 // queued delivery until the disk takes it leaves the pool. The deliveries
 // of one run go one after the other (order.go): those waiting behind one
 // under way take no slot, and the worker that finishes one goes on with
-// the next of its run.
-func (a *Agent) serve(ctx context.Context, conn *relay.Conn) error {
+// the next of its run. received, when not nil, is called when the first
+// delivery has arrived, before it is handled.
+func (a *Agent) serve(ctx context.Context, conn *relay.Conn, received func()) error {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, a.cfg.Concurrency)
 	a.slots.Store(&sem)
@@ -120,6 +121,10 @@ func (a *Agent) serve(ctx context.Context, conn *relay.Conn) error {
 		d, err := conn.Receive()
 		if err != nil {
 			return err
+		}
+		if received != nil {
+			received()
+			received = nil
 		}
 		j, now := lines.admit(d)
 		if !now {

@@ -5,6 +5,13 @@
 // resource is closed in that same reverse order; and Run returns the error
 // that stopped the group joined with every error of stopping and closing.
 //
+// The reverse order holds whatever stops the group, Ctrl-C included: a
+// part's context is not a child of Run's, whose end only starts the
+// stopping; each part's context is canceled at its turn, once the parts
+// added after it have stopped. So a part that undoes something at the end
+// (listen's webhook at the service) still has the parts it needs (the
+// agent's connection) while it does.
+//
 //	var g lifecycle.Group
 //	db, err := storage.Open(path, cfg)
 //	...
@@ -52,7 +59,8 @@ type part struct {
 // already returned). run returning, with or without an error, stops the
 // group. stop may be nil when canceling run's context is enough: each
 // part's context is canceled at its turn to stop (at once without a stop
-// function, after StopTimeout with one that did not end it).
+// function, after StopTimeout with one that did not end it), not before,
+// even when Run's context ended; it carries the values of Run's context.
 func (g *Group) Go(name string, run func(ctx context.Context) error, stop func(ctx context.Context) error) {
 	g.parts = append(g.parts, part{name: name, run: run, stop: stop})
 }
@@ -147,8 +155,10 @@ func (g *Group) Run(ctx context.Context) error {
 		}
 		running++
 		done[i] = make(chan struct{})
+		// Canceled at its turn to stop, not with ctx: see the top of
+		// this file.
 		var pctx context.Context
-		pctx, cancels[i] = context.WithCancel(ctx)
+		pctx, cancels[i] = context.WithCancel(context.WithoutCancel(ctx))
 		go func() {
 			defer close(done[i])
 			ended <- result{i, p.run(pctx)}

@@ -114,6 +114,58 @@ func TestRun_ContextEndStopsAllInReverse(t *testing.T) {
 	}
 }
 
+// ctxKey is a key of a value in Run's context.
+type ctxKey struct{}
+
+// The end of Run's context (Ctrl-C) stops the parts one after the other,
+// in reverse, as a failing part does: a part's context is canceled only
+// once the parts added after it have stopped, so that the last part (an
+// announcement undoing a webhook) still has the first (the agent's
+// connection) while it stops.
+func TestRun_ContextEndCancelsEachPartAtItsTurn(t *testing.T) {
+	noLeak(t)
+	j := newJournal()
+	var g lifecycle.Group
+	agentCtx := make(chan context.Context, 1)
+	g.Go("agent", func(ctx context.Context) error {
+		agentCtx <- ctx
+		j.add("start agent")
+		<-ctx.Done()
+		j.add("agent canceled")
+		return nil
+	}, nil)
+	release := make(chan struct{})
+	g.Go("announcement", func(ctx context.Context) error {
+		j.add("start announcement")
+		<-ctx.Done()
+		j.add("announcement canceled")
+		<-release // undoing the webhook
+		j.add("announcement undone")
+		return nil
+	}, nil)
+	ctx, cancel := context.WithCancel(context.WithValue(context.Background(), ctxKey{}, "value"))
+	errc := make(chan error, 1)
+	go func() { errc <- g.Run(ctx) }()
+	waitFor(t, j, 2)
+	actx := <-agentCtx
+	if actx.Value(ctxKey{}) != "value" {
+		t.Error("a part's context lacks the values of Run's")
+	}
+	cancel()
+	waitFor(t, j, 1) // the announcement's turn
+	if err := actx.Err(); err != nil {
+		t.Errorf("the agent's context ended (%v) while the announcement, added after it, was still stopping", err)
+	}
+	close(release)
+	if err := <-errc; err != nil {
+		t.Fatalf("Run after the context ended = %v, want nil", err)
+	}
+	want := []string{"announcement canceled", "announcement undone", "agent canceled"}
+	if got := j.get(); !slices.Equal(got[2:], want) {
+		t.Errorf("stopping order %v, want %v", got[2:], want)
+	}
+}
+
 func TestRun_AFailingPartStopsTheOthers(t *testing.T) {
 	noLeak(t)
 	j := newJournal()

@@ -53,7 +53,10 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, channel st
 	// The agent holds the channel once it has its hello, and the hello is
 	// the first frame: deliveries routed to it meanwhile wait for the lock.
 	hh := &Header{Type: TypeHello, Channel: channel, PublicURL: s.PublicURL(r, channel),
-		Header: http.Header{HelloMaxBody: {strconv.FormatInt(s.cfg.MaxBody, 10)}}}
+		Header: http.Header{
+			HelloMaxBody:      {strconv.FormatInt(s.cfg.MaxBody, 10)},
+			HelloPingInterval: {strconv.FormatInt(max(s.cfg.PingInterval.Milliseconds(), 1), 10)},
+		}}
 	counted := false
 	if qc, ok := s.cfg.Store.(QueueCounter); ok {
 		if n, err := qc.QueueLen(channel); err == nil {

@@ -106,7 +106,8 @@ type Conn struct {
 	channel string
 	hello   Header
 	maxBody int64
-	wait    time.Duration
+	ping    time.Duration // the relay's heartbeat period
+	wait    time.Duration // silence after which the connection is dropped
 
 	out       *wsWriter
 	in        msgReader // Receive's
@@ -118,7 +119,10 @@ type DialConfig struct {
 	RelayURL    string // http(s) base URL of the relay
 	Credentials Credentials
 	// PingTimeout: the connection is dropped when the relay has sent
-	// nothing (not even a ping) for this long. Default 2×DefaultPingInterval.
+	// nothing (not even a ping) for this long. Default: three times the
+	// heartbeat period the relay's hello announces (HelloPingInterval), at
+	// least MinPingTimeout; 2×DefaultPingInterval from a relay that does
+	// not say, and while waiting for the hello.
 	PingTimeout time.Duration
 	// MaxBody bounds the body of a delivery from the relay. Default: what
 	// the relay's hello announces (HelloMaxBody), or DefaultMaxBody from
@@ -139,9 +143,6 @@ func Dial(ctx context.Context, cfg DialConfig) (*Conn, error) {
 	scheme := u.Scheme
 	u.Scheme = map[string]string{"http": "ws", "https": "wss"}[u.Scheme]
 	u.Path += "/v1/channels/" + url.PathEscape(cfg.Credentials.Channel) + "/connect"
-	if cfg.PingTimeout <= 0 {
-		cfg.PingTimeout = 2 * DefaultPingInterval
-	}
 	var tlsConfig *tls.Config
 	if scheme == "https" {
 		tlsConfig = cfg.Network.tlsConfig(u.Hostname())
@@ -174,6 +175,9 @@ func Dial(ctx context.Context, cfg DialConfig) (*Conn, error) {
 	}
 	ws.SetReadLimit(4 + MaxHeaderSize) // the hello; deliveries once it says how large
 	c := &Conn{ws: ws, channel: cfg.Credentials.Channel, wait: cfg.PingTimeout}
+	if c.wait <= 0 {
+		c.wait = 2 * DefaultPingInterval // until the hello says
+	}
 	c.out = newWSWriter(ws, 30*time.Second, nil)
 	ws.SetPingHandler(func(data string) error {
 		ws.SetReadDeadline(time.Now().Add(c.wait))
@@ -202,7 +206,37 @@ func Dial(ctx context.Context, cfg DialConfig) (*Conn, error) {
 		c.maxBody = announcedMaxBody(&h)
 	}
 	ws.SetReadLimit(4 + MaxHeaderSize + c.maxBody)
+	c.ping = DefaultPingInterval
+	if p, ok := announcedPingInterval(&h); ok {
+		c.ping = p
+		if cfg.PingTimeout <= 0 {
+			c.wait = max(3*p, MinPingTimeout)
+		}
+	}
 	return c, nil
+}
+
+// MinPingTimeout is the shortest silence after which an agent drops its
+// connection, whatever heartbeat the relay announces: a relay that pings
+// every few milliseconds must not have its agents dropped by a busy
+// machine's scheduler.
+const MinPingTimeout = 5 * time.Second
+
+// maxAnnouncedPing bounds what a hello may announce as its heartbeat.
+const maxAnnouncedPing = 24 * time.Hour
+
+// announcedPingInterval is the heartbeat period a relay's hello
+// announces, and whether it announces a usable one.
+func announcedPingInterval(h *Header) (time.Duration, bool) {
+	vs := h.Header[HelloPingInterval]
+	if len(vs) == 0 {
+		return 0, false
+	}
+	ms, err := strconv.ParseInt(vs[0], 10, 64)
+	if err != nil || ms <= 0 {
+		return 0, false
+	}
+	return time.Duration(min(ms, maxAnnouncedPing.Milliseconds())) * time.Millisecond, true
 }
 
 // maxAnnouncedBody bounds what a hello may announce, so that the read
@@ -222,6 +256,14 @@ func announcedMaxBody(h *Header) int64 {
 	}
 	return min(n, maxAnnouncedBody)
 }
+
+// PingInterval is the relay's heartbeat period, as its hello announced
+// it (DefaultPingInterval from a relay that does not say).
+func (c *Conn) PingInterval() time.Duration { return c.ping }
+
+// PingTimeout is how long the connection may stay silent before it is
+// dropped (see DialConfig.PingTimeout).
+func (c *Conn) PingTimeout() time.Duration { return c.wait }
 
 // MaxBody is the largest delivery body this connection accepts: the
 // relay's, as its hello announced it (see DialConfig.MaxBody).

@@ -17,7 +17,10 @@ package relay
 //
 // When the relay cannot be reached, the error is an *UnreachableError
 // that names the relay (and the proxy), says what happened in words and
-// what to check.
+// what to check: a proxy only when one is in play (used, or possibly
+// needed to reach a relay beyond this machine; never for a loopback
+// relay). The agent says it once, and only counts the tries that fail
+// alike (agent/conn.go).
 
 import (
 	"bufio"
@@ -334,6 +337,8 @@ func unreachable(relayURL string, err error) error {
 		}
 	}
 	viaProxy := e.Proxy != ""
+	// A proxy is never used for a relay on this machine: no word of one.
+	proxyHint := !viaProxy && !loopbackHost(u.Hostname())
 	pvar := proxyVar(scheme)
 	noProxy := fmt.Sprintf("a proxy in the way? This network may reach out only through one (%s=http://proxy:port; NO_PROXY lists hosts reached directly)", pvar)
 	var (
@@ -389,24 +394,31 @@ func unreachable(relayURL string, err error) error {
 	case errors.Is(err, syscall.ECONNREFUSED):
 		e.Reason = "nothing accepts connections at " + host + " (connection refused)"
 		e.Check = "Is the relay running, and is this its address and port?"
-		if !viaProxy {
+		if proxyHint {
 			e.Check += " Or " + noProxy
 		}
 	case errors.As(err, &dnsErr):
 		e.Reason = fmt.Sprintf("the name %s does not resolve", dnsErr.Name)
 		e.Check = "Check the relay's address"
-		if !viaProxy {
+		if proxyHint {
 			e.Check += "; or " + noProxy
 		}
 	case errors.As(err, &netErr) && netErr.Timeout() || errors.Is(err, context.DeadlineExceeded):
 		e.Reason = "no answer from " + host + " in time"
-		e.Check = "Is the relay running at this address? A firewall may drop the connection, or " + noProxy
-		if viaProxy {
+		switch {
+		case viaProxy:
 			e.Check = "Is the relay running at this address? The proxy or a firewall may hold the connection"
+		case proxyHint:
+			e.Check = "Is the relay running at this address? A firewall may drop the connection, or " + noProxy
+		default:
+			e.Check = "Is the relay running at this address, and not stopped or overloaded?"
 		}
 	case errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH):
 		e.Reason = "the connection to " + host + " failed"
-		e.Check = "Is the relay running at this address? Or " + noProxy
+		e.Check = "Is the relay running at this address?"
+		if proxyHint {
+			e.Check += " Or " + noProxy
+		}
 	default:
 		var opErr *net.OpError
 		var tlsErr *tls.CertificateVerificationError
@@ -417,6 +429,18 @@ func unreachable(relayURL string, err error) error {
 		e.Check = "Check the relay's address"
 	}
 	return e
+}
+
+// loopbackHost reports whether host names this machine (localhost, a
+// loopback address), which no proxy stands in the way of: the
+// environment's proxy is never used for it.
+func loopbackHost(host string) bool {
+	h := strings.ToLower(strings.TrimSuffix(host, "."))
+	if h == "localhost" || strings.HasSuffix(h, ".localhost") {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(h, "[]"))
+	return ip != nil && ip.IsLoopback()
 }
 
 func ipStrings(ips []net.IP) []string {

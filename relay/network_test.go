@@ -8,9 +8,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -252,22 +254,31 @@ func TestNetwork_UnreachableSaysWhatToCheck(t *testing.T) {
 		<-ctx.Done() // a SYN nobody answers
 		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: ctx.Err()}
 	}
+	refused := func(context.Context, string, string) (net.Conn, error) {
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	}
 	for _, tt := range []struct {
 		name     string
 		relayURL string
 		proxy    string // HTTPS_PROXY and HTTP_PROXY
 		n        relay.Network
 		want     []string
+		lacks    []string
 	}{
-		{"refused", "http://" + closed, "", relay.Network{}, []string{"nothing accepts connections at " + closed, "Is the relay running", "HTTP_PROXY"}},
-		{"dns", "https://" + relayName, "", relay.Network{}, []string{"the name " + relayName + " does not resolve", "HTTPS_PROXY"}},
-		{"timeout", "https://" + relayName + ":" + tlsPort, "", relay.Network{DialContext: blackHole}, []string{"no answer from", "firewall"}},
-		{"unknown authority", tlsRelay, p.URL("", ""), relay.Network{}, []string{"authority this machine does not trust", "devhook private CA", "trust that CA"}},
+		// A relay on this machine is never reached through a proxy: no
+		// word of one (issue 37).
+		{"refused", "http://" + closed, "", relay.Network{}, []string{"nothing accepts connections at " + closed, "Is the relay running"}, []string{"PROXY", "proxy"}},
+		{"refused beyond this machine", "http://" + relayName + ":4041", "", relay.Network{DialContext: refused},
+			[]string{"nothing accepts connections at " + relayName + ":4041", "Is the relay running", "HTTP_PROXY"}, nil},
+		{"timeout on this machine", "http://127.0.0.1:4041", "", relay.Network{DialContext: blackHole}, []string{"no answer from 127.0.0.1:4041", "Is the relay running"}, []string{"PROXY", "proxy"}},
+		{"dns", "https://" + relayName, "", relay.Network{}, []string{"the name " + relayName + " does not resolve", "HTTPS_PROXY"}, nil},
+		{"timeout", "https://" + relayName + ":" + tlsPort, "", relay.Network{DialContext: blackHole}, []string{"no answer from", "firewall"}, nil},
+		{"unknown authority", tlsRelay, p.URL("", ""), relay.Network{}, []string{"authority this machine does not trust", "devhook private CA", "trust that CA"}, nil},
 		{"other name", strings.Replace(tlsRelay, relayName, "127.0.0.1", 1), "", relay.Network{TLS: &tls.Config{RootCAs: ca.Pool()}},
-			[]string{"certificate is not for 127.0.0.1 but for " + relayName}},
-		{"not TLS", "https://" + plainAddr, "", relay.Network{}, []string{"does not speak TLS", "http://"}},
-		{"proxy down", plainRelay, "http://" + closed, relay.Network{}, []string{"through the proxy http://" + closed, "nothing accepts connections at the proxy's address", "HTTP_PROXY"}},
-		{"proxy cannot reach", "https://other.devhook.test:443", p.URL("", ""), relay.Network{}, []string{"502 Bad Gateway", "CONNECT other.devhook.test:443", "NO_PROXY=other.devhook.test"}},
+			[]string{"certificate is not for 127.0.0.1 but for " + relayName}, nil},
+		{"not TLS", "https://" + plainAddr, "", relay.Network{}, []string{"does not speak TLS", "http://"}, nil},
+		{"proxy down", plainRelay, "http://" + closed, relay.Network{}, []string{"through the proxy http://" + closed, "nothing accepts connections at the proxy's address", "HTTP_PROXY"}, nil},
+		{"proxy cannot reach", "https://other.devhook.test:443", p.URL("", ""), relay.Network{}, []string{"502 Bad Gateway", "CONNECT other.devhook.test:443", "NO_PROXY=other.devhook.test"}, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv("HTTPS_PROXY", tt.proxy)
@@ -275,7 +286,7 @@ func TestNetwork_UnreachableSaysWhatToCheck(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
 			timeout := 10 * time.Second
-			if tt.name == "timeout" {
+			if strings.HasPrefix(tt.name, "timeout") {
 				timeout = 200 * time.Millisecond
 			}
 			_, openErr := relay.Open(ctx, tt.n.HTTPClient(timeout), tt.relayURL, "")
@@ -291,6 +302,11 @@ func TestNetwork_UnreachableSaysWhatToCheck(t *testing.T) {
 				for _, want := range append([]string{"cannot reach the relay " + tt.relayURL}, tt.want...) {
 					if !strings.Contains(err.Error(), want) {
 						t.Errorf("%s: %q lacks %q", what, err, want)
+					}
+				}
+				for _, not := range tt.lacks {
+					if strings.Contains(err.Error(), not) {
+						t.Errorf("%s: %q says %q", what, err, not)
 					}
 				}
 				if ue.UnknownAuthority != (tt.name == "unknown authority") {

@@ -59,10 +59,21 @@
 // what a relay tells every agent goes in a field they know. The hello's
 // header field carries the relay's settings, by name, for that reason:
 //
-//	Devhook-Max-Body  the relay's largest delivery body (--max-body), in
-//	                  bytes, in decimal: the agent accepts deliver frames
-//	                  that large. An agent of a relay that does not say
-//	                  takes DefaultMaxBody (10 MiB).
+//	Devhook-Max-Body       the relay's largest delivery body (--max-body),
+//	                       in bytes, in decimal: the agent accepts deliver
+//	                       frames that large. An agent of a relay that does
+//	                       not say takes DefaultMaxBody (10 MiB).
+//	Devhook-Ping-Interval  the relay's heartbeat period (Config.PingInterval),
+//	                       in milliseconds, in decimal: the agent drops a
+//	                       connection silent for three times that, and at
+//	                       least MinPingTimeout (5 s). An agent of a relay
+//	                       that does not say drops it after 30 s
+//	                       (2 × DefaultPingInterval), as agents from before
+//	                       this field always do.
+//
+// A setting is announced there rather than in a field of its own (a tag
+// of 12 or more) because agents from before the rule would refuse the
+// hello, and with it every connection.
 //
 // The hello's status field (tag 10) carries the number of deliveries
 // queued for the channel when the agent connected, when the relay's Store
@@ -88,8 +99,10 @@
 // Heartbeats are WebSocket pings from the relay every PingInterval, from a
 // timer of each connection: a connection that cannot take its ping within
 // PingInterval (say, behind a large delivery it reads slowly) is dropped,
-// and delays no other. Each side drops a connection that stays silent for
-// twice PingInterval.
+// and delays no other. The relay drops a connection that stays silent for
+// twice PingInterval; the agent, told the period by the hello
+// (Devhook-Ping-Interval), after three times it, so that a relay with a
+// long heartbeat keeps its idle agents.
 //
 // # Ingress
 //
@@ -228,6 +241,10 @@ const (
 
 // HelloMaxBody is the hello's header that announces the relay's MaxBody.
 const HelloMaxBody = "Devhook-Max-Body"
+
+// HelloPingInterval is the hello's header that announces the relay's
+// heartbeat period, in milliseconds.
+const HelloPingInterval = "Devhook-Ping-Interval"
 
 // AppendFrame appends the encoding of h and payload to dst.
 func AppendFrame(dst []byte, h *Header, payload []byte) ([]byte, error) {

@@ -20,6 +20,7 @@ import (
 	"github.com/devhook/devhook/cloud"
 	"github.com/devhook/devhook/inspector"
 	"github.com/devhook/devhook/lifecycle"
+	"github.com/devhook/devhook/pending"
 	"github.com/devhook/devhook/relay"
 	"github.com/devhook/devhook/running"
 	"github.com/devhook/devhook/storage"
@@ -44,6 +45,10 @@ type listenOptions struct {
 	relayCA    string // --relay-ca
 	publicURL  string // --public-url, of the built-in relay
 	network    relay.Network
+	// writes are the files of the start (channels.json, webhooks.json,
+	// listen.json): on a full disk they wait for room rather than stop
+	// listen. Made by wire.
+	writes *pending.Writes
 
 	// The service: --register creates a webhook for this listen, --webhook
 	// uses an existing one.
@@ -166,7 +171,7 @@ func (o *listenOptions) connectService(ctx context.Context, c *cloud.Client, pub
 	var reg *registration
 	var err error
 	if o.register {
-		reg, err = registerWebhook(ctx, c, o.dataDir, publicURL, o.keep, time.Now())
+		reg, err = registerWebhook(ctx, c, o.dataDir, o.writes, publicURL, o.keep, time.Now())
 	} else {
 		reg, err = useWebhook(ctx, c, o.webhook, publicURL, o.updateURL)
 	}
@@ -225,6 +230,8 @@ func (o *listenOptions) wire(ctx context.Context, g *lifecycle.Group, service *c
 	l.out = &printer{w: lines, json: o.json, retryFor: o.retryFor, holdUntilReady: true,
 		color: useColor(o.stdout, o.json, os.Getenv, isTerminal)}
 	g.Close("the output held for the ready line", func() error { l.out.flush(); return nil }) // of a listen never ready
+	o.writes = pending.New(pending.Config{Logf: l.out.logf(o.stderr)})
+	g.Go("the writes waiting for room", o.writes.Run, nil) // stopped after the announcement's last write
 
 	db, err := o.openDeliveries(l.out)
 	if err != nil {
@@ -354,8 +361,9 @@ func (l *listening) announce(ctx, parent context.Context) error {
 		}()
 	}
 	// Where the other commands find this listen: written before the
-	// ready line, so that a script that waits for it finds the file.
-	remove, err := running.Write(o.dataDir, running.Listen{PID: os.Getpid(), Data: absDir(o.dataDir),
+	// ready line, so that a script that waits for it finds the file
+	// (on a full disk, once there is room).
+	remove, err := l.writeRunning(running.Listen{PID: os.Getpid(), Data: absDir(o.dataDir),
 		InspectorURL: l.inspectURL, PublicURL: l.creds.PublicURL, RelayURL: l.relay.url, Channel: l.creds.Channel,
 		Webhook: webhook, StartedAt: time.Now().UTC()})
 	if err != nil {
@@ -370,6 +378,25 @@ func (l *listening) announce(ctx, parent context.Context) error {
 		out.stopping(l.ag.InFlight(), o.stderr)
 	}
 	return nil
+}
+
+// writeRunning writes listen.json, now or once there is room, and returns
+// what removes it: at once, or, while it still waits, by writing nothing.
+func (l *listening) writeRunning(me running.Listen) (remove func(), err error) {
+	dir := l.o.dataDir
+	var written func() error // set under the writes' lock
+	err = l.o.writes.Do(running.Path(dir), running.FileName, func() (err error) {
+		written, err = running.Write(dir, me)
+		return err
+	})
+	return func() {
+		l.o.writes.Do(running.Path(dir), running.FileName, func() error {
+			if written == nil {
+				return nil
+			}
+			return written()
+		})
+	}, err
 }
 
 // dataInUse is the short error for a data directory whose store another

@@ -48,7 +48,9 @@ func (o *listenOptions) channel(ctx context.Context, relayURL, relayKey string, 
 	if ok {
 		fmt.Fprintf(o.stderr, "the saved channel is gone from the relay; opened a new one: the public URL changed\n")
 	}
-	if err := saved.Put(relayKey, cr); err != nil {
+	// On a full disk, saved once there is room: this start goes on with
+	// the channel meanwhile.
+	if err := o.writes.Do(saved.Path()+"\x00"+relayKey, "channels.json", func() error { return saved.Put(relayKey, cr) }); err != nil {
 		return cr, savedChannelsError(err)
 	}
 	return cr, nil

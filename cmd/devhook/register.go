@@ -13,6 +13,7 @@ import (
 
 	"github.com/devhook/devhook/cloud"
 	"github.com/devhook/devhook/jsonfile"
+	"github.com/devhook/devhook/pending"
 )
 
 // newWebhookID is devhook-<random>.
@@ -57,9 +58,9 @@ func refuseLocalOnly(c *cloud.Client, publicURL string, local bool) error {
 // earlier listen of the same data directory left (killed before it could
 // delete it), pointing it at publicURL. Its id is saved before it is
 // created, so that a listen killed at any moment leaves at most that one.
-func registerWebhook(ctx context.Context, c *cloud.Client, dataDir, publicURL string, keep bool, now time.Time) (*registration, error) {
+func registerWebhook(ctx context.Context, c *cloud.Client, dataDir string, writes *pending.Writes, publicURL string, keep bool, now time.Time) (*registration, error) {
 	r := &registration{client: c, created: true, keep: keep,
-		saved: newSavedWebhooks(dataDir), key: c.Endpoint() + " " + c.Team()}
+		saved: savedWebhooksIn(dataDir, writes), key: c.Endpoint() + " " + c.Team()}
 	host, _ := os.Hostname()
 	in := cloud.WebhookInput{EventTypes: []string{cloud.EventRunStatus}, EndpointURL: publicURL,
 		Description: fmt.Sprintf("devhook listen on %s, started %s (data %s)", host, now.Format(time.RFC3339), dataDir)}
@@ -178,12 +179,17 @@ func (r *registration) undone() string {
 
 // savedWebhooks remembers, per service and team, the webhook that listen
 // --register created, so that the next start finds one a killed listen left.
+// On a full disk, its writes wait for room (writes): the webhook is
+// registered all the same, and a listen killed before there is room
+// leaves it unsaid.
 type savedWebhooks struct {
-	file *jsonfile.Map[string]
+	file   *jsonfile.Map[string]
+	writes *pending.Writes
 }
 
-func newSavedWebhooks(dataDir string) savedWebhooks {
-	return savedWebhooks{jsonfile.New[string](filepath.Join(dataDir, "webhooks.json"))}
+// savedWebhooksIn is the webhooks.json of dataDir, written through writes.
+func savedWebhooksIn(dataDir string, writes *pending.Writes) savedWebhooks {
+	return savedWebhooks{jsonfile.New[string](filepath.Join(dataDir, "webhooks.json")), writes}
 }
 
 func (s savedWebhooks) get(key string) (string, error) {
@@ -192,18 +198,29 @@ func (s savedWebhooks) get(key string) (string, error) {
 }
 
 func (s savedWebhooks) put(key, id string) error {
-	return s.error(s.file.Put(key, id))
+	return s.error(s.write(key, func() error { return s.file.Put(key, id) }))
 }
 
-// remove forgets key when it still names id.
+// remove forgets key when it still names id; a put of key still waiting
+// for room is dropped.
 func (s savedWebhooks) remove(key, id string) error {
-	return s.error(s.file.Update(func(m map[string]string) bool {
-		if m[key] != id {
-			return false
-		}
-		delete(m, key)
-		return true
+	return s.error(s.write(key, func() error {
+		return s.file.Update(func(m map[string]string) bool {
+			if m[key] != id {
+				return false
+			}
+			delete(m, key)
+			return true
+		})
 	}))
+}
+
+// write runs the write of key's entry, through s.writes when there are.
+func (s savedWebhooks) write(key string, fn func() error) error {
+	if s.writes == nil {
+		return fn()
+	}
+	return s.writes.Do(s.file.Path()+"\x00"+key, "webhooks.json", fn)
 }
 
 // error says what to do about webhooks.json.
