@@ -44,7 +44,11 @@ func TestReadmeFlowsRunAsWritten(t *testing.T) {
 	if !strings.Contains(send, "200 OK") {
 		t.Fatalf("devhook send printed:\n%s", send)
 	}
-	if out := sh.running["listen"].out.String(); !strings.Contains(out, " ok ") || !strings.Contains(out, "→ 200") {
+	// listen prints a delivery's line once it has answered: send may
+	// return first.
+	lp := sh.running["listen"]
+	waitUntil(t, "listen's line of the delivery", func() bool { return strings.Contains(lp.out.String(), "→ ") })
+	if out := lp.out.String(); !strings.Contains(out, " ok ") || !strings.Contains(out, "→ 200") {
 		t.Fatalf("listen printed no verified, accepted delivery:\n%s", out)
 	}
 
