@@ -125,6 +125,88 @@ func TestHostile_StalledSendersHoldWhatTheySent(t *testing.T) {
 	}
 }
 
+// Every request of a kept-alive connection goes through the framing
+// checks of its first: a request with ambiguous framing (or a dot
+// segment) sent as the 2nd or 3rd of a connection, after /healthz, a
+// delivery or a channel API call, is refused with its connection, or
+// never read because the answer before it ended the connection (a
+// request net/http's server answers ends its connection); it never
+// reaches the agent, nor does a request smuggled behind it. Before,
+// a connection handed over to net/http's server by its first request
+// had the rest of its requests parsed by that server alone.
+func TestHostile_KeptAliveRequestsChecked(t *testing.T) {
+	var seen seenBodies
+	r := newIngressRelay(t, testRelay{answer: seen.answer})
+	ch := r.cr.Channel
+	p := "POST /c/" + ch
+	prefixes := map[string][]string{
+		"healthz":          {"GET /healthz HTTP/1.1\r\nHost: relay\r\n\r\n"},
+		"delivery":         {r.post("first")},
+		"open a channel":   {"POST /v1/channels HTTP/1.1\r\nHost: relay\r\nContent-Length: 0\r\n\r\n"},
+		"check a channel":  {"GET /v1/channels/" + ch + " HTTP/1.1\r\nHost: relay\r\nAuthorization: Bearer " + r.cr.Token + "\r\n\r\n"},
+		"metrics":          {"GET /metrics HTTP/1.1\r\nHost: relay\r\n\r\n"},
+		"delivery, twice":  {r.post("first"), r.post("second")},
+		"delivery, health": {r.post("first"), "GET /healthz HTTP/1.1\r\nHost: relay\r\n\r\n"},
+		"delivery, open":   {r.post("first"), "POST /v1/channels HTTP/1.1\r\nHost: relay\r\nContent-Length: 0\r\n\r\n"},
+	}
+	// Each case's bodies carry its number in place of NNNN, for the agent.
+	shapes := map[string]string{
+		"length then chunked": p + "/hook HTTP/1.1\r\nHost: relay\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+		"chunked not last":    p + "/hook HTTP/1.1\r\nHost: relay\r\nTransfer-Encoding: chunked, identity\r\nContent-Length: 9\r\n\r\nMARK NNNN",
+		"obs-fold":            p + "/hook HTTP/1.1\r\nHost: relay\r\nX-A: a\r\n Transfer-Encoding: chunked\r\nContent-Length: 9\r\n\r\nMARK NNNN",
+		"bare LF":             p + "/hook HTTP/1.1\nHost: relay\nContent-Length: 9\n\nMARK NNNN",
+		"dot segments":        p + "/x/../../escape HTTP/1.1\r\nHost: relay\r\nContent-Length: 9\r\n\r\nMARK NNNN",
+	}
+	smuggled := p + "/smuggled HTTP/1.1\r\nHost: relay\r\nContent-Length: 13\r\n\r\nSMUGGLED NNNN"
+	n := 0
+	for pname, prefix := range prefixes {
+		for sname, shape := range shapes {
+			for _, pipelined := range []bool{true, false} {
+				n++
+				id := fmt.Sprintf("%04d", n)
+				shape, smuggled := strings.ReplaceAll(shape, "NNNN", id), strings.ReplaceAll(smuggled, "NNNN", id)
+				t.Run(fmt.Sprintf("%s/%s/pipelined=%v", pname, sname, pipelined), func(t *testing.T) {
+					c, br := r.dial(t)
+					if pipelined {
+						go io.WriteString(c, strings.Join(prefix, "")+shape+smuggled)
+					}
+					open := true // the connection goes on after the prefix's answers
+					for i, req := range prefix {
+						if !pipelined {
+							io.WriteString(c, req)
+						}
+						resp, _ := readAnswer(t, br, strings.Fields(req)[0])
+						if resp.StatusCode >= 300 {
+							t.Fatalf("request %d of the prefix: %s", i+1, resp.Status)
+						}
+						open = !resp.Close
+					}
+					if !pipelined {
+						io.WriteString(c, shape+smuggled) // fails, or is never read, if the connection ended
+					}
+					resp, err := http.ReadResponse(br, nil)
+					switch {
+					case err != nil: // the connection ended: nothing read
+						if open {
+							t.Fatalf("no answer (%v) on a connection the prefix's answer kept open", err)
+						}
+					case resp.StatusCode < 400 || !resp.Close:
+						t.Fatalf("the request after the prefix was served: %s %v", resp.Status, resp.Header)
+					default:
+						io.Copy(io.Discard, resp.Body)
+						if b, err := br.ReadByte(); err == nil {
+							t.Fatalf("the connection went on after %s (%q)", resp.Status, b)
+						}
+					}
+					if seen.has("MARK "+id) || seen.has("SMUGGLED "+id) {
+						t.Fatal("the request after the prefix, or one smuggled behind it, reached the agent")
+					}
+				})
+			}
+		}
+	}
+}
+
 // A flood of whole bodies waiting for their agent still meets the
 // budgets as designed: 429 beyond a channel's bound, 503 beyond the
 // relay's, both with Retry-After, and a channel with room goes on.

@@ -199,6 +199,11 @@ func (s *Server) Close() error {
 
 // ServeHTTP routes the relay's endpoints.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if handedOver(r) {
+		// The IngressListener read this request's header and handed its
+		// connection over: the next one is to be read by it too (ingress.go).
+		w.Header().Set("Connection", "close")
+	}
 	p := r.URL.EscapedPath()
 	switch {
 	case strings.HasPrefix(p, "/c/"):
