@@ -61,7 +61,7 @@ func shellQuote(s string) string {
 }
 
 func (s *Server) handleCurl(w http.ResponseWriter, r *http.Request) {
-	d, err := s.cfg.Store.Delivery(r.PathValue("id"))
+	d, err := s.delivery(r.PathValue("id"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
