@@ -161,6 +161,9 @@ func TestIDPrefixes(t *testing.T) {
 	if st := f.get(t, "/api/deliveries/"+prefix+"/body", nil); st != http.StatusOK {
 		t.Errorf("GET body by prefix: %d", st)
 	}
+	if st, body := f.do(t, http.MethodGet, "/api/scenario?id="+prefix, nil); st != http.StatusOK || !strings.Contains(body, `"deliveries"`) {
+		t.Errorf("a scenario by prefix: %d %s", st, body)
+	}
 	if st, body := f.do(t, http.MethodPost, "/api/deliveries/"+prefix+"/replay", nil); st != http.StatusOK || f.Replayer.lastCall().ID != id {
 		t.Errorf("replay by prefix: %d %s", st, body)
 	}

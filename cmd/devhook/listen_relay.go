@@ -126,7 +126,9 @@ func relayURL(part string) (string, error) {
 			return "", fmt.Errorf("has the port %s, not one from 1 to 65535", p)
 		}
 	}
-	return strings.TrimRight(u.String(), "/"), nil
+	// As given (a scheme added): it keys the saved channel
+	// (channels.json), which an earlier start may have saved.
+	return strings.TrimRight(raw, "/"), nil
 }
 
 // builtinPublic checks --public-url: the address where something this

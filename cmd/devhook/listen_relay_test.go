@@ -22,7 +22,7 @@ func TestRelayURLs(t *testing.T) {
 		"relay.example.com:8443":            "https://relay.example.com:8443",
 		"10.0.0.5:4041/team/":               "https://10.0.0.5:4041/team",
 		"http://10.0.0.5:4041":              "http://10.0.0.5:4041",
-		"HTTPS://Relay.Example.com/":        "https://Relay.Example.com",
+		"HTTPS://Relay.Example.com/":        "HTTPS://Relay.Example.com",
 		" https://relay.example.com/base/ ": "https://relay.example.com/base",
 	} {
 		got, others, err := relayURLs(given)
