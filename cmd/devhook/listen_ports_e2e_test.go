@@ -65,11 +65,13 @@ func TestListen_SecondListenSaysWhatHoldsItsPorts(t *testing.T) {
 	t.Setenv("HOME", home) // the first listen's data: ~/.devhook
 	recv := httptest.NewServer(receiver.New(receiver.Config{Secret: secret}))
 	defer recv.Close()
-	relayAddr, inspectAddr := closedAddr(t), closedAddr(t)
-	ports := []string{"--relay-addr", relayAddr, "--inspect", inspectAddr}
-	first := startProc(t, append([]string{"listen", "--json", "--forward", recv.URL}, ports...)...)
+	// The first takes any free ports; the others are given the same.
+	first := startProc(t, "listen", "--json", "--forward", recv.URL, "--relay-addr", "127.0.0.1:0", "--inspect", "127.0.0.1:0")
 	ready := first.nextJSON(t, "ready")
 	pub := ready["public_url"].(string)
+	relayAddr := strings.TrimPrefix(pub[:strings.Index(pub, "/c/")], "http://")
+	inspectAddr := strings.TrimPrefix(ready["inspector_url"].(string), "http://")
+	ports := []string{"--relay-addr", relayAddr, "--inspect", inspectAddr}
 
 	// Another data directory: both ports, the first listen, the ways.
 	other := filepath.Join(t.TempDir(), "other")
