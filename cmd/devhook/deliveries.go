@@ -469,12 +469,12 @@ func newReplayCmd() *cobra.Command {
 		Short: "Send a recorded delivery to the receiver again and record the attempt",
 		Example: `  devhook replay ID
   devhook replay ID --to http://localhost:9090 --no-resign`,
-		Long: `Replay sends a recorded delivery again: through the devhook listen recording in --data
-when one runs (found by itself; --inspect ADDR names one by its inspector), else directly
-from the data directory. ID is a whole delivery id or its start, when only one id starts so. By default it is re-signed with a fresh t when the secret is known, so
-the receiver's 5-minute window accepts it; without a known secret the original signature
-is sent as is. --to URL sends it elsewhere: the delivery's path and query are appended to
-URL, as to a --forward target.
+		Long: `Replay sends a recorded delivery again (ID: its id, or a start only it has): through the
+devhook listen recording in --data when one runs (found by itself; --inspect ADDR names one by
+its inspector), else directly from the data directory. By default it is re-signed with a fresh
+t when the secret is known, so the receiver's 5-minute window accepts it; without a known
+secret the original signature is sent as is. --to URL sends it elsewhere: the delivery's path
+and query are appended to URL, as to a --forward target.
 
 Exit status: 0 when the receiver answered 2xx, 1 otherwise (another status, no answer).`,
 		Args: cobra.ExactArgs(1),
