@@ -168,7 +168,10 @@ func portsMessage(taken []portInUse, other running.Listen, found bool, data stri
 	if inspectTaken {
 		inspect = " --inspect " + free
 	}
-	if found && relayTaken {
+	// A built-in relay made public (--public-url) opens channels for its
+	// own listen alone: not offered.
+	public := found && other.PublicURL != "" && other.RelayURL != "" && !strings.HasPrefix(other.PublicURL, other.RelayURL+"/")
+	if found && relayTaken && !public {
 		relayURL := other.RelayURL
 		if relayURL == "" {
 			relayURL = "http://" + taken[0].addr

@@ -67,3 +67,17 @@ func TestPortsMessage_NoListenFound(t *testing.T) {
 		t.Errorf("offers what does not apply:\n%s", msg)
 	}
 }
+
+// A listen whose built-in relay is public through a tunnel opens
+// channels for itself alone: sharing it is not offered.
+func TestPortsMessage_PublicRelayNotOffered(t *testing.T) {
+	taken := []portInUse{{"127.0.0.1:4041", "--relay-addr", "the built-in relay"}}
+	other := running.Listen{PID: 7, Data: "/a", RelayURL: "http://127.0.0.1:4041", PublicURL: "https://jane.tunnel.example/c/x"}
+	if msg := portsMessage(taken, other, true, "/b"); strings.Contains(msg, "share its relay") || !strings.Contains(msg, "--relay-addr 127.0.0.1:0") {
+		t.Errorf("a public built-in relay:\n%s", msg)
+	}
+	other.PublicURL = "http://127.0.0.1:4041/c/x"
+	if msg := portsMessage(taken, other, true, "/b"); !strings.Contains(msg, "share its relay:  --relay http://127.0.0.1:4041") {
+		t.Errorf("a local built-in relay:\n%s", msg)
+	}
+}
