@@ -109,6 +109,12 @@ func edited(d *devhook.Delivery, edit *devhook.Request, resign bool) bool {
 // and returns the attempt unrecorded.
 func (a *Agent) record(d *devhook.Delivery, at devhook.Attempt) *devhook.Attempt {
 	rec, err := a.cfg.Store.AddAttempt(d.ID, at)
+	if devhook.ErrorCode(err) == devhook.ENOTFOUND {
+		// Deleted while it was forwarded: the store is fine, and
+		// there is nothing to record the attempt in.
+		a.cfg.Logf("delivery %s: the receiver got it (%s) after it was deleted; the attempt is not recorded", d.ID, outcome(&at))
+		return &at
+	}
 	if err != nil {
 		// The receiver has had it: say so, and carry on without the
 		// record of this attempt.

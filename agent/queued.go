@@ -118,6 +118,12 @@ func (a *Agent) hold(work, held context.Context, d *devhook.Delivery, res *proce
 			}
 		case holdAttempt:
 			rec, err := a.cfg.Store.AddAttempt(d.ID, *res.Attempt)
+			if devhook.ErrorCode(err) == devhook.ENOTFOUND {
+				// Deleted meanwhile: nothing to hold it for.
+				release()
+				res.hold = 0
+				continue
+			}
 			if err != nil {
 				a.storeFailed(err)
 				continue

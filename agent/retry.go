@@ -79,6 +79,9 @@ type owedEntry struct {
 	// reserved: owed behind an earlier delivery of its run, its state not
 	// yet recorded (oweBehind); not tried until it is.
 	reserved bool
+	// forgotten: the delivery was deleted (Forget); a retry under way
+	// when it was ends there.
+	forgotten bool
 }
 
 // retrier holds the owed deliveries. Its lock is never taken on the path
@@ -174,6 +177,13 @@ func (r *retrier) unreserve(id string) {
 
 func (r *retrier) remove(id string, failed bool) {
 	r.mu.Lock()
+	r.removeLocked(id, failed)
+	r.mu.Unlock()
+	r.poke()
+}
+
+// removeLocked is remove with r.mu held.
+func (r *retrier) removeLocked(id string, failed bool) {
 	if e := r.byID[id]; e != nil {
 		if e.refused {
 			r.refused.Add(-1)
@@ -189,13 +199,42 @@ func (r *retrier) remove(id string, failed bool) {
 	if failed {
 		r.failed++
 	}
+}
+
+// forget drops the entries of ids, deleted, and makes failed the count of
+// deliveries given up that the store still has. It reports whether an
+// entry was dropped.
+func (r *retrier) forget(ids []string, failed int) bool {
+	r.mu.Lock()
+	dropped := false
+	for _, id := range ids {
+		if e := r.byID[id]; e != nil {
+			e.forgotten = true
+			r.removeLocked(id, false)
+			dropped = true
+		}
+	}
+	changed := dropped || r.failed != failed
+	r.failed = failed
 	r.mu.Unlock()
 	r.poke()
+	return changed
+}
+
+// isForgotten reports whether e's delivery was deleted.
+func (r *retrier) isForgotten(e *owedEntry) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return e.forgotten
 }
 
 // reschedule sets the next try of e after one that failed.
 func (r *retrier) reschedule(e *owedEntry, next time.Time, refused bool) {
 	r.mu.Lock()
+	if e.forgotten {
+		r.mu.Unlock()
+		return
+	}
 	if e.refused != refused {
 		if refused {
 			r.refused.Add(1)
@@ -297,6 +336,26 @@ func (a *Agent) resume() {
 	}
 	if owed > 0 {
 		a.cfg.Logf("%d deliveries are owed to the receiver since an earlier run; retrying them", owed)
+	}
+}
+
+// Forget stops the retries of deliveries ids, which were deleted from the
+// store with their retry states: a retry under way ends with its forward,
+// neither recorded nor followed by another; the health's counts of owed
+// and given-up deliveries follow.
+func (a *Agent) Forget(ids []string) {
+	failed := 0
+	if _, states, err := a.cfg.Store.AllRetries(); err == nil {
+		for _, st := range states {
+			if st.State == devhook.RetryFailed {
+				failed++
+			}
+		}
+	} else {
+		_, failed = a.owed.counts()
+	}
+	if a.owed.forget(ids, failed) {
+		a.publishHealth()
 	}
 }
 
@@ -448,7 +507,10 @@ func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
 	d, err := a.cfg.Store.Delivery(e.id)
 	if err != nil {
 		if devhook.ErrorCode(err) == devhook.ENOTFOUND {
-			a.cfg.Logf("delivery %s, owed to the receiver, is no longer recorded (removed by retention); no more retries", e.id)
+			if a.owed.isForgotten(e) {
+				return // deleted: Forget said so
+			}
+			a.cfg.Logf("delivery %s, owed to the receiver, is no longer recorded (deleted, or removed by retention); no more retries", e.id)
 			_ = a.cfg.Store.DeleteRetry(e.id)
 			a.owed.remove(e.id, false)
 			a.publishHealth()
@@ -467,6 +529,9 @@ func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
 		}
 	}
 	rec := a.record(d, at)
+	if a.owed.isForgotten(e) {
+		return // deleted while it was forwarded: nothing follows
+	}
 	tries++ // this one
 	now := a.cfg.Now()
 	if !retryable(rec) {

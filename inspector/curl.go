@@ -14,7 +14,7 @@ import (
 // the first forward target (or ?to=) as it arrived: export.CurlCommand,
 // the command devhook deliveries export --format curl writes for it.
 func (s *Server) handleCurl(w http.ResponseWriter, r *http.Request) {
-	d, err := s.cfg.Store.Delivery(r.PathValue("id"))
+	d, err := s.delivery(r.PathValue("id"))
 	if err != nil {
 		s.fail(w, r, err)
 		return

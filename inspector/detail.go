@@ -44,7 +44,7 @@ type AttemptView struct {
 }
 
 func (s *Server) handleDelivery(w http.ResponseWriter, r *http.Request) {
-	d, err := s.cfg.Store.Delivery(r.PathValue("id"))
+	d, err := s.delivery(r.PathValue("id"))
 	if err != nil {
 		s.fail(w, r, err)
 		return

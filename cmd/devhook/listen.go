@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -121,7 +120,7 @@ webhook's secret instead, and with --update-url points it here until exit.`,
 	}
 	f := cmd.Flags()
 	f.StringArrayVar(&o.forward, "forward", nil, "receiver to forward to (host:port or URL); repeat for more, the first one answers")
-	f.StringVar(&o.relayURL, "relay", "", "relay URL (default: a relay inside this process, local only); several, comma-separated, for instances of one relay cluster: the next is tried when one cannot be reached")
+	f.StringVar(&o.relayURL, "relay", "", "relay URL, or host:port (http:// for this machine, https:// for another) (default: a relay inside this process, local only); several, comma-separated, for instances of one relay cluster: the next is tried when one cannot be reached")
 	f.StringVar(&o.relayToken, "relay-token", "", "token the relay requires to open a channel (or DEVHOOK_RELAY_TOKEN)")
 	f.StringVar(&o.relayAddr, "relay-addr", "127.0.0.1:4041", "address of the built-in relay (without --relay)")
 	f.StringVar(&o.publicURL, "public-url", "", "the built-in relay's public URL: an address that a tunnel you already run forwards to --relay-addr (see docs/LISTEN.md)")
@@ -191,6 +190,9 @@ func (o *listenOptions) run(ctx context.Context) error {
 		return err
 	}
 	if o.network, err = o.relayNetwork(); err != nil {
+		return err
+	}
+	if err := o.checkPorts(ctx); err != nil {
 		return err
 	}
 	// Stopped in the reverse order of adding: the announcement (the
@@ -433,15 +435,9 @@ type listenRelay struct {
 // --relay, starts a relay inside this process on --relay-addr.
 func (o *listenOptions) startRelay(g *lifecycle.Group) (listenRelay, error) {
 	var rl listenRelay
-	for _, u := range strings.Split(o.relayURL, ",") {
-		if u = strings.TrimRight(strings.TrimSpace(u), "/"); u == "" {
-			continue
-		}
-		if rl.url == "" {
-			rl.url = u
-		} else {
-			rl.fallbacks = append(rl.fallbacks, u)
-		}
+	var err error
+	if rl.url, rl.fallbacks, err = relayURLs(o.relayURL); err != nil {
+		return rl, err
 	}
 	rl.key = rl.url
 	public, err := o.builtinPublic()
@@ -487,7 +483,7 @@ func (o *listenOptions) startInspector(g *lifecycle.Group, db deliveryStore, ag 
 		allowed = append(allowed, host)
 	}
 	insp, err := inspector.New(inspector.Config{
-		Store: db, Replayer: ag, AllowedHosts: allowed, Health: ag.Health, Settings: settings,
+		Store: db, Replayer: ag, AllowedHosts: allowed, Health: ag.Health, Settings: settings, Deleted: ag.Forget,
 	})
 	if err != nil {
 		return nil, "", err

@@ -177,3 +177,23 @@ export function onDetailChange(c) {
     D.reload = setTimeout(() => loadDetail(D), 150);
   }
 }
+
+// onDetailDeleted says so when the delivery on screen was deleted; a
+// deletion too large to name loads it again, which says so if it went.
+export function onDetailDeleted(c) {
+  const D = state.detail;
+  if (!D || D.deleted) return;
+  const id = D.data ? D.data.id : D.id;
+  if (c.reload) {
+    loadDetail(D);
+    return;
+  }
+  if (!(c.deleted || []).includes(id)) return;
+  D.deleted = true;
+  clearTimeout(D.reload);
+  const view = clear($('#view'));
+  view.appendChild(h('div', { class: 'panel', id: 'deleted-note' },
+    h('h2', null, 'Deleted'),
+    h('p', null, 'Delivery ', h('span', { class: 'mono' }, id), ' was deleted.'),
+    h('p', null, h('a', { href: '#/' }, '← back to deliveries'))));
+}
