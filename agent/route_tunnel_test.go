@@ -43,7 +43,7 @@ func TestRoutesTakeDeliveriesToTheirReceivers(t *testing.T) {
 		{"/b", `{}`, nil, 201, 1},
 		{"/x", `{"data":{"items":[{"kind":"a"},{"kind":"c"}]}}`, http.Header{"X-Env": {"test"}}, 200, 2},
 		{"/x", `{"data":{"items":[{"kind":"a"},{"kind":"c"}]}}`, nil, 200, 0}, // the header does not hold
-		{"/b/drop", `{}`, http.Header{"X-Drop": {"yes"}}, 201, 1},              // route 1 comes first
+		{"/b/drop", `{}`, http.Header{"X-Drop": {"yes"}}, 201, 1},             // route 1 comes first
 		{"/x", `{}`, http.Header{"X-Drop": {"yes"}}, 202, 3},
 		{"/other", `{}`, nil, 200, 0},
 	}
