@@ -9,6 +9,7 @@ package agent
 // says; acks.go sends the answer back through the relay.
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -217,14 +218,17 @@ func dropAnswer(id string, rt *devhook.Route) (int, http.Header, []byte) {
 	if rt != nil {
 		index, route = rt.Index, rt.Text
 	}
-	body, _ := json.Marshal(struct {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // the route's "->" as written
+	enc.Encode(struct {
 		Dropped bool   `json:"dropped"`
 		ID      string `json:"id"`
 		Route   int    `json:"route"`
 		Text    string `json:"route_text"`
 		Reason  string `json:"reason"`
 	}{true, id, index, route, "devhook dropped this delivery by route " + strconv.Itoa(index) + " (" + route + "): recorded, not forwarded"})
-	return http.StatusAccepted, http.Header{"Content-Type": {"application/json"}, devhook.AnswerHeader: {"agent"}}, append(body, '\n')
+	return http.StatusAccepted, http.Header{"Content-Type": {"application/json"}, devhook.AnswerHeader: {"agent"}}, b.Bytes()
 }
 
 func text(code int, msg string) (int, http.Header, []byte) {
