@@ -13,11 +13,11 @@ type SettingsView struct {
 	// Forward.
 	Routes          []devhook.Route `json:"routes"`
 	RelayURL        string          `json:"relay_url"`
-	PublicURL       string   `json:"public_url"`
-	Channel         string   `json:"channel"`
-	SecretKnown     bool     `json:"secret_known"`
-	Verify          string   `json:"verify"`
-	ReplayAvailable bool     `json:"replay_available"`
+	PublicURL       string          `json:"public_url"`
+	Channel         string          `json:"channel"`
+	SecretKnown     bool            `json:"secret_known"`
+	Verify          string          `json:"verify"`
+	ReplayAvailable bool            `json:"replay_available"`
 	// Data is the data directory whose store this inspector serves.
 	Data string `json:"data,omitempty"`
 }

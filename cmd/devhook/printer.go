@@ -30,12 +30,12 @@ type readyInfo struct {
 	Channel      string   `json:"channel"`
 	Forward      []string `json:"forward"`
 	// Routes are listen's routes, in order (--route, --routes).
-	Routes []devhook.Route `json:"routes,omitempty"`
-	Local  bool            `json:"local_only"`
-	SecretKnown  bool     `json:"secret_known"`
-	Verify       string   `json:"verify"`
-	Data         string   `json:"data"`
-	Webhook      string   `json:"webhook,omitempty"`
+	Routes      []devhook.Route `json:"routes,omitempty"`
+	Local       bool            `json:"local_only"`
+	SecretKnown bool            `json:"secret_known"`
+	Verify      string          `json:"verify"`
+	Data        string          `json:"data"`
+	Webhook     string          `json:"webhook,omitempty"`
 	// Secret is the webhook's signing secret, fetched from the service
 	// (--register, --webhook), for the receiver; "" with --secret.
 	Secret      string `json:"secret,omitempty"`
@@ -369,12 +369,12 @@ func (p *printer) retried(r agent.Result) {
 	after := at.StartedAt.Sub(r.Since)
 	if p.json {
 		p.emit(struct {
-			Event    string  `json:"event"`
-			ID       string  `json:"id"`
-			Method   string  `json:"method"`
-			Path     string  `json:"path"`
-			Status   int     `json:"status"`
-			Duration float64 `json:"duration_ms"`
+			Event    string         `json:"event"`
+			ID       string         `json:"id"`
+			Method   string         `json:"method"`
+			Path     string         `json:"path"`
+			Status   int            `json:"status"`
+			Duration float64        `json:"duration_ms"`
 			Retry    int            `json:"retry"`
 			AfterMS  int64          `json:"after_ms"`
 			Error    string         `json:"error,omitempty"`
@@ -395,14 +395,14 @@ func (p *printer) replayed(r agent.Result) {
 	adv, shown := p.advice(d, at)
 	if p.json {
 		p.emit(struct {
-			Event    string  `json:"event"`
-			ID       string  `json:"id"`
-			Seq      int     `json:"seq"`
-			Target   string  `json:"target"`
-			Status   int     `json:"status"`
-			Duration float64 `json:"duration_ms"`
-			Made     string  `json:"made,omitempty"`
-			Resigned bool    `json:"resigned,omitempty"`
+			Event    string         `json:"event"`
+			ID       string         `json:"id"`
+			Seq      int            `json:"seq"`
+			Target   string         `json:"target"`
+			Status   int            `json:"status"`
+			Duration float64        `json:"duration_ms"`
+			Made     string         `json:"made,omitempty"`
+			Resigned bool           `json:"resigned,omitempty"`
 			Error    string         `json:"error,omitempty"`
 			Hint     string         `json:"hint,omitempty"`
 			Route    *devhook.Route `json:"route,omitempty"`
@@ -439,11 +439,11 @@ func (p *printer) gaveUp(r agent.Result) {
 	msg := "gave up on delivery " + d.ID + " " + strings.TrimPrefix(r.Error, "gave up ")
 	if p.json {
 		p.emit(struct {
-			Event   string `json:"event"`
-			ID      string `json:"id"`
-			Method  string `json:"method"`
-			Path    string `json:"path"`
-			Status  int    `json:"status"`
+			Event   string         `json:"event"`
+			ID      string         `json:"id"`
+			Method  string         `json:"method"`
+			Path    string         `json:"path"`
+			Status  int            `json:"status"`
 			Error   string         `json:"error"`
 			Message string         `json:"message"`
 			Route   *devhook.Route `json:"route,omitempty"`
