@@ -268,3 +268,63 @@ func TestRouteDownReceiverHoldsUpNoOther(t *testing.T) {
 	}
 	eventually(t, "the queued one owed", func() bool { return len(retryStates(t, tn.db)) == 1 })
 }
+
+// A delivery owed to a route's receiver that refuses connections goes as
+// soon as that receiver listens again: its port is probed, not only the
+// --forward target's, whatever the wait before its next retry.
+func TestRouteOwedGoesWhenItsReceiverListens(t *testing.T) {
+	_, a := newRecorder(t)
+	addr := downAddr(t)
+	tn := newTunnel(t, a.URL, func(cfg *agent.Config) {
+		cfg.RetryMinBackoff = time.Hour // only the probe can wake it in time
+		cfg.RetryMaxBackoff = time.Hour
+		cfg.Routes = mustRoutes(t, "path:/b/** -> http://"+addr)
+	})
+	body := []byte(`{"n":1}`)
+	if resp, _ := tn.post("/b/x", body, signed(body)); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("queued: %s", resp.Status)
+	}
+	tn.startAgent()
+	eventually(t, "owed", func() bool { return len(retryStates(t, tn.db)) == 1 })
+	rec := &recorder{notify: make(chan struct{}, 16)}
+	serveAt(t, addr, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec.mu.Lock()
+		rec.got = append(rec.got, seen{Method: r.Method, RequestURI: r.RequestURI})
+		rec.mu.Unlock()
+		rec.notify <- struct{}{}
+	}))
+	if got := rec.waitFor(t, 1); got[0].RequestURI != "/b/x" {
+		t.Fatalf("route 1's receiver got %+v", got)
+	}
+	eventually(t, "nothing owed", func() bool { return len(retryStates(t, tn.db)) == 0 })
+}
+
+// A dropped delivery that comes again (its ack was lost) is answered from
+// the record: no second drop, no retry.
+func TestDroppedRedeliveryAnsweredFromTheRecord(t *testing.T) {
+	rec, recv := newRecorder(t)
+	tn := newTunnel(t, recv.URL, func(cfg *agent.Config) { cfg.Routes = mustRoutes(t, "path:/noise/** -> drop") })
+	resp, _ := tn.post("/noise/1", []byte("x"), nil)
+	id := resp.Header.Get("Devhook-Delivery")
+	queued, err := tn.relayDB.Queued(tn.creds.Channel, "", 10)
+	if err != nil || len(queued) != 1 {
+		t.Fatalf("queue: %v %d", err, len(queued))
+	}
+	// As if an earlier agent had dropped it and died before its ack.
+	if _, err := tn.db.PutDelivery(queued[0]); err != nil {
+		t.Fatal(err)
+	}
+	rt := agent.NewRouter(tn.cfg.Routes).Match("/noise/1", nil, nil)
+	if _, err := tn.db.AddAttempt(id, devhook.Attempt{Kind: devhook.AttemptDrop, Target: devhook.RouteDrop, Route: rt}); err != nil {
+		t.Fatal(err)
+	}
+	tn.startAgent()
+	waitQueueEmpty(t, tn.relayDB, tn.creds.Channel)
+	tn.waitResults(1)
+	if r := tn.resultsCopy()[0]; !r.Duplicate || r.Status != http.StatusAccepted || r.Owed {
+		t.Fatalf("result %+v, want a duplicate answered 202, not owed", r)
+	}
+	if d := mustDelivery(t, tn, id); len(d.Attempts) != 1 || len(retryStates(t, tn.db)) != 0 || len(rec.requests()) != 0 {
+		t.Fatalf("attempts %+v, retry states %v, receiver %d", d.Attempts, retryStates(t, tn.db), len(rec.requests()))
+	}
+}
