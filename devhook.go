@@ -315,6 +315,10 @@ type Summary struct {
 	// when it gave up. The store does not keep it in the row: the
 	// inspector and the agent fill it.
 	Retry *RetryState `json:"retry,omitempty"`
+	// Route is the route that took the delivery (listen --route), nil
+	// without routes. Not in the row either: Summarize copies the
+	// delivery's, the inspector fills it from the attempts.
+	Route *Route `json:"route,omitempty"`
 }
 
 // Summarize returns the list row of d.
@@ -322,7 +326,7 @@ func (d *Delivery) Summarize() Summary {
 	s := Summary{
 		ID: d.ID, ReceivedAt: d.ReceivedAt, Method: d.Method, Path: d.Path, RawQuery: d.RawQuery,
 		Verdict: d.Verdict.Result, Event: d.Event, BodySize: len(d.Body), Queued: d.Queued,
-		Attempts: len(d.Attempts),
+		Attempts: len(d.Attempts), Route: d.Route,
 	}
 	if a := d.LastAttempt(); a != nil {
 		s.Status, s.Duration, s.Error = a.Status, a.Duration, a.Error

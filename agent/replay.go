@@ -15,6 +15,7 @@ func (a *Agent) Replay(ctx context.Context, id string, opt devhook.ReplayOptions
 	if err != nil {
 		return devhook.Attempt{}, err
 	}
+	d.Route = d.ArrivalRoute() // for live views
 	resign := a.SecretKnown()
 	if opt.Resign != nil {
 		resign = *opt.Resign

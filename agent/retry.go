@@ -497,6 +497,7 @@ func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
 		a.owed.reschedule(e, a.cfg.Now().Add(a.retryWait(0)), e.refused)
 		return
 	}
+	d.Route = e.route // for live views
 	at := a.forward(ctx, d, a.retryTarget(e), devhook.AttemptRetry, d.Verdict.OK() && a.getSecret() != "", nil, "")
 	at.Route = e.route
 	tries := 0 // the first forward and the retries before this one; none for one owed behind another

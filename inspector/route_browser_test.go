@@ -76,7 +76,13 @@ func TestRoutesInBrowser(t *testing.T) {
 		chromedp.Navigate(hs.URL+"/#/"),
 		inspectortest.WaitCount("#deliveries tbody tr", 3),
 		inspectortest.WaitText("#routes-count", "2 routes"),
+		inspectortest.WaitText(`#deliveries tr[data-id="`+viaRoute.ID+`"] .chip.route[data-route="1"]`, "route 1"),
+		inspectortest.WaitText(`#deliveries tr[data-id="`+dropped.ID+`"] .chip.route[data-route="2"]`, "dropped by route 2"),
 	)
+	if n := inspectortest.Eval[int](t, tab, `document.querySelectorAll("#deliveries .chip.route").length`); n != 2 {
+		t.Errorf("%d route chips in the list, want 2: none for the delivery no route took", n)
+	}
+	tab.Screenshot(t, "inspector-route-list")
 
 	t.Run("a delivery a route took, and its replay", func(t *testing.T) {
 		tab.Run(t,

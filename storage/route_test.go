@@ -91,3 +91,94 @@ func TestAttemptRoute(t *testing.T) {
 	db = MustOpenPath(t, path, storage.Config{})
 	check("after a restart")
 }
+
+// Routes reads the route that took each delivery from its attempts, for
+// the list: the first attempt that is not a replay and has one, whether
+// the journal or bbolt holds it; none for a delivery without.
+func TestRoutes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	db := MustOpenPath(t, path, storage.Config{})
+	r1 := &devhook.Route{Index: 1, Text: "path:/a/** -> :1", Target: "http://localhost:1"}
+	r2 := &devhook.Route{Index: 2, Text: "header:X=y -> drop", Target: devhook.RouteDrop}
+	def := &devhook.Route{Index: 0, Text: devhook.RouteDefault}
+	ds := []*devhook.Delivery{newDelivery(1), newDelivery(2), newDelivery(3), newDelivery(4)}
+	mustPut(t, db, ds...)
+	add := func(d *devhook.Delivery, kind string, rt *devhook.Route) {
+		t.Helper()
+		at := newAttempt(1)
+		at.Kind, at.Route = kind, rt
+		if _, err := db.AddAttempt(d.ID, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add(ds[0], devhook.AttemptForward, r1)
+	add(ds[0], devhook.AttemptRetry, r2) // a later attempt's route is not the one that took it
+	add(ds[1], devhook.AttemptReplay, r1)
+	add(ds[1], devhook.AttemptDrop, r2) // a replay first (owed behind another, say), then the drop
+	add(ds[2], devhook.AttemptForward, def)
+	add(ds[3], devhook.AttemptForward, nil)
+	want := map[string]devhook.Route{ds[0].ID: *r1, ds[1].ID: *r2, ds[2].ID: *def}
+	ids := []string{ds[0].ID, ds[1].ID, ds[2].ID, ds[3].ID, "unknown", ""}
+	check := func(when string) {
+		t.Helper()
+		got, err := db.Routes(ids)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: Routes = %+v, %v; want %+v", when, got, err, want)
+		}
+	}
+	check("in the journal or bbolt")
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = MustOpenPath(t, path, storage.Config{})
+	check("after a restart")
+	add(ds[3], devhook.AttemptRedelivery, r1) // a second forward, say after an attempt of an older devhook
+	want[ds[3].ID] = *r1
+	check("with one attempt more, pending")
+}
+
+// BenchmarkRoutes is what the list's routes cost: a page of 50 deliveries,
+// each with a routed forward, beside the list itself (List) and the retry
+// states the list reads too (Retries).
+func BenchmarkRoutes(b *testing.B) {
+	db := MustOpenDB(b, storage.Config{MaxDeliveries: -1, MaxAge: -1})
+	rt := &devhook.Route{Index: 2, Text: "path:/hook/** -> localhost:9001", Target: "http://localhost:9001"}
+	var ids []string
+	for i := range 50 {
+		d := newDelivery(i + 1)
+		mustPut(b, db, d)
+		at := newAttempt(1)
+		at.Route = rt
+		if _, err := db.AddAttempt(d.ID, at); err != nil {
+			b.Fatal(err)
+		}
+		ids = append(ids, d.ID)
+	}
+	if err := db.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("Routes", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if rs, err := db.Routes(ids); err != nil || len(rs) != 50 {
+				b.Fatal(len(rs), err)
+			}
+		}
+	})
+	b.Run("Retries", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := db.Retries(ids); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("List", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if s, err := db.List(devhook.Filter{Limit: 50}); err != nil || len(s) != 50 {
+				b.Fatal(len(s), err)
+			}
+		}
+	})
+}

@@ -311,8 +311,12 @@ func (p *printer) humanLine(r agent.Result) []byte {
 // delivery.
 func dropped(a *devhook.Attempt) bool { return a != nil && a.Kind == devhook.AttemptDrop }
 
-// resultRoute is the route that took r's delivery, or nil without routes.
+// resultRoute is the route that took r's delivery, or nil without routes
+// (and for a delivery refused by --verify enforce, which none took).
 func resultRoute(r agent.Result) *devhook.Route {
+	if r.Rejected {
+		return nil
+	}
 	if r.Delivery.Route != nil {
 		return r.Delivery.Route
 	}

@@ -5,7 +5,7 @@
 import { getDelivery, bodyURL, attemptBodyURL } from '../api.js';
 import { h, clear, $, showError } from '../dom.js';
 import { fmtTime, fmtMs, pathText, signedAge } from '../format.js';
-import { VERDICTS, verdictBadge, statusBadge, retryChip, stepChip, runLink } from '../badges.js';
+import { VERDICTS, verdictBadge, statusBadge, retryChip, stepChip, runLink, routeChip } from '../badges.js';
 import { bodyViewer, headerTable } from '../body.js';
 import { runHref } from '../routes.js';
 import { state } from '../state.js';
@@ -95,18 +95,8 @@ function drawDetail(D, highlightSeq) {
 }
 
 // routeName is "route N", or "no route" for the default (index 0).
-export function routeName(r) {
+function routeName(r) {
   return r && r.index ? 'route ' + r.index : 'no route';
-}
-
-// routeChip names the route (listen --route) that took a delivery or chose
-// an attempt's target; its text shows on hover.
-export function routeChip(r) {
-  const drop = r.target === 'drop';
-  return h('span', {
-    class: 'chip route' + (drop ? ' route-drop' : ''), 'data-route': String(r.index),
-    title: r.index ? 'route ' + r.index + ': ' + r.text : 'no route matched: the --forward targets',
-  }, r.index ? (drop ? 'dropped by route ' + r.index : 'route ' + r.index) : 'default');
 }
 
 // routeText is what a route says, for the facts.
