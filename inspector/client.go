@@ -59,6 +59,11 @@ func (c *Client) Delivery(ctx context.Context, id string) (*devhook.Delivery, er
 	if err := c.do(ctx, http.MethodGet, "/api/deliveries/"+url.PathEscape(id), nil, &d); err != nil {
 		return nil, err
 	}
+	if lossy(&d) { // bytes JSON cannot hold (request.go)
+		if err := c.restoreRequest(ctx, &d); err != nil {
+			return nil, err
+		}
+	}
 	return &d, nil
 }
 

@@ -10,6 +10,7 @@
 //	GET  /api/deliveries/{id}/body           the request body, raw, as a download
 //	GET  /api/deliveries/{id}/attempts/{seq}/body   an attempt's response body, raw, as a download
 //	GET  /api/deliveries/{id}/curl           the delivery as a curl command (text/plain); ?to= overrides the target
+//	GET  /api/deliveries/{id}/request        method, path, query and headers as they arrived, in base64 (request.go)
 //	POST /api/deliveries/{id}/replay         {"resign":bool?,"to":"","header":{...}?,"body_text":"..."?,"body_base64":"..."?} → Attempt
 //	GET  /api/runs                           recent runs: {"items":[{run_id, deliveries, last_status_v2, last_received_at}]}
 //	GET  /api/runs/{run_id}                  a run's deliveries oldest first, with a timeline analysis
@@ -199,6 +200,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /api/deliveries/{id}/body", s.handleRequestBody)
 	mux.HandleFunc("GET /api/deliveries/{id}/attempts/{seq}/body", s.handleAttemptBody)
 	mux.HandleFunc("GET /api/deliveries/{id}/curl", s.handleCurl)
+	mux.HandleFunc("GET /api/deliveries/{id}/request", s.handleRawRequest)
 	mux.HandleFunc("POST /api/deliveries/{id}/replay", s.handleReplay)
 	mux.HandleFunc("GET /api/runs", s.handleRuns)
 	mux.HandleFunc("GET /api/runs/{run_id}", s.handleRun)

@@ -74,7 +74,7 @@ func postRaw(t *testing.T, addr, path string, body []byte, extra ...string) *htt
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(10 * time.Second))
+	c.SetDeadline(time.Now().Add(2 * time.Minute)) // a 10 MiB body on a busy machine, under -race
 	h := strings.Join(append([]string{"Host: relay"}, extra...), "\r\n")
 	go fmt.Fprintf(c, "POST %s HTTP/1.1\r\n%s\r\nContent-Length: %d\r\n\r\n%s", path, h, len(body), body)
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -89,11 +89,14 @@ func postRaw(t *testing.T, addr, path string, body []byte, extra ...string) *htt
 // 16 connections over 4 channels that declare 8 MiB, send 10 bytes and
 // stall hold 160 bytes of the in-flight budgets, not 128 MiB: honest
 // deliveries to those channels and to others go through, up to the
-// largest body.
+// largest body. The stalled senders are not cut here (no stall bound, a
+// body timeout longer than the test however slow the machine): what they
+// hold is what is looked at; TestHostile_StalledSendersCut cuts them.
 func TestHostile_StalledSendersHoldWhatTheySent(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
-			r := newIngressRelay(t, testRelay{plain: m.plain}) // the relay's defaults: 10 MiB bodies, 32 MiB a channel, 128 MiB in all
+			// The relay's budgets: 10 MiB bodies, 32 MiB a channel, 128 MiB in all.
+			r := newIngressRelay(t, testRelay{plain: m.plain, cfg: relay.Config{BodyStall: -1, BodyMinRate: -1, BodyTimeout: 10 * time.Minute}})
 			channels := []string{r.cr.Channel}
 			for range 4 {
 				cr, err := r.srv.OpenChannel(nil)
@@ -122,6 +125,307 @@ func TestHostile_StalledSendersHoldWhatTheySent(t *testing.T) {
 				t.Fatalf("channel 0 holds %d bytes after the honest deliveries, want the stalled senders' 40", held)
 			}
 		})
+	}
+}
+
+// sendStalled opens a connection that declares a body of declared bytes
+// for channel, sends sent of them and goes silent. It returns the
+// connection and a time before its last byte left: the relay read that
+// byte after it.
+func sendStalled(t *testing.T, addr, channel string, declared, sent int) (net.Conn, time.Time) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(2 * time.Minute))
+	fmt.Fprintf(c, "POST /c/%s/hook HTTP/1.1\r\nHost: relay\r\nContent-Length: %d\r\n\r\n", channel, declared)
+	if _, err := c.Write(bytes.Repeat([]byte("s"), sent-1)); err != nil {
+		t.Fatalf("a stalled sender's first bytes: %v", err)
+	}
+	before := time.Now()
+	if _, err := c.Write([]byte("s")); err != nil {
+		t.Fatalf("a stalled sender's last byte: %v", err)
+	}
+	return c, before
+}
+
+// cutAnswer reads the answer of a sender the relay cuts, and how long
+// after since it came.
+func cutAnswer(t *testing.T, c net.Conn, since time.Time) (*http.Response, string, time.Duration) {
+	t.Helper()
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer to a sender that stalled, %s after its last byte: %v", time.Since(since), err)
+	}
+	took := time.Since(since)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b), took
+}
+
+// The 16 senders that send 2 MiB of a larger body into one
+// channel (its whole 32 MiB budget) and go silent are each answered 408
+// once no byte came for the stall bound (--body-stall), long before the
+// body timeout: the bytes they held are given back, and an honest
+// delivery to the channel gets its answer. Before, they held the
+// channel (429) until the body timeout.
+func TestHostile_StalledSendersCut(t *testing.T) {
+	const stall = 2 * time.Second
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			// A body timeout the test would see: the stall bound is what cuts.
+			r := newIngressRelay(t, testRelay{plain: m.plain, cfg: relay.Config{BodyStall: stall, BodyTimeout: 3 * time.Minute}})
+			type sender struct {
+				c    net.Conn
+				last time.Time
+			}
+			senders := make(chan sender, 16)
+			for range 16 {
+				go func() {
+					c, last := sendStalled(t, r.addr, r.cr.Channel, 4<<20, 2<<20)
+					senders <- sender{c, last}
+				}()
+			}
+			for range 16 {
+				s := <-senders
+				resp, body, took := cutAnswer(t, s.c, s.last)
+				if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(body, "no byte of the body arrived for 2s") {
+					t.Fatalf("a stalled sender got %s %q, want 408 for its stall", resp.Status, body)
+				}
+				if took < stall || took > time.Minute {
+					t.Fatalf("a stalled sender was cut %s after its last byte, want %s (and well before the body timeout)", took, stall)
+				}
+				if !resp.Close {
+					t.Fatalf("408 without Connection: close: %v", resp.Header)
+				}
+			}
+			waitFor(t, "no bytes held", func() bool { _, n := r.srv.Inflight(""); return n == 0 })
+			if resp := postRaw(t, r.addr, "/c/"+r.cr.Channel+"/hook", bytes.Repeat([]byte("h"), 1500)); resp.StatusCode != http.StatusOK {
+				t.Fatalf("an honest delivery after the stalled senders were cut: %s, want 200", resp.Status)
+			}
+		})
+	}
+}
+
+// A sender that sent 1 MiB and then crawls (a byte every half second,
+// never silent for the stall bound) is answered 408 at the end of its
+// first window after the grace that brought less than --body-min-rate;
+// an honest slow sender, well above the minimum and with pauses under
+// the stall bound, is not cut.
+func TestHostile_CrawlingSendersCut(t *testing.T) {
+	const window = 2 * time.Second
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			r := newIngressRelay(t, testRelay{plain: m.plain, cfg: relay.Config{
+				BodyStall: 3 * time.Second, BodyMinRate: 8 << 10, BodyRateWindow: window, BodyTimeout: 3 * time.Minute}})
+			// The crawler.
+			c, err := net.Dial("tcp", r.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+			c.SetDeadline(time.Now().Add(2 * time.Minute))
+			start := time.Now()
+			fmt.Fprintf(c, "POST /c/%s/hook HTTP/1.1\r\nHost: relay\r\nContent-Length: %d\r\n\r\n%s", r.cr.Channel, 4<<20, bytes.Repeat([]byte("c"), 1<<20))
+			stop := make(chan struct{})
+			crawled := make(chan struct{})
+			go func() {
+				defer close(crawled)
+				tick := time.NewTicker(500 * time.Millisecond)
+				defer tick.Stop()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-tick.C:
+						if _, err := c.Write([]byte("c")); err != nil {
+							return
+						}
+					}
+				}
+			}()
+			defer func() { close(stop); <-crawled }()
+			// The honest slow sender: 16 KiB every 100 ms, 20 times the
+			// minimum, 640 KiB in about 4 s.
+			honest := make(chan *http.Response, 1)
+			go func() {
+				pr, pw := io.Pipe()
+				go func() {
+					tick := time.NewTicker(100 * time.Millisecond)
+					defer tick.Stop()
+					for range 40 {
+						<-tick.C
+						if _, err := pw.Write(bytes.Repeat([]byte("h"), 16<<10)); err != nil {
+							return
+						}
+					}
+					pw.Close()
+				}()
+				req, _ := http.NewRequest(http.MethodPost, "http://"+r.addr+"/c/"+r.cr.Channel+"/slow", pr)
+				req.ContentLength = 40 * 16 << 10
+				resp, err := (&http.Client{Timeout: 2 * time.Minute}).Do(req)
+				if err != nil {
+					t.Errorf("the honest slow sender: %v", err)
+					pr.CloseWithError(err)
+					honest <- nil
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				honest <- resp
+			}()
+			resp, body, took := cutAnswer(t, c, start)
+			if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(body, "under the relay's minimum of 8192 bytes/s") {
+				t.Fatalf("the crawler got %s %q, want 408 for its rate", resp.Status, body)
+			}
+			if took < 2*window || took > time.Minute {
+				t.Fatalf("the crawler was cut %s after it started, want after its grace and first window (%s), well before the body timeout", took, 2*window)
+			}
+			if resp := <-honest; resp == nil || resp.StatusCode != http.StatusOK {
+				t.Fatalf("the honest slow sender got %v, want 200", resp)
+			}
+			waitFor(t, "no bytes held", func() bool { _, n := r.srv.Inflight(""); return n == 0 })
+		})
+	}
+}
+
+// A header that trickles in, a byte every 50 ms and never ending, is cut
+// at the header timeout from its first byte, however its bytes keep
+// coming (answered 400, as net/http's server answers, and closed): it
+// never reaches a body, so it holds no byte of the budgets.
+func TestHostile_TricklingHeaderCut(t *testing.T) {
+	const headerTimeout = time.Second
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			r := newIngressRelay(t, testRelay{plain: m.plain, lc: relay.ListenerConfig{ReadHeaderTimeout: headerTimeout}})
+			c, br := r.dial(t)
+			c.SetDeadline(time.Now().Add(2 * time.Minute))
+			start := time.Now()
+			stop := make(chan struct{})
+			trickled := make(chan int)
+			go func() {
+				n := 0
+				defer func() { trickled <- n }()
+				head := []byte("POST /c/" + r.cr.Channel + "/hook HTTP/1.1\r\nHost: relay\r\nX-Pad: ")
+				tick := time.NewTicker(50 * time.Millisecond)
+				defer tick.Stop()
+				for {
+					b := byte('p')
+					if n < len(head) {
+						b = head[n]
+					}
+					if _, err := c.Write([]byte{b}); err != nil {
+						return
+					}
+					n++
+					select {
+					case <-stop:
+						return
+					case <-tick.C:
+					}
+				}
+			}()
+			answer, err := io.ReadAll(br) // until the relay closes the connection
+			took := time.Since(start)
+			close(stop)
+			n := <-trickled
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Fatalf("the trickling header's connection is still open: %v", err)
+			} // else EOF, or a reset: the sender was still writing when it closed
+			if len(answer) > 0 && !bytes.HasPrefix(answer, []byte("HTTP/1.1 400 ")) {
+				t.Fatalf("a header that never ends got %q, want nothing or 400 (as net/http's server answers)", answer)
+			}
+			if took < headerTimeout || took > time.Minute {
+				t.Fatalf("the trickling header was cut after %s (%d bytes), want %s", took, n, headerTimeout)
+			}
+			if _, held := r.srv.Inflight(""); held != 0 {
+				t.Fatalf("a trickling header holds %d bytes of the budgets", held)
+			}
+		})
+	}
+}
+
+// Every request of a kept-alive connection goes through the framing
+// checks of its first: a request with ambiguous framing (or a dot
+// segment) sent as the 2nd or 3rd of a connection, after /healthz, a
+// delivery or a channel API call, is refused with its connection, or
+// never read because the answer before it ended the connection (a
+// request net/http's server answers ends its connection); it never
+// reaches the agent, nor does a request smuggled behind it. Before,
+// a connection handed over to net/http's server by its first request
+// had the rest of its requests parsed by that server alone.
+func TestHostile_KeptAliveRequestsChecked(t *testing.T) {
+	var seen seenBodies
+	r := newIngressRelay(t, testRelay{answer: seen.answer})
+	ch := r.cr.Channel
+	p := "POST /c/" + ch
+	prefixes := map[string][]string{
+		"healthz":          {"GET /healthz HTTP/1.1\r\nHost: relay\r\n\r\n"},
+		"delivery":         {r.post("first")},
+		"open a channel":   {"POST /v1/channels HTTP/1.1\r\nHost: relay\r\nContent-Length: 0\r\n\r\n"},
+		"check a channel":  {"GET /v1/channels/" + ch + " HTTP/1.1\r\nHost: relay\r\nAuthorization: Bearer " + r.cr.Token + "\r\n\r\n"},
+		"metrics":          {"GET /metrics HTTP/1.1\r\nHost: relay\r\n\r\n"},
+		"delivery, twice":  {r.post("first"), r.post("second")},
+		"delivery, health": {r.post("first"), "GET /healthz HTTP/1.1\r\nHost: relay\r\n\r\n"},
+		"delivery, open":   {r.post("first"), "POST /v1/channels HTTP/1.1\r\nHost: relay\r\nContent-Length: 0\r\n\r\n"},
+	}
+	// Each case's bodies carry its number in place of NNNN, for the agent.
+	shapes := map[string]string{
+		"length then chunked": p + "/hook HTTP/1.1\r\nHost: relay\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+		"chunked not last":    p + "/hook HTTP/1.1\r\nHost: relay\r\nTransfer-Encoding: chunked, identity\r\nContent-Length: 9\r\n\r\nMARK NNNN",
+		"obs-fold":            p + "/hook HTTP/1.1\r\nHost: relay\r\nX-A: a\r\n Transfer-Encoding: chunked\r\nContent-Length: 9\r\n\r\nMARK NNNN",
+		"bare LF":             p + "/hook HTTP/1.1\nHost: relay\nContent-Length: 9\n\nMARK NNNN",
+		"dot segments":        p + "/x/../../escape HTTP/1.1\r\nHost: relay\r\nContent-Length: 9\r\n\r\nMARK NNNN",
+	}
+	smuggled := p + "/smuggled HTTP/1.1\r\nHost: relay\r\nContent-Length: 13\r\n\r\nSMUGGLED NNNN"
+	n := 0
+	for pname, prefix := range prefixes {
+		for sname, shape := range shapes {
+			for _, pipelined := range []bool{true, false} {
+				n++
+				id := fmt.Sprintf("%04d", n)
+				shape, smuggled := strings.ReplaceAll(shape, "NNNN", id), strings.ReplaceAll(smuggled, "NNNN", id)
+				t.Run(fmt.Sprintf("%s/%s/pipelined=%v", pname, sname, pipelined), func(t *testing.T) {
+					c, br := r.dial(t)
+					if pipelined {
+						go io.WriteString(c, strings.Join(prefix, "")+shape+smuggled)
+					}
+					open := true // the connection goes on after the prefix's answers
+					for i, req := range prefix {
+						if !pipelined {
+							io.WriteString(c, req)
+						}
+						resp, _ := readAnswer(t, br, strings.Fields(req)[0])
+						if resp.StatusCode >= 300 {
+							t.Fatalf("request %d of the prefix: %s", i+1, resp.Status)
+						}
+						open = !resp.Close
+					}
+					if !pipelined {
+						io.WriteString(c, shape+smuggled) // fails, or is never read, if the connection ended
+					}
+					resp, err := http.ReadResponse(br, nil)
+					switch {
+					case err != nil: // the connection ended: nothing read
+						if open {
+							t.Fatalf("no answer (%v) on a connection the prefix's answer kept open", err)
+						}
+					case resp.StatusCode < 400 || !resp.Close:
+						t.Fatalf("the request after the prefix was served: %s %v", resp.Status, resp.Header)
+					default:
+						io.Copy(io.Discard, resp.Body)
+						if b, err := br.ReadByte(); err == nil {
+							t.Fatalf("the connection went on after %s (%q)", resp.Status, b)
+						}
+					}
+					if seen.has("MARK "+id) || seen.has("SMUGGLED "+id) {
+						t.Fatal("the request after the prefix, or one smuggled behind it, reached the agent")
+					}
+				})
+			}
+		}
 	}
 }
 

@@ -32,12 +32,13 @@ import (
 // A connection stays with the IngressListener while its requests are
 // deliveries (a path under /c/). The first request that is anything else
 // (the API, an agent's WebSocket, metrics) hands the connection over, with
-// the bytes already read, to the http.Server for the rest of its life. A
+// the bytes already read, to the http.Server, for that request only: its
+// answer ends the connection (an agent's WebSocket stays). A
 // TLS connection (the inner listener's Accept returns a *tls.Conn) has its
 // handshake here; one that chose another protocol than HTTP/1.1 by ALPN
 // (h2, acme-tls/1) is handed over at once, as it is. One handed over with
 // bytes already read is no *tls.Conn to net/http: its requests have no
-// r.TLS, and PublicURL tells them by their local address (tlsAddr).
+// r.TLS, and PublicURL tells them by their local address (handedAddr).
 //
 // Requests net/http's server refuses are refused alike, a body left
 // unread is read away up to 256 KiB, and the connection ends when it must
@@ -45,10 +46,12 @@ import (
 // Framing net/http's server takes in its own way (both Content-Length and
 // Transfer-Encoding, a bare LF, obs-fold: headScan) is refused with 400
 // and the connection closed, for every request this listener reads the
-// header of. Other differences, on delivery paths only: a sender that
-// hangs up while its delivery waits for the agent is not noticed until
-// the answer is written (the delivery is forwarded and recorded all the
-// same); an HTTP/1.0 request always ends its connection.
+// header of: that is every request of a connection, since the answer to
+// a request handed over ends its connection (Connection: close, set by
+// the Server's handler: handedOver). Other differences, on delivery paths
+// only: a sender that hangs up while its delivery waits for the agent is
+// not noticed until the answer is written (the delivery is forwarded and
+// recorded all the same); an HTTP/1.0 request always ends its connection.
 type IngressListener struct {
 	inner net.Listener
 	srv   *Server
@@ -247,25 +250,37 @@ type handedConn struct {
 	br *bufio.Reader
 }
 
-// LocalAddr marks the address of a TLS connection (tlsAddr): net/http
+// LocalAddr marks the connection as handed over (handedAddr): net/http
 // puts it in each request's context (http.LocalAddrContextKey).
 func (c *handedConn) LocalAddr() net.Addr {
-	if _, ok := c.Conn.(*tls.Conn); ok {
-		return tlsAddr{c.Conn.LocalAddr()}
-	}
-	return c.Conn.LocalAddr()
+	_, isTLS := c.Conn.(*tls.Conn)
+	return handedAddr{Addr: c.Conn.LocalAddr(), tls: isTLS}
 }
 
-// tlsAddr is the local address of a TLS connection net/http serves as a
-// plain one, because the IngressListener read from it first.
-type tlsAddr struct{ net.Addr }
+// handedAddr is the local address of a connection an IngressListener read
+// from first, then handed to net/http: tls says it is a TLS connection,
+// which net/http serves as a plain one (no r.TLS).
+type handedAddr struct {
+	net.Addr
+	tls bool
+}
 
 // overTLS reports whether r came over TLS.
 func overTLS(r *http.Request) bool {
 	if r.TLS != nil {
 		return true
 	}
-	_, ok := r.Context().Value(http.LocalAddrContextKey).(tlsAddr)
+	a, ok := r.Context().Value(http.LocalAddrContextKey).(handedAddr)
+	return ok && a.tls
+}
+
+// handedOver reports whether r came on a connection an IngressListener
+// handed to net/http. Its answer must end the connection: net/http's
+// parser would read the next request on it without the IngressListener's
+// framing checks (headScan), so the next request comes on a new
+// connection, whose header the IngressListener looks at first.
+func handedOver(r *http.Request) bool {
+	_, ok := r.Context().Value(http.LocalAddrContextKey).(handedAddr)
 	return ok
 }
 

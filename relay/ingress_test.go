@@ -158,7 +158,9 @@ func TestIngress_KeepAliveAndPipelining(t *testing.T) {
 }
 
 // A request that is not a delivery hands the connection, with what was
-// read of it, to net/http, which then serves it to its end.
+// read of it, to net/http, which serves that request and ends the
+// connection: the next request comes on a new one, whose header the
+// IngressListener looks at (TestHostile_KeptAliveRequestsChecked).
 func TestIngress_HandsOverOtherRequests(t *testing.T) {
 	r := newIngressRelay(t, testRelay{})
 	c, br := r.dial(t)
@@ -167,11 +169,16 @@ func TestIngress_HandsOverOtherRequests(t *testing.T) {
 		t.Fatalf("delivery: %q", body)
 	}
 	io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: relay\r\n\r\n"+r.post("two"))
-	if resp, body := readAnswer(t, br, "GET"); resp.StatusCode != 200 || !strings.HasPrefix(body, "ok") {
-		t.Fatalf("healthz: %d %q", resp.StatusCode, body)
+	if resp, body := readAnswer(t, br, "GET"); resp.StatusCode != 200 || !strings.HasPrefix(body, "ok") || !resp.Close {
+		t.Fatalf("healthz: %d %q %v, want 200 ok and Connection: close", resp.StatusCode, body, resp.Header)
 	}
+	if b, err := br.ReadByte(); err == nil {
+		t.Fatalf("the connection went on after a request handed over (%q)", b)
+	}
+	c, br = r.dial(t)
+	io.WriteString(c, r.post("two"))
 	if _, body := readAnswer(t, br, "POST"); body != "two" {
-		t.Fatalf("delivery after the handover: %q", body)
+		t.Fatalf("delivery on a new connection after the handover: %q", body)
 	}
 	// The API and an agent's WebSocket work through the listener: the
 	// agent of newIngressRelay connected through it.

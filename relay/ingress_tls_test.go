@@ -22,8 +22,9 @@ import (
 // Over the relay's own TLS, deliveries are served by the IngressListener
 // as over plain TCP (ambiguous framing refused, dot segments refused); a
 // request that is not a delivery is handed to net/http's server and still
-// knows it came over TLS (the channel's public URL is https); h2 goes to
-// net/http's server as it is; plain HTTP gets net/http's 400.
+// knows it came over TLS (the channel's public URL is https), and its
+// answer ends the connection; h2 goes to net/http's server as it is;
+// plain HTTP gets net/http's 400.
 func TestIngress_TLS(t *testing.T) {
 	db, err := boltrelay.Open(filepath.Join(t.TempDir(), "relay.db"), boltrelay.Config{})
 	if err != nil {
@@ -114,6 +115,25 @@ func TestIngress_TLS(t *testing.T) {
 			}
 		})
 	}
+	// A request handed over ends its connection over TLS too: what
+	// follows it is never read by net/http's server alone.
+	t.Run("handed over, then length and chunked", func(t *testing.T) {
+		c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: roots, NextProtos: []string{"http/1.1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: relay\r\n\r\n"+
+			"POST /c/"+cr.Channel+"/hook HTTP/1.1\r\nHost: relay\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+		br := bufio.NewReader(c)
+		if resp, _ := readAnswer(t, br, http.MethodGet); resp.StatusCode != 200 || !resp.Close {
+			t.Fatalf("/healthz over TLS: %s %v, want 200 and Connection: close", resp.Status, resp.Header)
+		}
+		if b, err := br.ReadByte(); err == nil {
+			t.Fatalf("the connection went on after a request handed over (%q)", b)
+		}
+	})
 	// Plain HTTP to the TLS port.
 	c, err := net.Dial("tcp", addr)
 	if err != nil {

@@ -119,7 +119,10 @@
 //	                     Content-Length and Transfer-Encoding, bare LF, obs-fold,
 //	                     ...): nothing was kept; the connection is closed
 //	404                  unknown channel
-//	408                  the body did not arrive within BodyTimeout (default 30 s)
+//	408                  the body did not arrive within BodyTimeout (default 30 s),
+//	                     or it stalled (no byte for BodyStall, 5 s) or crawled
+//	                     (under BodyMinRate over a BodyRateWindow): nothing was
+//	                     kept, its bytes freed at once
 //	413                  body over MaxBody (default 10 MiB): declared, at once;
 //	                     chunked, as soon as it passes it
 //	429 + Retry-After    the channel holds MaxChannelInflight body bytes already,

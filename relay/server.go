@@ -21,6 +21,9 @@ const (
 	DefaultPingInterval       = 15 * time.Second
 	DefaultWindow             = 64
 	DefaultBodyTimeout        = 30 * time.Second
+	DefaultBodyStall          = 5 * time.Second
+	DefaultBodyMinRate        = 16 << 10 // bytes per second
+	DefaultBodyRateWindow     = 5 * time.Second
 	DefaultMaxChannelInflight = 32 << 20
 	DefaultMaxInflight        = 128 << 20
 )
@@ -43,6 +46,18 @@ type Config struct {
 	// its headers. A sender slower than that gets 408 and its connection
 	// is closed.
 	BodyTimeout time.Duration
+	// BodyStall: a body from which no byte arrives for this long gets
+	// 408, its connection is closed and the bytes it held are given back
+	// (budget.go, bodyPace). Default DefaultBodyStall; negative: none.
+	BodyStall time.Duration
+	// BodyMinRate is the rate, in bytes per second, a body must keep
+	// after its first BodyRateWindow, measured over each BodyRateWindow
+	// that follows: one that brings less gets 408 as a stalled body does.
+	// Default DefaultBodyMinRate; negative: none.
+	BodyMinRate int64
+	// BodyRateWindow is the window BodyMinRate is measured over, and the
+	// grace a body has before it is. Default DefaultBodyRateWindow.
+	BodyRateWindow time.Duration
 	// MaxChannelInflight bounds the body bytes of one channel's deliveries
 	// the relay holds at once (being read, or waiting for the agent's
 	// answer): beyond it, senders get 429 with Retry-After. A body counts
@@ -119,6 +134,15 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	if cfg.BodyTimeout <= 0 {
 		cfg.BodyTimeout = DefaultBodyTimeout
+	}
+	if cfg.BodyStall == 0 {
+		cfg.BodyStall = DefaultBodyStall
+	}
+	if cfg.BodyMinRate == 0 {
+		cfg.BodyMinRate = DefaultBodyMinRate
+	}
+	if cfg.BodyRateWindow <= 0 {
+		cfg.BodyRateWindow = DefaultBodyRateWindow
 	}
 	switch {
 	case cfg.MaxChannelInflight <= 0:
@@ -200,6 +224,11 @@ func (s *Server) Close() error {
 
 // ServeHTTP routes the relay's endpoints.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if handedOver(r) {
+		// The IngressListener read this request's header and handed its
+		// connection over: the next one is to be read by it too (ingress.go).
+		w.Header().Set("Connection", "close")
+	}
 	p := r.URL.EscapedPath()
 	switch {
 	case strings.HasPrefix(p, "/c/"):

@@ -155,6 +155,7 @@ func newDeliveriesCmd() *cobra.Command {
 		Example: `  devhook deliveries list
   devhook deliveries show ID`}
 	cmd.AddCommand(newDeliveriesListCmd(), newDeliveriesShowCmd())
+	cmd.AddCommand(newDeliveriesExportCmd())
 	return groupCmd(cmd)
 }
 

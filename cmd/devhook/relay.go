@@ -16,6 +16,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/crypto/acme/autocert"
 
 	"github.com/devhook/devhook/boltrelay"
@@ -32,7 +33,11 @@ type relayOptions struct {
 	timeout   time.Duration
 	openToken string
 
-	bodyTimeout        time.Duration
+	bodyTimeout time.Duration
+	// As relay.Config takes them: 0 the default, negative none.
+	bodyStall          time.Duration
+	bodyMinRate        int64 // bytes a second
+	bodyRateWindow     time.Duration
 	maxInflight        int64
 	maxChannelInflight int64
 	maxConns           int
@@ -134,6 +139,9 @@ at any instance reaches the agent wherever it is connected. See docs/DEPLOY.md.`
 			if o.openToken == "" {
 				o.openToken = os.Getenv("DEVHOOK_RELAY_TOKEN")
 			}
+			if err := o.bodyBoundsOff(cmd.Flags()); err != nil {
+				return err
+			}
 			return o.run(cmd.Context())
 		},
 	}
@@ -144,6 +152,9 @@ at any instance reaches the agent wherever it is connected. See docs/DEPLOY.md.`
 	f.Int64Var(&o.maxBody, "max-body", relay.DefaultMaxBody, "largest delivery body in bytes (larger: 413)")
 	f.DurationVar(&o.timeout, "timeout", relay.DefaultResponseTimeout, "how long a sender waits for the agent's answer (then 504)")
 	f.DurationVar(&o.bodyTimeout, "body-timeout", relay.DefaultBodyTimeout, "how long a sender may take to send a body, after its headers (then 408)")
+	f.DurationVar(&o.bodyStall, "body-stall", relay.DefaultBodyStall, "a body from which no byte arrives for this long is cut with 408 and the bytes it held are freed (0: none)")
+	f.Int64Var(&o.bodyMinRate, "body-min-rate", relay.DefaultBodyMinRate, "bytes a second a body must keep after its first --body-rate-window, measured over each window; slower: 408 (0: none)")
+	f.DurationVar(&o.bodyRateWindow, "body-rate-window", relay.DefaultBodyRateWindow, "the window --body-min-rate is measured over, and the grace a body has before it is")
 	f.Int64Var(&o.maxChannelInflight, "max-channel-inflight", 0, fmt.Sprintf(
 		"body bytes of one channel held at once, being read or waiting for the agent; beyond, 429 with Retry-After (default %d MiB, or --max-body if larger)", relay.DefaultMaxChannelInflight>>20))
 	f.Int64Var(&o.maxInflight, "max-inflight", 0, fmt.Sprintf(
@@ -169,6 +180,22 @@ at any instance reaches the agent wherever it is connected. See docs/DEPLOY.md.`
 	f.IntVar(&o.queueChannelMaxDeliv, "queue-channel-max-deliveries", relay.DefaultChannelQueueDeliveries, "deliveries one channel's queue may hold; beyond, its senders get 429 with Retry-After")
 	f.DurationVar(&o.channelIdle, "channel-idle", relay.DefaultChannelIdle, "a channel with no agent connected for this long is removed with its queue (counted in /metrics and logged); one whose agent is connected never is")
 	return cmd
+}
+
+// bodyBoundsOff turns --body-stall 0 and --body-min-rate 0 into none,
+// relay.Config's negative values (a zero field is the default, as for a
+// relayOptions a test makes).
+func (o *relayOptions) bodyBoundsOff(f *pflag.FlagSet) error {
+	if o.bodyStall < 0 || o.bodyMinRate < 0 || o.bodyRateWindow <= 0 {
+		return errors.New("--body-stall and --body-min-rate take 0 (none) or more, --body-rate-window more than 0")
+	}
+	if f.Changed("body-stall") && o.bodyStall == 0 {
+		o.bodyStall = -1
+	}
+	if f.Changed("body-min-rate") && o.bodyMinRate == 0 {
+		o.bodyMinRate = -1
+	}
+	return nil
 }
 
 func (o *relayOptions) run(ctx context.Context) error {
@@ -230,6 +257,7 @@ func (o *relayOptions) wire(ctx context.Context, g *lifecycle.Group, quota relay
 	srv, err := relay.NewServer(relay.Config{
 		Store: store, Router: router, PublicURL: o.publicURL, MaxBody: o.maxBody, ResponseTimeout: o.timeout,
 		BodyTimeout: o.bodyTimeout, MaxChannelInflight: o.maxChannelInflight, MaxInflight: o.maxInflight,
+		BodyStall: o.bodyStall, BodyMinRate: o.bodyMinRate, BodyRateWindow: o.bodyRateWindow,
 		OpenToken: o.openToken, Logf: logger.Printf, PrivateMetrics: o.metricsAddr != "", ChannelIdle: o.channelIdle,
 	})
 	if err != nil {
