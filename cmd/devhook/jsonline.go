@@ -103,18 +103,23 @@ func (l *deliveryLine) appendJSON(b []byte) []byte {
 		}
 		b = append(b, ']')
 	}
-	if r := l.Route; r != nil {
-		b = append(b, `,"route":{"index":`...)
-		b = strconv.AppendInt(b, int64(r.Index), 10)
-		b = append(b, `,"text":`...)
-		b = appendJSONString(b, r.Text)
-		if r.Target != "" {
-			b = append(b, `,"target":`...)
-			b = appendJSONString(b, r.Target)
-		}
-		b = append(b, '}')
+	if l.Route != nil {
+		b = appendRoute(append(b, `,"route":`...), l.Route)
 	}
 	return append(b, "}\n"...)
+}
+
+// appendRoute appends r as encoding/json would marshal it.
+func appendRoute(b []byte, r *devhook.Route) []byte {
+	b = append(b, `{"index":`...)
+	b = strconv.AppendInt(b, int64(r.Index), 10)
+	b = append(b, `,"text":`...)
+	b = appendJSONString(b, r.Text)
+	if r.Target != "" {
+		b = append(b, `,"target":`...)
+		b = appendJSONString(b, r.Target)
+	}
+	return append(b, '}')
 }
 
 func appendIntPtr(b []byte, p *int) []byte {

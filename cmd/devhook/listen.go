@@ -89,12 +89,9 @@ Each delivery's service-signature is checked and everything is recorded under --
 Without --relay, a relay runs inside this process on loopback: its URL is reachable
 from this machine only (useful with 'devhook send' and 'devhook emulate').
 
---route 'MATCH -> TARGET' sends the deliveries MATCH matches to another receiver, or
-drops them (recorded, not forwarded, the sender answered 202). Routes are tried in
-order, the first that matches wins; what none matches goes to --forward. MATCH is
-path:GLOB (* within a segment, ** across), json:PATH=VALUE (a field of the JSON body,
-data.items.0.id) or header:NAME=VALUE, several joined with ' & '. Retries and replays
-go to the route's target. --routes FILE reads many (docs/LISTEN.md, "Routes").
+--route 'MATCH -> TARGET' sends what MATCH matches (path:GLOB, json:PATH=VALUE,
+header:NAME=VALUE, joined with ' & ') to another receiver, or drops it (recorded, answered
+202); the first route that matches wins, the rest goes to --forward (docs/LISTEN.md).
 
 A delivery is recorded before it is forwarded. When it cannot be (a full disk), a
 sender still waiting gets 503 and the delivery is not forwarded; deliveries that waited
