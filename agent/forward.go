@@ -22,9 +22,12 @@ import (
 )
 
 // attempt forwards d (or edit, a replay's request in its place) to target
-// and records the attempt. It returns the recorded attempt.
-func (a *Agent) attempt(ctx context.Context, d *devhook.Delivery, target *url.URL, kind string, resign bool, edit *devhook.Request, to string) *devhook.Attempt {
-	return a.record(d, a.forward(ctx, d, target, kind, resign, edit, to))
+// and records the attempt, with the route rt that chose target. It returns
+// the recorded attempt.
+func (a *Agent) attempt(ctx context.Context, d *devhook.Delivery, target *url.URL, kind string, resign bool, edit *devhook.Request, to string, rt *devhook.Route) *devhook.Attempt {
+	at := a.forward(ctx, d, target, kind, resign, edit, to)
+	at.Route = rt
+	return a.record(d, at)
 }
 
 // forward sends d to target, or to the URL to when it is not empty, and

@@ -57,7 +57,7 @@ func (a *Agent) oweIfRetryable(d *devhook.Delivery, p processed) processed {
 // as from the relay's queue: devhook keeps it.
 func (a *Agent) oweBehind(d *devhook.Delivery, p processed) processed {
 	now := a.cfg.Now()
-	st := devhook.RetryState{State: devhook.RetryOwed, Since: now}
+	st := devhook.RetryState{State: devhook.RetryOwed, Since: now, Route: d.Route}
 	p.Owed, p.Behind = true, true
 	if err := a.cfg.Store.PutRetry(d.ID, st); err != nil {
 		a.storeFailed(err)
@@ -73,7 +73,7 @@ func (a *Agent) oweBehind(d *devhook.Delivery, p processed) processed {
 	}
 	a.storeOK()
 	p.behind = true
-	a.owed.add(d.ID, orderKey(d), now, now, false)
+	a.owed.add(d.ID, orderKey(d), st.Route, now, now, false)
 	a.publishRetry(d, nil, &st)
 	a.publishHealth()
 	return p

@@ -246,3 +246,19 @@ func TestCurlScript_NoTarget(t *testing.T) {
 		t.Fatalf("with --to: %v\n%s", err, s.Text)
 	}
 }
+
+// A delivery a route of listen dropped went to no receiver: it has no
+// target of its own, but the one a later replay called.
+func TestTarget_DroppedByARoute(t *testing.T) {
+	drop := devhook.Attempt{Seq: 1, Kind: devhook.AttemptDrop, Target: devhook.RouteDrop,
+		Route: &devhook.Route{Index: 2, Text: "header:X=y -> drop", Target: devhook.RouteDrop}}
+	d := &devhook.Delivery{ID: "0190-dropped", Method: "POST", Path: "/x", Header: http.Header{}, Attempts: []devhook.Attempt{drop}}
+	var nt *export.NoTargetError
+	if _, err := export.Target(d, nil); !errors.As(err, &nt) {
+		t.Fatalf("a dropped delivery's target: %v, want a NoTargetError", err)
+	}
+	d.Attempts = append(d.Attempts, devhook.Attempt{Seq: 2, Kind: devhook.AttemptReplay, Target: "http://127.0.0.1:9/x"})
+	if got, err := export.Target(d, nil); err != nil || got != "http://127.0.0.1:9/x" {
+		t.Fatalf("a dropped delivery replayed: %q %v", got, err)
+	}
+}

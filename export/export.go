@@ -32,15 +32,19 @@ func (e *NoTargetError) Error() string {
 // Target is the URL a delivery is sent to again: to, with the delivery's
 // path and query appended as a forward appends them (devhook.TargetURL),
 // or, when to is nil, the URL its first attempt called (the receiver it
-// was forwarded to as it arrived, a route's target included).
+// was forwarded to as it arrived, a route's target included; a drop
+// called none: then the first attempt after it that did).
 func Target(d *devhook.Delivery, to *url.URL) (string, error) {
 	if to != nil {
 		return devhook.TargetURL(to, d.Path, d.RawQuery), nil
 	}
-	if len(d.Attempts) == 0 || d.Attempts[0].Target == "" {
-		return "", &NoTargetError{ID: d.ID}
+	for i := range d.Attempts {
+		// A route's drop (listen --route 'MATCH -> drop') went nowhere.
+		if a := &d.Attempts[i]; a.Kind != devhook.AttemptDrop && a.Target != "" {
+			return a.Target, nil
+		}
 	}
-	return d.Attempts[0].Target, nil
+	return "", &NoTargetError{ID: d.ID}
 }
 
 // inOrder returns ds in the order received: ReceivedAt, then id.

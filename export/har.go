@@ -83,6 +83,10 @@ func HAR(ds []*devhook.Delivery, opt HAROptions) ([]byte, error) {
 			continue
 		}
 		for i := range d.Attempts {
+			if a := &d.Attempts[i]; a.Kind == devhook.AttemptDrop {
+				log.Entries = append(log.Entries, droppedEntry(d, a, opt.To))
+				continue
+			}
 			log.Entries = append(log.Entries, attemptEntry(d, &d.Attempts[i]))
 		}
 	}
@@ -246,6 +250,18 @@ func unforwardedEntry(d *devhook.Delivery, to *url.URL) harEntry {
 		Comment:  "delivery " + d.ID + ": never forwarded",
 		Devhook:  harDevhook{Delivery: d.ID, Verdict: d.Verdict.Result, RunID: d.Event.RunID},
 	}
+}
+
+// droppedEntry is the drop a route of listen made of d (attempt a): sent
+// nowhere, as a delivery never forwarded.
+func droppedEntry(d *devhook.Delivery, a *devhook.Attempt, to *url.URL) harEntry {
+	e := unforwardedEntry(d, to)
+	why := "dropped by " + a.Route.String() + ": not forwarded"
+	e.started, e.StartedDateTime = a.StartedAt, harTime(a.StartedAt)
+	e.Response = noAnswer(why)
+	e.Comment = fmt.Sprintf("delivery %s, attempt %d of %d: %s", d.ID, a.Seq, len(d.Attempts), why)
+	e.Devhook.Attempt, e.Devhook.Kind = a.Seq, a.Kind
+	return e
 }
 
 // noAnswer is the response of an attempt that got none.

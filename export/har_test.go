@@ -408,3 +408,22 @@ func equalHeader(a, b http.Header) bool {
 	}
 	return true
 }
+
+// A drop by a route of listen is an entry sent nowhere, as a delivery
+// never forwarded, that says which route dropped it.
+func TestHAR_DroppedByARoute(t *testing.T) {
+	at := time.Date(2026, 3, 4, 10, 0, 0, 0, time.UTC)
+	d := &devhook.Delivery{ID: "0190-dropped", ReceivedAt: at, Method: "POST", Path: "/x", Header: http.Header{"Content-Type": {"application/json"}},
+		Body: []byte(`{}`), Attempts: []devhook.Attempt{{Seq: 1, Kind: devhook.AttemptDrop, Target: devhook.RouteDrop, StartedAt: at,
+			Route: &devhook.Route{Index: 2, Text: "header:X=y -> drop", Target: devhook.RouteDrop}}}}
+	b, err := export.HAR([]*devhook.Delivery{d}, export.HAROptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkHAR(t, b)
+	for _, want := range []string{`"url": "http://unforwarded.invalid/x"`, `dropped by route 2 (header:X=y -> drop): not forwarded`, `"kind": "drop"`} {
+		if !bytes.Contains(b, []byte(want)) {
+			t.Errorf("the HAR lacks %s:\n%s", want, b)
+		}
+	}
+}

@@ -19,7 +19,10 @@ func (s *Server) handleCurl(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	target := s.defaultTarget(d)
+	target, _ := s.replayTarget(d)
+	if target == "" && len(s.cfg.Settings.Forward) > 0 { // a route drops it
+		target = joinTarget(s.cfg.Settings.Forward[0], d.Path, d.RawQuery)
+	}
 	if to := strings.TrimSpace(r.URL.Query().Get("to")); to != "" {
 		u, err := url.Parse(to)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -19,7 +19,7 @@
 //	GET  /api/runs                           recent runs: {"items":[{run_id, deliveries, last_status_v2, last_received_at}]}
 //	GET  /api/runs/{run_id}                  a run's deliveries oldest first, with a timeline analysis
 //	GET  /api/scenario?run_id=R | ?id=A&id=B[&redact=$.path]   the deliveries as a scenario file, a download (scenario.go)
-//	GET  /api/settings                       forward targets, relay and public URLs, whether a secret is known, the data directory
+//	GET  /api/settings                       forward targets, routes, relay and public URLs, whether a secret is known, the data directory
 //	GET  /api/status                         the agent's devhook.Health: {"storage_error","since","held","owed","failed"}
 //	GET  /api/events                         Server-Sent Events: "event: delivery" / "attempt" / "retry", data = devhook.Change;
 //	                                         "event: health", data = devhook.Change with "health" set;
@@ -27,6 +27,10 @@
 //
 // A list row and a delivery carry "retry" ({"state":"owed"|"failed","since","reason"})
 // while the agent owes the delivery to the receiver, and once it gave up.
+// With listen's routes, a delivery carries "route" ({"index","text","target"}:
+// the route that took it, index 0 "default" for the forward targets), each
+// attempt the route that chose its target, and its view "replay_route", the
+// route a replay without a target of its own takes now.
 //
 // Every {id} is a delivery's id or the start of one that only it has
 // (resolve.go). Errors are JSON {"error":"..."} with a status from the
@@ -83,9 +87,19 @@ type Replayer interface {
 	Replay(ctx context.Context, id string, opt devhook.ReplayOptions) (devhook.Attempt, error)
 }
 
+// ReplayTargeter is a Replayer that says where a replay of a delivery
+// goes without a target of its own, and by which route (listen --route):
+// the URL, or "" when the route drops the delivery. Without it, a
+// replay goes to the first forward target.
+type ReplayTargeter interface {
+	ReplayTarget(d *devhook.Delivery) (target string, route *devhook.Route)
+}
+
 // Settings are shown on the page. The secret itself never is.
 type Settings struct {
-	Forward   []string
+	Forward []string
+	// Routes are listen's routes, in order (--route, --routes).
+	Routes    []devhook.Route
 	RelayURL  string
 	PublicURL string
 	Channel   string

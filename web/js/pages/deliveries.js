@@ -5,7 +5,7 @@
 import { listDeliveries, scenarioURL, deleteDeliveries } from '../api.js';
 import { h, clear, $ } from '../dom.js';
 import { fmtTime, fmtMs, pathText } from '../format.js';
-import { VERDICTS, verdictBadge, statusBadge, retryChip, stepChip, runLink } from '../badges.js';
+import { VERDICTS, verdictBadge, statusBadge, retryChip, stepChip, runLink, routeChip } from '../badges.js';
 import { deliveryHref } from '../routes.js';
 import { state } from '../state.js';
 
@@ -193,12 +193,13 @@ function listRow(L, s, fresh) {
   h('td', { class: 'pick', on: { click: (e) => { e.stopPropagation(); if (e.target !== box) box.click(); } } }, box),
   h('td', { class: 'time mono', title: fmtTime(s.received_at, true) }, fmtTime(s.received_at)),
   h('td', null, h('span', { class: 'method m-' + String(s.method).toLowerCase() }, s.method)),
-  h('td', { class: 'path mono' }, h('a', { href: deliveryHref(s.id) }, pathText(s)), s.queued ? h('span', { class: 'chip queued', title: 'waited in the relay for the agent' }, 'queued') : null),
+  h('td', { class: 'path mono' }, h('a', { href: deliveryHref(s.id) }, pathText(s)), s.queued ? h('span', { class: 'chip queued', title: 'waited in the relay for the agent' }, 'queued') : null,
+    s.route && s.route.index ? routeChip(s.route) : null),
   h('td', null, runLink(s.event && s.event.run_id)),
   h('td', null, stepChip(s.event && s.event.status_v2)),
   h('td', null, verdictBadge(s.verdict)),
   h('td', null, s.attempts ? statusBadge(s.status, s.error) : h('span', { class: 'muted', title: 'not forwarded yet' }, 'pending'), retryChip(s.retry)),
-  h('td', { class: 'num mono' }, s.attempts ? fmtMs(s.duration_ms) : ''),
+  h('td', { class: 'num mono' }, s.attempts && !(s.attempts === 1 && s.route && s.route.target === 'drop') ? fmtMs(s.duration_ms) : ''),
   h('td', { class: 'num' }, String(s.attempts || 0)));
   return tr;
 }
