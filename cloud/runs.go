@@ -3,6 +3,7 @@ package cloud
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/devhook/devhook/auth"
 )
 
 // ApplicationInput creates an application.
@@ -273,8 +276,15 @@ type Team struct {
 	PendingInvite bool   `json:"pending_invite"`
 }
 
-// Organizations lists the caller's teams.
+// Organizations lists the caller's teams. The call goes over HTTPS only
+// (the interface's rule for organization and single sign-on calls): on an
+// endpoint of another scheme it is an auth.ErrNotHTTPS, and nothing is
+// sent.
 func (c *Client) Organizations(ctx context.Context) ([]Team, json.RawMessage, error) {
+	if !strings.EqualFold(c.base.Scheme, "https") {
+		return nil, nil, fmt.Errorf("%w: the organizations call goes over HTTPS only, and the endpoint %s uses %s (give a bare host or an https:// URL; devhook emulate --tls serves HTTPS)",
+			auth.ErrNotHTTPS, c.base.Redacted(), c.base.Scheme)
+	}
 	var ts []Team
 	raw, err := c.call(ctx, http.MethodGet, "/v1/internal/me/organization", nil, nil, &ts)
 	return ts, raw, err
@@ -282,12 +292,16 @@ func (c *Client) Organizations(ctx context.Context) ([]Team, json.RawMessage, er
 
 // ResolveTeam returns the id of the team given by id or name. A UUID is
 // taken as an id without a call; anything else is looked up among the
-// caller's teams, by id and then by name (case-insensitively).
+// caller's teams (Organizations: over HTTPS only), by id and then by name
+// (case-insensitively).
 func (c *Client) ResolveTeam(ctx context.Context, idOrName string) (string, error) {
 	if _, err := uuid.Parse(idOrName); err == nil {
 		return idOrName, nil
 	}
 	ts, _, err := c.WithTeam("").Organizations(ctx)
+	if errors.Is(err, auth.ErrNotHTTPS) {
+		return "", fmt.Errorf("look up team %q: %w; or give the team's id, a UUID, which is sent as it is without a lookup (devhook orgs lists them)", idOrName, err)
+	}
 	if err != nil {
 		return "", fmt.Errorf("look up team %q: %w", idOrName, err)
 	}
