@@ -42,7 +42,7 @@ func (c *Client) CreateApplication(ctx context.Context, in ApplicationInput) (Ap
 	var a Application
 	raw, err := c.call(ctx, http.MethodPost, "/v1/applications", nil, in, &a)
 	a.Raw = raw
-	return a, err
+	return a, explain(err, http.StatusConflict, "that id is taken: choose another")
 }
 
 // GetApplication reads an application.
@@ -203,12 +203,13 @@ func (c *Client) GetRun(ctx context.Context, app, id string) (Run, error) {
 }
 
 // CancelRun cancels a queued or running run (PATCH …/cancel) and returns
-// the record the answer carries, without output.
+// the record the answer carries, without output. A run that has ended is
+// a 409 whose hint says so.
 func (c *Client) CancelRun(ctx context.Context, app, id string) (Run, error) {
 	var r Run
 	raw, err := c.call(ctx, http.MethodPatch, path("v1", "applications", app, "runs", id, "cancel"), nil, nil, &r)
 	if err != nil {
-		return r, err
+		return r, explain(err, http.StatusConflict, fmt.Sprintf("the run has ended already, so there is nothing to cancel: devhook runs get %s %s shows how it ended", app, id))
 	}
 	r.fill(raw)
 	if r.ID == "" {

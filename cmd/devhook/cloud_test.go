@@ -252,9 +252,11 @@ func TestCloudSettings(t *testing.T) {
 	runSteps(t, []step{{args: []string{"webhooks", "list"}, wantErr: []string{filepath.Join(home, ".service", "config.yaml"), "line"}}})
 }
 
-// runs start --wait prints the run's id once: in the result, not also
-// before it and on every status line.
-func TestRunsStartWaitPrintsTheIDOnce(t *testing.T) {
+// runs start --wait prints the run's id at once, on standard error, so
+// that an interrupt leaves it on screen, and then in the result; not on
+// every status line. Canceling the run once it has ended says so, in the
+// service's words and what they mean, not that an id is taken.
+func TestRunsStartWaitPrintsTheIDAtOnceAndInTheResult(t *testing.T) {
 	base, _ := newTestService(t)
 	t.Setenv(cloud.EnvEndpoint, base)
 	t.Setenv(cloud.EnvAPIKey, svcKey)
@@ -271,11 +273,17 @@ func TestRunsStartWaitPrintsTheIDOnce(t *testing.T) {
 			id = f[1]
 		}
 	}
-	if id == "" || strings.Count(out+stderr, id) != 1 {
-		t.Fatalf("run id %q printed %d times, want once:\n%s\n%s", id, strings.Count(out+stderr, id), out, stderr)
+	first, _, _ := strings.Cut(stderr, "\n")
+	if id == "" || strings.Count(out, id) != 1 || strings.Count(stderr, id) != 1 || first != "started run "+id+" of app on instance latest; waiting for it to end" {
+		t.Fatalf("run id %q: want it once in the result and once at the start of standard error:\n%s\n%s", id, out, stderr)
 	}
 	if !strings.Contains(stderr, "succeeded") && !strings.Contains(out, "succeeded") {
 		t.Errorf("no status shown:\n%s%s", out, stderr)
+	}
+	_, _, err = runCmd(t, "", "runs", "cancel", "app", id)
+	if err == nil || !strings.Contains(err.Error(), "409 Conflict: ") ||
+		!strings.Contains(err.Error(), "the run has ended already, so there is nothing to cancel: devhook runs get app "+id) || strings.Contains(err.Error(), "id is taken") {
+		t.Errorf("runs cancel of a run that succeeded: %v", err)
 	}
 }
 
