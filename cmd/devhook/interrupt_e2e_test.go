@@ -336,3 +336,28 @@ func TestCheck_InterruptedReportsTheCasesAnswered(t *testing.T) {
 		t.Errorf("the JUnit cases read %+v", c)
 	}
 }
+
+// send, interrupted while the receiver holds its delivery, exits with the
+// signal's status without waiting for the answer.
+func TestSend_InterruptedWaitingForTheAnswer(t *testing.T) {
+	held := make(chan struct{})
+	var once sync.Once
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body) // so that the server sees the connection close
+		once.Do(func() { close(held) })
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	isHeld := func(string) bool {
+		select {
+		case <-held:
+			return true
+		default:
+			return false
+		}
+	}
+	p := runAndSignal(t, nil, isHeld, syscall.SIGTERM, "send", srv.URL+"/hook", "--secret", "s", "--timeout", "1h")
+	if p.code != 143 {
+		t.Errorf("exit status %d, want 143\n%s\n%s", p.code, p.stdout, p.stderr)
+	}
+}
