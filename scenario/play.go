@@ -210,7 +210,7 @@ func Play(ctx context.Context, s *Scenario, cfg Config) (*Report, error) {
 		if !cfg.NoWait {
 			due := rep.Started.Add(time.Duration(float64(e.OffsetMS) * float64(time.Millisecond) / cfg.Speed))
 			if d := due.Sub(cfg.Now()); d > 0 {
-				cfg.Sleep(ctx, d)
+				_ = cfg.Sleep(ctx, d) // it ends early only when ctx does, checked next
 			}
 		}
 		if ctx.Err() != nil {
