@@ -89,6 +89,12 @@ func (c *Client) Replay(ctx context.Context, id string, opt devhook.ReplayOption
 	if opt.Header != nil {
 		body["header"] = opt.Header
 	}
+	if len(opt.SetHeader) > 0 {
+		body["set_header"] = opt.SetHeader
+	}
+	if len(opt.RemoveHeader) > 0 {
+		body["remove_header"] = opt.RemoveHeader
+	}
 	if opt.HasBody {
 		// A string, "" for an empty body: a nil []byte would be null,
 		// which the API reads as no body given.

@@ -71,3 +71,50 @@ func TestClientReplayCarriesEdits(t *testing.T) {
 		})
 	}
 }
+
+// A header edit (set_header, remove_header) is made by the agent on the
+// recorded headers: those it does not name reach the receiver byte for
+// byte, values that are not UTF-8 too, which a whole header through JSON
+// could not carry; what the agent computes or drops is refused.
+func TestClientReplayEditsHeaders(t *testing.T) {
+	f := newFixture(t, fixtureOptions{})
+	body := runStatusBody(t, "run-h", "running", time.Now())
+	d := newDelivery(time.Now(), 1, body, true)
+	d.Header["X-Latin"] = []string{"caf\xe9"}
+	d.Header["X-Twice"] = []string{"1", "2"}
+	put(t, f.DB, d, 200)
+	c := &inspector.Client{BaseURL: f.HTTP.URL, HTTP: f.HTTP.Client()}
+
+	a, err := c.Replay(t.Context(), d.ID, devhook.ReplayOptions{SetHeader: http.Header{"x-trace": {"1", "2"}, "X-TWICE": {"3"}}, RemoveHeader: []string{"user-agent"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Made != devhook.MadeEdited || !a.Resigned() || a.Status != 200 {
+		t.Errorf("attempt made %q, re-signed %v, status %d; want edited, re-signed, 200", a.Made, a.Resigned(), a.Status)
+	}
+	got := f.Receiver.requests()
+	r := got[len(got)-1]
+	for k, want := range map[string][]string{"X-Latin": {"caf\xe9"}, "X-Trace": {"1", "2"}, "X-Twice": {"3"}, "User-Agent": nil, "Content-Type": {"application/json"}} {
+		if v := r.Header.Values(k); !slices.Equal(v, want) {
+			t.Errorf("the receiver got %s %q, want %q", k, v, want)
+		}
+	}
+	if !bytes.Equal(r.Body, body) {
+		t.Errorf("the receiver got body %q", r.Body)
+	}
+
+	n := len(f.Receiver.requests())
+	for _, opt := range []devhook.ReplayOptions{
+		{SetHeader: http.Header{"Content-Length": {"1"}}},
+		{RemoveHeader: []string{"connection"}},
+		{SetHeader: http.Header{"X-A": {"1"}}, RemoveHeader: []string{"x-a"}},
+		{RemoveHeader: []string{"bad name"}},
+	} {
+		if _, err := c.Replay(t.Context(), d.ID, opt); devhook.ErrorCode(err) != devhook.EINVALID {
+			t.Errorf("replay with %+v: %v, want it refused as invalid", opt, err)
+		}
+	}
+	if len(f.Receiver.requests()) != n {
+		t.Error("a refused edit reached the receiver")
+	}
+}

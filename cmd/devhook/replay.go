@@ -204,14 +204,16 @@ func (o *replayOptions) applyEdits(cmd *cobra.Command, d *devhook.Delivery, hdr 
 		opt.Body, opt.HasBody = body, true
 	}
 	if len(hdr.Set) > 0 || len(hdr.Remove) > 0 {
-		h, absent, err := hdr.Apply(d.Header)
+		// The edit, not the headers it makes: the agent makes them from
+		// the recorded ones, the others byte for byte.
+		_, absent, err := hdr.Apply(d.Header)
 		if err != nil {
 			return false, fmt.Errorf("--header: %w", err)
 		}
 		for _, name := range absent {
 			fmt.Fprintf(cmd.ErrOrStderr(), "devhook: --remove-header %s: delivery %s has no such header\n", name, d.ID)
 		}
-		opt.Header = h
+		opt.SetHeader, opt.RemoveHeader = hdr.Set, hdr.Remove
 	}
 	return !bytes.Equal(body, d.Body), nil
 }

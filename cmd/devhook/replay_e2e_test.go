@@ -205,6 +205,30 @@ func TestReplayEdits(t *testing.T) {
 		})
 	}
 
+	// A header edit leaves the headers it does not name byte for byte,
+	// bytes that are not UTF-8 too, and the body as it came.
+	t.Run("live/headers it does not name are sent as they came", func(t *testing.T) {
+		wire := startWireReceiver(t)
+		body := []byte("{\"a\":\"\xff\x00\xfe\"}")
+		if s := sendRaw(t, "POST", pub+"/raw", [][2]string{{"X-Latin", "caf\xe9"}, {"X-Twice", "1"}, {"X-Twice", "2"}}, body, secret); s != 200 {
+			t.Fatalf("send: %d", s)
+		}
+		raw := l.nextJSON(t, "delivery")["id"].(string)
+		out, stderr, err := runDevhookIn(t, "", nil, "replay", raw, "--data", data, "--to", wire.URL, "--header", "X-Trace: 1", "--remove-header", "X-Nope")
+		if err != nil || !strings.Contains(out, "(edited, re-signed)") || !strings.Contains(stderr, "--remove-header X-Nope: delivery "+raw+" has no such header") {
+			t.Fatalf("replay: %v\n%s\n%s", err, out, stderr)
+		}
+		l.nextJSON(t, "replay")
+		got := wire.next(t)
+		h := got.byName()
+		if !slices.Equal(h["x-latin"], []string{"caf\xe9"}) || !slices.Equal(h["x-twice"], []string{"1", "2"}) || !slices.Equal(h["x-trace"], []string{"1"}) {
+			t.Errorf("the receiver got headers %q", h)
+		}
+		if !bytes.Equal(got.Body, body) {
+			t.Errorf("the receiver got body %q, want %q", got.Body, body)
+		}
+	})
+
 	// Without a running listen: from the data directory, the target the
 	// delivery went to last, re-signed with --secret or DEVHOOK_SECRET.
 	l.stop(t, 60*time.Second)
