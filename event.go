@@ -69,6 +69,14 @@ type ReplayOptions struct {
 	Body   []byte      `json:"body,omitempty"`
 	// HasBody says Body is set, so that an edit to an empty body is possible.
 	HasBody bool `json:"-"`
+	// SetHeader and RemoveHeader edit the headers sent (the delivery's,
+	// or Header when it is set) instead of replacing them all: each name
+	// of SetHeader gets its values in place of its own, each name of
+	// RemoveHeader is removed; names in any case. The headers they do not
+	// name are sent as recorded, byte for byte, which a whole Header
+	// through JSON cannot promise (a value that is not UTF-8).
+	SetHeader    http.Header `json:"set_header,omitempty"`
+	RemoveHeader []string    `json:"remove_header,omitempty"`
 }
 
 // Change kinds.
