@@ -168,6 +168,10 @@ func checkRecordedCompletions(t *testing.T, data string, ids []string) {
 	if got, _ := completeBin(t, "runs", "logs", "app-one", ""); !slices.Equal(got.values, []string{"run-3", "run-1"}) {
 		t.Errorf("runs logs app-one: %q, want its runs", got.values)
 	}
+	got, _ = completeBin(t, "replay", ids[1], "--remove-header", "")
+	if i := slices.Index(got.values, "X-Trace"); i < 0 || got.descs[i] != "t-1" || !slices.Contains(got.values, "Service-Signature") {
+		t.Errorf("replay ID --remove-header: %q %q, want the delivery's headers", got.values, got.descs)
+	}
 	if got, _ := completeBin(t, "deliveries", "list", "--status", ""); !slices.Equal(got.values, []string{"none", "200", "503"}) {
 		t.Errorf("deliveries list --status: %q", got.values)
 	}
