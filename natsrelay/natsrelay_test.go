@@ -694,10 +694,70 @@ func TestDeliveryWithADeadInstanceFollowsTheAgent(t *testing.T) {
 		if r.status != http.StatusAccepted {
 			t.Fatalf("sender got %d, want 202 (queued)", r.status)
 		}
-	case <-time.After(5 * time.Second): // the relay's timeout would be 25 s
+	case <-time.After(15 * time.Second): // the relay's timeout, and its margin, would be 25 s
 		t.Fatalf("the sender still waits %s after its agent attached on B", time.Since(start))
 	}
 	if d := ag.next(t); string(d.Body) != "follow me" || !d.Queued {
 		t.Fatalf("agent on B got %+v, want the delivery, queued", d)
+	}
+}
+
+// The watch of the agents bucket runs behind under load: a delivery sent to
+// instance B for the agent on A may leave before B's watch has seen that
+// agent's announcement. When it sees it, with the delivery in flight, it is
+// no new attachment: the sender still gets the agent's answer, not a 202
+// (the delivery queued, and delivered twice).
+func TestDeliveryOutlivesTheWatchSeeingItsOwnAgent(t *testing.T) {
+	ns := natstest.Run(t)
+	a, b := startInstance(t, ns), startInstance(t, ns)
+	cr := openOn(t, a)
+	// B's watch hands the puts of the channel to the test, which acts on
+	// them when it chooses.
+	puts := make(chan func(), 10)
+	b.router.SetWatched(func(channel string, seen func()) {
+		if channel != cr.Channel {
+			seen()
+			return
+		}
+		puts <- seen
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := relay.Dial(ctx, relay.DialConfig{RelayURL: a.URL, Credentials: cr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	type result struct {
+		status int
+		body   string
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, body := send(t, b.URL+"/c/"+cr.Channel+"/late", "late watch")
+		done <- result{resp.StatusCode, body}
+	}()
+	d, err := conn.Receive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The delivery is with the agent, B waits for its answer: B's watch
+	// now sees the agent's announcement.
+	select {
+	case seen := <-puts:
+		seen()
+	case <-time.After(30 * time.Second):
+		t.Fatal("B's watch never saw the agent's announcement")
+	}
+	if err := conn.Respond(d.ID, http.StatusCreated, nil, []byte("answered")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.status != http.StatusCreated || r.body != "answered" {
+			t.Fatalf("sender got %d %q, want the agent's answer", r.status, r.body)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the sender got no answer")
 	}
 }

@@ -42,17 +42,28 @@ type Router struct {
 	watch   jetstream.KeyWatcher
 
 	// Tests only (export_test.go): called before part i ≥ 1 of a
-	// delivery or answer in parts is sent.
+	// delivery or answer in parts is sent; called by the watch with
+	// each put of the agents bucket, and the function acting on it.
 	beforePart func(i int)
+	watched    func(channel string, seen func())
 }
 
 // waiter is a delivery passed to the instance holding its channel's agent,
 // waiting for the answer. When the channel's agent attaches anew anywhere
-// (a put in the agents bucket), the waiter is canceled with errAgentMoved:
-// the instance it waits on may have died with the delivery, and nothing
-// would answer it before the relay's timeout (35 s by default). Deliver
-// then has it queued, and the agent gets it where it is now.
-type waiter struct{ cancel context.CancelCauseFunc }
+// (a put in the agents bucket newer than rev), the waiter is canceled with
+// errAgentMoved: the instance it waits on may have died with the delivery,
+// and nothing would answer it before the relay's timeout (35 s by
+// default). Deliver then has it queued, and the agent gets it where it is
+// now.
+//
+// rev is the revision of the channel's entry read before the delivery was
+// sent: the agent it went to. The watch of the bucket runs behind (under
+// load, by a second or more): the put of that very agent, or of an older
+// one, may come after the delivery left, and is no new attachment.
+type waiter struct {
+	cancel context.CancelCauseFunc
+	rev    uint64
+}
 
 var errAgentMoved = errors.New("the channel's agent attached anew while the delivery was with another relay")
 
@@ -473,12 +484,13 @@ func (r *Router) Detach(channel string, e relay.Endpoint) {
 	r.agents.Delete(ctx, channel, jetstream.LastRevision(rev))
 }
 
-// wait registers a delivery of channel passed to another instance: the
-// context it returns is canceled with errAgentMoved when the channel's
-// agent attaches anew. stop unregisters it.
-func (r *Router) wait(ctx context.Context, channel string) (context.Context, func()) {
+// wait registers a delivery of channel passed to another instance, whose
+// agent is at revision rev of the agents bucket: the context it returns is
+// canceled with errAgentMoved when the channel's agent attaches anew, at a
+// higher revision. stop unregisters it.
+func (r *Router) wait(ctx context.Context, channel string, rev uint64) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	w := &waiter{cancel: cancel}
+	w := &waiter{cancel: cancel, rev: rev}
 	r.mu.Lock()
 	if r.waiting[channel] == nil {
 		r.waiting[channel] = make(map[*waiter]struct{})
@@ -505,8 +517,17 @@ func (r *Router) watchLoop() {
 		w := r.watch
 		r.mu.Unlock()
 		for e := range w.Updates() {
-			if e != nil && e.Operation() == jetstream.KeyValuePut {
-				r.seen(e.Key(), string(e.Value()), e.Revision(), true)
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			seen := func() { r.seen(e.Key(), string(e.Value()), e.Revision(), true) }
+			r.mu.Lock()
+			hook := r.watched
+			r.mu.Unlock()
+			if hook != nil {
+				hook(e.Key(), seen)
+			} else {
+				seen()
 			}
 		}
 		r.mu.Lock()
@@ -529,12 +550,14 @@ func (r *Router) watchLoop() {
 
 // seen acts on the agents bucket's entry of channel at revision rev: the
 // agent value attached there. With release, deliveries waiting on another
-// instance for the channel go (it is a put just made).
+// instance for an older agent of the channel go (it is a put just made).
 func (r *Router) seen(channel, value string, rev uint64, release bool) {
 	r.mu.Lock()
 	if release {
 		for w := range r.waiting[channel] {
-			w.cancel(errAgentMoved)
+			if rev > w.rev {
+				w.cancel(errAgentMoved)
+			}
 		}
 	}
 	h := r.local[channel]
@@ -587,7 +610,7 @@ func (r *Router) Deliver(ctx context.Context, d *devhook.Delivery) (*relay.Answe
 		return nil, fmt.Errorf("%w: %w", relay.ErrNoAgent, err)
 	}
 	defer cancel()
-	rctx, stop := r.wait(rctx, d.Channel)
+	rctx, stop := r.wait(rctx, d.Channel, r.agentRev(rctx, d.Channel))
 	defer stop()
 	subject := r.subject(d.Channel, "deliver")
 	var reply *nats.Msg
@@ -641,6 +664,20 @@ func (r *Router) Deliver(ctx context.Context, d *devhook.Delivery) (*relay.Answe
 		return nil, fmt.Errorf("natsrelay: answer to delivery %s from another relay: %w", d.ID, err)
 	}
 	return a, nil
+}
+
+// agentRev is the revision of channel's entry in the agents bucket, read
+// from the bucket: the watch may not have seen it yet. 0 when there is none
+// or it cannot be read (then any put lets a delivery waiting on another
+// instance go, which is queued: at least once).
+func (r *Router) agentRev(ctx context.Context, channel string) uint64 {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	e, err := r.agents.Get(ctx, channel)
+	if err != nil {
+		return 0
+	}
+	return e.Revision()
 }
 
 // Kick implements relay.Router.
