@@ -3,6 +3,7 @@ package natsrelay_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -759,5 +760,86 @@ func TestDeliveryOutlivesTheWatchSeeingItsOwnAgent(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the sender got no answer")
+	}
+}
+
+// Deliveries sent to instance B while the channel's agent attaches on A
+// reach it once each: queued while B cannot reach it, passed to A once
+// A announced it; none is taken at once for a delivery that met a newer
+// agent (queued as well as delivered). Several attachments, deliveries sent
+// without pause throughout.
+func TestDeliveriesDuringAttachReachTheAgentOnce(t *testing.T) {
+	ns := natstest.Run(t)
+	// Neither taken back from A's relay, as for a newer agent, nor left
+	// unanswered by A (then queued after the relay's timeout).
+	var requeued atomic.Int32
+	cfg := natsrelay.Config{ResponseTimeout: 10 * time.Second, Logf: func(format string, args ...any) {
+		if strings.Contains(format, "attached anew") || strings.Contains(format, "did not answer") {
+			requeued.Add(1)
+		}
+		t.Logf(format, args...)
+	}}
+	a, b := startInstanceWith(t, ns, cfg), startInstanceWith(t, ns, cfg)
+	cr := openOn(t, a)
+	client := &http.Client{Timeout: 30 * time.Second}
+	for round := range 10 {
+		stop := make(chan struct{})
+		type sent struct {
+			bodies []string
+			err    error
+		}
+		done := make(chan sent, 1)
+		go func() {
+			var s sent
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					done <- s
+					return
+				default:
+				}
+				body := fmt.Sprintf("round %d delivery %d", round, i)
+				resp, err := client.Post(b.URL+"/c/"+cr.Channel+"/during", "text/plain", strings.NewReader(body))
+				if err != nil {
+					s.err = err
+					done <- s
+					return
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusAccepted {
+					s.err = fmt.Errorf("%s: %s", body, resp.Status)
+					done <- s
+					return
+				}
+				s.bodies = append(s.bodies, body)
+			}
+		}()
+		ag := dialAgent(t, a.URL, cr, http.StatusOK)
+		// Some deliveries after the attachment too.
+		got := map[string]int{}
+		for len(got) < 3 {
+			got[string(ag.next(t).Body)]++
+		}
+		close(stop)
+		s := <-done
+		if s.err != nil {
+			t.Fatalf("round %d: %v", round, s.err)
+		}
+		for _, body := range s.bodies {
+			for got[body] == 0 {
+				got[string(ag.next(t).Body)]++
+			}
+		}
+		for body, n := range got {
+			if n != 1 {
+				t.Errorf("round %d: %q reached the agent %d times", round, body, n)
+			}
+		}
+		if n := requeued.Load(); n != 0 {
+			t.Fatalf("round %d: %d deliveries taken back from the agent's relay, or not answered, and queued", round, n)
+		}
+		ag.conn.Close()
+		<-ag.done
+		ag.done <- nil // for the cleanup
 	}
 }
