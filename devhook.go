@@ -62,7 +62,45 @@ const (
 	// forward got no answer, or 408, 429 or 5xx: the agent owes it to the
 	// receiver and retries with backoff.
 	AttemptRetry = "retry"
+	// AttemptDrop records that a route of listen (--route 'MATCH -> drop')
+	// dropped the delivery: not forwarded, its sender answered 202 by
+	// devhook. Its Target is RouteDrop, its Status 0.
+	AttemptDrop = "drop"
 )
+
+// RouteDrop is the target of a route that drops what it matches.
+const RouteDrop = "drop"
+
+// RouteDefault is the text of Route 0: no route matched, the delivery
+// went to the --forward targets.
+const RouteDefault = "default"
+
+// Route names the route of listen (--route, --routes) that chose where a
+// delivery went. It is recorded with each attempt it chose, and with the
+// retry state of a delivery owed to the receiver, so that retries go
+// where the delivery went at arrival, after a restart too.
+type Route struct {
+	// Index is the route's place among listen's routes, 1 for the first;
+	// 0 when none matched: the delivery went to the --forward targets.
+	Index int `json:"index"`
+	// Text is the route as written, "MATCH -> TARGET"; RouteDefault for
+	// Index 0.
+	Text string `json:"text"`
+	// Target is where the route sends: a receiver's URL, or RouteDrop;
+	// empty for Index 0 (the --forward targets).
+	Target string `json:"target,omitempty"`
+}
+
+// Drop reports whether r drops what it matches. A nil r does not.
+func (r *Route) Drop() bool { return r != nil && r.Target == RouteDrop }
+
+// String is "route N (TEXT)", or "default" for Index 0.
+func (r *Route) String() string {
+	if r == nil || r.Index == 0 {
+		return RouteDefault
+	}
+	return fmt.Sprintf("route %d (%s)", r.Index, r.Text)
+}
 
 // Retry states of a queued delivery whose forward failed.
 const (
@@ -80,6 +118,10 @@ type RetryState struct {
 	// Reason says why the agent gave up (RetryFailed): "gave up after N
 	// attempts over 1h: <last error>".
 	Reason string `json:"reason,omitempty"`
+	// Route is the route that chose the delivery's target at arrival;
+	// retries go to its target. Nil: the first --forward target (no
+	// routes, or a state written before routes).
+	Route *Route `json:"route,omitempty"`
 }
 
 // Health is what the agent reports of itself: whether it can record, and
@@ -112,8 +154,24 @@ type Delivery struct {
 
 	Verdict Verdict `json:"verdict"`
 	Event   Event   `json:"event"`
+	// Route is the route that took the delivery at arrival, when listen
+	// has routes: the agent sets it as the delivery arrives, and
+	// ArrivalRoute finds it again in a recorded delivery. The store does
+	// not keep it apart from the attempts.
+	Route *Route `json:"route,omitempty"`
 
 	Attempts []Attempt `json:"attempts,omitempty"`
+}
+
+// ArrivalRoute returns the route recorded with the first attempt of d
+// that is not a replay, or nil when none carries one.
+func (d *Delivery) ArrivalRoute() *Route {
+	for i := range d.Attempts {
+		if a := &d.Attempts[i]; a.Kind != AttemptReplay && a.Route != nil {
+			return a.Route
+		}
+	}
+	return nil
 }
 
 // Event is what devhook understood of a run.status body. Zero when the body
@@ -180,7 +238,11 @@ type Attempt struct {
 	// re-signed, edited, or with the headers listen adds to every forward
 	// (--header). Its Header is the one sent, Content-Length included.
 	Request *Request `json:"request,omitempty"`
-	// Status is 0 when no answer came; Error then says why.
+	// Route is the route of listen that chose Target (listen --route),
+	// when listen has routes; nil for a replay given its own target.
+	Route *Route `json:"route,omitempty"`
+	// Status is 0 when no answer came; Error then says why (but for a
+	// drop, which is not forwarded: AttemptDrop).
 	Status int         `json:"status"`
 	Header http.Header `json:"header,omitempty"`
 	Body   []byte      `json:"body,omitempty"`
@@ -253,6 +315,10 @@ type Summary struct {
 	// when it gave up. The store does not keep it in the row: the
 	// inspector and the agent fill it.
 	Retry *RetryState `json:"retry,omitempty"`
+	// Route is the route that took the delivery (listen --route), nil
+	// without routes. Not in the row either: Summarize copies the
+	// delivery's, the inspector fills it from the attempts.
+	Route *Route `json:"route,omitempty"`
 }
 
 // Summarize returns the list row of d.
@@ -260,7 +326,7 @@ func (d *Delivery) Summarize() Summary {
 	s := Summary{
 		ID: d.ID, ReceivedAt: d.ReceivedAt, Method: d.Method, Path: d.Path, RawQuery: d.RawQuery,
 		Verdict: d.Verdict.Result, Event: d.Event, BodySize: len(d.Body), Queued: d.Queued,
-		Attempts: len(d.Attempts),
+		Attempts: len(d.Attempts), Route: d.Route,
 	}
 	if a := d.LastAttempt(); a != nil {
 		s.Status, s.Duration, s.Error = a.Status, a.Duration, a.Error

@@ -69,6 +69,9 @@ const (
 	// ChangeHealth: the agent's Health changed (recording failing or
 	// working again, deliveries owed or given up). Health is set.
 	ChangeHealth = "health"
+	// ChangeDeleted: deliveries were deleted. Deleted names them; Reload
+	// is set instead when they are too many to name: a view reloads.
+	ChangeDeleted = "deleted"
 )
 
 // Change is what the agent publishes when the store changes, so that the
@@ -78,6 +81,9 @@ type Change struct {
 	Summary Summary  `json:"delivery"`
 	Attempt *Attempt `json:"attempt,omitempty"`
 	Health  *Health  `json:"health,omitempty"`
+	// Deleted and Reload: of a ChangeDeleted.
+	Deleted []string `json:"deleted,omitempty"`
+	Reload  bool     `json:"reload,omitempty"`
 }
 
 // NewRunStatus returns a realistic run.status payload for a run in state

@@ -47,6 +47,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -116,7 +117,11 @@ type Config struct {
 	// Forward lists receiver URLs; the first one's answer goes back to the
 	// sender, the others get a copy.
 	Forward []string
-	Store   Store // required
+	// Routes send the deliveries they match elsewhere (route.go): tried
+	// in order, the first that matches chooses the target; a delivery
+	// none matches goes to Forward.
+	Routes []Route
+	Store  Store // required
 
 	Secret string // signing secret; SetSecret changes it later
 	Verify string // report (default), enforce or off
@@ -215,6 +220,7 @@ type Result struct {
 type Agent struct {
 	cfg     Config
 	targets []*url.URL
+	routes  *Router // nil without routes
 	client  *http.Client
 	conns   connPool // kept-alive connections of the agent's own client (httpclient.go)
 
@@ -249,6 +255,7 @@ func New(cfg Config) (*Agent, error) {
 		}
 		a.targets = append(a.targets, u)
 	}
+	a.routes = NewRouter(cfg.Routes)
 	if a.cfg.Concurrency <= 0 {
 		a.cfg.Concurrency = DefaultConcurrency
 	}
@@ -357,6 +364,45 @@ func (a *Agent) Targets() []string {
 		out[i] = t.String()
 	}
 	return out
+}
+
+// Routes returns the routes, in order: what each records with the
+// deliveries it takes.
+func (a *Agent) Routes() []devhook.Route {
+	if a.routes == nil {
+		return nil
+	}
+	return slices.Clone(a.routes.refs)
+}
+
+// routeOf returns the route that takes d, and sets d.Route to it; nil
+// when the agent has no routes. A delivery's route is chosen once, as it
+// arrives.
+func (a *Agent) routeOf(d *devhook.Delivery) *devhook.Route {
+	if a.routes == nil {
+		return nil
+	}
+	if d.Route == nil {
+		d.Route = a.routes.match(request{path: d.Path, header: d.Header, body: d.Body})
+	}
+	return d.Route
+}
+
+// targetsOf returns the targets of route rt: the route's own receiver, or
+// the Forward targets for the default route, no route, or a route this
+// agent does not have (recorded by an earlier listen), whose recorded
+// target is parsed again.
+func (a *Agent) targetsOf(rt *devhook.Route) []*url.URL {
+	if rt == nil || rt.Index == 0 || rt.Target == "" || rt.Drop() {
+		return a.targets
+	}
+	if r := a.routes.route(rt); r != nil {
+		return r.targets
+	}
+	if u, err := ParseTarget(rt.Target); err == nil {
+		return []*url.URL{u}
+	}
+	return a.targets
 }
 
 // Run connects to the relay and handles deliveries until ctx ends,

@@ -22,9 +22,12 @@ import (
 )
 
 // attempt forwards d (or edit, a replay's request in its place) to target
-// and records the attempt. It returns the recorded attempt.
-func (a *Agent) attempt(ctx context.Context, d *devhook.Delivery, target *url.URL, kind string, resign bool, edit *devhook.Request, to string) *devhook.Attempt {
-	return a.record(d, a.forward(ctx, d, target, kind, resign, edit, to))
+// and records the attempt, with the route rt that chose target. It returns
+// the recorded attempt.
+func (a *Agent) attempt(ctx context.Context, d *devhook.Delivery, target *url.URL, kind string, resign bool, edit *devhook.Request, to string, rt *devhook.Route) *devhook.Attempt {
+	at := a.forward(ctx, d, target, kind, resign, edit, to)
+	at.Route = rt
+	return a.record(d, at)
 }
 
 // forward sends d to target, or to the URL to when it is not empty, and
@@ -109,6 +112,12 @@ func edited(d *devhook.Delivery, edit *devhook.Request, resign bool) bool {
 // and returns the attempt unrecorded.
 func (a *Agent) record(d *devhook.Delivery, at devhook.Attempt) *devhook.Attempt {
 	rec, err := a.cfg.Store.AddAttempt(d.ID, at)
+	if devhook.ErrorCode(err) == devhook.ENOTFOUND {
+		// Deleted while it was forwarded: the store is fine, and
+		// there is nothing to record the attempt in.
+		a.cfg.Logf("delivery %s: the receiver got it (%s) after it was deleted; the attempt is not recorded", d.ID, outcome(&at))
+		return &at
+	}
 	if err != nil {
 		// The receiver has had it: say so, and carry on without the
 		// record of this attempt.

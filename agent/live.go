@@ -9,8 +9,10 @@ package agent
 // says; acks.go sends the answer back through the relay.
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -87,6 +89,10 @@ func (a *Agent) forwardRecorded(ctx context.Context, d *devhook.Delivery, create
 		return p
 	}
 
+	rt := a.routeOf(d)
+	if rt.Drop() {
+		return a.drop(d, p)
+	}
 	if (d.Queued || d.Event.RunID != "") && a.owed.reserve(d.ID, orderKey(d), a.cfg.Now()) {
 		return a.oweBehind(d, p)
 	}
@@ -99,17 +105,18 @@ func (a *Agent) forwardRecorded(ctx context.Context, d *devhook.Delivery, create
 		resign = d.Verdict.OK() && a.getSecret() != ""
 	}
 	// The first target answers the sender; the others get a copy at the
-	// same time.
-	ats := make([]devhook.Attempt, len(a.targets))
+	// same time. A route has one target.
+	targets := a.targetsOf(rt)
+	ats := make([]devhook.Attempt, len(targets))
 	var wg sync.WaitGroup
-	for i := 1; i < len(a.targets); i++ {
+	for i := 1; i < len(targets); i++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ats[i] = a.forward(ctx, d, a.targets[i], kind, resign, nil, "")
+			ats[i] = a.forward(ctx, d, targets[i], kind, resign, nil, "")
 		}()
 	}
-	ats[0] = a.forward(ctx, d, a.targets[0], kind, resign, nil, "")
+	ats[0] = a.forward(ctx, d, targets[0], kind, resign, nil, "")
 	if !d.Queued && ats[0].Status != 0 {
 		if reason := unframable(d.ID, ats[0].Status, ats[0].Header); reason != "" {
 			ats[0].Error = reason + "; the sender got 502"
@@ -117,12 +124,13 @@ func (a *Agent) forwardRecorded(ctx context.Context, d *devhook.Delivery, create
 		}
 	}
 	if ats[0].Status != 0 {
-		a.receiverAnswered()
+		a.receiverAnswered(targetKey(rt))
 	}
 	wg.Wait()
 
 	var primary *devhook.Attempt
 	for i := range ats {
+		ats[i].Route = rt
 		rec := a.record(d, ats[i])
 		if i == 0 {
 			primary = rec
@@ -139,10 +147,24 @@ func (a *Agent) forwardRecorded(ctx context.Context, d *devhook.Delivery, create
 	return a.oweIfRetryable(d, p)
 }
 
-// answered returns the last forward of d that the receiver answered, or nil.
+// drop records that d's route dropped it: an attempt of kind drop, not
+// forwarded; the sender gets 202 (answer).
+func (a *Agent) drop(d *devhook.Delivery, p processed) processed {
+	at := devhook.Attempt{Kind: devhook.AttemptDrop, Target: devhook.RouteDrop, StartedAt: a.cfg.Now().UTC(), Route: d.Route}
+	rec := a.record(d, at)
+	p.Attempt, p.answer = rec, rec
+	if d.Queued && rec.Seq == 0 {
+		// Not recorded: the relay is acknowledged once it is.
+		p.hold = holdAttempt
+	}
+	return p
+}
+
+// answered returns the last forward of d that the receiver answered, or
+// the drop that its route made of it, or nil.
 func answered(d *devhook.Delivery) *devhook.Attempt {
 	for i := len(d.Attempts) - 1; i >= 0; i-- {
-		if at := &d.Attempts[i]; at.Status != 0 && at.Kind != devhook.AttemptReplay {
+		if at := &d.Attempts[i]; (at.Status != 0 || at.Kind == devhook.AttemptDrop) && at.Kind != devhook.AttemptReplay {
 			return at
 		}
 	}
@@ -180,10 +202,33 @@ func answer(p processed) (int, http.Header, []byte) {
 		return text(http.StatusBadGateway, "devhook: "+p.unframed)
 	case p.answer == nil:
 		return text(http.StatusBadGateway, "devhook: nothing to forward to")
+	case p.answer.Kind == devhook.AttemptDrop:
+		return dropAnswer(p.Delivery.ID, p.answer.Route)
 	case p.answer.Status == 0:
 		return text(http.StatusBadGateway, "devhook: the local receiver did not answer: "+p.answer.Error)
 	}
 	return p.answer.Status, p.answer.Header, p.answer.Body
+}
+
+// dropAnswer is what the sender of a delivery that route rt dropped gets:
+// 202, so that the service does not send it again, and a JSON body that
+// says devhook dropped it.
+func dropAnswer(id string, rt *devhook.Route) (int, http.Header, []byte) {
+	index, route := 0, devhook.RouteDefault
+	if rt != nil {
+		index, route = rt.Index, rt.Text
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // the route's "->" as written
+	enc.Encode(struct {
+		Dropped bool   `json:"dropped"`
+		ID      string `json:"id"`
+		Route   int    `json:"route"`
+		Text    string `json:"route_text"`
+		Reason  string `json:"reason"`
+	}{true, id, index, route, "devhook dropped this delivery by route " + strconv.Itoa(index) + " (" + route + "): recorded, not forwarded"})
+	return http.StatusAccepted, http.Header{"Content-Type": {"application/json"}, devhook.AnswerHeader: {"agent"}}, b.Bytes()
 }
 
 func text(code int, msg string) (int, http.Header, []byte) {

@@ -33,12 +33,18 @@ import (
 )
 
 // orderKey is what orders d among the deliveries of its channel: its run,
-// or without one its path.
+// or without one its path; and the target its route chose (d.Route), when
+// that is not the --forward targets: each receiver gets a run's
+// deliveries in order, and one that is down holds up no other.
 func orderKey(d *devhook.Delivery) string {
+	k := "path " + d.Path
 	if d.Event.RunID != "" {
-		return "run " + d.Event.RunID
+		k = "run " + d.Event.RunID
 	}
-	return "path " + d.Path
+	if t := targetKey(d.Route); t != "" {
+		k += " to " + t
+	}
+	return k
 }
 
 // job is a delivery to handle, and whether it holds its run's line.
@@ -51,6 +57,9 @@ type job struct {
 // orderLines are the runs that have a delivery under way: for each, the
 // deliveries waiting behind it, in the order they came.
 type orderLines struct {
+	// route, when set, chooses a delivery's route (Agent.routeOf) before
+	// its key is taken.
+	route  func(*devhook.Delivery) *devhook.Route
 	mu     sync.Mutex
 	lines  map[string]*orderLine
 	closed bool // the connection ended: what waits is dropped
@@ -71,6 +80,9 @@ func (o *orderLines) admit(d *devhook.Delivery) (job, bool) {
 	d.Event = devhook.ParseEvent(d.Body)
 	if !d.Queued && d.Event.RunID == "" {
 		return job{d: d}, true // a live delivery of no run goes as it was sent
+	}
+	if o.route != nil {
+		o.route(d)
 	}
 	key := orderKey(d)
 	if l := o.lines[key]; l != nil {

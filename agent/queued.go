@@ -57,7 +57,7 @@ func (a *Agent) oweIfRetryable(d *devhook.Delivery, p processed) processed {
 // as from the relay's queue: devhook keeps it.
 func (a *Agent) oweBehind(d *devhook.Delivery, p processed) processed {
 	now := a.cfg.Now()
-	st := devhook.RetryState{State: devhook.RetryOwed, Since: now}
+	st := devhook.RetryState{State: devhook.RetryOwed, Since: now, Route: d.Route}
 	p.Owed, p.Behind = true, true
 	if err := a.cfg.Store.PutRetry(d.ID, st); err != nil {
 		a.storeFailed(err)
@@ -73,7 +73,7 @@ func (a *Agent) oweBehind(d *devhook.Delivery, p processed) processed {
 	}
 	a.storeOK()
 	p.behind = true
-	a.owed.add(d.ID, orderKey(d), now, now, false)
+	a.owed.add(d.ID, orderKey(d), st.Route, now, now, false)
 	a.publishRetry(d, nil, &st)
 	a.publishHealth()
 	return p
@@ -118,6 +118,12 @@ func (a *Agent) hold(work, held context.Context, d *devhook.Delivery, res *proce
 			}
 		case holdAttempt:
 			rec, err := a.cfg.Store.AddAttempt(d.ID, *res.Attempt)
+			if devhook.ErrorCode(err) == devhook.ENOTFOUND {
+				// Deleted meanwhile: nothing to hold it for.
+				release()
+				res.hold = 0
+				continue
+			}
 			if err != nil {
 				a.storeFailed(err)
 				continue

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -47,6 +48,8 @@ func retryable(at *devhook.Attempt) bool {
 		return false
 	}
 	switch s := at.Status; {
+	case at.Kind == devhook.AttemptDrop:
+		return false // not forwarded: nothing to retry
 	case s == 0, s == http.StatusRequestTimeout, s == http.StatusTooManyRequests, s >= 500:
 		return true
 	}
@@ -70,8 +73,12 @@ func failure(at *devhook.Attempt) string {
 }
 
 type owedEntry struct {
-	id      string
-	key     string // its run (orderKey); "" when unknown: then it waits for none
+	id  string
+	key string // its run (orderKey); "" when unknown: then it waits for none
+	// route chose its target at arrival (nil: the first --forward
+	// target); target is that target's key (targetKey).
+	route   *devhook.Route
+	target  string
 	since   time.Time
 	next    time.Time
 	refused bool // the last try found nothing listening: a probe may wake it
@@ -79,6 +86,9 @@ type owedEntry struct {
 	// reserved: owed behind an earlier delivery of its run, its state not
 	// yet recorded (oweBehind); not tried until it is.
 	reserved bool
+	// forgotten: the delivery was deleted (Forget); a retry under way
+	// when it was ends there.
+	forgotten bool
 }
 
 // retrier holds the owed deliveries. Its lock is never taken on the path
@@ -113,19 +123,21 @@ func (r *retrier) counts() (owed, failed int) {
 	return len(r.byID), r.failed
 }
 
-// add makes id, of run key, owed, to be tried at next (once it is the
-// first of its run). A reserved entry of id is released.
-func (r *retrier) add(id, key string, since, next time.Time, refused bool) {
+// add makes id, of run key, owed to the target of route rt, to be tried
+// at next (once it is the first of its run). A reserved entry of id is
+// released.
+func (r *retrier) add(id, key string, rt *devhook.Route, since, next time.Time, refused bool) {
 	r.mu.Lock()
 	if old := r.byID[id]; old != nil {
 		if old.reserved {
 			old.reserved, old.since, old.next = false, since, next
+			old.route, old.target = rt, targetKey(rt)
 		}
 		r.mu.Unlock()
 		r.poke()
 		return
 	}
-	r.insert(&owedEntry{id: id, key: key, since: since, next: next, refused: refused})
+	r.insert(&owedEntry{id: id, key: key, route: rt, target: targetKey(rt), since: since, next: next, refused: refused})
 	r.mu.Unlock()
 	r.poke()
 }
@@ -174,6 +186,13 @@ func (r *retrier) unreserve(id string) {
 
 func (r *retrier) remove(id string, failed bool) {
 	r.mu.Lock()
+	r.removeLocked(id, failed)
+	r.mu.Unlock()
+	r.poke()
+}
+
+// removeLocked is remove with r.mu held.
+func (r *retrier) removeLocked(id string, failed bool) {
 	if e := r.byID[id]; e != nil {
 		if e.refused {
 			r.refused.Add(-1)
@@ -189,13 +208,42 @@ func (r *retrier) remove(id string, failed bool) {
 	if failed {
 		r.failed++
 	}
+}
+
+// forget drops the entries of ids, deleted, and makes failed the count of
+// deliveries given up that the store still has. It reports whether an
+// entry was dropped.
+func (r *retrier) forget(ids []string, failed int) bool {
+	r.mu.Lock()
+	dropped := false
+	for _, id := range ids {
+		if e := r.byID[id]; e != nil {
+			e.forgotten = true
+			r.removeLocked(id, false)
+			dropped = true
+		}
+	}
+	changed := dropped || r.failed != failed
+	r.failed = failed
 	r.mu.Unlock()
 	r.poke()
+	return changed
+}
+
+// isForgotten reports whether e's delivery was deleted.
+func (r *retrier) isForgotten(e *owedEntry) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return e.forgotten
 }
 
 // reschedule sets the next try of e after one that failed.
 func (r *retrier) reschedule(e *owedEntry, next time.Time, refused bool) {
 	r.mu.Lock()
+	if e.forgotten {
+		r.mu.Unlock()
+		return
+	}
 	if e.refused != refused {
 		if refused {
 			r.refused.Add(1)
@@ -208,11 +256,12 @@ func (r *retrier) reschedule(e *owedEntry, next time.Time, refused bool) {
 	r.poke()
 }
 
-// wakeRefused makes every entry whose last try was refused due at now.
-func (r *retrier) wakeRefused(now time.Time) {
+// wakeRefused makes every entry owed to target (targetKey) whose last
+// try was refused due at now.
+func (r *retrier) wakeRefused(now time.Time, target string) {
 	r.mu.Lock()
 	for _, e := range r.byID {
-		if e.refused && e.next.After(now) {
+		if e.refused && e.target == target && e.next.After(now) {
 			e.next = now
 		}
 	}
@@ -235,9 +284,9 @@ func (r *retrier) state(id string) *devhook.RetryState {
 // due marks up to n entries due at now as running and returns them, oldest
 // delivery first. Of a run's entries only the first (the lowest id) is
 // tried: the others wait for it to be delivered or given up. wait is how
-// long until the next entry is due (0: none is); probe says whether a
-// refused entry waits.
-func (r *retrier) due(now time.Time, n int) (due []*owedEntry, wait time.Duration, probe bool) {
+// long until the next entry is due (0: none is); probe has the route of
+// each target (targetKey) that a refused entry waits for.
+func (r *retrier) due(now time.Time, n int) (due []*owedEntry, wait time.Duration, probe map[string]*devhook.Route) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	first := make(map[string]string, len(r.byKey)) // run → its lowest id
@@ -258,7 +307,12 @@ func (r *retrier) due(now time.Time, n int) (due []*owedEntry, wait time.Duratio
 			if next.IsZero() || e.next.Before(next) {
 				next = e.next
 			}
-			probe = probe || e.refused
+			if _, ok := probe[e.target]; e.refused && !ok {
+				if probe == nil {
+					probe = make(map[string]*devhook.Route)
+				}
+				probe[e.target] = e.route
+			}
 		}
 	}
 	slices.SortFunc(due, func(a, b *owedEntry) int { return strings.Compare(a.id, b.id) })
@@ -287,7 +341,7 @@ func (a *Agent) resume() {
 	for i, id := range ids {
 		switch states[i].State {
 		case devhook.RetryOwed:
-			a.owed.add(id, a.storedKey(id), states[i].Since, now, false)
+			a.owed.add(id, a.storedKey(id, states[i].Route), states[i].Route, states[i].Since, now, false)
 			owed++
 		case devhook.RetryFailed:
 			a.owed.mu.Lock()
@@ -300,13 +354,35 @@ func (a *Agent) resume() {
 	}
 }
 
-// storedKey is the run (orderKey) of recorded delivery id, or "" when it
-// cannot be read: then its retries wait for no other.
-func (a *Agent) storedKey(id string) string {
+// Forget stops the retries of deliveries ids, which were deleted from the
+// store with their retry states: a retry under way ends with its forward,
+// neither recorded nor followed by another; the health's counts of owed
+// and given-up deliveries follow.
+func (a *Agent) Forget(ids []string) {
+	failed := 0
+	if _, states, err := a.cfg.Store.AllRetries(); err == nil {
+		for _, st := range states {
+			if st.State == devhook.RetryFailed {
+				failed++
+			}
+		}
+	} else {
+		_, failed = a.owed.counts()
+	}
+	if a.owed.forget(ids, failed) {
+		a.publishHealth()
+	}
+}
+
+// storedKey is the run (orderKey) of recorded delivery id, which route
+// rt took, or "" when it cannot be read: then its retries wait for no
+// other.
+func (a *Agent) storedKey(id string, rt *devhook.Route) string {
 	d, err := a.cfg.Store.Delivery(id)
 	if err != nil {
 		return ""
 	}
+	d.Route = rt
 	if d.Event == (devhook.Event{}) {
 		d.Event = devhook.ParseEvent(d.Body)
 	}
@@ -342,11 +418,17 @@ func (a *Agent) retryLoop(ctx context.Context) {
 				finished <- struct{}{}
 			}()
 		}
-		if probe {
+		if probe != nil {
 			if now.Sub(lastProbe) >= probeEvery {
 				lastProbe = now
-				if a.probe(ctx) {
-					a.owed.wakeRefused(now)
+				woke := false
+				for target, rt := range probe {
+					if a.probe(ctx, a.targetsOf(rt)[0]) {
+						a.owed.wakeRefused(now, target)
+						woke = true
+					}
+				}
+				if woke {
 					continue
 				}
 			}
@@ -369,9 +451,8 @@ func (a *Agent) retryLoop(ctx context.Context) {
 	}
 }
 
-// probe reports whether the first target accepts a connection.
-func (a *Agent) probe(ctx context.Context) bool {
-	t := a.targets[0]
+// probe reports whether target t accepts a connection.
+func (a *Agent) probe(ctx context.Context, t *url.URL) bool {
 	host := t.Host
 	if t.Port() == "" {
 		port := "80"
@@ -389,17 +470,33 @@ func (a *Agent) probe(ctx context.Context) bool {
 	return true
 }
 
-// receiverAnswered is called when the first target answered a forward:
+// receiverAnswered is called when target (targetKey) answered a forward:
 // the deliveries waiting for it to listen again can go.
-func (a *Agent) receiverAnswered() {
+func (a *Agent) receiverAnswered(target string) {
 	if a.owed.refused.Load() > 0 {
-		a.owed.wakeRefused(a.cfg.Now())
+		a.owed.wakeRefused(a.cfg.Now(), target)
 	}
+}
+
+// targetKey names the target of route rt among the owed deliveries: ""
+// for the first --forward target (no route, the default route), else the
+// route's target.
+func targetKey(rt *devhook.Route) string {
+	if rt == nil || rt.Index == 0 {
+		return ""
+	}
+	return rt.Target
+}
+
+// retryTarget is where owed delivery e goes: the target its route chose
+// at arrival.
+func (a *Agent) retryTarget(e *owedEntry) *url.URL {
+	return a.targetsOf(e.route)[0]
 }
 
 // owe returns the retry state of queued delivery d whose forward at failed.
 func (a *Agent) owe(d *devhook.Delivery, at *devhook.Attempt) devhook.RetryState {
-	st := devhook.RetryState{State: devhook.RetryOwed, Since: at.StartedAt}
+	st := devhook.RetryState{State: devhook.RetryOwed, Since: at.StartedAt, Route: d.Route}
 	if a.cfg.RetryFor < 0 {
 		st.State = devhook.RetryFailed
 		st.Reason = "gave up after 1 attempt (retries are off): " + failure(at)
@@ -416,7 +513,7 @@ func (a *Agent) owedRecorded(d *devhook.Delivery, at *devhook.Attempt, st devhoo
 		return
 	}
 	refused := at != nil && refused(at)
-	a.owed.add(d.ID, orderKey(d), st.Since, a.cfg.Now().Add(a.retryWait(0)), refused)
+	a.owed.add(d.ID, orderKey(d), st.Route, st.Since, a.cfg.Now().Add(a.retryWait(0)), refused)
 	a.publishRetry(d, at, &st)
 	a.publishHealth()
 }
@@ -448,7 +545,10 @@ func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
 	d, err := a.cfg.Store.Delivery(e.id)
 	if err != nil {
 		if devhook.ErrorCode(err) == devhook.ENOTFOUND {
-			a.cfg.Logf("delivery %s, owed to the receiver, is no longer recorded (removed by retention); no more retries", e.id)
+			if a.owed.isForgotten(e) {
+				return // deleted: Forget said so
+			}
+			a.cfg.Logf("delivery %s, owed to the receiver, is no longer recorded (deleted, or removed by retention); no more retries", e.id)
 			_ = a.cfg.Store.DeleteRetry(e.id)
 			a.owed.remove(e.id, false)
 			a.publishHealth()
@@ -459,7 +559,9 @@ func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
 		a.owed.reschedule(e, a.cfg.Now().Add(a.retryWait(0)), e.refused)
 		return
 	}
-	at := a.forward(ctx, d, a.targets[0], devhook.AttemptRetry, d.Verdict.OK() && a.getSecret() != "", nil, "")
+	d.Route = e.route // for live views
+	at := a.forward(ctx, d, a.retryTarget(e), devhook.AttemptRetry, d.Verdict.OK() && a.getSecret() != "", nil, "")
+	at.Route = e.route
 	tries := 0 // the first forward and the retries before this one; none for one owed behind another
 	for i := range d.Attempts {
 		if k := d.Attempts[i].Kind; k != devhook.AttemptReplay && d.Attempts[i].Target == at.Target {
@@ -467,6 +569,9 @@ func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
 		}
 	}
 	rec := a.record(d, at)
+	if a.owed.isForgotten(e) {
+		return // deleted while it was forwarded: nothing follows
+	}
 	tries++ // this one
 	now := a.cfg.Now()
 	if !retryable(rec) {
@@ -475,7 +580,7 @@ func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
 			return
 		}
 		a.owed.remove(e.id, false)
-		a.receiverAnswered()
+		a.receiverAnswered(e.target)
 		a.publishRetry(d, rec, nil)
 		a.publishHealth()
 		if a.cfg.OnResult != nil {

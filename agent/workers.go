@@ -48,7 +48,7 @@ func (a *Agent) serve(ctx context.Context, conn *relay.Conn, received func()) er
 		conn.Close()
 		time.AfterFunc(ShutdownGrace, cancelWork)
 	})
-	var lines orderLines
+	lines := orderLines{route: a.routeOf}
 	next := make(chan job)      // to an idle worker
 	quit := make(chan struct{}) // idle workers leave
 	var pooled atomic.Int32     // workers in the pool

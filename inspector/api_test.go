@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/export"
 	"github.com/devhook/devhook/inspector"
 	"github.com/devhook/devhook/signature"
 )
@@ -609,6 +610,9 @@ func TestSettings(t *testing.T) {
 	}
 }
 
+// The inspector's "Copy as curl" is export.CurlCommand, the command
+// devhook deliveries export writes, to the first forward target (export's
+// tests send it with the real curl).
 func TestCurl(t *testing.T) {
 	f := newFixture(t, fixtureOptions{})
 	d := newDelivery(time.Now(), 1, []byte(`{"it's":"quoted"}`), true)
@@ -622,8 +626,12 @@ func TestCurl(t *testing.T) {
 	b, _ := io.ReadAll(res.Body)
 	res.Body.Close()
 	cmd := string(b)
+	target := f.Receiver.URL + "/hooks/service"
+	if want := export.CurlCommand(d, target); cmd != want {
+		t.Errorf("curl command:\n%s\nwant export's:\n%s", cmd, want)
+	}
 	for _, want := range []string{
-		"curl -sS -i -X 'POST' '" + f.Receiver.URL + "/hooks/service'",
+		"curl -q -sS -i --http1.1 --path-as-is -g -X 'POST' '" + target + "'",
 		"-H 'Service-Signature: " + d.Header.Get(devhook.SignatureHeader) + "'",
 		"-H 'X-Repeat: one'", "-H 'X-Repeat: two'",
 		`--data-binary '{"it'\''s":"quoted"}'`,
@@ -632,9 +640,15 @@ func TestCurl(t *testing.T) {
 			t.Errorf("curl command lacks %q:\n%s", want, cmd)
 		}
 	}
-	bin := devhook.Delivery{Method: "POST", Header: http.Header{}, Body: []byte{0, 1, 2}}
-	if c := inspector.Curl(&bin, "http://127.0.0.1:1/x"); !strings.HasPrefix(c, "printf %s 'AAEC' | base64 -d | curl") || !strings.Contains(c, "--data-binary @-") {
-		t.Errorf("binary curl = %s", c)
+	// ?to= sends it elsewhere, path and query appended.
+	res, err = f.HTTP.Client().Get(f.HTTP.URL + "/api/deliveries/" + d.ID + "/curl?to=" + url.QueryEscape("http://127.0.0.1:9/other"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(res.Body)
+	res.Body.Close()
+	if !strings.Contains(string(b), "'http://127.0.0.1:9/other/hooks/service'") {
+		t.Errorf("with ?to=: %s", b)
 	}
 }
 

@@ -109,7 +109,7 @@ func hexDump(b []byte) string {
 }
 
 func (s *Server) handleRequestBody(w http.ResponseWriter, r *http.Request) {
-	d, err := s.cfg.Store.Delivery(r.PathValue("id"))
+	d, err := s.delivery(r.PathValue("id"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -118,7 +118,7 @@ func (s *Server) handleRequestBody(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleAttemptBody(w http.ResponseWriter, r *http.Request) {
-	d, err := s.cfg.Store.Delivery(r.PathValue("id"))
+	d, err := s.delivery(r.PathValue("id"))
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -221,7 +221,7 @@ func TestInBrowser(t *testing.T) {
 		)
 		if inspectortest.Eval[bool](t, tab, `!!document.querySelector("textarea.copy-fallback")`) {
 			cmd := inspectortest.Eval[string](t, tab, `document.querySelector("textarea.copy-fallback").value`)
-			if !strings.Contains(cmd, "curl -sS -i -X 'POST' '"+f.Receiver.URL+"/hooks/service'") {
+			if !strings.Contains(cmd, "curl -q -sS -i --http1.1 --path-as-is -g -X 'POST' '"+f.Receiver.URL+"/hooks/service'") {
 				t.Errorf("curl command = %s", cmd)
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/storage"
 )
 
 // Client talks to a running inspector's JSON API, so that command-line
@@ -59,6 +60,11 @@ func (c *Client) Delivery(ctx context.Context, id string) (*devhook.Delivery, er
 	if err := c.do(ctx, http.MethodGet, "/api/deliveries/"+url.PathEscape(id), nil, &d); err != nil {
 		return nil, err
 	}
+	if lossy(&d) { // bytes JSON cannot hold (request.go)
+		if err := c.restoreRequest(ctx, &d); err != nil {
+			return nil, err
+		}
+	}
 	return &d, nil
 }
 
@@ -88,6 +94,31 @@ func (c *Client) Replay(ctx context.Context, id string, opt devhook.ReplayOption
 	var a devhook.Attempt
 	err := c.do(ctx, http.MethodPost, "/api/deliveries/"+url.PathEscape(id)+"/replay", body, &a)
 	return a, err
+}
+
+// Delete deletes the deliveries refs, each a whole id or the start of one
+// that only it has: all of them, or, when one is missing or ambiguous,
+// none (an error that names each).
+func (c *Client) Delete(ctx context.Context, refs []string) (DeleteResult, error) {
+	var out DeleteResult
+	if len(refs) == 0 {
+		return out, devhook.Errorf(devhook.EINVALID, "no delivery id given")
+	}
+	q := url.Values{"id": refs}
+	err := c.do(ctx, http.MethodDelete, "/api/deliveries?"+q.Encode(), nil, &out)
+	return out, err
+}
+
+// DeleteMatching deletes the deliveries sel chooses; the zero Selection
+// chooses all of them.
+func (c *Client) DeleteMatching(ctx context.Context, sel storage.Selection) (DeleteResult, error) {
+	var out DeleteResult
+	path := "/api/deliveries"
+	if q := SelectionQuery(sel); len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	err := c.do(ctx, http.MethodDelete, path, nil, &out)
+	return out, err
 }
 
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
@@ -129,6 +160,8 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 			code = devhook.ENOTFOUND
 		case http.StatusBadRequest:
 			code = devhook.EINVALID
+		case http.StatusConflict:
+			code = devhook.ECONFLICT
 		}
 		return devhook.Errorf(code, "%s", e.Error)
 	}

@@ -24,8 +24,13 @@ type DeliveryView struct {
 type DetailView struct {
 	Body     BodyView      `json:"body"`
 	Attempts []AttemptView `json:"attempts"`
-	// Target is where a replay goes by default, with the delivery's path.
+	// Target is where a replay goes by default, with the delivery's path;
+	// empty when the route that takes it drops it (ReplayRoute).
 	Target string `json:"target,omitempty"`
+	// ReplayRoute is the route that chooses Target (listen --route): the
+	// routes are matched again for a replay, as if the delivery arrived
+	// now. Nil without routes.
+	ReplayRoute *devhook.Route `json:"replay_route,omitempty"`
 	// Resign says a replay without "resign" re-signs (the secret is known).
 	Resign bool `json:"resign"`
 	// ReplayAvailable is false when the inspector has no replayer.
@@ -44,15 +49,17 @@ type AttemptView struct {
 }
 
 func (s *Server) handleDelivery(w http.ResponseWriter, r *http.Request) {
-	d, err := s.cfg.Store.Delivery(r.PathValue("id"))
+	d, err := s.delivery(r.PathValue("id"))
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	target, route := s.replayTarget(d)
 	v := DeliveryView{Delivery: d, View: DetailView{
 		Body:            NewBodyView(d.Body, d.Header),
 		Attempts:        make([]AttemptView, len(d.Attempts)),
-		Target:          s.defaultTarget(d),
+		Target:          target,
+		ReplayRoute:     route,
 		Resign:          s.secretKnown(),
 		ReplayAvailable: s.cfg.Replayer != nil,
 		StatusNote:      d.Event.StatusNote(),
@@ -64,6 +71,11 @@ func (s *Server) handleDelivery(w http.ResponseWriter, r *http.Request) {
 	}
 	if st, ok := rs[d.ID]; ok {
 		v.Retry = &st
+	}
+	// The route that took it: recorded with its first attempt, or with
+	// its retry state while it is owed behind another, not yet tried.
+	if d.Route = d.ArrivalRoute(); d.Route == nil && v.Retry != nil {
+		d.Route = v.Retry.Route
 	}
 	for i, a := range d.Attempts {
 		av := AttemptView{Response: NewBodyView(a.Body, a.Header), Hint: check.Hint(d, &d.Attempts[i])}
@@ -80,13 +92,18 @@ func (s *Server) secretKnown() bool {
 	return s.cfg.Settings.SecretKnown != nil && s.cfg.Settings.SecretKnown()
 }
 
-// defaultTarget is the first forward target joined with the delivery's
-// path and query: the URL a replay calls.
-func (s *Server) defaultTarget(d *devhook.Delivery) string {
-	if len(s.cfg.Settings.Forward) == 0 {
-		return ""
+// replayTarget is the URL a replay of d calls without a target of its
+// own, and the route that chose it: the Replayer's word when it has one
+// (ReplayTargeter), else the first forward target joined with the
+// delivery's path and query.
+func (s *Server) replayTarget(d *devhook.Delivery) (string, *devhook.Route) {
+	if rt, ok := s.cfg.Replayer.(ReplayTargeter); ok {
+		return rt.ReplayTarget(d)
 	}
-	return joinTarget(s.cfg.Settings.Forward[0], d.Path, d.RawQuery)
+	if len(s.cfg.Settings.Forward) == 0 {
+		return "", nil
+	}
+	return joinTarget(s.cfg.Settings.Forward[0], d.Path, d.RawQuery), nil
 }
 
 func joinTarget(base, path, rawQuery string) string {

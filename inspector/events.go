@@ -114,7 +114,8 @@ func (h *hub) subscribers() int {
 }
 
 // handleEvents streams changes as Server-Sent Events: a "ready" event when
-// the stream opens, then "delivery", "attempt", "retry" and "health" events
+// the stream opens, then "delivery", "attempt", "retry", "health" and
+// "deleted" events
 // whose data is a devhook.Change, and a comment line when idle so that proxies and the
 // browser keep the connection.
 func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
@@ -164,7 +165,7 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 			}
 			kind := c.Kind
 			switch kind {
-			case devhook.ChangeDelivery, devhook.ChangeAttempt, devhook.ChangeRetry, devhook.ChangeHealth:
+			case devhook.ChangeDelivery, devhook.ChangeAttempt, devhook.ChangeRetry, devhook.ChangeHealth, devhook.ChangeDeleted:
 			default:
 				kind = "change"
 			}

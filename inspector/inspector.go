@@ -10,20 +10,31 @@
 //	GET  /api/deliveries/{id}/body           the request body, raw, as a download
 //	GET  /api/deliveries/{id}/attempts/{seq}/body   an attempt's response body, raw, as a download
 //	GET  /api/deliveries/{id}/curl           the delivery as a curl command (text/plain); ?to= overrides the target
+//	GET  /api/deliveries/{id}/request        method, path, query and headers as they arrived, in base64 (request.go)
 //	POST /api/deliveries/{id}/replay         {"resign":bool?,"to":"","header":{...}?,"body_text":"..."?,"body_base64":"..."?} → Attempt
+//	DELETE /api/deliveries/{id}              deletes it → {"deleted":1,"ids":[id]}
+//	DELETE /api/deliveries                   ?id=A&id=B: those (none unless all are found); else those that
+//	                                         received_before (RFC 3339), status, verdict, run_id, status_v2 choose;
+//	                                         with none of them, all → {"deleted":n,"ids":[...]} (delete.go)
 //	GET  /api/runs                           recent runs: {"items":[{run_id, deliveries, last_status_v2, last_received_at}]}
 //	GET  /api/runs/{run_id}                  a run's deliveries oldest first, with a timeline analysis
 //	GET  /api/scenario?run_id=R | ?id=A&id=B[&redact=$.path]   the deliveries as a scenario file, a download (scenario.go)
-//	GET  /api/settings                       forward targets, relay and public URLs, whether a secret is known, the data directory
+//	GET  /api/settings                       forward targets, routes, relay and public URLs, whether a secret is known, the data directory
 //	GET  /api/status                         the agent's devhook.Health: {"storage_error","since","held","owed","failed"}
 //	GET  /api/events                         Server-Sent Events: "event: delivery" / "attempt" / "retry", data = devhook.Change;
-//	                                         "event: health", data = devhook.Change with "health" set
+//	                                         "event: health", data = devhook.Change with "health" set;
+//	                                         "event: deleted", data = devhook.Change with "deleted" (ids) or "reload"
 //
 // A list row and a delivery carry "retry" ({"state":"owed"|"failed","since","reason"})
 // while the agent owes the delivery to the receiver, and once it gave up.
+// With listen's routes, a delivery carries "route" ({"index","text","target"}:
+// the route that took it, index 0 "default" for the forward targets), each
+// attempt the route that chose its target, and its view "replay_route", the
+// route a replay without a target of its own takes now.
 //
-// Errors are JSON {"error":"..."} with a status from the devhook.ErrorCode
-// of the failure.
+// Every {id} is a delivery's id or the start of one that only it has
+// (resolve.go). Errors are JSON {"error":"..."} with a status from the
+// devhook.ErrorCode of the failure.
 //
 // # Safety
 //
@@ -43,6 +54,7 @@ import (
 	"time"
 
 	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/storage"
 	"github.com/devhook/devhook/web"
 )
 
@@ -60,6 +72,14 @@ type Store interface {
 	// Damage returns the records the store's reads skipped: damaged, or
 	// written by a newer devhook. The list says so.
 	Damage() devhook.Damage
+	// Resolve returns the id of the delivery whose id is ref or, when none
+	// is, of the only one whose id starts with ref: ENOTFOUND when none
+	// does, ECONFLICT when several do.
+	Resolve(ref string) (string, error)
+	// Delete and DeleteMatching remove deliveries with everything kept of
+	// them, and return the ids removed.
+	Delete(ids []string) ([]string, error)
+	DeleteMatching(sel storage.Selection) ([]string, error)
 }
 
 // Replayer sends a stored delivery again and records the attempt itself.
@@ -67,9 +87,19 @@ type Replayer interface {
 	Replay(ctx context.Context, id string, opt devhook.ReplayOptions) (devhook.Attempt, error)
 }
 
+// ReplayTargeter is a Replayer that says where a replay of a delivery
+// goes without a target of its own, and by which route (listen --route):
+// the URL, or "" when the route drops the delivery. Without it, a
+// replay goes to the first forward target.
+type ReplayTargeter interface {
+	ReplayTarget(d *devhook.Delivery) (target string, route *devhook.Route)
+}
+
 // Settings are shown on the page. The secret itself never is.
 type Settings struct {
-	Forward   []string
+	Forward []string
+	// Routes are listen's routes, in order (--route, --routes).
+	Routes    []devhook.Route
 	RelayURL  string
 	PublicURL string
 	Channel   string
@@ -106,6 +136,10 @@ type Config struct {
 	// Health reports the agent's state for GET /api/status; nil means
 	// all is well.
 	Health func() devhook.Health
+	// Deleted, when set, hears the ids of the deliveries the API deleted,
+	// before the change is published: listen's agent stops retrying
+	// those it owed (agent.Agent.Forget).
+	Deleted func(ids []string)
 }
 
 // Server serves the inspector. Create it with New.
@@ -185,7 +219,10 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("GET /api/deliveries/{id}/body", s.handleRequestBody)
 	mux.HandleFunc("GET /api/deliveries/{id}/attempts/{seq}/body", s.handleAttemptBody)
 	mux.HandleFunc("GET /api/deliveries/{id}/curl", s.handleCurl)
+	mux.HandleFunc("GET /api/deliveries/{id}/request", s.handleRawRequest)
 	mux.HandleFunc("POST /api/deliveries/{id}/replay", s.handleReplay)
+	mux.HandleFunc("DELETE /api/deliveries/{id}", s.handleDeleteOne)
+	mux.HandleFunc("DELETE /api/deliveries", s.handleDeleteMany)
 	mux.HandleFunc("GET /api/runs", s.handleRuns)
 	mux.HandleFunc("GET /api/runs/{run_id}", s.handleRun)
 	mux.HandleFunc("GET /api/scenario", s.handleScenario)

@@ -101,6 +101,41 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request) {
 				page.Items[i].Retry = &st
 			}
 		}
+		if err := s.fillRoutes(ids, page.Items); err != nil {
+			s.fail(w, r, fmt.Errorf("listing deliveries: %w", err))
+			return
+		}
 	}
 	writeJSON(w, http.StatusOK, page)
+}
+
+// RouteReader is a Store that knows which route (listen --route) took
+// each delivery: storage.DB. The list shows it.
+type RouteReader interface {
+	Routes(ids []string) (map[string]devhook.Route, error)
+}
+
+// fillRoutes sets the route of each of items, those of ids, when the
+// store knows it; the route of an owed delivery not yet tried is its
+// retry state's. Only while listen has routes: the read costs about as
+// much as the list's own (BenchmarkRoutes, storage), which a listen
+// without routes does not pay for the rows of an earlier one that had
+// some (their detail shows it).
+func (s *Server) fillRoutes(ids []string, items []devhook.Summary) error {
+	rr, ok := s.cfg.Store.(RouteReader)
+	if !ok || len(s.cfg.Settings.Routes) == 0 {
+		return nil
+	}
+	routes, err := rr.Routes(ids)
+	if err != nil {
+		return err
+	}
+	for i := range items {
+		if rt, ok := routes[items[i].ID]; ok {
+			items[i].Route = &rt
+		} else if st := items[i].Retry; st != nil && st.Route != nil {
+			items[i].Route = st.Route
+		}
+	}
+	return nil
 }

@@ -120,10 +120,12 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	if _, err := s.cfg.Store.Delivery(id); err != nil {
+	d, err := s.delivery(id)
+	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	id = d.ID
 	a, err := s.cfg.Replayer.Replay(r.Context(), id, opt)
 	if err != nil {
 		s.fail(w, r, fmt.Errorf("replaying delivery %s: %w", id, err))

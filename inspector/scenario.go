@@ -71,7 +71,7 @@ func (s *Server) handleScenario(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, devhook.Errorf(devhook.ENOTFOUND, "no delivery of run %s is stored", sel.RunID))
 		return
 	}
-	b, warnings, err := scenario.Export(ids, s.cfg.Store.Delivery, opt)
+	b, warnings, err := scenario.Export(ids, s.delivery, opt)
 	if err != nil {
 		// An unknown id answers the store's "delivery "…" not found".
 		s.fail(w, r, fmt.Errorf("saving a scenario: %w", err))

@@ -173,8 +173,8 @@ func TestScenarioDownloadErrors(t *testing.T) {
 		{"id=", http.StatusBadRequest, "name the deliveries to save"},
 		{"run_id=run-save&id=" + run[0].ID, http.StatusBadRequest, "one of the two"},
 		{"run_id=run-nope", http.StatusNotFound, "no delivery of run run-nope is stored"},
-		{"id=" + run[0].ID + "&id=0190aaaa-0000-7000-8000-000000000000", http.StatusNotFound, `delivery "0190aaaa-0000-7000-8000-000000000000" not found`},
-		{"id=nope", http.StatusNotFound, `delivery "nope" not found`},
+		{"id=" + run[0].ID + "&id=0190aaaa-0000-7000-8000-000000000000", http.StatusNotFound, `no delivery with id or prefix "0190aaaa-0000-7000-8000-000000000000"`},
+		{"id=nope", http.StatusNotFound, `no delivery with id or prefix "nope"`},
 		{"run_id=run-save&redact=data.run_id", http.StatusBadRequest, `redaction path "data.run_id": a JSON path starts with $`},
 		{"run_id=run-save&redact=" + url.QueryEscape("$.a["), http.StatusBadRequest, "a [ without its ]"},
 	}

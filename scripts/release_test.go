@@ -27,8 +27,9 @@ var (
 	releaseOut  []byte
 )
 
-// release runs scripts/release for linux/amd64 and windows/amd64 into a
-// directory shared by the tests of this package (a build takes a while).
+// release runs scripts/release for linux/amd64, linux/arm64 and
+// windows/amd64 into a directory shared by the tests of this package (a
+// build takes a while): two container images, a formula and a manifest.
 func release(t *testing.T) string {
 	t.Helper()
 	if testing.Short() {
@@ -40,7 +41,7 @@ func release(t *testing.T) string {
 	releaseOnce.Do(func() {
 		releaseDir, releaseErr = os.MkdirTemp("", "devhook-release-")
 		if releaseErr == nil {
-			releaseOut, releaseErr = runRelease(releaseDir, "linux/amd64", "windows/amd64")
+			releaseOut, releaseErr = runRelease(releaseDir, "linux/amd64", "linux/arm64", "windows/amd64")
 		}
 	})
 	if releaseErr != nil {
@@ -49,8 +50,12 @@ func release(t *testing.T) string {
 	return releaseDir
 }
 
+// testReleaseURL is where the tests say the release is published.
+const testReleaseURL = "https://downloads.example.com/devhook/" + testVersion
+
 func runRelease(out string, targets ...string) ([]byte, error) {
 	cmd := exec.Command("./release", append([]string{testVersion, out}, targets...)...)
+	cmd.Env = append(os.Environ(), "DEVHOOK_RELEASE_URL="+testReleaseURL)
 	return cmd.CombinedOutput()
 }
 
@@ -63,11 +68,12 @@ func TestMain(m *testing.M) {
 }
 
 // The same version built twice, with the targets in another order, gives
-// the same bytes: archives, package and checksums.
+// the same bytes: archives, package, images, formula, manifest and
+// checksums.
 func TestReleaseIsReproducible(t *testing.T) {
 	first := release(t)
 	second := t.TempDir()
-	if out, err := runRelease(second, "windows/amd64", "linux/amd64"); err != nil {
+	if out, err := runRelease(second, "windows/amd64", "linux/arm64", "linux/amd64"); err != nil {
 		t.Fatalf("scripts/release again: %v\n%s", err, out)
 	}
 	names := files(t, first)
@@ -87,8 +93,13 @@ func TestReleaseFiles(t *testing.T) {
 	dir := release(t)
 	want := []string{
 		"SHA256SUMS",
+		"devhook.json",
+		"devhook.rb",
 		"devhook_0.0.0~releasetest_amd64.deb",
 		"devhook_" + testVersion + "_linux_amd64.tar.gz",
+		"devhook_" + testVersion + "_linux_amd64_oci.tar",
+		"devhook_" + testVersion + "_linux_arm64.tar.gz",
+		"devhook_" + testVersion + "_linux_arm64_oci.tar",
 		"devhook_" + testVersion + "_windows_amd64.zip",
 	}
 	if got := files(t, dir); !slices.Equal(got, want) {
@@ -110,7 +121,7 @@ func TestReleaseFiles(t *testing.T) {
 
 	// The Linux archive: one directory with the binary, LICENSE and README.
 	prefix := "devhook_" + testVersion + "_linux_amd64/"
-	entries := untar(t, filepath.Join(dir, want[2]))
+	entries := untar(t, filepath.Join(dir, "devhook_"+testVersion+"_linux_amd64.tar.gz"))
 	var names []string
 	for name := range entries {
 		names = append(names, name)
@@ -137,7 +148,7 @@ func TestReleaseFiles(t *testing.T) {
 	}
 
 	// The Windows archive: a zip with devhook.exe, LICENSE and README.
-	zr, err := zip.OpenReader(filepath.Join(dir, want[3]))
+	zr, err := zip.OpenReader(filepath.Join(dir, "devhook_"+testVersion+"_windows_amd64.zip"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,12 +164,32 @@ func TestReleaseFiles(t *testing.T) {
 	}
 }
 
-// A bad call says how to call it and builds nothing.
+// A bad call says how to call it and builds nothing: a version that cannot
+// be an image's tag, a release URL a formula cannot name.
 func TestReleaseRefusesBadArguments(t *testing.T) {
-	for _, args := range [][]string{{}, {"v1.0.0"}, {"v1.0.0", t.TempDir(), "plan9/amd64"}, {"a/b", t.TempDir()}} {
-		out, err := exec.Command("./release", args...).CombinedOutput()
-		if err == nil || !strings.Contains(string(out), "release") {
-			t.Errorf("release %q: %v %s", args, err, out)
+	for _, c := range []struct {
+		args []string
+		url  string
+	}{
+		{args: []string{}},
+		{args: []string{"v1.0.0"}},
+		{args: []string{"v1.0.0", t.TempDir(), "plan9/amd64"}},
+		{args: []string{"a/b", t.TempDir()}},
+		{args: []string{"v1.0.0+build.5", t.TempDir()}},
+		{args: []string{"-v1", t.TempDir()}},
+		{args: []string{"v1.0.0", t.TempDir()}, url: "ftp://example.com/devhook"},
+		{args: []string{"v1.0.0", t.TempDir()}, url: "example.com/devhook"},
+	} {
+		cmd := exec.Command("./release", c.args...)
+		cmd.Env = append(os.Environ(), "DEVHOOK_RELEASE_URL="+c.url)
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.HasPrefix(string(out), "usage: scripts/release") && !strings.HasPrefix(string(out), "release: ") {
+			t.Errorf("release %q with DEVHOOK_RELEASE_URL=%q: %v %s", c.args, c.url, err, out)
+		}
+		if len(c.args) >= 2 {
+			if names, _ := os.ReadDir(c.args[1]); len(names) > 0 {
+				t.Errorf("release %q wrote %d files", c.args, len(names))
+			}
 		}
 	}
 }

@@ -689,6 +689,14 @@ func appendAttemptTail(b []byte, a *devhook.Attempt) []byte {
 		e.uint(attemptMade)
 		e.str(a.Made)
 	}
+	if r := a.Route; r != nil {
+		var v encoder
+		v.int(int64(r.Index))
+		v.str(r.Text)
+		v.str(r.Target)
+		e.uint(attemptRoute)
+		e.bytes(v.b)
+	}
 	return e.b
 }
 
@@ -699,6 +707,9 @@ func appendAttemptTail(b []byte, a *devhook.Attempt) []byte {
 // and ignores the rest.
 const (
 	attemptMade = 1 // Attempt.Made
+	// attemptRoute is Attempt.Route: its Index (varint), Text and Target
+	// (strings), in that order; a reader skips what follows them.
+	attemptRoute = 2
 )
 
 // made returns the Attempt.Made name v, without allocating for the
@@ -713,6 +724,17 @@ func made(v []byte) string {
 		return devhook.MadeEdited
 	}
 	return string(v)
+}
+
+// decodeRoute decodes an attemptRoute value, or returns nil for one that
+// does not decode: the route is a label, not worth the attempt.
+func decodeRoute(v []byte) *devhook.Route {
+	dec := decoder{b: v}
+	r := &devhook.Route{Index: int(dec.int()), Text: dec.str(), Target: dec.str()}
+	if dec.err != nil {
+		return nil
+	}
+	return r
 }
 
 // decodeAttempt decodes the attempt b stored at key, the attempt's key
@@ -750,8 +772,11 @@ func decodeAttempt(key, b []byte) (devhook.Attempt, error) {
 		for dec.err == nil && len(dec.b) > 0 {
 			tag := dec.uint()
 			v := dec.raw()
-			if tag == attemptMade {
+			switch tag {
+			case attemptMade:
 				a.Made = made(v)
+			case attemptRoute:
+				a.Route = decodeRoute(v)
 			}
 		}
 	}

@@ -130,6 +130,14 @@ func (l *damageLog) note(e *recordError) {
 	l.ids = append(l.ids, id)
 }
 
+// reset forgets what was found: the records are gone.
+func (l *damageLog) reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.seen, l.ids = nil, nil
+	l.damaged, l.newer, l.unnamed = 0, 0, 0
+}
+
 // noteRecord notes err's record if err is a recordError, and reports
 // whether it was one: a read that skips it goes on.
 func (db *DB) noteRecord(err error) bool {

@@ -104,7 +104,13 @@ func (db *DB) flush() error {
 	j := db.journal
 	j.flushMu.Lock()
 	defer j.flushMu.Unlock()
+	return db.flushLocked()
+}
 
+// flushLocked is flush with j.flushMu held: Delete holds it from its
+// flush to its commit, so that no flush runs between them.
+func (db *DB) flushLocked() error {
+	j := db.journal
 	j.mu.Lock()
 	if len(j.pending) == 0 {
 		j.mu.Unlock()

@@ -29,6 +29,10 @@ func TestMain(m *testing.M) {
 		killedChild(path)
 		return
 	}
+	if path := os.Getenv(deleteChildEnv); path != "" {
+		deleteChild(path)
+		return
+	}
 	os.Exit(m.Run())
 }
 

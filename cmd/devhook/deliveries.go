@@ -54,8 +54,14 @@ type history interface {
 	// ListPage is List with the records the store skipped (damaged, or a
 	// newer devhook's).
 	ListPage(ctx context.Context, f devhook.Filter) (inspector.ListPage, error)
+	// Delivery, Replay and Delete take a whole id or the start of one
+	// that only it has (storage.DB.Resolve, on either side).
 	Delivery(ctx context.Context, id string) (*devhook.Delivery, error)
 	Replay(ctx context.Context, id string, opt devhook.ReplayOptions) (devhook.Attempt, error)
+	// Delete deletes all of refs, or none when one is missing or
+	// ambiguous; DeleteMatching what sel chooses (zero: all).
+	Delete(ctx context.Context, refs []string) (inspector.DeleteResult, error)
+	DeleteMatching(ctx context.Context, sel storage.Selection) (inspector.DeleteResult, error)
 }
 
 // inspectorClient is the client of the inspector at base (http://host:port).
@@ -143,18 +149,55 @@ func (o offline) ListPage(_ context.Context, f devhook.Filter) (inspector.ListPa
 	}
 	return p, nil
 }
-func (o offline) Delivery(_ context.Context, id string) (*devhook.Delivery, error) {
+func (o offline) Delivery(_ context.Context, ref string) (*devhook.Delivery, error) {
+	id, err := o.db.Resolve(ref)
+	if err != nil {
+		return nil, err
+	}
 	return o.db.Delivery(id)
 }
-func (o offline) Replay(ctx context.Context, id string, opt devhook.ReplayOptions) (devhook.Attempt, error) {
+func (o offline) Replay(ctx context.Context, ref string, opt devhook.ReplayOptions) (devhook.Attempt, error) {
+	id, err := o.db.Resolve(ref)
+	if err != nil {
+		return devhook.Attempt{}, err
+	}
 	return o.ag.Replay(ctx, id, opt)
+}
+func (o offline) Delete(_ context.Context, refs []string) (inspector.DeleteResult, error) {
+	ids := make([]string, 0, len(refs))
+	var problems []string
+	for _, ref := range refs {
+		id, err := o.db.Resolve(ref)
+		if c := devhook.ErrorCode(err); c == devhook.ENOTFOUND || c == devhook.ECONFLICT || c == devhook.EINVALID {
+			problems = append(problems, err.Error())
+			continue
+		} else if err != nil {
+			return inspector.DeleteResult{}, err
+		}
+		ids = append(ids, id)
+	}
+	if len(problems) > 0 {
+		return inspector.DeleteResult{}, fmt.Errorf("%s\nnothing was deleted", strings.Join(problems, "\n"))
+	}
+	removed, err := o.db.Delete(ids)
+	return inspector.DeleteResult{Deleted: len(removed), IDs: removed}, err
+}
+func (o offline) DeleteMatching(_ context.Context, sel storage.Selection) (inspector.DeleteResult, error) {
+	removed, err := o.db.DeleteMatching(sel)
+	return inspector.DeleteResult{Deleted: len(removed), IDs: removed}, err
 }
 
 func newDeliveriesCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "deliveries", Short: "List and show recorded deliveries",
+	cmd := &cobra.Command{Use: "deliveries", Short: "List, show, export and delete recorded deliveries",
+		Long: `The recorded deliveries, through the devhook listen recording in --data when one runs,
+else from the data directory. An ID is a whole delivery id or its start, when only one id
+starts so (as for a git commit), with or without its dashes: 0190a1b2-c3d4-7 or 0190a1b2c3d47.`,
 		Example: `  devhook deliveries list
-  devhook deliveries show ID`}
+  devhook deliveries show ID
+  devhook deliveries delete ID`}
 	cmd.AddCommand(newDeliveriesListCmd(), newDeliveriesShowCmd())
+	cmd.AddCommand(newDeliveriesExportCmd())
+	cmd.AddCommand(newDeliveriesDeleteCmd())
 	return groupCmd(cmd)
 }
 
@@ -427,12 +470,12 @@ func newReplayCmd() *cobra.Command {
 		Short: "Send a recorded delivery to the receiver again and record the attempt",
 		Example: `  devhook replay ID
   devhook replay ID --to http://localhost:9090 --no-resign`,
-		Long: `Replay sends a recorded delivery again: through the devhook listen recording in --data
-when one runs (found by itself; --inspect ADDR names one by its inspector), else directly
-from the data directory. By default it is re-signed with a fresh t when the secret is known, so
-the receiver's 5-minute window accepts it; without a known secret the original signature
-is sent as is. --to URL sends it elsewhere: the delivery's path and query are appended to
-URL, as to a --forward target.
+		Long: `Replay sends a recorded delivery again (ID: its id, or a start only it has): through the
+devhook listen recording in --data when one runs (found by itself; --inspect ADDR names one by
+its inspector), else directly from the data directory. By default it is re-signed with a fresh
+t when the secret is known, so the receiver's 5-minute window accepts it; without a known
+secret the original signature is sent as is. --to URL sends it elsewhere: the delivery's path
+and query are appended to URL, as to a --forward target.
 
 Exit status: 0 when the receiver answered 2xx, 1 otherwise (another status, no answer).`,
 		Args: cobra.ExactArgs(1),

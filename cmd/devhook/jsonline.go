@@ -3,6 +3,8 @@ package main
 import (
 	"strconv"
 	"unicode/utf8"
+
+	"github.com/devhook/devhook"
 )
 
 // The delivery line of listen --json is printed once per delivery, so it
@@ -26,9 +28,12 @@ type deliveryLine struct {
 	Cut       bool       `json:"cut,omitempty"`
 	Duplicate bool       `json:"duplicate,omitempty"`
 	Owed      bool       `json:"owed,omitempty"`
+	Dropped   bool       `json:"dropped,omitempty"`
 	Error     string     `json:"error,omitempty"`
 	Hint      string     `json:"hint,omitempty"`
 	Copies    []copyLine `json:"failed_copies,omitempty"`
+	// Route took the delivery (listen --route): nil without routes.
+	Route *devhook.Route `json:"route,omitempty"`
 }
 
 // appendJSON appends l as encoding/json would marshal it, and a newline.
@@ -69,6 +74,9 @@ func (l *deliveryLine) appendJSON(b []byte) []byte {
 	if l.Owed {
 		b = append(b, `,"owed":true`...)
 	}
+	if l.Dropped {
+		b = append(b, `,"dropped":true`...)
+	}
 	if l.Error != "" {
 		b = append(b, `,"error":`...)
 		b = appendJSONString(b, l.Error)
@@ -95,7 +103,23 @@ func (l *deliveryLine) appendJSON(b []byte) []byte {
 		}
 		b = append(b, ']')
 	}
+	if l.Route != nil {
+		b = appendRoute(append(b, `,"route":`...), l.Route)
+	}
 	return append(b, "}\n"...)
+}
+
+// appendRoute appends r as encoding/json would marshal it.
+func appendRoute(b []byte, r *devhook.Route) []byte {
+	b = append(b, `{"index":`...)
+	b = strconv.AppendInt(b, int64(r.Index), 10)
+	b = append(b, `,"text":`...)
+	b = appendJSONString(b, r.Text)
+	if r.Target != "" {
+		b = append(b, `,"target":`...)
+		b = appendJSONString(b, r.Target)
+	}
+	return append(b, '}')
 }
 
 func appendIntPtr(b []byte, p *int) []byte {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/devhook/devhook"
 )
 
 // The hand-written delivery line is byte for byte what encoding/json
@@ -33,6 +35,10 @@ func TestDeliveryLineMatchesEncodingJSON(t *testing.T) {
 		}
 		if r.IntN(3) == 0 {
 			l.Copies = []copyLine{{Target: pick(), Error: pick()}}
+		}
+		if r.IntN(2) == 0 {
+			l.Route = &devhook.Route{Index: r.IntN(20), Text: pick(), Target: pick()}
+			l.Dropped = r.IntN(2) == 0
 		}
 		lines = append(lines, l)
 	}

@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -28,6 +27,8 @@ import (
 
 type listenOptions struct {
 	forward    []string
+	routes     []string // --route
+	routesFile string   // --routes
 	relayURL   string
 	relayToken string
 	relayAddr  string
@@ -87,6 +88,10 @@ Each delivery's service-signature is checked and everything is recorded under --
 Without --relay, a relay runs inside this process on loopback: its URL is reachable
 from this machine only (useful with 'devhook send' and 'devhook emulate').
 
+--route 'MATCH -> TARGET' sends what MATCH matches (path:GLOB, json:PATH=VALUE,
+header:NAME=VALUE, joined with ' & ') to another receiver, or drops it (recorded, answered
+202); the first route that matches wins, the rest goes to --forward (docs/LISTEN.md).
+
 A delivery is recorded before it is forwarded. When it cannot be (a full disk), a
 sender still waiting gets 503 and the delivery is not forwarded; deliveries that waited
 in the relay's queue are held and go through once recording works again. Started on a
@@ -103,6 +108,8 @@ secret, and deletes it on exit unless --keep. A webhook a killed listen left is
 taken over by the next start with the same --data. --webhook ID uses an existing
 webhook's secret instead, and with --update-url points it here until exit.`,
 		Example: `  devhook listen --forward localhost:8080 --secret whsec_...
+  devhook listen --forward localhost:8080 --route 'path:/github/** -> localhost:9001' --route 'header:X-Env=test -> drop'
+  devhook listen --forward localhost:8080 --routes routes.yaml
   devhook listen --forward localhost:8080 --register --endpoint http://127.0.0.1:4010 --api-key devkey
   devhook listen --forward localhost:8080 --relay https://relay.example.com --json`,
 		Args: cobra.NoArgs,
@@ -121,7 +128,9 @@ webhook's secret instead, and with --update-url points it here until exit.`,
 	}
 	f := cmd.Flags()
 	f.StringArrayVar(&o.forward, "forward", nil, "receiver to forward to (host:port or URL); repeat for more, the first one answers")
-	f.StringVar(&o.relayURL, "relay", "", "relay URL (default: a relay inside this process, local only); several, comma-separated, for instances of one relay cluster: the next is tried when one cannot be reached")
+	f.StringArrayVar(&o.routes, "route", nil, "send what MATCH matches to TARGET instead: 'MATCH -> TARGET', MATCH path:GLOB, json:PATH=VALUE or header:NAME=VALUE (joined with ' & '), TARGET host:port, a URL or drop; repeat for more, the first that matches wins (docs/LISTEN.md)")
+	f.StringVar(&o.routesFile, "routes", "", "a file of routes, tried after --route's: one 'MATCH -> TARGET' a line, or YAML (.yaml, .yml)")
+	f.StringVar(&o.relayURL, "relay", "", "relay URL, or host:port (http:// for this machine, https:// for another) (default: a relay inside this process, local only); several, comma-separated, for instances of one relay cluster: the next is tried when one cannot be reached")
 	f.StringVar(&o.relayToken, "relay-token", "", "token the relay requires to open a channel (or DEVHOOK_RELAY_TOKEN)")
 	f.StringVar(&o.relayAddr, "relay-addr", "127.0.0.1:4041", "address of the built-in relay (without --relay)")
 	f.StringVar(&o.publicURL, "public-url", "", "the built-in relay's public URL: an address that a tunnel you already run forwards to --relay-addr (see docs/LISTEN.md)")
@@ -193,6 +202,9 @@ func (o *listenOptions) run(ctx context.Context) error {
 	if o.network, err = o.relayNetwork(); err != nil {
 		return err
 	}
+	if err := o.checkPorts(ctx); err != nil {
+		return err
+	}
 	// Stopped in the reverse order of adding: the announcement (the
 	// webhook undone, listen.json removed), the agent, the inspector, the
 	// built-in relay; then the stores close, and the output last.
@@ -259,7 +271,7 @@ func (o *listenOptions) wire(ctx context.Context, g *lifecycle.Group, service *c
 	}
 	if o.inspect != "off" {
 		insp, l.inspectURL, err = o.startInspector(g, db, l.ag, inspector.Settings{
-			Forward: l.ag.Targets(), RelayURL: l.relay.url, PublicURL: l.creds.PublicURL, Channel: l.creds.Channel,
+			Forward: l.ag.Targets(), Routes: l.ag.Routes(), RelayURL: l.relay.url, PublicURL: l.creds.PublicURL, Channel: l.creds.Channel,
 			SecretKnown: l.ag.SecretKnown, Verify: o.verify, DataDir: absDir(o.dataDir),
 		})
 		if err != nil {
@@ -294,7 +306,7 @@ func (o *listenOptions) newAgent(l *listening, db deliveryStore, publish func(de
 	}
 	return agent.New(agent.Config{
 		Header: fw.header, TLS: fw.tls,
-		RelayURL: l.relay.url, RelayFallbacks: l.relay.fallbacks, RelayNetwork: o.network, Credentials: l.creds, Forward: o.forward, Store: db,
+		RelayURL: l.relay.url, RelayFallbacks: l.relay.fallbacks, RelayNetwork: o.network, Credentials: l.creds, Forward: o.forward, Routes: fw.routes, Store: db,
 		Secret: o.secret, Verify: o.verify, Skew: o.skew, ForwardTimeout: o.timeout,
 		RetryFor: fw.retryFor,
 		OnChange: func(c devhook.Change) {
@@ -371,7 +383,7 @@ func (l *listening) announce(ctx, parent context.Context) error {
 	}
 	defer remove()
 	out.ready(readyInfo{PublicURL: l.creds.PublicURL, InspectorURL: l.inspectURL, Channel: l.creds.Channel,
-		Forward: l.ag.Targets(), Local: l.relay.localOnly, SecretKnown: l.ag.SecretKnown(), Verify: o.verify, Data: o.dataDir,
+		Forward: l.ag.Targets(), Routes: l.ag.Routes(), Local: l.relay.localOnly, SecretKnown: l.ag.SecretKnown(), Verify: o.verify, Data: o.dataDir,
 		Webhook: webhook, Secret: secret, webhookNote: webhookNote})
 	<-ctx.Done()
 	if parent.Err() != nil {
@@ -433,15 +445,9 @@ type listenRelay struct {
 // --relay, starts a relay inside this process on --relay-addr.
 func (o *listenOptions) startRelay(g *lifecycle.Group) (listenRelay, error) {
 	var rl listenRelay
-	for _, u := range strings.Split(o.relayURL, ",") {
-		if u = strings.TrimRight(strings.TrimSpace(u), "/"); u == "" {
-			continue
-		}
-		if rl.url == "" {
-			rl.url = u
-		} else {
-			rl.fallbacks = append(rl.fallbacks, u)
-		}
+	var err error
+	if rl.url, rl.fallbacks, err = relayURLs(o.relayURL); err != nil {
+		return rl, err
 	}
 	rl.key = rl.url
 	public, err := o.builtinPublic()
@@ -487,7 +493,7 @@ func (o *listenOptions) startInspector(g *lifecycle.Group, db deliveryStore, ag 
 		allowed = append(allowed, host)
 	}
 	insp, err := inspector.New(inspector.Config{
-		Store: db, Replayer: ag, AllowedHosts: allowed, Health: ag.Health, Settings: settings,
+		Store: db, Replayer: ag, AllowedHosts: allowed, Health: ag.Health, Settings: settings, Deleted: ag.Forget,
 	})
 	if err != nil {
 		return nil, "", err

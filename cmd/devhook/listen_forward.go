@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ type forwardSettings struct {
 	header   http.Header // --header
 	tls      *tls.Config // --forward-ca, --forward-insecure
 	retryFor time.Duration
+	routes   []agent.Route // --route, then --routes FILE's
 }
 
 func (o *listenOptions) forwardSettings(logf func(string, ...any)) (forwardSettings, error) {
@@ -35,6 +37,9 @@ func (o *listenOptions) forwardSettings(logf func(string, ...any)) (forwardSetti
 		}
 	}
 	var err error
+	if fw.routes, err = parseRoutes(o.routes, o.routesFile); err != nil {
+		return fw, err
+	}
 	if fw.header, err = parseHeaders(o.headers); err != nil {
 		return fw, err
 	}
@@ -45,6 +50,32 @@ func (o *listenOptions) forwardSettings(logf func(string, ...any)) (forwardSetti
 		logf("--forward-insecure: the certificates of https receivers are not checked")
 	}
 	return fw, nil
+}
+
+// parseRoutes reads the routes of --route, in order, then those of
+// --routes FILE. An error names the flag and the route, or the file and
+// its line.
+func parseRoutes(flags []string, file string) ([]agent.Route, error) {
+	var routes []agent.Route
+	for _, s := range flags {
+		r, err := agent.ParseRoute(s)
+		if err != nil {
+			return nil, fmt.Errorf("--route %q: %w", s, err)
+		}
+		routes = append(routes, r)
+	}
+	if file == "" {
+		return routes, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("--routes: %w", err)
+	}
+	more, err := agent.ParseRoutes(file, b)
+	if err != nil {
+		return nil, fmt.Errorf("--routes %w", err)
+	}
+	return append(routes, more...), nil
 }
 
 // parseHeaders reads --header values "Name: value" into a header.

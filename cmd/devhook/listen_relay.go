@@ -7,9 +7,13 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
+	"strconv"
+	"strings"
 
+	"github.com/devhook/devhook/inspector"
 	"github.com/devhook/devhook/relay"
 )
 
@@ -43,6 +47,88 @@ func caPool(flag, file string) (*x509.CertPool, error) {
 		return nil, fmt.Errorf("%s %s holds no PEM certificate", flag, file)
 	}
 	return pool, nil
+}
+
+// relayURLs reads --relay: one relay, or several comma-separated
+// (instances of one relay cluster). Each is an http(s) URL, or what
+// --forward takes: host:port, a host, or a port alone. Without a scheme, a
+// relay on this machine (localhost, 127.x.y.z, [::1], a port alone) is
+// reached over http://, any other over https://, as a relay beyond this
+// machine is served behind TLS (devhook relay serve --tls, a proxy, a
+// tunnel): give http:// to reach one without TLS. An error names the flag
+// and the part that is wrong.
+func relayURLs(flag string) (first string, others []string, err error) {
+	parts := strings.Split(flag, ",")
+	for _, part := range parts {
+		if strings.TrimSpace(part) == "" {
+			continue
+		}
+		u, err := relayURL(part)
+		if err != nil {
+			if len(parts) > 1 {
+				return "", nil, fmt.Errorf("--relay %q: %q %w", flag, strings.TrimSpace(part), err)
+			}
+			return "", nil, fmt.Errorf("--relay %q %w", strings.TrimSpace(part), err)
+		}
+		if first == "" {
+			first = u
+		} else {
+			others = append(others, u)
+		}
+	}
+	return first, others, nil
+}
+
+// relayURL is one relay of --relay as a URL, without a trailing slash.
+// Its error completes "--relay PART ...".
+func relayURL(part string) (string, error) {
+	const give = "give an http(s) URL such as https://relay.example.com, or host:port (http:// for this machine, https:// for another)"
+	raw := strings.TrimSpace(part)
+	switch {
+	case strings.Trim(raw, "0123456789") == "":
+		raw = "http://localhost:" + raw
+	case strings.HasPrefix(raw, ":"):
+		raw = "http://localhost" + raw
+	case !strings.Contains(raw, "://"):
+		host := raw
+		if i := strings.IndexAny(host, "/?#"); i >= 0 {
+			host = host[:i]
+		}
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		scheme := "https://"
+		if inspector.IsLoopbackHost(strings.Trim(host, "[]")) {
+			scheme = "http://"
+		}
+		raw = scheme + raw
+	}
+	u, err := url.Parse(raw)
+	if ue := (*url.Error)(nil); errors.As(err, &ue) {
+		err = ue.Err // what is wrong, without the URL again
+	}
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("is not a relay's address (%v): %s", err, give)
+	case u.Scheme == "ws" || u.Scheme == "wss":
+		return "", fmt.Errorf("is a WebSocket URL: give the relay's http:// or https:// URL; devhook opens the WebSocket itself")
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", fmt.Errorf("has the scheme %s: %s", u.Scheme, give)
+	case u.Hostname() == "":
+		return "", fmt.Errorf("has no host: %s", give)
+	case u.User != nil:
+		return "", errors.New("has a user and password, which devhook does not send: give the relay's token with --relay-token (or DEVHOOK_RELAY_TOKEN)")
+	case u.RawQuery != "" || u.Fragment != "":
+		return "", fmt.Errorf("has a query or a fragment: give the relay's address alone (%s://%s)", u.Scheme, u.Host)
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return "", fmt.Errorf("has the port %s, not one from 1 to 65535", p)
+		}
+	}
+	// As given (a scheme added): it keys the saved channel
+	// (channels.json), which an earlier start may have saved.
+	return strings.TrimRight(raw, "/"), nil
 }
 
 // builtinPublic checks --public-url: the address where something this

@@ -29,11 +29,13 @@ type readyInfo struct {
 	InspectorURL string   `json:"inspector_url"`
 	Channel      string   `json:"channel"`
 	Forward      []string `json:"forward"`
-	Local        bool     `json:"local_only"`
-	SecretKnown  bool     `json:"secret_known"`
-	Verify       string   `json:"verify"`
-	Data         string   `json:"data"`
-	Webhook      string   `json:"webhook,omitempty"`
+	// Routes are listen's routes, in order (--route, --routes).
+	Routes      []devhook.Route `json:"routes,omitempty"`
+	Local       bool            `json:"local_only"`
+	SecretKnown bool            `json:"secret_known"`
+	Verify      string          `json:"verify"`
+	Data        string          `json:"data"`
+	Webhook     string          `json:"webhook,omitempty"`
 	// Secret is the webhook's signing secret, fetched from the service
 	// (--register, --webhook), for the receiver; "" with --secret.
 	Secret      string `json:"secret,omitempty"`
@@ -164,7 +166,14 @@ func (p *printer) ready(r readyInfo) {
 	if r.Local {
 		fmt.Fprintf(&b, "              (built-in relay: reachable from this machine only; use --relay for a public one)\n")
 	}
-	fmt.Fprintf(&b, "  forward to  %s\n", strings.Join(r.Forward, ", "))
+	if len(r.Routes) == 0 {
+		fmt.Fprintf(&b, "  forward to  %s\n", strings.Join(r.Forward, ", "))
+	} else {
+		for _, rt := range r.Routes {
+			fmt.Fprintf(&b, "  route %-4d  %s\n", rt.Index, rt.Text)
+		}
+		fmt.Fprintf(&b, "  forward to  %s  (what no route matches)\n", strings.Join(r.Forward, ", "))
+	}
 	if r.InspectorURL != "" {
 		fmt.Fprintf(&b, "  inspector   %s\n", r.InspectorURL)
 	}
@@ -201,8 +210,8 @@ func (p *printer) result(r agent.Result) {
 	if p.json {
 		adv, _ := p.advice(d, r.Attempt)
 		l := deliveryLine{"delivery", d.ID, d.Method, d.Path, d.Event.RunID, d.Event.StatusV2, d.Verdict.Result, status, receiverStatus(r.Attempt),
-			float64(dur) / float64(time.Millisecond), d.Queued, r.Cut, r.Duplicate, r.Owed && p.retryFor > 0, cmp.Or(r.Error, attemptError(r.Attempt)),
-			adv.Text, failedCopies(r.Copies)}
+			float64(dur) / float64(time.Millisecond), d.Queued, r.Cut, r.Duplicate, r.Owed && p.retryFor > 0, dropped(r.Attempt),
+			cmp.Or(r.Error, attemptError(r.Attempt)), adv.Text, failedCopies(r.Copies), resultRoute(r)}
 		p.write(l.appendJSON(make([]byte, 0, 256)))
 		return
 	}
@@ -233,15 +242,22 @@ func (p *printer) humanLine(r agent.Result) []byte {
 		received = r.Attempt.Status
 	}
 	b.WriteString(" → ")
-	b.WriteString(p.paint(statusColor(received), statusWord(received)))
 	switch {
+	case dropped(r.Attempt):
+		// Not forwarded: its sender got 202 (agent.dropAnswer).
+		b.WriteString(p.paint(colorYellow, "dropped"))
+	default:
+		b.WriteString(p.paint(statusColor(received), statusWord(received)))
+	}
+	switch {
+	case dropped(r.Attempt):
 	case r.Cut && !d.Queued:
 		b.WriteString(" (sender got 202: queued by the relay)")
 	case !d.Queued && r.Status != received && r.Status != 0:
 		fmt.Fprintf(&b, " (sender got %d)", r.Status)
 	}
 	took := "-"
-	if r.Attempt != nil {
+	if r.Attempt != nil && !dropped(r.Attempt) {
 		took = formatDuration(time.Duration(r.Attempt.Duration))
 	}
 	b.WriteString("  " + took)
@@ -250,6 +266,9 @@ func (p *printer) humanLine(r agent.Result) []byte {
 		b.WriteString("  (not forwarded: the signature check failed)")
 	case r.Error != "":
 		b.WriteString("  " + r.Error)
+	}
+	if rt := resultRoute(r); rt != nil && rt.Index > 0 {
+		fmt.Fprintf(&b, "  (route %d)", rt.Index)
 	}
 	if d.Queued {
 		b.WriteString("  (was queued)")
@@ -286,6 +305,25 @@ func (p *printer) humanLine(r agent.Result) []byte {
 		b.WriteByte('\n')
 	}
 	return b.Bytes()
+}
+
+// dropped reports whether attempt a is the drop a route made of its
+// delivery.
+func dropped(a *devhook.Attempt) bool { return a != nil && a.Kind == devhook.AttemptDrop }
+
+// resultRoute is the route that took r's delivery, or nil without routes
+// (and for a delivery refused by --verify enforce, which none took).
+func resultRoute(r agent.Result) *devhook.Route {
+	if r.Rejected {
+		return nil
+	}
+	if r.Delivery.Route != nil {
+		return r.Delivery.Route
+	}
+	if r.Attempt != nil && r.Attempt.Route != nil {
+		return r.Attempt.Route
+	}
+	return r.Delivery.ArrivalRoute()
 }
 
 // statusWord is a receiver's status as the terminal, the filters and the
@@ -335,16 +373,17 @@ func (p *printer) retried(r agent.Result) {
 	after := at.StartedAt.Sub(r.Since)
 	if p.json {
 		p.emit(struct {
-			Event    string  `json:"event"`
-			ID       string  `json:"id"`
-			Method   string  `json:"method"`
-			Path     string  `json:"path"`
-			Status   int     `json:"status"`
-			Duration float64 `json:"duration_ms"`
-			Retry    int     `json:"retry"`
-			AfterMS  int64   `json:"after_ms"`
-			Error    string  `json:"error,omitempty"`
-		}{"retry", d.ID, d.Method, d.Path, r.Status, float64(at.Duration) / float64(time.Millisecond), r.Retry, after.Milliseconds(), at.Error})
+			Event    string         `json:"event"`
+			ID       string         `json:"id"`
+			Method   string         `json:"method"`
+			Path     string         `json:"path"`
+			Status   int            `json:"status"`
+			Duration float64        `json:"duration_ms"`
+			Retry    int            `json:"retry"`
+			AfterMS  int64          `json:"after_ms"`
+			Error    string         `json:"error,omitempty"`
+			Route    *devhook.Route `json:"route,omitempty"`
+		}{"retry", d.ID, d.Method, d.Path, r.Status, float64(at.Duration) / float64(time.Millisecond), r.Retry, after.Milliseconds(), at.Error, at.Route})
 		return
 	}
 	line := fmt.Sprintf("%s  %-6s %-*s → %s  %s  (delivered by retry %d, %s after the first try failed)",
@@ -360,17 +399,18 @@ func (p *printer) replayed(r agent.Result) {
 	adv, shown := p.advice(d, at)
 	if p.json {
 		p.emit(struct {
-			Event    string  `json:"event"`
-			ID       string  `json:"id"`
-			Seq      int     `json:"seq"`
-			Target   string  `json:"target"`
-			Status   int     `json:"status"`
-			Duration float64 `json:"duration_ms"`
-			Made     string  `json:"made,omitempty"`
-			Resigned bool    `json:"resigned,omitempty"`
-			Error    string  `json:"error,omitempty"`
-			Hint     string  `json:"hint,omitempty"`
-		}{"replay", d.ID, at.Seq, at.Target, at.Status, float64(at.Duration) / float64(time.Millisecond), at.Made, resigned, at.Error, adv.Text})
+			Event    string         `json:"event"`
+			ID       string         `json:"id"`
+			Seq      int            `json:"seq"`
+			Target   string         `json:"target"`
+			Status   int            `json:"status"`
+			Duration float64        `json:"duration_ms"`
+			Made     string         `json:"made,omitempty"`
+			Resigned bool           `json:"resigned,omitempty"`
+			Error    string         `json:"error,omitempty"`
+			Hint     string         `json:"hint,omitempty"`
+			Route    *devhook.Route `json:"route,omitempty"`
+		}{"replay", d.ID, at.Seq, at.Target, at.Status, float64(at.Duration) / float64(time.Millisecond), at.Made, resigned, at.Error, adv.Text, at.Route})
 		return
 	}
 	var b bytes.Buffer
@@ -403,14 +443,15 @@ func (p *printer) gaveUp(r agent.Result) {
 	msg := "gave up on delivery " + d.ID + " " + strings.TrimPrefix(r.Error, "gave up ")
 	if p.json {
 		p.emit(struct {
-			Event   string `json:"event"`
-			ID      string `json:"id"`
-			Method  string `json:"method"`
-			Path    string `json:"path"`
-			Status  int    `json:"status"`
-			Error   string `json:"error"`
-			Message string `json:"message"`
-		}{"gave_up", d.ID, d.Method, d.Path, r.Status, r.Error, msg})
+			Event   string         `json:"event"`
+			ID      string         `json:"id"`
+			Method  string         `json:"method"`
+			Path    string         `json:"path"`
+			Status  int            `json:"status"`
+			Error   string         `json:"error"`
+			Message string         `json:"message"`
+			Route   *devhook.Route `json:"route,omitempty"`
+		}{"gave_up", d.ID, d.Method, d.Path, r.Status, r.Error, msg, resultRoute(r)})
 		return
 	}
 	at := time.Now()

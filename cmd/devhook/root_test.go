@@ -72,7 +72,7 @@ func TestUnknownSubcommandIsAnError(t *testing.T) {
 		want string
 	}{
 		{[]string{"deliveries", "lsit"}, "did you mean list?"},
-		{[]string{"deliveries", "frobnicate"}, "the commands are list, show"},
+		{[]string{"deliveries", "frobnicate"}, "the commands are delete, export, list, show"},
 		{[]string{"webhooks", "nope"}, "unknown command"},
 		{[]string{"runs", "strat"}, "did you mean start?"},
 	} {

@@ -9,6 +9,7 @@
 //   GET  /api/deliveries/{id}/attempts/{seq}/body   an answer's body, to download
 //   GET  /api/deliveries/{id}/curl          a curl command that sends it again (text)
 //   POST /api/deliveries/{id}/replay        send it again, maybe edited; answers the attempt
+//   DELETE /api/deliveries?id=&id=          delete those deliveries; answers {deleted, ids}
 //   GET  /api/runs                          deliveries grouped by run id
 //   GET  /api/runs/{id}                     one run's timeline
 //   GET  /api/scenario?run_id= | ?id=&id=   deliveries as a scenario file, to download
@@ -65,6 +66,10 @@ export async function curl(id) {
   if (!res.ok) throw new Error(res.status + ' ' + res.statusText);
   return res.text();
 }
+
+// deleteDeliveries deletes the deliveries ids: all of them, or none when
+// one is gone already.
+export const deleteDeliveries = (ids) => api('/api/deliveries?' + ids.map((id) => 'id=' + enc(id)).join('&'), { method: 'DELETE' });
 
 export const listRuns = () => api('/api/runs');
 

@@ -1,5 +1,6 @@
 // Badges and chips shared by the pages: the signature verdict, the
-// receiver's status, the retry state, the run step, a link to a run.
+// receiver's status, the retry state, the run step, a link to a run, the
+// route that took a delivery.
 
 import { h } from './dom.js';
 import { fmtTime, shortID } from './format.js';
@@ -51,4 +52,14 @@ export function stepChip(s) {
 export function runLink(runID) {
   if (!runID) return h('span', { class: 'muted' }, '—');
   return h('a', { class: 'mono run-link', href: runHref(runID), title: 'run timeline', on: { click: (e) => e.stopPropagation() } }, shortID(runID));
+}
+
+// routeChip names the route (listen --route) that took a delivery or chose
+// an attempt's target; its text shows on hover.
+export function routeChip(r) {
+  const drop = r.target === 'drop';
+  return h('span', {
+    class: 'chip route' + (drop ? ' route-drop' : ''), 'data-route': String(r.index),
+    title: r.index ? 'route ' + r.index + ': ' + r.text : 'no route matched: the --forward targets',
+  }, r.index ? (drop ? 'dropped by route ' + r.index : 'route ' + r.index) : 'default');
 }

@@ -5,8 +5,11 @@
 //   event: attempt    data: devhook.Change   it was forwarded or replayed
 //   event: retry      data: devhook.Change   its retry state changed
 //   event: health     data: devhook.Change   the agent's health changed
+//   event: deleted    data: devhook.Change   deliveries were deleted
 //
-// A Change is {kind, delivery: summary, attempt?, health?}. The server
+// A Change is {kind, delivery: summary, attempt?, health?}; a deleted one
+// is {kind, deleted: [ids]}, or {kind, reload: true} when they were too
+// many to name. The server
 // also sends comment lines when idle, and drops a page that falls behind:
 // the browser then reconnects, and the page reloads what it missed on the
 // next "ready". The badge #live and body[data-live] say whether the stream
@@ -17,7 +20,8 @@ import { $ } from './dom.js';
 // startLive opens the stream and keeps it open. hooks.ready(again) runs on
 // each "ready", again being false the first time; hooks.change(c) on each
 // delivery, attempt and retry change; hooks.health(h) on each health
-// change, with the agent's devhook.Health.
+// change, with the agent's devhook.Health; hooks.deleted(c) on each
+// deletion.
 export function startLive(hooks) {
   let seen = false; // a stream was ready before: a "ready" is a reconnect
   const connect = () => {
@@ -38,6 +42,11 @@ export function startLive(hooks) {
     es.addEventListener('delivery', onChange);
     es.addEventListener('attempt', onChange);
     es.addEventListener('retry', onChange);
+    es.addEventListener('deleted', (e) => {
+      let c;
+      try { c = JSON.parse(e.data); } catch (err) { return; }
+      hooks.deleted(c);
+    });
     es.addEventListener('health', (e) => {
       let c;
       try { c = JSON.parse(e.data); } catch (err) { return; }

@@ -11,8 +11,8 @@ import { loadHealth, showHealth } from './health.js';
 import { startLive } from './live.js';
 import { parseRoute } from './routes.js';
 import { state } from './state.js';
-import { renderList, onListChange } from './pages/deliveries.js';
-import { renderDetail, onDetailChange } from './pages/delivery.js';
+import { renderList, onListChange, onListDeleted } from './pages/deliveries.js';
+import { renderDetail, onDetailChange, onDetailDeleted } from './pages/delivery.js';
 import { renderRuns, renderRun, onRunsChange } from './pages/runs.js';
 import { loadSettings, renderSettings } from './pages/settings.js';
 
@@ -49,6 +49,12 @@ const live = {
     onListChange(c);
     onDetailChange(c);
     onRunsChange(c);
+  },
+  deleted(c) {
+    onListDeleted(c);
+    onDetailDeleted(c);
+    // A run's timeline, or the runs, without them: drawn again.
+    if (state.route && (state.route.name === 'run' || state.route.name === 'runs')) render();
   },
   health: showHealth,
 };

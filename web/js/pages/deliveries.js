@@ -1,11 +1,11 @@
 // The deliveries page (#/): the filters, the table, older pages on demand,
-// the rows the live stream adds or updates, and a selection of rows to save
-// as a scenario file.
+// the rows the live stream adds, updates or removes, and a selection of
+// rows to save as a scenario file or to delete.
 
-import { listDeliveries, scenarioURL } from '../api.js';
+import { listDeliveries, scenarioURL, deleteDeliveries } from '../api.js';
 import { h, clear, $ } from '../dom.js';
 import { fmtTime, fmtMs, pathText } from '../format.js';
-import { VERDICTS, verdictBadge, statusBadge, retryChip, stepChip, runLink } from '../badges.js';
+import { VERDICTS, verdictBadge, statusBadge, retryChip, stepChip, runLink, routeChip } from '../badges.js';
 import { deliveryHref } from '../routes.js';
 import { state } from '../state.js';
 
@@ -91,10 +91,42 @@ function showSelection(L) {
     class: 'button primary small', id: 'save-selection', href: scenarioURL({ ids }), download: true,
     title: 'Download these deliveries as a scenario file, as devhook scenario save --id writes it',
   }, 'Save as scenario'));
+  L.bar.appendChild(deleteButton(L, ids));
   L.bar.appendChild(h('button', {
     class: 'button ghost small', id: 'clear-selection', type: 'button',
     on: { click: () => { L.selected.clear(); for (const box of L.tbody.querySelectorAll('input.pick-box')) box.checked = false; showSelection(L); } },
   }, 'Clear selection'));
+}
+
+// deleteButton deletes the selected rows on a second click: the first
+// asks, in the button itself.
+function deleteButton(L, ids) {
+  let armed = false;
+  const b = h('button', {
+    class: 'button danger small', id: 'delete-selection', type: 'button',
+    title: 'Delete these deliveries from the record, as devhook deliveries delete does',
+    on: {
+      click: async () => {
+        if (!armed) {
+          armed = true;
+          b.classList.add('armed');
+          b.textContent = ids.length === 1 ? 'Delete it? Click again' : 'Delete ' + ids.length + '? Click again';
+          return;
+        }
+        b.disabled = true;
+        try {
+          const res = await deleteDeliveries(ids);
+          // The live stream says so too; this is for a page without it.
+          onListDeleted({ deleted: res.ids || ids });
+        } catch (e) {
+          b.disabled = false;
+          L.notice.hidden = false;
+          clear(L.notice).appendChild(h('span', { class: 'error-text', id: 'delete-error' }, 'Could not delete: ' + e.message));
+        }
+      },
+    },
+  }, 'Delete');
+  return b;
 }
 
 async function loadPage(L, before) {
@@ -161,14 +193,41 @@ function listRow(L, s, fresh) {
   h('td', { class: 'pick', on: { click: (e) => { e.stopPropagation(); if (e.target !== box) box.click(); } } }, box),
   h('td', { class: 'time mono', title: fmtTime(s.received_at, true) }, fmtTime(s.received_at)),
   h('td', null, h('span', { class: 'method m-' + String(s.method).toLowerCase() }, s.method)),
-  h('td', { class: 'path mono' }, h('a', { href: deliveryHref(s.id) }, pathText(s)), s.queued ? h('span', { class: 'chip queued', title: 'waited in the relay for the agent' }, 'queued') : null),
+  h('td', { class: 'path mono' }, h('a', { href: deliveryHref(s.id) }, pathText(s)), s.queued ? h('span', { class: 'chip queued', title: 'waited in the relay for the agent' }, 'queued') : null,
+    s.route && s.route.index ? routeChip(s.route) : null),
   h('td', null, runLink(s.event && s.event.run_id)),
   h('td', null, stepChip(s.event && s.event.status_v2)),
   h('td', null, verdictBadge(s.verdict)),
   h('td', null, s.attempts ? statusBadge(s.status, s.error) : h('span', { class: 'muted', title: 'not forwarded yet' }, 'pending'), retryChip(s.retry)),
-  h('td', { class: 'num mono' }, s.attempts ? fmtMs(s.duration_ms) : ''),
+  h('td', { class: 'num mono' }, s.attempts && !(s.attempts === 1 && s.route && s.route.target === 'drop') ? fmtMs(s.duration_ms) : ''),
   h('td', { class: 'num' }, String(s.attempts || 0)));
   return tr;
+}
+
+// onListDeleted takes the deleted deliveries out of the list; a deletion
+// too large to name draws the list again.
+export function onListDeleted(c) {
+  const L = state.list;
+  if (!L) return;
+  if (c.reload) {
+    L.redraw();
+    return;
+  }
+  let n = 0;
+  for (const id of c.deleted || []) {
+    if (!L.items.has(id)) continue;
+    L.items.delete(id);
+    L.selected.delete(id);
+    L.order.splice(L.order.indexOf(id), 1);
+    const row = $('tr[data-id="' + CSS.escape(id) + '"]', L.tbody);
+    if (row) row.remove();
+    n++;
+  }
+  if (!n) return;
+  showSelection(L);
+  if (!L.next) {
+    clear(L.more).appendChild(L.items.size ? h('span', { class: 'muted' }, 'End of history · ' + L.items.size + ' shown') : emptyState(L.filter));
+  }
 }
 
 function matchesFilter(f, s) {

@@ -5,7 +5,7 @@
 import { getDelivery, bodyURL, attemptBodyURL } from '../api.js';
 import { h, clear, $, showError } from '../dom.js';
 import { fmtTime, fmtMs, pathText, signedAge } from '../format.js';
-import { VERDICTS, verdictBadge, statusBadge, retryChip, stepChip, runLink } from '../badges.js';
+import { VERDICTS, verdictBadge, statusBadge, retryChip, stepChip, runLink, routeChip } from '../badges.js';
 import { bodyViewer, headerTable } from '../body.js';
 import { runHref } from '../routes.js';
 import { state } from '../state.js';
@@ -50,7 +50,8 @@ function drawDetail(D, highlightSeq) {
     h('div', { class: 'crumbs' }, h('a', { href: '#/' }, '← Deliveries'), ev.run_id ? [' · ', h('a', { href: runHref(ev.run_id) }, 'run timeline')] : null),
     h('h1', { class: 'req-line' }, h('span', { class: 'method m-' + String(d.method).toLowerCase() }, d.method), ' ', h('span', { class: 'mono' }, pathText(d))),
     h('div', { class: 'head-badges' }, verdictBadge(v.result), ev.status_v2 ? stepChip(ev.status_v2) : null,
-      last ? [h('span', { class: 'muted' }, 'receiver'), statusBadge(last.status, last.error)] : h('span', { class: 'chip' }, 'not forwarded yet'),
+      last && last.kind === 'drop' && last.route ? routeChip(last.route)
+        : last ? [h('span', { class: 'muted' }, 'receiver'), statusBadge(last.status, last.error)] : h('span', { class: 'chip' }, 'not forwarded yet'),
       d.queued ? h('span', { class: 'chip queued' }, 'queued while no agent was connected') : null,
       retryChip(d.retry)),
     d.retry ? h('p', { class: 'retry-note ' + (d.retry.state === 'failed' ? 'error-text' : 'warn-text'), id: 'retry-note' },
@@ -63,6 +64,7 @@ function drawDetail(D, highlightSeq) {
       h('dt', null, 'Received'), h('dd', null, fmtTime(d.received_at, true)),
       h('dt', null, 'Id'), h('dd', { class: 'mono', id: 'delivery-id' }, d.id),
       ev.run_id ? [h('dt', null, 'Run'), h('dd', null, runLink(ev.run_id), ' ', h('span', { class: 'muted', id: 'status-note' }, d.view.status_note || (ev.status ? 'status ' + ev.status : '')))] : null,
+      d.route ? [h('dt', null, 'Route'), h('dd', { id: 'delivery-route' }, routeChip(d.route), ' ', routeText(d.route))] : null,
       d.remote_addr ? [h('dt', null, 'From'), h('dd', { class: 'mono' }, d.remote_addr)] : null));
 
   const sig = h('section', { class: 'panel signature sig-' + ((VERDICTS[v.result] || [0, 'neutral'])[1]), id: 'signature' },
@@ -92,6 +94,17 @@ function drawDetail(D, highlightSeq) {
   drawCompare(D);
 }
 
+// routeName is "route N", or "no route" for the default (index 0).
+function routeName(r) {
+  return r && r.index ? 'route ' + r.index : 'no route';
+}
+
+// routeText is what a route says, for the facts.
+function routeText(r) {
+  if (!r.index) return h('span', { class: 'muted' }, 'no route matched: the --forward targets');
+  return h('span', { class: 'mono small', id: 'route-text' }, r.text);
+}
+
 // hintText is a refusal hint with its `commands` as code.
 function hintText(s) {
   return String(s).split('`').map((part, i) => (i % 2 ? h('code', null, part) : part));
@@ -107,14 +120,17 @@ function attemptCard(D, a, index, highlightSeq) {
     h('summary', null,
       h('span', { class: 'seq' }, '#' + a.seq),
       h('span', { class: 'chip kind-' + a.kind }, a.kind),
+      a.route && a.kind !== 'drop' ? routeChip(a.route) : null,
       madeChips(d, a),
-      statusBadge(a.status, a.error),
-      h('span', { class: 'mono small' }, fmtMs(a.duration_ms)),
+      a.kind === 'drop' ? null : statusBadge(a.status, a.error),
+      a.kind === 'drop' ? null : h('span', { class: 'mono small' }, fmtMs(a.duration_ms)),
       h('span', { class: 'muted small', title: a.started_at }, fmtTime(a.started_at)),
       h('span', { class: 'spacer' }),
       h('label', { class: 'cmp', on: { click: (e) => e.stopPropagation() } },
         h('input', { type: 'checkbox', class: 'cmp-box', checked, on: { change: (e) => toggleCompare(D, a.seq, e.target.checked) } }), 'compare')),
-    h('div', { class: 'attempt-body' },
+    a.kind === 'drop' ? h('div', { class: 'attempt-body' },
+      h('p', { class: 'small target' }, 'Dropped by ' + routeName(a.route) + ' (' + (a.route ? a.route.text : '') + '): recorded, not forwarded; the sender got 202.'))
+      : h('div', { class: 'attempt-body' },
       h('p', { class: 'mono small target' }, '→ ' + a.target),
       a.error ? h('p', { class: 'error-text' }, a.error) : null,
       av.hint ? h('p', { class: 'refusal-hint warn-text' }, hintText(av.hint)) : null,
@@ -176,4 +192,24 @@ export function onDetailChange(c) {
     clearTimeout(D.reload);
     D.reload = setTimeout(() => loadDetail(D), 150);
   }
+}
+
+// onDetailDeleted says so when the delivery on screen was deleted; a
+// deletion too large to name loads it again, which says so if it went.
+export function onDetailDeleted(c) {
+  const D = state.detail;
+  if (!D || D.deleted) return;
+  const id = D.data ? D.data.id : D.id;
+  if (c.reload) {
+    loadDetail(D);
+    return;
+  }
+  if (!(c.deleted || []).includes(id)) return;
+  D.deleted = true;
+  clearTimeout(D.reload);
+  const view = clear($('#view'));
+  view.appendChild(h('div', { class: 'panel', id: 'deleted-note' },
+    h('h2', null, 'Deleted'),
+    h('p', null, 'Delivery ', h('span', { class: 'mono' }, id), ' was deleted.'),
+    h('p', null, h('a', { href: '#/' }, '← back to deliveries'))));
 }

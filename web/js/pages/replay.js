@@ -13,7 +13,11 @@ import { VERDICTS } from '../badges.js';
 export function replayPanel(D, reload) {
   const d = D.data;
   const s = state.settings || {};
-  const avail = d.view.replay_available;
+  // A route that drops the delivery leaves a replay without a target: it
+  // needs one, in the editor.
+  const rr = d.view.replay_route;
+  const dropped = !!rr && rr.target === 'drop';
+  const avail = d.view.replay_available && !dropped;
   const resign = d.view.resign;
   const editor = h('div', { class: 'editor', id: 'replay-editor', hidden: !D.editorOpen });
   // Where the signature failed when the delivery came, a re-signed replay
@@ -31,20 +35,27 @@ export function replayPanel(D, reload) {
     on: { click: () => doReplay(D, {}, reload) },
   }, resign ? (failed ? 'Replay with a new valid signature' : 'Replay (re-signed)') : 'Replay');
   let hint;
-  if (!avail) hint = 'Replay is not available: no agent is running with this inspector.';
-  else if (resign && failed) hint = 'This delivery\'s signature failed when it came (' + (VERDICTS[d.verdict.result] || [d.verdict.result])[0] + '). "Replay as it arrived" sends the same signature again, so the receiver\'s answer shows how it treats that failure. A replay re-signed carries a new, valid signature: a 200 then does not mean the original problem is gone. Every replay is recorded as an attempt.';
-  else if (resign) hint = 'Re-signed with a fresh t, so the receiver\'s 5-minute window accepts it. Every replay is recorded as an attempt.';
-  else hint = (s.secret_known ? '' : 'No secret known: replays carry the original signature, which a receiver rejects after 5 minutes. ') + 'Every replay is recorded as an attempt.';
+  if (dropped) hint = 'Route ' + rr.index + ' (' + rr.text + ') drops this delivery: give a target in Edit & replay to send it somewhere.';
+  else if (!avail) hint = 'Replay is not available: no agent is running with this inspector.';
+  else if (rr && rr.index) hint = 'A replay goes to route ' + rr.index + '\'s target, ' + d.view.target + ' (' + rr.text + '). ' + replayHint(s, resign, failed, d);
+  if (hint === undefined) hint = replayHint(s, resign, failed, d);
   const first = resign && failed ? [asIs, resigned] : resign ? [resigned, asIs] : [resigned];
   const panel = h('section', { class: 'panel replay', id: 'replay-panel' },
     h('h2', null, 'Replay'),
     h('div', { class: 'actions' }, ...first,
-      h('button', { type: 'button', class: 'button', id: 'replay-edit', disabled: !avail, on: { click: () => { D.editorOpen = !D.editorOpen; editor.hidden = !D.editorOpen; } } }, 'Edit & replay…'),
+      h('button', { type: 'button', class: 'button', id: 'replay-edit', disabled: !d.view.replay_available, on: { click: () => { D.editorOpen = !D.editorOpen; editor.hidden = !D.editorOpen; } } }, 'Edit & replay…'),
       h('button', { type: 'button', class: 'button ghost', id: 'copy-curl', on: { click: () => copyCurl(d) } }, 'Copy as curl')),
     h('p', { class: 'hint', id: 'replay-hint' }, hint),
     editor);
   buildEditor(D, editor, reload);
   return panel;
+}
+
+// replayHint says how a replay is signed.
+function replayHint(s, resign, failed, d) {
+  if (resign && failed) return 'This delivery\'s signature failed when it came (' + (VERDICTS[d.verdict.result] || [d.verdict.result])[0] + '). "Replay as it arrived" sends the same signature again, so the receiver\'s answer shows how it treats that failure. A replay re-signed carries a new, valid signature: a 200 then does not mean the original problem is gone. Every replay is recorded as an attempt.';
+  if (resign) return 'Re-signed with a fresh t, so the receiver\'s 5-minute window accepts it. Every replay is recorded as an attempt.';
+  return (s.secret_known ? '' : 'No secret known: replays carry the original signature, which a receiver rejects after 5 minutes. ') + 'Every replay is recorded as an attempt.';
 }
 
 // sigFailed tells a verdict that says the signature itself failed
@@ -64,7 +75,10 @@ function buildEditor(D, editor, reload) {
   const d = D.data;
   const s = state.settings || {};
   const binary = !d.view.body.utf8;
-  const base = (s.forward || [])[0] || '';
+  // The target a replay takes without one of its own: the route's, when a
+  // route takes the delivery; none when it drops it.
+  const rr = d.view.replay_route;
+  const base = rr && rr.index ? (rr.target === 'drop' ? '' : rr.target) : ((s.forward || [])[0] || '');
   const to = h('input', { type: 'url', id: 'edit-to', class: 'mono', value: base, placeholder: 'http://127.0.0.1:3000', size: 40 });
   const hdrs = h('textarea', { id: 'edit-headers', class: 'mono', rows: '6', spellcheck: 'false' });
   hdrs.value = headerLines(d.header);

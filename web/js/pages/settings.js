@@ -15,6 +15,8 @@ export async function loadSettings() {
   const strip = clear($('#settings-strip'));
   strip.appendChild(h('span', { class: 'kv', title: 'forward targets' }, '→ ',
     h('span', { class: 'mono' }, s.forward.length ? s.forward.join(', ') : 'no forward target')));
+  const routes = s.routes || [];
+  if (routes.length) strip.appendChild(h('span', { class: 'kv', id: 'routes-count', title: routes.map((r) => 'route ' + r.index + ': ' + r.text).join('\n') }, routes.length === 1 ? '1 route' : routes.length + ' routes'));
   if (s.public_url) strip.appendChild(h('span', { class: 'kv', title: 'public URL: give this to the service' }, 'public ', h('span', { class: 'mono' }, s.public_url)));
   strip.appendChild(h('span', { class: 'badge ' + (s.secret_known ? 'v-ok' : 'v-neutral'), id: 'secret-state' },
     s.secret_known ? 'secret known' : 'no secret'));
@@ -31,8 +33,10 @@ export function renderSettings(view) {
   view.appendChild(h('section', { class: 'panel settings' },
     h('h2', null, 'Settings'),
     h('dl', { class: 'deflist' },
+      (s.routes || []).length ? row('Routes', h('ol', { class: 'plain', id: 'routes' }, s.routes.map((r) => h('li', { class: 'mono' }, 'route ' + r.index + '  ' + r.text))),
+        'Tried in order for each delivery: the first whose conditions all hold sends it to its target, or drops it (recorded, not forwarded, the sender answered 202).') : null,
       row('Forward targets', s.forward.length ? h('ul', { class: 'plain' }, s.forward.map((f) => h('li', { class: 'mono' }, f))) : h('span', { class: 'muted' }, 'none'),
-        'Each delivery is sent to these local receivers.'),
+        (s.routes || []).length ? 'What no route matches is sent to these local receivers.' : 'Each delivery is sent to these local receivers.'),
       row('Public URL', s.public_url ? h('span', { class: 'mono', id: 'public-url' }, s.public_url) : h('span', { class: 'muted' }, 'unknown'),
         'Register this URL as the webhook\'s endpoint_url with the service.'),
       row('Relay', s.relay_url ? h('span', { class: 'mono' }, s.relay_url) : h('span', { class: 'muted' }, 'unknown')),
