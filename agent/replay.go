@@ -24,10 +24,17 @@ func (a *Agent) Replay(ctx context.Context, id string, opt devhook.ReplayOptions
 		return devhook.Attempt{}, devhook.Errorf(devhook.EINVALID, "cannot re-sign: no signing secret is known")
 	}
 	var req *devhook.Request
-	if opt.Header != nil || opt.HasBody {
+	if opt.Header != nil || opt.HasBody || len(opt.SetHeader) > 0 || len(opt.RemoveHeader) > 0 {
 		req = &devhook.Request{Method: d.Method, Path: d.Path, RawQuery: d.RawQuery, Header: d.Header, Body: d.Body}
 		if opt.Header != nil {
 			req.Header = opt.Header
+		}
+		if len(opt.SetHeader) > 0 || len(opt.RemoveHeader) > 0 {
+			h, _, err := HeaderEdit{Set: opt.SetHeader, Remove: opt.RemoveHeader}.Apply(req.Header)
+			if err != nil {
+				return devhook.Attempt{}, devhook.Errorf(devhook.EINVALID, "replay's header edit: %v", err)
+			}
+			req.Header = h
 		}
 		if opt.HasBody {
 			req.Body = opt.Body

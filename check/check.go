@@ -94,6 +94,9 @@ type Result struct {
 	Header   string `json:"header,omitempty"`
 	Absent   bool   `json:"header_absent,omitempty"`
 	BodySize int    `json:"body_size"`
+	// Duration is how long the handler took to answer (0 for a case not
+	// sent).
+	Duration devhook.Duration `json:"duration_ms"`
 }
 
 // Finding is one line of the diagnosis: a rule of the table (Rules) that
@@ -129,6 +132,19 @@ type Report struct {
 	Failed    int       `json:"failed"`
 	Findings  []Finding `json:"diagnosis"`
 	Conformed bool      `json:"pass"`
+	// Elapsed is how long the suite took.
+	Elapsed devhook.Duration `json:"elapsed_ms"`
+	// Interrupted is set when Run's context ended before the last case:
+	// Results has the cases answered before, and there is no diagnosis
+	// (it reads the answers to every case).
+	Interrupted *Interruption `json:"interrupted,omitempty"`
+}
+
+// Interruption says where the suite stopped when its context ended.
+type Interruption struct {
+	Reason string `json:"reason"` // the context's cause: "interrupted by SIGINT"
+	// Unsent are the cases without an answer, the one under way first.
+	Unsent []string `json:"unsent"`
 }
 
 // UnreachableError is returned when the handler gives no answer to the
@@ -353,7 +369,9 @@ func decodeBase64(s string) ([]byte, error) {
 }
 
 // Run sends the suite to cfg.URL and returns the report. It fails with an
-// *UnreachableError when the first case gets no answer.
+// *UnreachableError when the first case gets no answer. When ctx ends
+// first, the report has the cases answered so far and Interrupted, and the
+// error wraps ctx's cause.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.URL == "" {
 		return nil, errors.New("check: a handler URL is required")
@@ -373,7 +391,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	started := cfg.Now()
+	started, began := cfg.Now(), time.Now()
 	base, err := json.Marshal(devhook.NewRunStatus("run-check-0001", "app-devhook-check", "running", started.Add(-3*time.Second)))
 	if err != nil {
 		return nil, err
@@ -388,7 +406,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	s := &suite{cfg: cfg, base: base, text: text, last: map[string]request{}}
 	ref := signature.Verifier{Skew: cfg.Skew, Now: cfg.Now}
 	rep := &Report{URL: cfg.URL, Started: started, SkewMS: cfg.Skew.Milliseconds(), WindowMS: signature.Window.Milliseconds()}
-	for i, c := range cases(cfg) {
+	all := cases(cfg)
+	for i, c := range all {
+		if ctx.Err() != nil {
+			return rep.interrupt(ctx, began, all[i:])
+		}
 		res := Result{Case: c.name, Sent: c.sent, Required: c.required}
 		nowMS := cfg.Now().UnixMilli()
 		req, ok, why := c.build(s, nowMS)
@@ -404,11 +426,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		if v.OK() {
 			res.Reference.Text = "accepted"
 		}
+		sent := time.Now()
 		res.Handler = s.send(ctx, req)
+		res.Duration = devhook.Duration(time.Since(sent))
+		if res.Handler.Status == 0 && ctx.Err() != nil {
+			return rep.interrupt(ctx, began, all[i:])
+		}
 		if i == 0 && res.Handler.Status == 0 && res.Handler.unreachable {
-			if ctx.Err() != nil {
-				return nil, ctx.Err()
-			}
 			return nil, &UnreachableError{URL: cfg.URL, Err: errors.New(res.Handler.Error)}
 		}
 		res.Outcome = outcome(res, cfg.AnyRefusal)
@@ -417,12 +441,22 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		rep.Results = append(rep.Results, res)
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
+	rep.Elapsed = devhook.Duration(time.Since(began))
 	rep.Conformed = rep.Failed == 0
 	rep.Findings = Diagnose(rep)
 	return rep, nil
+}
+
+// interrupt ends a suite whose context ended with the cases rest
+// unanswered.
+func (rep *Report) interrupt(ctx context.Context, began time.Time, rest []caseDef) (*Report, error) {
+	in := &Interruption{Reason: context.Cause(ctx).Error()}
+	for _, c := range rest {
+		in.Unsent = append(in.Unsent, c.name)
+	}
+	rep.Interrupted = in
+	rep.Elapsed = devhook.Duration(time.Since(began))
+	return rep, fmt.Errorf("check stopped at case %s, %d of %d: %w", rest[0].name, len(rep.Results)+1, len(rep.Results)+len(rest), context.Cause(ctx))
 }
 
 // outcome compares the handler's answer with the reference's: the same

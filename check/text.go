@@ -31,6 +31,11 @@ func (r *Report) WriteText(w io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(w)
+	if in := r.Interrupted; in != nil {
+		_, err := fmt.Fprintf(w, "STOPPED: %s at case %s, %d of %d, before its answer; %d required case(s) answered differently so far. No diagnosis: it reads the answers to every case.\n",
+			in.Reason, in.Unsent[0], len(r.Results)+1, len(r.Results)+len(in.Unsent), r.Failed)
+		return err
+	}
 	if r.Conformed {
 		fmt.Fprintln(w, "PASS: every required case is answered as the reference receiver answers it.")
 	} else {

@@ -268,16 +268,22 @@ func (c *Client) apiError(method, p string, status int, body []byte) *auth.HTTPE
 		default:
 			e.Hint = "is the endpoint " + c.base.String() + " the service's API?"
 		}
-	case http.StatusConflict:
-		if strings.HasPrefix(p, "/v1/webhooks") {
-			e.Hint = "that id is taken: choose another, or change it with: devhook webhooks update ID"
-		} else {
-			e.Hint = "that id is taken: choose another"
-		}
 	case http.StatusTooManyRequests, http.StatusServiceUnavailable, http.StatusBadGateway, http.StatusGatewayTimeout:
 		e.Hint = "the service is busy or down: try again in a moment"
 	}
 	return e
+}
+
+// explain gives an answer of status to one call its meaning for that
+// call (a 409 to a create is an id taken; to a cancel, a run that has
+// ended), beside the service's message: what a status means depends on
+// the call, so the calls say it, not apiError.
+func explain(err error, status int, hint string) error {
+	var ae *auth.HTTPError
+	if errors.As(err, &ae) && ae.Status == status {
+		ae.Hint = hint
+	}
+	return err
 }
 
 // call sends one call and decodes the answer into out (when not nil). It

@@ -265,7 +265,7 @@ func TestRunsAndConversations(t *testing.T) {
 }
 
 func TestResolveTeam(t *testing.T) {
-	c, _ := newService(t)
+	c := newTLSService(t, nil) // the organizations call goes over HTTPS only
 	tests := []struct{ in, want, err string }{
 		{"team-one-id", "team-one-id", ""},
 		{"team one", "team-one-id", ""},

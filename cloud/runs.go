@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/devhook/devhook/auth"
 )
 
 // ApplicationInput creates an application.
@@ -41,7 +43,7 @@ func (c *Client) CreateApplication(ctx context.Context, in ApplicationInput) (Ap
 	var a Application
 	raw, err := c.call(ctx, http.MethodPost, "/v1/applications", nil, in, &a)
 	a.Raw = raw
-	return a, err
+	return a, explain(err, http.StatusConflict, "that id is taken: choose another")
 }
 
 // GetApplication reads an application.
@@ -339,12 +341,13 @@ func (c *Client) download(ctx context.Context, u, what string) ([]byte, error) {
 }
 
 // CancelRun cancels a queued or running run (PATCH …/cancel) and returns
-// the record the answer carries, without output.
+// the record the answer carries, without output. A run that has ended is
+// a 409 whose hint says so.
 func (c *Client) CancelRun(ctx context.Context, app, id string) (Run, error) {
 	var r Run
 	raw, err := c.call(ctx, http.MethodPatch, path("v1", "applications", app, "runs", id, "cancel"), nil, nil, &r)
 	if err != nil {
-		return r, err
+		return r, explain(err, http.StatusConflict, fmt.Sprintf("the run has ended already, so there is nothing to cancel: devhook runs get %s %s shows how it ended", app, id))
 	}
 	r.fill(raw)
 	if r.ID == "" {
@@ -416,8 +419,15 @@ type Team struct {
 	PendingInvite bool   `json:"pending_invite"`
 }
 
-// Organizations lists the caller's teams.
+// Organizations lists the caller's teams. The call goes over HTTPS only
+// (the interface's rule for organization and single sign-on calls): on an
+// endpoint of another scheme it is an auth.ErrNotHTTPS, and nothing is
+// sent.
 func (c *Client) Organizations(ctx context.Context) ([]Team, json.RawMessage, error) {
+	if !strings.EqualFold(c.base.Scheme, "https") {
+		return nil, nil, fmt.Errorf("%w: the organizations call goes over HTTPS only, and the endpoint %s uses %s (give a bare host or an https:// URL; devhook emulate --tls serves HTTPS)",
+			auth.ErrNotHTTPS, c.base.Redacted(), c.base.Scheme)
+	}
 	var ts []Team
 	raw, err := c.call(ctx, http.MethodGet, "/v1/internal/me/organization", nil, nil, &ts)
 	return ts, raw, err
@@ -425,12 +435,16 @@ func (c *Client) Organizations(ctx context.Context) ([]Team, json.RawMessage, er
 
 // ResolveTeam returns the id of the team given by id or name. A UUID is
 // taken as an id without a call; anything else is looked up among the
-// caller's teams, by id and then by name (case-insensitively).
+// caller's teams (Organizations: over HTTPS only), by id and then by name
+// (case-insensitively).
 func (c *Client) ResolveTeam(ctx context.Context, idOrName string) (string, error) {
 	if _, err := uuid.Parse(idOrName); err == nil {
 		return idOrName, nil
 	}
 	ts, _, err := c.WithTeam("").Organizations(ctx)
+	if errors.Is(err, auth.ErrNotHTTPS) {
+		return "", fmt.Errorf("look up team %q: %w; or give the team's id, a UUID, which is sent as it is without a lookup (devhook orgs lists them)", idOrName, err)
+	}
 	if err != nil {
 		return "", fmt.Errorf("look up team %q: %w", idOrName, err)
 	}

@@ -48,7 +48,7 @@ func (c *Client) CreateWebhook(ctx context.Context, in WebhookInput) (Webhook, e
 	var w Webhook
 	raw, err := c.call(ctx, http.MethodPost, "/v1/webhooks", nil, in, &w)
 	if err != nil {
-		return w, err
+		return w, explain(err, http.StatusConflict, "that id is taken: choose another, or change it with: devhook webhooks update ID")
 	}
 	w.Raw = raw
 	if w.ID == "" {

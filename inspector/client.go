@@ -3,6 +3,7 @@ package inspector
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -88,8 +89,16 @@ func (c *Client) Replay(ctx context.Context, id string, opt devhook.ReplayOption
 	if opt.Header != nil {
 		body["header"] = opt.Header
 	}
+	if len(opt.SetHeader) > 0 {
+		body["set_header"] = opt.SetHeader
+	}
+	if len(opt.RemoveHeader) > 0 {
+		body["remove_header"] = opt.RemoveHeader
+	}
 	if opt.HasBody {
-		body["body_base64"] = opt.Body
+		// A string, "" for an empty body: a nil []byte would be null,
+		// which the API reads as no body given.
+		body["body_base64"] = base64.StdEncoding.EncodeToString(opt.Body)
 	}
 	var a devhook.Attempt
 	err := c.do(ctx, http.MethodPost, "/api/deliveries/"+url.PathEscape(id)+"/replay", body, &a)

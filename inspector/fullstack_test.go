@@ -197,8 +197,8 @@ func TestFullStackInBrowser(t *testing.T) {
 	select {
 	case err := <-exited:
 		stopped = true
-		if err != nil {
-			t.Errorf("devhook listen exited with %v\n%s", err, stderr.String())
+		if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 {
+			t.Errorf("devhook listen exited with %v, want exit status 130 (SIGINT)\n%s", err, stderr.String())
 		}
 	case <-time.After(15 * time.Second):
 		t.Errorf("devhook listen did not stop within 15 s of an interrupt while a page was open")

@@ -25,6 +25,12 @@ type ReplayRequest struct {
 	// Header replaces the delivery's headers; values are a string or a
 	// list of strings.
 	Header map[string]json.RawMessage `json:"header,omitempty"`
+	// SetHeader and RemoveHeader edit the headers (the delivery's, or
+	// Header) rather than replace them: set_header's names get its values
+	// in place of theirs, remove_header's names are removed, in any case;
+	// the headers they do not name are sent as recorded, byte for byte.
+	SetHeader    map[string]json.RawMessage `json:"set_header,omitempty"`
+	RemoveHeader []string                   `json:"remove_header,omitempty"`
 	// BodyText or BodyBase64 replace the delivery's body; at most one.
 	BodyText   *string `json:"body_text,omitempty"`
 	BodyBase64 *string `json:"body_base64,omitempty"`
@@ -40,28 +46,24 @@ func (q ReplayRequest) Options() (devhook.ReplayOptions, error) {
 		}
 	}
 	if q.Header != nil {
-		opt.Header = make(http.Header, len(q.Header))
-		for k, raw := range q.Header {
-			name := strings.TrimSpace(k)
-			if !validHeaderName(name) {
-				return opt, devhook.Errorf(devhook.EINVALID, "header name %q is not valid", k)
-			}
-			var one string
-			var many []string
-			switch {
-			case json.Unmarshal(raw, &one) == nil:
-				many = []string{one}
-			case json.Unmarshal(raw, &many) == nil:
-			default:
-				return opt, devhook.Errorf(devhook.EINVALID, "header %q: the value must be a string or a list of strings", k)
-			}
-			for _, v := range many {
-				if strings.ContainsAny(v, "\r\n\x00") {
-					return opt, devhook.Errorf(devhook.EINVALID, "header %q: a value must not contain a line break", k)
-				}
-				opt.Header[http.CanonicalHeaderKey(name)] = append(opt.Header[http.CanonicalHeaderKey(name)], v)
-			}
+		h, err := headerOf("header", q.Header)
+		if err != nil {
+			return opt, err
 		}
+		opt.Header = h
+	}
+	if len(q.SetHeader) > 0 {
+		h, err := headerOf("set_header", q.SetHeader)
+		if err != nil {
+			return opt, err
+		}
+		opt.SetHeader = h
+	}
+	for _, name := range q.RemoveHeader {
+		if !validHeaderName(strings.TrimSpace(name)) {
+			return opt, devhook.Errorf(devhook.EINVALID, "remove_header: header name %q is not valid", name)
+		}
+		opt.RemoveHeader = append(opt.RemoveHeader, strings.TrimSpace(name))
 	}
 	switch {
 	case q.BodyText != nil && q.BodyBase64 != nil:
@@ -76,6 +78,34 @@ func (q ReplayRequest) Options() (devhook.ReplayOptions, error) {
 		opt.Body, opt.HasBody = b, true
 	}
 	return opt, nil
+}
+
+// headerOf reads the JSON object of field (header, set_header), whose
+// values are a string or a list of strings, into a header.
+func headerOf(field string, m map[string]json.RawMessage) (http.Header, error) {
+	h := make(http.Header, len(m))
+	for k, raw := range m {
+		name := strings.TrimSpace(k)
+		if !validHeaderName(name) {
+			return nil, devhook.Errorf(devhook.EINVALID, "%s: header name %q is not valid", field, k)
+		}
+		var one string
+		var many []string
+		switch {
+		case json.Unmarshal(raw, &one) == nil:
+			many = []string{one}
+		case json.Unmarshal(raw, &many) == nil:
+		default:
+			return nil, devhook.Errorf(devhook.EINVALID, "%s %q: the value must be a string or a list of strings", field, k)
+		}
+		for _, v := range many {
+			if strings.ContainsAny(v, "\r\n\x00") {
+				return nil, devhook.Errorf(devhook.EINVALID, "%s %q: a value must not contain a line break", field, k)
+			}
+			h[http.CanonicalHeaderKey(name)] = append(h[http.CanonicalHeaderKey(name)], v)
+		}
+	}
+	return h, nil
 }
 
 func validHeaderName(s string) bool {

@@ -3,8 +3,10 @@ package scenario
 // JUnit XML, as CI systems (Jenkins, GitLab, GitHub's test reporters) read
 // it: a <testsuites> root holding one <testsuite>, a <testcase> per played
 // delivery or per devhook check case, a <failure> with the reason for one
-// that did not pass, <skipped> for a check case not sent, and <error> when
-// nothing could be run (the handler unreachable, a bad scenario file).
+// that did not pass, <skipped> for a check case not sent (or a delivery or
+// case not played when the run was interrupted), and <error> when nothing
+// could be run (the handler unreachable, a bad scenario file) or for the
+// delivery or case under way when it was interrupted (Ctrl-C, SIGTERM).
 
 import (
 	"encoding/xml"
@@ -173,6 +175,25 @@ func (r *Report) JUnit(file string) *JUnitSuite {
 		}
 		s.Cases = append(s.Cases, c)
 	}
+	if in := r.Interrupted; in != nil {
+		for i, u := range in.Unplayed {
+			c := JUnitCase{Name: fmt.Sprintf("delivery %d", u.N), Classname: classname(file)}
+			if u.Label != "" {
+				c.Name += ": " + u.Label
+			}
+			if i == 0 {
+				msg := in.Reason + " before it was sent"
+				if in.InFlight {
+					msg = in.Reason + " while waiting for the answer"
+				}
+				msg += fmt.Sprintf(": play stopped here, after %d of %d deliveries", len(r.Results), len(r.Results)+len(in.Unplayed))
+				c.Error = &JUnitProblem{Type: "interrupted", Message: msg, Text: msg + "\nthe delivery: " + u.Sent}
+			} else {
+				c.Skipped = "not played: " + in.Reason + fmt.Sprintf(" at delivery %d", in.Unplayed[0].N)
+			}
+			s.Cases = append(s.Cases, c)
+		}
+	}
 	return s
 }
 
@@ -189,9 +210,9 @@ func ErrorJUnit(suite, caseName string, err error) *JUnitSuite {
 // CheckJUnit returns devhook check's report as a JUnit suite, a test case
 // per case of the suite, the diagnosis as the suite's output.
 func CheckJUnit(r *check.Report) *JUnitSuite {
-	s := &JUnitSuite{Name: "devhook check " + r.URL, Timestamp: r.Started}
+	s := &JUnitSuite{Name: "devhook check " + r.URL, Timestamp: r.Started, Time: time.Duration(r.Elapsed)}
 	for _, res := range r.Results {
-		c := JUnitCase{Name: res.Case, Classname: "devhook.check"}
+		c := JUnitCase{Name: res.Case, Classname: "devhook.check", Time: time.Duration(res.Duration)}
 		sent := "sent " + res.Sent
 		if res.Outcome != check.Skipped {
 			c.SystemOut = fmt.Sprintf("%s; the reference receiver answers %s; the handler answered %s", sent, answerWords(res.Reference), answerWords(res.Handler))
@@ -206,6 +227,20 @@ func CheckJUnit(r *check.Report) *JUnitSuite {
 			c.SystemOut += " (information, not required)"
 		}
 		s.Cases = append(s.Cases, c)
+	}
+	if in := r.Interrupted; in != nil {
+		for i, name := range in.Unsent {
+			c := JUnitCase{Name: name, Classname: "devhook.check"}
+			if i == 0 {
+				msg := fmt.Sprintf("%s before the handler answered: check stopped here, after %d of %d cases", in.Reason, len(r.Results), len(r.Results)+len(in.Unsent))
+				c.Error = &JUnitProblem{Type: "interrupted", Message: msg, Text: msg}
+			} else {
+				c.Skipped = "not sent: " + in.Reason + " at case " + in.Unsent[0]
+			}
+			s.Cases = append(s.Cases, c)
+		}
+		s.SystemOut = "no diagnosis: " + in.Reason + " before the last case, and the diagnosis reads the answers to every case\n"
+		return s
 	}
 	var diag strings.Builder
 	for _, f := range r.Findings {

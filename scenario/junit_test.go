@@ -12,21 +12,25 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/devhook/devhook/check"
+	"github.com/devhook/devhook/receiver"
 	"github.com/devhook/devhook/scenario"
 )
 
 // junitSuites is what a JUnit consumer reads of a file.
 type junitSuites struct {
-	Name     string `json:"name"`
-	Tests    int    `json:"tests"`
-	Failures int    `json:"failures"`
-	Errors   int    `json:"errors"`
-	Skipped  int    `json:"skipped"`
+	Name     string  `json:"name"`
+	Tests    int     `json:"tests"`
+	Failures int     `json:"failures"`
+	Errors   int     `json:"errors"`
+	Skipped  int     `json:"skipped"`
+	Time     float64 `json:"time"`
 	Cases    []struct {
-		Name      string `json:"name"`
-		Classname string `json:"classname"`
+		Name      string  `json:"name"`
+		Classname string  `json:"classname"`
+		Time      float64 `json:"time"`
 		Result    []struct {
 			Kind    string `json:"kind"`
 			Message string `json:"message"`
@@ -43,10 +47,10 @@ xml = JUnitXml.fromfile(sys.argv[1])
 suites = [xml] if isinstance(xml, TestSuite) else list(xml)
 out = []
 for s in suites:
-    cases = [{"name": c.name, "classname": c.classname,
+    cases = [{"name": c.name, "classname": c.classname, "time": c.time,
               "result": [{"kind": type(r).__name__, "message": r.message} for r in c.result]} for c in s]
     out.append({"name": s.name, "tests": s.tests, "failures": s.failures, "errors": s.errors,
-                "skipped": s.skipped, "cases": cases})
+                "skipped": s.skipped, "time": s.time, "cases": cases})
 print(json.dumps(out))
 `
 
@@ -197,5 +201,42 @@ func TestJUnit_CheckReadByJunitparser(t *testing.T) {
 	}
 	if s := junitparser(t, file)[0]; s.Tests != 1 || s.Errors != 1 || s.Cases[0].Result[0].Kind != "Error" || s.Cases[0].Result[0].Message != "cannot reach" {
 		t.Errorf("an error suite read as %+v", s)
+	}
+}
+
+// check --junit gives each case the time the handler took to answer it,
+// and the suite its whole time, as a CI shows them: a handler that takes
+// 30 ms a request has no case at 0.000.
+func TestJUnit_CheckCasesHaveTheirTimes(t *testing.T) {
+	const slow = 30 * time.Millisecond
+	ref := receiver.New(receiver.Config{Secret: secret})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(slow) // the handler's own pace, which the times must show
+		ref.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	rep, err := check.Run(context.Background(), check.Config{URL: srv.URL, Secret: secret})
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "check.xml")
+	if err := scenario.CheckJUnit(rep).WriteFile(file); err != nil {
+		t.Fatal(err)
+	}
+	s := junitparser(t, file)[0]
+	var sum float64
+	for i, c := range s.Cases {
+		if rep.Results[i].Outcome == check.Skipped {
+			continue
+		}
+		if c.Time < slow.Seconds() {
+			t.Errorf("case %s: time %.3f, want at least %.3f", c.Name, c.Time, slow.Seconds())
+		}
+		sum += c.Time
+	}
+	// Each time is rounded to the millisecond: the sum of the cases' may
+	// pass the suite's by half a millisecond a case.
+	if s.Time+0.0005*float64(len(s.Cases)) < sum || sum == 0 {
+		t.Errorf("the suite's time %.3f is less than its cases' %.3f", s.Time, sum)
 	}
 }

@@ -46,6 +46,13 @@ type Config struct {
 	Now  func() time.Time // default time.Now
 	// Sleep waits d or until ctx ends; default a timer.
 	Sleep func(ctx context.Context, d time.Duration) error
+	// Progress, when set, gets the report as it goes: the heading before
+	// the first delivery, then a line per delivery as soon as it is
+	// answered (Report.WriteText writes the same lines, and
+	// Report.WriteSummary what follows them).
+	Progress io.Writer
+	// Name is the scenario's in the heading: its file.
+	Name string
 }
 
 // Expect is what a played delivery's answer must be.
@@ -124,6 +131,24 @@ type Result struct {
 	Hint string `json:"hint,omitempty"`
 }
 
+// Interruption says where play stopped when its context ended before the
+// last delivery was answered (Ctrl-C): the deliveries not played, the one
+// under way first.
+type Interruption struct {
+	Reason string `json:"reason"` // the context's cause: "interrupted by SIGINT"
+	// InFlight: the first of Unplayed was sent and its answer was being
+	// awaited; else it was waiting for its time to be sent.
+	InFlight bool       `json:"in_flight"`
+	Unplayed []Unplayed `json:"unplayed"`
+}
+
+// Unplayed is a delivery that play did not finish.
+type Unplayed struct {
+	N     int    `json:"delivery"`
+	Label string `json:"label"`
+	Sent  string `json:"sent"` // as Result.Sent
+}
+
 // Report is the outcome of playing a scenario.
 type Report struct {
 	URL     string           `json:"url"`
@@ -135,25 +160,24 @@ type Report struct {
 	Results []Result         `json:"deliveries"`
 	Failed  int              `json:"failed"`
 	Pass    bool             `json:"pass"`
+	// Interrupted is set when play was stopped before the end; Results
+	// then has the deliveries answered before.
+	Interrupted *Interruption `json:"interrupted,omitempty"`
+	// asRecorded counts the deliveries sent with the failed signature
+	// they were recorded with, for the heading.
+	asRecorded int
 }
 
 // Play sends s's deliveries to cfg.URL in order, each after its recorded
 // offset divided by Speed (measured from the first), and compares each
 // answer with cfg.Expect. When the first delivery gets no answer, the
-// error is a *check.UnreachableError and there is no report.
+// error is a *check.UnreachableError and there is no report. When ctx ends
+// first, the report has the deliveries answered so far and Interrupted,
+// and the error wraps ctx's cause.
 func Play(ctx context.Context, s *Scenario, cfg Config) (*Report, error) {
-	base, err := url.Parse(cfg.URL)
-	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
-		return nil, fmt.Errorf("the handler's URL %q is not an http(s) URL", cfg.URL)
-	}
-	switch {
-	case cfg.Speed < 0:
-		return nil, fmt.Errorf("speed %g: give a positive number, or no waiting", cfg.Speed)
-	case cfg.Speed == 0:
-		cfg.Speed = 1
-	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = DefaultTimeout
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Client == nil {
 		// As the service sends: no Accept-Encoding of Go's own, no proxy,
@@ -163,55 +187,109 @@ func Play(ctx context.Context, s *Scenario, cfg Config) (*Report, error) {
 		cfg.Client = &http.Client{Timeout: cfg.Timeout, Transport: tr,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
+	base, _ := url.Parse(cfg.URL)
+	verifier := signature.Verifier{Skew: cfg.Skew, Now: cfg.Now}
+	rep := &Report{URL: cfg.URL, Expect: cfg.Expect.String(), Signed: cfg.Secret != "", Speed: cfg.Speed, Started: cfg.Now()}
+	if cfg.NoWait {
+		rep.Speed = 0
+	}
+	results := make([]Result, len(s.Deliveries))
+	for i := range s.Deliveries {
+		results[i] = prepare(cfg, base, i, &s.Deliveries[i])
+		if results[i].Signature != "" {
+			rep.asRecorded++
+		}
+	}
+	var lines *lineWriter
+	if cfg.Progress != nil {
+		rep.writeHeading(cfg.Progress, cfg.Name, len(results))
+		lines = newLineWriter(cfg.Progress, results)
+	}
+	for i := range s.Deliveries {
+		e, res := &s.Deliveries[i], &results[i]
+		if !cfg.NoWait {
+			due := rep.Started.Add(time.Duration(float64(e.OffsetMS) * float64(time.Millisecond) / cfg.Speed))
+			if d := due.Sub(cfg.Now()); d > 0 {
+				_ = cfg.Sleep(ctx, d) // it ends early only when ctx does, checked next
+			}
+		}
+		if ctx.Err() != nil {
+			return rep.interrupt(ctx, cfg.Now(), results[i:], false, lines)
+		}
+		header, body := sendOne(ctx, cfg, e, res)
+		if res.Status == 0 && ctx.Err() != nil {
+			return rep.interrupt(ctx, cfg.Now(), results[i:], true, lines)
+		}
+		if i == 0 && res.Status == 0 {
+			return nil, &check.UnreachableError{URL: cfg.URL, Err: errors.New(res.Error)}
+		}
+		judge(res, cfg, e, verifier, header, body)
+		if !res.Pass {
+			rep.Failed++
+		}
+		rep.Results = append(rep.Results, *res)
+		lines.write(res)
+	}
+	rep.Elapsed = devhook.Duration(cfg.Now().Sub(rep.Started))
+	rep.Pass = rep.Failed == 0
+	return rep, nil
+}
+
+// withDefaults checks cfg and fills in its defaults.
+func (cfg Config) withDefaults() (Config, error) {
+	base, err := url.Parse(cfg.URL)
+	if err != nil || (base.Scheme != "http" && base.Scheme != "https") || base.Host == "" {
+		return cfg, fmt.Errorf("the handler's URL %q is not an http(s) URL", cfg.URL)
+	}
+	switch {
+	case cfg.Speed < 0:
+		return cfg, fmt.Errorf("speed %g: give a positive number, or no waiting", cfg.Speed)
+	case cfg.Speed == 0:
+		cfg.Speed = 1
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	if cfg.Sleep == nil {
 		cfg.Sleep = sleep
 	}
-	verifier := signature.Verifier{Skew: cfg.Skew, Now: cfg.Now}
-	rep := &Report{URL: cfg.URL, Expect: cfg.Expect.String(), Signed: cfg.Secret != "", Speed: cfg.Speed, Started: cfg.Now()}
-	if cfg.NoWait {
-		rep.Speed = 0
+	return cfg, nil
+}
+
+// prepare is e's result before it is sent: what it is, where it goes,
+// how it is signed and what is expected of it.
+func prepare(cfg Config, base *url.URL, i int, e *Entry) Result {
+	res := Result{N: i + 1, Label: label(e), Target: devhook.TargetURL(base, e.Path, e.Query)}
+	res.Sent = fmt.Sprintf("%s %s +%s", e.Method, e.Path, (time.Duration(e.OffsetMS) * time.Millisecond).String())
+	if !cfg.Resign {
+		res.Signature = e.Signature
 	}
-	for i := range s.Deliveries {
-		e := &s.Deliveries[i]
-		if !cfg.NoWait {
-			due := rep.Started.Add(time.Duration(float64(e.OffsetMS) * float64(time.Millisecond) / cfg.Speed))
-			if d := due.Sub(cfg.Now()); d > 0 {
-				if err := cfg.Sleep(ctx, d); err != nil {
-					return nil, err
-				}
-			}
-		}
-		res := Result{N: i + 1, Label: label(e), Target: devhook.TargetURL(base, e.Path, e.Query)}
-		res.Sent = fmt.Sprintf("%s %s +%s", e.Method, e.Path, (time.Duration(e.OffsetMS) * time.Millisecond).String())
-		if !cfg.Resign {
-			res.Signature = e.Signature
-		}
-		switch {
-		case res.Signature != "":
-			res.Sent += ", " + sentAs(res.Signature)
-		case cfg.Secret != "":
-			res.Sent += ", signed"
-		}
-		res.Expected, _ = cfg.Expect.want(e)
-		header, body := sendOne(ctx, cfg, e, &res)
-		if i == 0 && res.Status == 0 {
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			return nil, &check.UnreachableError{URL: cfg.URL, Err: errors.New(res.Error)}
-		}
-		judge(&res, cfg, e, verifier, header, body)
-		if !res.Pass {
-			rep.Failed++
-		}
-		rep.Results = append(rep.Results, res)
+	switch {
+	case res.Signature != "":
+		res.Sent += ", " + sentAs(res.Signature)
+	case cfg.Secret != "":
+		res.Sent += ", signed"
 	}
-	rep.Elapsed = devhook.Duration(cfg.Now().Sub(rep.Started))
-	rep.Pass = rep.Failed == 0
-	return rep, nil
+	res.Expected, _ = cfg.Expect.want(e)
+	return res
+}
+
+// interrupt ends play whose context ended with rest not played (the first
+// sent, its answer awaited, when inFlight).
+func (rep *Report) interrupt(ctx context.Context, now time.Time, rest []Result, inFlight bool, lines *lineWriter) (*Report, error) {
+	cause := context.Cause(ctx)
+	in := &Interruption{Reason: cause.Error(), InFlight: inFlight}
+	for _, r := range rest {
+		in.Unplayed = append(in.Unplayed, Unplayed{N: r.N, Label: r.Label, Sent: r.Sent})
+	}
+	rep.Interrupted = in
+	rep.Elapsed = devhook.Duration(now.Sub(rep.Started))
+	lines.interrupted(&rest[0], in)
+	n := len(rep.Results) + len(rest)
+	return rep, fmt.Errorf("play stopped at delivery %d of %d: %w", rest[0].N, n, cause)
 }
 
 // sendOne sends e, signed at the moment it goes when there is a secret,

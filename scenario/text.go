@@ -3,17 +3,39 @@ package scenario
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/devhook/devhook"
 )
 
-// WriteText writes the report for a person: a row per delivery, the hints,
-// then the verdict.
+// WriteText writes the report for a person: the heading, a line per
+// delivery (as Config.Progress gets them while play goes), then the
+// summary.
 func (r *Report) WriteText(w io.Writer, file string) error {
+	all := slices.Clone(r.Results)
+	if r.Interrupted != nil {
+		for _, u := range r.Interrupted.Unplayed {
+			all = append(all, Result{N: u.N, Label: u.Label, Sent: u.Sent})
+		}
+	}
+	r.writeHeading(w, file, len(all))
+	lines := newLineWriter(w, all)
+	for i := range r.Results {
+		lines.write(&r.Results[i])
+	}
+	if r.Interrupted != nil {
+		lines.interrupted(&all[len(r.Results)], r.Interrupted)
+	}
+	return r.WriteSummary(w)
+}
+
+// writeHeading writes what is played, how, and the table's header.
+func (r *Report) writeHeading(w io.Writer, file string, n int) {
 	pace := "no waiting"
 	if r.Speed != 0 {
 		pace = "the recorded spacing"
@@ -25,33 +47,79 @@ func (r *Report) WriteText(w io.Writer, file string) error {
 	if !r.Signed {
 		signed = "unsigned (no secret)"
 	}
-	asRecorded := 0
-	for _, res := range r.Results {
-		if res.Signature != "" {
-			asRecorded++
+	asRecorded := r.asRecorded // Play's count, also of those not played
+	if asRecorded == 0 {
+		for _, res := range r.Results {
+			if res.Signature != "" {
+				asRecorded++
+			}
 		}
 	}
 	if asRecorded > 0 {
 		signed = fmt.Sprintf("%s but %d with the failed signature they were recorded with (--resign signs them too)", signed, asRecorded)
 	}
-	fmt.Fprintf(w, "devhook scenario play %s → %s\n%d deliveries, %s, %s; expecting %s\n\n", file, r.URL, len(r.Results), signed, pace, expectWords(r.Expect))
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "DELIVERY\tSENT\tEXPECTED\tGOT\tRESULT")
-	for _, res := range r.Results {
-		name := strconv.Itoa(res.N)
-		if res.Label != "" {
-			name += " " + clip(res.Label)
-		}
-		result := "pass"
-		if !res.Pass {
-			result = "FAIL"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", name, res.Sent, res.Expected, res.got(), result)
+	fmt.Fprintf(w, "devhook scenario play %s → %s\n%d deliveries, %s, %s; expecting %s\n\n", file, r.URL, n, signed, pace, expectWords(r.Expect))
+}
+
+// lineWriter writes a delivery's line as soon as it is answered, its
+// columns as wide as those of every delivery of the scenario, which are
+// known before the first is sent; what came back is last, as it is the
+// only column whose width is not.
+type lineWriter struct {
+	w                   io.Writer
+	name, sent, expects int
+}
+
+func newLineWriter(w io.Writer, all []Result) *lineWriter {
+	l := &lineWriter{w: w, name: len("DELIVERY"), sent: len("SENT"), expects: len("EXPECTED")}
+	for i := range all {
+		l.name = max(l.name, utf8.RuneCountInString(lineName(&all[i])))
+		l.sent = max(l.sent, utf8.RuneCountInString(all[i].Sent))
+		l.expects = max(l.expects, utf8.RuneCountInString(all[i].Expected))
 	}
-	if err := tw.Flush(); err != nil {
-		return err
+	l.row("DELIVERY", "SENT", "EXPECTED", "RESULT", "GOT")
+	return l
+}
+
+func lineName(res *Result) string {
+	name := strconv.Itoa(res.N)
+	if res.Label != "" {
+		name += " " + clip(res.Label)
 	}
-	// A hint once, with the deliveries it is for.
+	return name
+}
+
+func (l *lineWriter) row(name, sent, expected, result, got string) {
+	fmt.Fprintf(l.w, "%-*s  %-*s  %-*s  %-7s  %s\n", l.name, name, l.sent, sent, l.expects, expected, result, got)
+}
+
+// write writes res's line; nothing on a nil lineWriter.
+func (l *lineWriter) write(res *Result) {
+	if l == nil {
+		return
+	}
+	result := "pass"
+	if !res.Pass {
+		result = "FAIL"
+	}
+	l.row(lineName(res), res.Sent, res.Expected, result, res.got())
+}
+
+// interrupted writes the line of the delivery under way when play stopped.
+func (l *lineWriter) interrupted(res *Result, in *Interruption) {
+	if l == nil {
+		return
+	}
+	what := in.Reason + " before it was sent"
+	if in.InFlight {
+		what = in.Reason + " while waiting for the answer"
+	}
+	l.row(lineName(res), res.Sent, res.Expected, "STOPPED", what)
+}
+
+// WriteSummary writes what follows the lines: each hint once, with the
+// deliveries it is for, then the verdict.
+func (r *Report) WriteSummary(w io.Writer) error {
 	var hints []string
 	hintFor := map[string][]string{}
 	for _, res := range r.Results {
@@ -75,12 +143,22 @@ func (r *Report) WriteText(w io.Writer, file string) error {
 		fmt.Fprintf(w, "%s: hint: %s\n", which, h)
 	}
 	fmt.Fprintln(w)
-	if r.Pass {
-		fmt.Fprintf(w, "PASS: %d of %d deliveries answered as expected.\n", len(r.Results), len(r.Results))
-	} else {
-		fmt.Fprintf(w, "FAIL: %d of %d deliveries answered otherwise than expected.\n", r.Failed, len(r.Results))
+	var err error
+	switch in := r.Interrupted; {
+	case in != nil:
+		n := len(r.Results) + len(in.Unplayed)
+		where := "before it was sent"
+		if in.InFlight {
+			where = "while waiting for its answer"
+		}
+		_, err = fmt.Fprintf(w, "STOPPED: %s at delivery %d of %d, %s; %d played (%d answered otherwise than expected), %d not played.\n",
+			in.Reason, in.Unplayed[0].N, n, where, len(r.Results), r.Failed, len(in.Unplayed))
+	case r.Pass:
+		_, err = fmt.Fprintf(w, "PASS: %d of %d deliveries answered as expected.\n", len(r.Results), len(r.Results))
+	default:
+		_, err = fmt.Fprintf(w, "FAIL: %d of %d deliveries answered otherwise than expected.\n", r.Failed, len(r.Results))
 	}
-	return nil
+	return err
 }
 
 func expectWords(x string) string {

@@ -194,14 +194,22 @@ func TestReleaseRefusesBadArguments(t *testing.T) {
 	}
 }
 
+// dpkgTestEnv asks for TestDebianPackageInstallsAndRemoves outside CI.
+const dpkgTestEnv = "DEVHOOK_TEST_DPKG"
+
 // The Debian package installs and uninstalls on this machine: dpkg -i puts
 // the command, the unit and its settings in place (the unit passes
 // systemd-analyze verify), dpkg -r takes the command away and keeps the
 // settings, and dpkg --purge removes those too. It needs root and dpkg, and
-// a machine where no devhook package is installed already.
+// a machine where no devhook package is installed already. It changes the
+// machine, so it runs only in CI (CI set, as .ci/run does) or when asked
+// with DEVHOOK_TEST_DPKG=1: go test ./... alone changes nothing.
 func TestDebianPackageInstallsAndRemoves(t *testing.T) {
-	dir := release(t)
 	ci := os.Getenv("CI") != ""
+	if !ci && os.Getenv(dpkgTestEnv) != "1" {
+		t.Skip("installs and purges the devhook Debian package on this machine: runs in CI (CI=1), or with " + dpkgTestEnv + "=1")
+	}
+	dir := release(t)
 	skip := func(why string) {
 		if ci {
 			t.Fatalf("CI: %s", why)
@@ -238,7 +246,8 @@ func TestDebianPackageInstallsAndRemoves(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, setting := range []string{"ExecStart=/usr/bin/devhook relay serve", "DynamicUser=yes", "StateDirectory=devhook-relay",
-		"NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes", "EnvironmentFile=/etc/default/devhook-relay"} {
+		"NoNewPrivileges=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateTmp=yes", "EnvironmentFile=/etc/default/devhook-relay",
+		"SuccessExitStatus=143"} {
 		if !strings.Contains(string(b), setting+"\n") && !strings.Contains(string(b), setting+" ") {
 			t.Errorf("the unit lacks %s", setting)
 		}
@@ -263,6 +272,30 @@ func TestDebianPackageInstallsAndRemoves(t *testing.T) {
 	run("dpkg", "--purge", "devhook")
 	if _, err := os.Stat("/etc/default/devhook-relay"); !os.IsNotExist(err) {
 		t.Errorf("settings after dpkg --purge: %v", err)
+	}
+}
+
+// go test ./... changes nothing on the machine: without CI or
+// DEVHOOK_TEST_DPKG, the Debian package test skips before it builds or
+// installs anything, and says how to run it.
+func TestDebianPackageTestRunsOnlyWhenAsked(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go test: not with -short")
+	}
+	if os.Getenv("DEVHOOK_TEST_DPKG_GATE") != "" {
+		t.Skip("inside the gate's own run")
+	}
+	cmd := exec.Command("go", "test", "-count=1", "-v", "-run", "^TestDebianPackageInstallsAndRemoves$", ".")
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); k != "CI" && k != dpkgTestEnv {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "DEVHOOK_TEST_DPKG_GATE=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- SKIP: TestDebianPackageInstallsAndRemoves") ||
+		!strings.Contains(string(out), "runs in CI (CI=1), or with DEVHOOK_TEST_DPKG=1") {
+		t.Fatalf("the Debian package test without CI or %s: %v\n%s", dpkgTestEnv, err, out)
 	}
 }
 

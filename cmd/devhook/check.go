@@ -46,7 +46,8 @@ that a rule before it explains. --json carries each finding's id and kind.
 
 Exit status: 0 when every required case is answered as the reference answers it
 (the same status, any 2xx for an acceptance, and a refusal text that does not name
-another check); 1 otherwise; 2 when the handler cannot be reached.
+another check); 1 otherwise; 2 when the handler cannot be reached; 130 when
+interrupted (Ctrl-C, SIGINT), 143 on SIGTERM, with the cases answered so far reported.
 
 --junit FILE also writes the report as JUnit XML for a CI: a test case per case, a
 failure for each required case answered otherwise than the reference, the diagnosis
@@ -112,7 +113,7 @@ func (o *checkOptions) run(ctx context.Context) error {
 			}
 		}
 		return &exitError{code: 2, err: err}
-	case err != nil:
+	case err != nil && rep == nil:
 		return err
 	}
 	if o.junit != "" {
@@ -126,6 +127,14 @@ func (o *checkOptions) run(ctx context.Context) error {
 		}
 	} else if err := rep.WriteText(o.stdout); err != nil {
 		return err
+	}
+	if in := rep.Interrupted; in != nil {
+		where := "the report above has them"
+		if o.junit != "" {
+			where = "the report above and " + o.junit + " have them"
+		}
+		return fmt.Errorf("%w at case %s: %d case(s) answered, %d of them differently from the reference receiver; %s",
+			context.Cause(ctx), in.Unsent[0], len(rep.Results), rep.Failed, where)
 	}
 	if !rep.Conformed {
 		return &exitError{code: 1, err: fmt.Errorf("the handler at %s answered %d required case(s) differently from the reference receiver", o.url, rep.Failed)}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,7 +18,9 @@ import (
 
 const svcKey = "cmd-test-key"
 
-var svcTeam = emulator.Team{ID: "team-a-id", Name: "Team A", Role: "admin"}
+// svcTeam's id is a UUID, as the service's are: an id that is one is sent
+// without a lookup, so it works on an http:// endpoint too.
+var svcTeam = emulator.Team{ID: "5b0f3c2e-8a44-4c1e-9a57-2f1d6b7c9e10", Name: "Team A", Role: "admin"}
 
 // newTestService runs an emulator with short runs, and points HOME at an
 // empty directory and the SERVICE_ variables at nothing, so that no test
@@ -226,11 +229,14 @@ func TestCloudSettings(t *testing.T) {
 		{args: []string{"webhooks", "list"}, wantErr: []string{"no endpoint", "--endpoint", "SERVICE_ENDPOINT", "devhook emulate"}},
 		{args: []string{"webhooks", "list", "--endpoint", base}, wantErr: []string{"no API key", "--api-key", "SERVICE_API_KEY", "web console"}},
 		{args: []string{"webhooks", "list", "--endpoint", "http://127.0.0.1:1", "--api-key", "k"}, wantErr: []string{"cannot reach the service at 127.0.0.1:1"}},
-		{args: []string{"webhooks", "list", "--endpoint", base, "--api-key", svcKey, "--team", "Team A"}, want: []string{"team-hook"}},
-		{args: []string{"webhooks", "list", "--endpoint", base, "--api-key", svcKey, "--team", "Team B"}, wantErr: []string{`no team "Team B"`, "Team A (team-a-id)"}},
+		{args: []string{"webhooks", "list", "--endpoint", base, "--api-key", svcKey, "--team", svcTeam.ID}, want: []string{"team-hook"}},
+		// A team's name is looked up with the organizations call, over
+		// HTTPS only, as devhook orgs: not over base's plain http.
+		{args: []string{"webhooks", "list", "--endpoint", base, "--api-key", svcKey, "--team", "Team A"},
+			wantErr: []string{`look up team "Team A"`, "HTTPS only", "give the team's id", "(from --team)"}},
 	})
 
-	writeServiceConfig("apikey: wrong\nendpoint: " + base + "\nteam: team-a-id\nprofiles:\n  good:\n    apikey: " + svcKey + "\n    endpoint: " + base + "\n")
+	writeServiceConfig("apikey: wrong\nendpoint: " + base + "\nteam: " + svcTeam.ID + "\nprofiles:\n  good:\n    apikey: " + svcKey + "\n    endpoint: " + base + "\n")
 	runSteps(t, []step{
 		{args: []string{"webhooks", "list"}, wantErr: []string{"401"}},                           // the default profile's key
 		{args: []string{"webhooks", "list", "--api-key", svcKey}, want: []string{"team-hook"}},   // flag over profile; the profile's team
@@ -246,9 +252,11 @@ func TestCloudSettings(t *testing.T) {
 	runSteps(t, []step{{args: []string{"webhooks", "list"}, wantErr: []string{filepath.Join(home, ".service", "config.yaml"), "line"}}})
 }
 
-// runs start --wait prints the run's id once: in the result, not also
-// before it and on every status line.
-func TestRunsStartWaitPrintsTheIDOnce(t *testing.T) {
+// runs start --wait prints the run's id at once, on standard error, so
+// that an interrupt leaves it on screen, and then in the result; not on
+// every status line. Canceling the run once it has ended says so, in the
+// service's words and what they mean, not that an id is taken.
+func TestRunsStartWaitPrintsTheIDAtOnceAndInTheResult(t *testing.T) {
 	base, _ := newTestService(t)
 	t.Setenv(cloud.EnvEndpoint, base)
 	t.Setenv(cloud.EnvAPIKey, svcKey)
@@ -265,10 +273,42 @@ func TestRunsStartWaitPrintsTheIDOnce(t *testing.T) {
 			id = f[1]
 		}
 	}
-	if id == "" || strings.Count(out+stderr, id) != 1 {
-		t.Fatalf("run id %q printed %d times, want once:\n%s\n%s", id, strings.Count(out+stderr, id), out, stderr)
+	first, _, _ := strings.Cut(stderr, "\n")
+	if id == "" || strings.Count(out, id) != 1 || strings.Count(stderr, id) != 1 || first != "started run "+id+" of app on instance latest; waiting for it to end" {
+		t.Fatalf("run id %q: want it once in the result and once at the start of standard error:\n%s\n%s", id, out, stderr)
 	}
 	if !strings.Contains(stderr, "succeeded") && !strings.Contains(out, "succeeded") {
 		t.Errorf("no status shown:\n%s%s", out, stderr)
+	}
+	_, _, err = runCmd(t, "", "runs", "cancel", "app", id)
+	if err == nil || !strings.Contains(err.Error(), "409 Conflict: ") ||
+		!strings.Contains(err.Error(), "the run has ended already, so there is nothing to cancel: devhook runs get app "+id) || strings.Contains(err.Error(), "id is taken") {
+		t.Errorf("runs cancel of a run that succeeded: %v", err)
+	}
+}
+
+// --team NAME is looked up over HTTPS, as devhook orgs does: against
+// devhook emulate --tls, its CA trusted through the system-certs switch,
+// a team's name resolves to its id, and a name it does not know is said
+// so with the teams it does.
+func TestTeamByName_OverHTTPS(t *testing.T) {
+	bin := devhookBinary(t)
+	emu, _ := startEmulate(t, "--tls", "--team", "team-tls=Team TLS")
+	base, ca, key := emu["base"], emu["ca"], emu["key"]
+	if !strings.HasPrefix(base, "https://") || ca == "" || key == "" {
+		t.Fatalf("emulate --tls printed %v", emu)
+	}
+	env := []string{"HOME=" + t.TempDir(), "SSL_CERT_FILE=" + ca, "SERVICE_SYSTEM_CERTS=1", "SERVICE_PROFILE=", "SERVICE_API_KEY=", "SERVICE_ENDPOINT="}
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := run("webhooks", "list", "--endpoint", base, "--api-key", key, "--team", "Team TLS"); err != nil || !strings.Contains(out, "no webhooks") {
+		t.Errorf("--team by name over https: %v\n%s", err, out)
+	}
+	if out, err := run("webhooks", "list", "--endpoint", base, "--api-key", key, "--team", "Team X"); err == nil || !strings.Contains(out, `no team "Team X" among yours: Team TLS (team-tls)`) {
+		t.Errorf("--team by an unknown name over https: %v\n%s", err, out)
 	}
 }

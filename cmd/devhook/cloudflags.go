@@ -35,7 +35,7 @@ func (f *cloudFlags) register(fs *pflag.FlagSet, withJSON bool) {
 	fs.StringVar(&f.endpoint, "endpoint", "", "the service's API base URL (or "+cloud.EnvEndpoint+", or endpoint: in ~/.service/config.yaml)")
 	fs.StringVar(&f.apiKey, "api-key", "", "API key (or "+cloud.EnvAPIKey+", or apikey: in ~/.service/config.yaml; without one, the session of devhook login)")
 	fs.StringVar(&f.profile, "profile", "", "profile of ~/.service/config.yaml (or "+cloud.EnvProfile+"; default: the top-level keys)")
-	fs.StringVar(&f.team, "team", "", "act for a team: its id or name (sent as service-account)")
+	fs.StringVar(&f.team, "team", "", "act for a team: its id, or its name (looked up over HTTPS only, as devhook orgs); sent as service-account")
 	fs.DurationVar(&f.timeout, "api-timeout", cloud.DefaultTimeout, "how long each call to the service may take")
 	if withJSON {
 		fs.BoolVar(&f.json, "json", false, "print the service's JSON answer")

@@ -354,7 +354,7 @@ func TestExport_CurlHARScenario(t *testing.T) {
 		{[]string{"--last", "1", "--format", "xml"}, `--format "xml": give curl, har or scenario`},
 		{[]string{"--last", "1", "--format", "har", "--resign"}, "--resign is for --format curl"},
 		{[]string{"--last", "1", "--format", "scenario", "--to", "localhost:1"}, "--to is for --format curl and har"},
-		{[]string{"0190ffff-0000-7000-8000-000000000000"}, "not found"},
+		{[]string{"0190ffff-0000-7000-8000-000000000000"}, `no delivery with id or prefix "0190ffff-0000-7000-8000-000000000000"`},
 	} {
 		_, stderr, err := runDevhook(t, append([]string{"deliveries", "export", "--data", data}, c.args...)...)
 		if err == nil || !strings.Contains(stderr, c.want) {

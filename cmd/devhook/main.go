@@ -21,36 +21,56 @@ func main() {
 	}
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	ctx, stop := signalContext(context.Background(), sigs, func() {
+	ctx, stop := signalContext(context.Background(), sigs, func(sig os.Signal) {
 		fmt.Fprintln(os.Stderr, "devhook: quitting now")
-		os.Exit(130)
+		os.Exit(exitStatusFor(sig))
 	})
 	defer stop()
 	err := newRootCmd(os.Stdout, os.Stderr).ExecuteContext(ctx)
-	if code := exitCode(err); code != 0 {
-		fmt.Fprintln(os.Stderr, "devhook:", err)
+	code, msg := exitStatus(err, context.Cause(ctx))
+	if msg != "" {
+		fmt.Fprintln(os.Stderr, "devhook:", msg)
+	}
+	if code != 0 {
 		os.Exit(code)
 	}
 }
 
-// exitCode is the process's status for a command's error: 0 for none or
-// for Ctrl-C alone; what a command that means a particular status says
-// (check: 1 a handler that differs, 2 one that cannot be reached); else 1.
-// An error that joins a cancellation with another (a store's final flush
-// that failed as listen stopped) is not a clean stop.
-func exitCode(err error) int {
-	if err == nil || interrupted(err) {
-		return 0
+// exitStatus is the process's status for a command's error, and what main
+// prints of it. A signal that stopped the command (cause, the context's,
+// an *interruptError) decides the status, 130 for SIGINT and 143 for
+// SIGTERM, whatever else the command returned: a command cut short has
+// not done its work, and a CI job must not read it as green. Its error is
+// printed unless it is the bare cancellation (the command had nothing to
+// add). Otherwise: 0 for no error; the status a command means (check: 1 a
+// handler that differs, 2 one that cannot be reached); else 1.
+func exitStatus(err, cause error) (code int, msg string) {
+	var sig *interruptError
+	if errors.As(cause, &sig) {
+		if err == nil || (interrupted(err) && !errors.As(err, new(*interruptError))) {
+			return sig.ExitCode(), ""
+		}
+		return sig.ExitCode(), err.Error()
+	}
+	if err == nil {
+		return 0, ""
 	}
 	var coded interface{ ExitCode() int }
 	if errors.As(err, &coded) {
-		return coded.ExitCode()
+		return coded.ExitCode(), err.Error()
 	}
-	return 1
+	return 1, err.Error()
 }
 
-// interrupted reports whether err is context.Canceled alone, however
-// wrapped: every error it joins must be one.
+// exitCode is the status for err when no signal stopped the command.
+func exitCode(err error) int {
+	code, _ := exitStatus(err, nil)
+	return code
+}
+
+// interrupted reports whether err is the end of the command's context
+// alone (context.Canceled, or the *interruptError a signal caused),
+// however wrapped: every error it joins must be one.
 func interrupted(err error) bool {
 	if joined, ok := err.(interface{ Unwrap() []error }); ok {
 		for _, e := range joined.Unwrap() {
@@ -60,7 +80,7 @@ func interrupted(err error) bool {
 		}
 		return true
 	}
-	if err == context.Canceled {
+	if _, ok := err.(*interruptError); ok || err == context.Canceled {
 		return true
 	}
 	if inner := errors.Unwrap(err); inner != nil {

@@ -4,27 +4,39 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"syscall"
 	"testing"
 )
 
-func TestExitCode(t *testing.T) {
+func TestExitStatus(t *testing.T) {
 	flush := errors.New("close the delivery store: the final flush failed")
+	sigint, sigterm := &interruptError{sig: os.Interrupt}, &interruptError{sig: syscall.SIGTERM}
+	played := fmt.Errorf("%w at delivery 2 of 3", sigint)
+	flushed := errors.Join(context.Canceled, flush)
 	for _, tc := range []struct {
-		name string
-		err  error
-		want int
+		name    string
+		err     error
+		cause   error // the context's, as main reads it
+		want    int
+		message string
 	}{
-		{"none", nil, 0},
-		{"Ctrl-C", context.Canceled, 0},
-		{"Ctrl-C, wrapped", fmt.Errorf("listen: %w", context.Canceled), 0},
-		{"Ctrl-C twice, joined", errors.Join(context.Canceled, fmt.Errorf("agent: %w", context.Canceled)), 0},
-		{"a failure", flush, 1},
-		{"a failure joined with Ctrl-C", errors.Join(context.Canceled, flush), 1},
-		{"a failure wrapping a join with Ctrl-C", fmt.Errorf("listen: %w", errors.Join(flush, context.Canceled)), 1},
-		{"check's own status", &exitError{code: 2, err: errors.New("unreachable")}, 2},
+		{"none", nil, nil, 0, ""},
+		{"a failure", flush, nil, 1, flush.Error()},
+		{"check's own status", &exitError{code: 2, err: errors.New("unreachable")}, nil, 2, "unreachable"},
+		{"a cancellation no signal explains", context.Canceled, nil, 1, "context canceled"},
+
+		{"SIGINT, the command stopped cleanly", nil, sigint, 130, ""},
+		{"SIGTERM, the command stopped cleanly", nil, sigterm, 143, ""},
+		{"SIGINT, the bare cancellation", fmt.Errorf("GET /v1/webhooks: %w", context.Canceled), sigint, 130, ""},
+		{"SIGINT, cancelled twice, joined", errors.Join(context.Canceled, fmt.Errorf("agent: %w", context.Canceled)), sigint, 130, ""},
+		{"SIGINT, what the command says of it", played, sigint, 130, played.Error()},
+		{"SIGTERM, a failure joined with the cancellation", flushed, sigterm, 143, flushed.Error()},
+		{"SIGINT beats check's own status", &exitError{code: 1, err: errors.New("differs")}, sigint, 130, "differs"},
 	} {
-		if got := exitCode(tc.err); got != tc.want {
-			t.Errorf("%s: exitCode(%v) = %d, want %d", tc.name, tc.err, got, tc.want)
+		code, msg := exitStatus(tc.err, tc.cause)
+		if code != tc.want || msg != tc.message {
+			t.Errorf("%s: exitStatus(%v, %v) = %d, %q; want %d, %q", tc.name, tc.err, tc.cause, code, msg, tc.want, tc.message)
 		}
 	}
 }

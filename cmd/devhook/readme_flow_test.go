@@ -33,9 +33,19 @@ func TestReadmeFlowsRunAsWritten(t *testing.T) {
 
 	sh := &readmeShell{t: t, env: []string{"PATH=" + filepath.Dir(bin) + string(os.PathListSeparator) + os.Getenv("PATH"),
 		"HOME=" + t.TempDir(), "NO_COLOR=1"}, running: map[string]*readmeProc{}, ports: map[string]string{}}
+	// Four different ports: each listener is held until all four are
+	// chosen (one closed before the next is opened may be given again).
+	var held []net.Listener
 	for _, p := range []string{"8080", "4010", "4040", "4041"} {
-		_, port, _ := net.SplitHostPort(closedAddr(t))
-		sh.ports[p] = port
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+		_, sh.ports[p], _ = net.SplitHostPort(l.Addr().String())
+	}
+	for _, l := range held {
+		l.Close()
 	}
 	t.Cleanup(sh.stopAll)
 
@@ -165,14 +175,15 @@ func (s *readmeShell) start(name, line string) {
 			t.Fatalf("%s ended:\n%s", line, p.out)
 		default:
 		}
-		if name == "listen" {
+		// What the command prints once it serves, not a connection to
+		// its port: another process on that port would answer too.
+		switch name {
+		case "listen":
 			return strings.Contains(p.out.String(), "  recording ")
+		case "receive":
+			return strings.Contains(p.out.String(), "reference receiver on http://127.0.0.1:"+port+"\n")
 		}
-		c, err := net.Dial("tcp", "127.0.0.1:"+port)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
+		return strings.Contains(p.out.String(), "service emulator on http://127.0.0.1:"+port+"\n")
 	})
 }
 

@@ -91,6 +91,10 @@ func newRunsCmd() *cobra.Command {
 	start := &cobra.Command{
 		Use:   "start APP --input FILE|-",
 		Short: "Start a run and print its id; --wait waits for its end and prints the result",
+		Long: `Start starts a run of APP and prints its id. With --wait it prints the id on standard
+error at once and waits for the run to end, then prints the result; interrupted (Ctrl-C,
+SIGTERM) it stops waiting, not the run, and says how to reach it; the exit status is then
+130 (SIGINT) or 143 (SIGTERM).`,
 		Example: `  echo '{"hello":"world"}' | devhook runs start my-app --input - --wait
   devhook runs start my-app --input input.json --option duration=30s --name nightly`,
 		Args: cobra.ExactArgs(1),
@@ -174,17 +178,22 @@ func (s *runsStartOptions) run(ctx context.Context, c *cloud.Client, app string)
 		fmt.Fprintln(s.stdout, r.ID)
 		return nil
 	}
-	// The id shows once, in the result; the lines while waiting say
-	// only the status.
+	// The id shows at once, so that an interrupt leaves it on screen, and
+	// again in the result; the lines while waiting say only the status.
+	fmt.Fprintf(s.stderr, "started run %s of %s on instance %s; waiting for it to end\n", r.ID, app, s.instance)
 	wctx, cancel := context.WithTimeout(ctx, s.waitTimeout)
 	defer cancel()
 	done, err := c.WaitRun(wctx, app, r.ID, s.poll, func(r cloud.Run) {
 		fmt.Fprintf(s.stderr, "%s  %s\n", time.Now().Format("15:04:05.000"), r.Status())
 	})
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			return fmt.Errorf("%w; the run goes on: devhook runs get %s %s", err, shellQuote(app), r.ID)
-		}
+	switch {
+	case ctx.Err() != nil:
+		// Stopping the wait does not stop the run.
+		return fmt.Errorf("%w: stopped waiting for run %s, which goes on: devhook runs get %s %s (devhook runs cancel %s %s cancels it)",
+			context.Cause(ctx), r.ID, shellQuote(app), r.ID, shellQuote(app), r.ID)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w; the run goes on: devhook runs get %s %s", err, shellQuote(app), r.ID)
+	case err != nil:
 		return err
 	}
 	if s.json {

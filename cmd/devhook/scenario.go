@@ -141,10 +141,13 @@ recorded refusal is expected again; --resign signs those afresh too. Each answer
 compared with --expect: recorded (the same status
 class as the answer recorded; 2xx where none was), 2xx (or another class), or one status.
 A delivery the handler refuses (401, 403) although devhook's own verifier accepts it
-carries the hint devhook listen gives.
+carries the hint devhook listen gives. A line per delivery is printed as soon as it is
+answered (with --json, on standard error), the summary at the end.
 
 Exit status: 0 when every delivery is answered as expected; 1 otherwise; 2 when the
-handler cannot be reached or FILE cannot be read (then nothing is sent).`,
+handler cannot be reached or FILE cannot be read (then nothing is sent); 130 when
+interrupted (Ctrl-C, SIGINT), 143 on SIGTERM: the report and --junit then hold the
+deliveries answered so far, the one under way as an error, the rest as skipped.`,
 		Example: `  devhook scenario play run.json --to http://localhost:8080/webhooks --secret whsec_...
   devhook scenario play run.json --to localhost:8080 --speed 0 --expect 2xx --junit scenario.xml
   devhook scenario play run.json --to http://localhost:8080 --json`,
@@ -189,19 +192,23 @@ func (o *scenarioPlayOptions) run(ctx context.Context, file string, stdout, stde
 	if o.secret == "" {
 		fmt.Fprintln(stderr, "devhook: no --secret (or DEVHOOK_SECRET): the deliveries are sent without service-signature")
 	}
-	cfg := scenario.Config{URL: target.String(), Secret: o.secret, Resign: o.resign, Speed: o.speed, NoWait: o.speed == 0, Expect: expect, Timeout: o.timeout}
+	cfg := scenario.Config{URL: target.String(), Secret: o.secret, Resign: o.resign, Speed: o.speed, NoWait: o.speed == 0,
+		Expect: expect, Timeout: o.timeout, Name: file, Progress: stdout}
+	if o.json {
+		cfg.Progress = stderr // standard output is the JSON report
+	}
 	rep, err := scenario.Play(ctx, s, cfg)
 	var unreachable *check.UnreachableError
 	switch {
 	case errors.As(err, &unreachable):
 		return o.stopped(suite, "reach the handler", err)
-	case err != nil:
+	case err != nil && rep == nil:
 		return err
 	}
 	if o.json {
 		err = printJSON(stdout, rep)
 	} else {
-		err = rep.WriteText(stdout, file)
+		err = rep.WriteSummary(stdout)
 	}
 	if err != nil {
 		return err
@@ -211,10 +218,25 @@ func (o *scenarioPlayOptions) run(ctx context.Context, file string, stdout, stde
 			return err
 		}
 	}
+	if rep.Interrupted != nil {
+		return o.interrupted(ctx, rep)
+	}
 	if !rep.Pass {
 		return &exitError{code: 1, err: fmt.Errorf("the handler at %s answered %d of %d deliveries otherwise than expected", target, rep.Failed, len(rep.Results))}
 	}
 	return nil
+}
+
+// interrupted is play's error when a signal stopped it: what was played,
+// and where the report is. The exit status is the signal's (main).
+func (o *scenarioPlayOptions) interrupted(ctx context.Context, rep *scenario.Report) error {
+	in := rep.Interrupted
+	where := "the report above has them"
+	if o.junit != "" {
+		where = "the report above and " + o.junit + " have them"
+	}
+	return fmt.Errorf("%w at delivery %d of %d: %d played, %d answered otherwise than expected; %s",
+		context.Cause(ctx), in.Unplayed[0].N, len(rep.Results)+len(in.Unplayed), len(rep.Results), rep.Failed, where)
 }
 
 // stopped ends play with exit status 2: nothing could be played. The JUnit

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -66,7 +67,7 @@ by its inspector's address instead.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.secret, "secret", "", "signing secret (or DEVHOOK_SECRET); empty sends no signature header")
-	f.StringVar(&o.status, "status", "queued", "status_v2 of the run: queued, running or succeeded")
+	f.StringVar(&o.status, "status", "queued", "status_v2 of the run: "+strings.Join(devhook.RunStatuses(), ", ")+" (a failed or canceled run's delivery carries its error)")
 	f.StringVar(&o.runID, "run-id", "", "run id (default: a new one)")
 	f.StringVar(&o.bodyFile, "body", "", "send this file's bytes as the body instead")
 	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "how long to wait for the answer")
@@ -107,10 +108,8 @@ func (o *sendOptions) run(ctx context.Context) error {
 		}
 		body = b
 	} else {
-		switch o.status {
-		case "queued", "running", "succeeded":
-		default:
-			return fmt.Errorf("--status must be queued, running or succeeded, not %q", o.status)
+		if !slices.Contains(devhook.RunStatuses(), o.status) {
+			return fmt.Errorf("--status must be one of %s, not %q", strings.Join(devhook.RunStatuses(), ", "), o.status)
 		}
 		if o.runID == "" {
 			o.runID = "run-" + uuid.NewString()[:8]

@@ -1,10 +1,15 @@
 package main
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/receiver"
 )
 
 // Issue 30: devhook send names who answered. A 502 that devhook listen
@@ -34,5 +39,49 @@ func TestSend_NamesWhoAnswered(t *testing.T) {
 	_, _, err = devhookCmd(t, "send", recv.URL+"/hook", "--secret", secret)
 	if err == nil || err.Error() != "the receiver answered 500 Internal Server Error" {
 		t.Errorf("send to a receiver answering 500: %v", err)
+	}
+}
+
+// send --status takes every status_v2 a run has, and the delivery is the
+// service's at that state: the legacy status beside it, an error for a
+// run that failed or was canceled, signed so that the reference receiver
+// accepts it.
+func TestSend_EveryRunStatus(t *testing.T) {
+	const secret = "whsec_send_status"
+	var got []devhook.RunStatus
+	var verdicts []string
+	var mu sync.Mutex
+	srv := httptest.NewServer(receiver.New(receiver.Config{Secret: secret, OnRequest: func(r *http.Request, body []byte, v devhook.Verdict) {
+		var rs devhook.RunStatus
+		json.Unmarshal(body, &rs)
+		mu.Lock()
+		defer mu.Unlock()
+		got, verdicts = append(got, rs), append(verdicts, v.Result)
+	}}))
+	defer srv.Close()
+	want := map[string]struct {
+		legacy string
+		err    bool
+	}{
+		"queued": {"running", false}, "running": {"running", false}, "succeeded": {"succeeded", false},
+		"failed": {"failed", true}, "canceled": {"failed", true},
+	}
+	for _, st := range []string{"queued", "running", "succeeded", "failed", "canceled"} {
+		if _, _, err := devhookCmd(t, "send", srv.URL+"/hook", "--secret", secret, "--status", st); err != nil {
+			t.Errorf("send --status %s: %v", st, err)
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("the receiver got %d deliveries, want %d", len(got), len(want))
+	}
+	for i, rs := range got {
+		w := want[rs.Data.StatusV2]
+		if verdicts[i] != devhook.VerdictOK || rs.Data.Status != w.legacy || (rs.Data.Error != nil) != w.err {
+			t.Errorf("--status %s: verdict %s, status %q, error %v", rs.Data.StatusV2, verdicts[i], rs.Data.Status, rs.Data.Error)
+		}
+	}
+	if _, _, err := devhookCmd(t, "send", srv.URL+"/hook", "--secret", secret, "--status", "done"); err == nil ||
+		!strings.Contains(err.Error(), "--status must be one of queued, running, succeeded, failed, canceled") {
+		t.Errorf("send --status done: %v", err)
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -15,7 +16,7 @@ import (
 func TestSignalContext(t *testing.T) {
 	sigs := make(chan os.Signal, 2)
 	quit := make(chan struct{})
-	ctx, stop := signalContext(context.Background(), sigs, func() { close(quit) })
+	ctx, stop := signalContext(context.Background(), sigs, func(os.Signal) { close(quit) })
 	defer stop()
 	if ctx.Err() != nil {
 		t.Fatal("cancelled before any signal")
@@ -25,6 +26,10 @@ func TestSignalContext(t *testing.T) {
 	case <-ctx.Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("the first signal did not cancel the context")
+	}
+	var cause *interruptError
+	if !errors.As(context.Cause(ctx), &cause) || cause.ExitCode() != 130 || cause.Error() != "interrupted by SIGINT" {
+		t.Fatalf("cause %v, want the interruption by SIGINT, exit status 130", context.Cause(ctx))
 	}
 	select {
 	case <-quit:
