@@ -403,7 +403,7 @@ func (r *Router) Close() error {
 	r.closed = true
 	for ch, h := range r.local {
 		if h.sub != nil {
-			unsubscribe(h.sub)
+			r.unsubscribe(h.sub)
 		}
 		delete(r.local, ch)
 	}
@@ -494,7 +494,7 @@ func (r *Router) subscribe(channel string, h *holder) {
 	if r.local[channel] == h && h.sub == nil {
 		h.sub = sub
 	} else if sub != nil {
-		unsubscribe(sub) // detached or replaced meanwhile
+		r.unsubscribe(sub) // detached or replaced meanwhile
 	}
 	r.mu.Unlock()
 }
@@ -502,7 +502,7 @@ func (r *Router) subscribe(channel string, h *holder) {
 // dropLocked forgets h, the local holder of channel.
 func (r *Router) dropLocked(channel string, h *holder) {
 	if h.sub != nil {
-		unsubscribe(h.sub)
+		r.unsubscribe(h.sub)
 	}
 	delete(r.local, channel)
 }
@@ -512,10 +512,17 @@ func (r *Router) dropLocked(channel string, h *holder) {
 // answers no-agent if the channel has no agent here any more). Dropped
 // unserved, a delivery would wait for the sender's timeout (35 s by
 // default) before being queued.
-func unsubscribe(sub *nats.Subscription) {
-	if sub.Drain() != nil {
-		sub.Unsubscribe() // the connection is closed or draining
+//
+// Not while NATS is away: nats.go would not send the drain's unsubscribe,
+// and would subscribe again at the reconnect a subscription still
+// draining, whose end then forgets it here only, leaving the NATS server
+// sending deliveries to nothing. Unsubscribed at once, it is not
+// subscribed again.
+func (r *Router) unsubscribe(sub *nats.Subscription) {
+	if r.cfg.Conn.IsConnected() && sub.Drain() == nil {
+		return
 	}
+	sub.Unsubscribe()
 }
 
 // Detach implements relay.Router.
