@@ -319,16 +319,61 @@ func (s *Store) Queued(channel string, after string, limit int) ([]*devhook.Deli
 	return out, nil
 }
 
-// Dequeue removes delivery id from channel's queue. An id not in the queue
-// is not an error: acknowledgements may repeat.
-func (s *Store) Dequeue(channel, id string) error {
-	err := s.takeQueued(channel, id, func(tx *bolt.Tx, q *bolt.Bucket, v []byte) error {
-		return q.Delete([]byte(id))
+// Dequeue removes deliveries ids from channel's queue, all in one
+// transaction: one fsync for the batch of acknowledgements the relay
+// gathered. An id not in the queue is skipped: acknowledgements may
+// repeat. It returns once the removal is on disk; when it fails, none of
+// them is removed.
+func (s *Store) Dequeue(channel string, ids ...string) error {
+	if err := storage.ValidID("channel", channel); err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if err := storage.ValidID("delivery", id); err != nil {
+			return err
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	var size int64
+	var n int
+	err := s.update(func(tx *bolt.Tx) error {
+		size, n = 0, 0
+		q := tx.Bucket(bucketQueue).Bucket([]byte(channel))
+		if q == nil {
+			return nil
+		}
+		for _, id := range ids {
+			k := []byte(id)
+			v := q.Get(k)
+			if v == nil {
+				continue // not queued, or twice in ids
+			}
+			size += entrySize(k, v) // v is not to be read once removed
+			n++
+			if err := q.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("boltrelay: dequeue delivery %s of channel %s: %w", id, channel, err)
+		return fmt.Errorf("boltrelay: dequeue %s of channel %s: %w", deliveries(ids), channel, err)
+	}
+	if n > 0 {
+		s.usage.release(channel, size, n)
 	}
 	return nil
+}
+
+// deliveries names ids in an error: the delivery, or how many and the
+// first.
+func deliveries(ids []string) string {
+	if len(ids) == 1 {
+		return "delivery " + ids[0]
+	}
+	return fmt.Sprintf("%d deliveries (%s first)", len(ids), ids[0])
 }
 
 // takeQueued runs take in one write transaction on delivery id of

@@ -93,7 +93,7 @@ type agentConn struct {
 	mu       sync.Mutex
 	pending  map[string]chan *Answer // live deliveries waiting for a response
 	inflight map[string]bool         // queued deliveries sent, not yet acked and dequeued
-	acked    map[string]bool         // dequeued since the drain pass began: its batches may be older
+	acked    map[string]bool         // dequeued since the drain's last read began: its batch may be older
 	stuck    map[string]bool         // queued deliveries that could be neither sent nor parked
 	gone     bool
 	pinger   *time.Timer    // next heartbeat
@@ -106,8 +106,7 @@ type agentConn struct {
 	// (Deliver).
 	behind    bool
 	kicks     uint64        // Kicks so far: a delivery may have been queued
-	passKicks uint64        // kicks when the drain pass under way began
-	dr        drainState    // the drain's retries and the removals of acknowledged deliveries (drain.go)
+	dr        drainState    // the drain's cursor, its retries and the removals of acknowledged deliveries (drain.go)
 	done      chan struct{} // closed when the connection ends
 	closeOnce sync.Once
 }
@@ -155,9 +154,14 @@ func (c *agentConn) Replace() {
 
 // Kick implements Endpoint: a delivery was queued for the channel.
 func (c *agentConn) Kick() {
+	_, appends := c.s.cfg.Store.(ArrivalOrder)
 	c.mu.Lock()
 	c.behind = true
 	c.kicks++
+	if !appends {
+		// It may sort before the drain's cursor (drain.go).
+		c.dr.rescan = true
+	}
 	c.mu.Unlock()
 	c.kickDrain()
 }

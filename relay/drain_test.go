@@ -42,18 +42,18 @@ func (s *faultyStore) Queued(channel, after string, limit int) ([]*devhook.Deliv
 	return s.Store.Queued(channel, after, limit)
 }
 
-func (s *faultyStore) Dequeue(channel, id string) error {
+func (s *faultyStore) Dequeue(channel string, ids ...string) error {
 	s.removes.Add(1)
 	if s.failRemovals.Load() {
 		return errNoSpace
 	}
 	if s.removing != nil {
-		s.removing <- id
+		s.removing <- ids[0]
 	}
 	if s.unblock != nil {
 		<-s.unblock
 	}
-	return s.Store.Dequeue(channel, id)
+	return s.Store.Dequeue(channel, ids...)
 }
 
 // newFaultyRelay is newRelay over a faultyStore.
