@@ -99,9 +99,10 @@ var relayBuckets = [][]byte{bucketChannels, bucketQueue, bucketParked}
 var errForeign = errors.New("a bbolt file without devhook's schema")
 
 var (
-	_ relay.Store        = (*Store)(nil)
-	_ relay.Counter      = (*Store)(nil)
-	_ relay.QueueCounter = (*Store)(nil)
+	_ relay.Store           = (*Store)(nil)
+	_ relay.Counter         = (*Store)(nil)
+	_ relay.QueueCounter    = (*Store)(nil)
+	_ relay.QueueRunCounter = (*Store)(nil)
 )
 
 // Open opens or creates the relay's file at path, with its
@@ -425,6 +426,37 @@ func (s *Store) QueueLen(channel string) (n int, err error) {
 		return 0, fmt.Errorf("boltrelay: count queue of channel %s: %w", channel, err)
 	}
 	return n, nil
+}
+
+// QueuedRuns implements relay.QueueRunCounter: the run (the run_id of a
+// run.status body) of each such delivery in channel's queue, by id, read
+// in one transaction. An entry that cannot be decoded is left out.
+func (s *Store) QueuedRuns(channel string) (map[string]string, error) {
+	if err := storage.ValidID("channel", channel); err != nil {
+		return nil, err
+	}
+	runs := make(map[string]string)
+	err := s.bolt.View(func(tx *bolt.Tx) error {
+		clear(runs)
+		q := tx.Bucket(bucketQueue).Bucket([]byte(channel))
+		if q == nil {
+			return nil
+		}
+		return q.ForEach(func(k, v []byte) error {
+			d, err := storage.DecodeDelivery(v)
+			if err != nil {
+				return nil // parked when the drain meets it
+			}
+			if run := devhook.ParseEvent(d.Body).RunID; run != "" {
+				runs[string(k)] = run
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("boltrelay: list the runs of channel %s's queue: %w", channel, err)
+	}
+	return runs, nil
 }
 
 // Counts implements relay.Counter: the channels, and the deliveries queued

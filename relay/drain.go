@@ -28,14 +28,12 @@ import (
 // in its order, whatever the runs, and the window keeps as many runs in
 // flight as it holds. So that a live delivery does not overtake an
 // earlier one of its run still in the queue, live run.status deliveries
-// (those with a run_id) are queued too (202) while the queue holds
-// deliveries not yet sent (agentConn.behind: from connect, when the queue
-// is not empty, and from each Kick, until a read reaches the queue's end
-// with no Kick while it read); then they go to the agent after the queued
-// ones, on the same WebSocket. The relay does not know the runs of what
-// it has not read, so the whole channel's run.status deliveries wait, not
-// only those of the runs queued. Other live deliveries go to the agent at
-// once, as before.
+// (those with a run_id) of the runs the queue holds are queued too (202)
+// while the queue holds deliveries not yet sent (agentConn.behind: from
+// connect, when the queue is not empty, and from each Kick, until a read
+// reaches the queue's end with no Kick while it read; which runs wait:
+// behind.go); then they go to the agent after the queued ones, on the
+// same WebSocket. Other live deliveries go to the agent at once.
 //
 // A read of the queue that fails is tried again after a backoff (RetryMin
 // doubling to RetryMax, with jitter: retry.go), counted in /metrics and
@@ -157,6 +155,7 @@ const drainBatch = 8
 // acknowledged deliveries, after each enqueue. Whatever happens to one
 // delivery, the drain state is reset when it returns.
 func (c *agentConn) drainLoop() {
+	c.countRuns()
 	for c.nextPass() {
 		if !c.drainPass() {
 			break // the connection failed
@@ -266,7 +265,7 @@ func (c *agentConn) caughtUp(kicks uint64) bool {
 	if c.kicks != kicks || c.dr.rescan {
 		return false
 	}
-	c.behind = false
+	c.caughtUpLocked()
 	return true
 }
 
@@ -504,6 +503,7 @@ func (c *agentConn) sendQueued(batch []*devhook.Delivery) bool {
 	}
 	c.mu.Unlock()
 	msgs := make([]outMsg, 0, len(send))
+	framed := send[:0]
 	for _, d := range send {
 		d.Queued = true
 		hdr, err := AppendFrame(nil, deliverHeader(d), nil)
@@ -515,11 +515,16 @@ func (c *agentConn) sendQueued(batch []*devhook.Delivery) bool {
 			continue
 		}
 		msgs = append(msgs, outMsg{hdr, d.Body})
+		framed = append(framed, d)
 	}
 	if len(msgs) == 0 {
 		return true
 	}
-	return c.out.writeAll(msgs) == nil
+	if c.out.writeAll(msgs) != nil {
+		return false
+	}
+	c.sent(framed) // written: a live delivery of their runs comes after them
+	return true
 }
 
 // park moves delivery id aside, saying why in the log. When the store

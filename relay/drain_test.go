@@ -132,14 +132,14 @@ func TestDrainReadBackoffIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	pub := u + "/c/" + cr.Channel + "/"
-	if st, _ := post(t, pub, "first"); st != http.StatusAccepted {
+	if st, _ := post(t, pub, runBody(t, "r1", "first")); st != http.StatusAccepted {
 		t.Fatalf("with no agent: %d", st)
 	}
 	fs.failReads.Store(1 << 30)
 	start := time.Now()
 	dialWith(t, relay.DialConfig{RelayURL: u, Credentials: cr})
-	// The queue is not sent: run.status deliveries are queued behind it,
-	// and each queued one kicks the drain.
+	// The queue is not sent: run.status deliveries of its run are queued
+	// behind it, and each queued one kicks the drain.
 	const kicks = 40
 	for i := range kicks {
 		if st, _ := post(t, pub, runBody(t, "r1", fmt.Sprint("s", i))); st != http.StatusAccepted {

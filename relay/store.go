@@ -95,6 +95,17 @@ type QueueCounter interface {
 	QueueLen(channel string) (int, error)
 }
 
+// QueueRunCounter is a Store that can list the run (the run_id of a
+// run.status body) of each delivery in a channel's queue, by delivery id
+// (deliveries that are not a run's left out). The relay then knows, from
+// an agent's connect, which runs the queue holds, and queues only their
+// live run.status deliveries behind it (behind.go). Optional: with a
+// Store without it, every run.status delivery of the channel waits until
+// the queue is sent. An entry that cannot be read is left out.
+type QueueRunCounter interface {
+	QueuedRuns(channel string) (map[string]string, error)
+}
+
 // UnreadableError names a queued entry that cannot be decoded.
 type UnreadableError struct {
 	ID  string
