@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"path/filepath"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/relay"
 )
@@ -232,5 +234,109 @@ func TestLiveRunDeliveryWaitsForTheQueuesRuns(t *testing.T) {
 	}
 	if code := <-answer; code != http.StatusCreated {
 		t.Fatalf("run b's live delivery answered %d, want the agent's 201", code)
+	}
+}
+
+// enqueueGate is a store whose Enqueue of a body holding mark returns
+// only once gate opens: the delivery is queued (the drain can read it),
+// its kick not yet made.
+type enqueueGate struct {
+	*boltrelay.Store
+	mark string
+	gate chan struct{}
+}
+
+func (s enqueueGate) Enqueue(channel string, d *devhook.Delivery) error {
+	err := s.Store.Enqueue(channel, d)
+	if strings.Contains(string(d.Body), s.mark) {
+		<-s.gate
+	}
+	return err
+}
+
+// Issue 39: the relay knows the queue's unsent run.status deliveries by
+// id, not by a count per run: a delivery of run x that the drain sends
+// before its kick arrives (D, queued between P and E as its id was made
+// before E's) does not count as E sent. While E is unsent, a live
+// delivery of run x is queued behind it, never sent ahead.
+func TestLiveRunDeliveryNotAheadOfAnUnsentOneOfItsRun(t *testing.T) {
+	db, err := boltrelay.Open(filepath.Join(t.TempDir(), "relay.db"), boltrelay.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	late := runBody(t, "x", "late-d")
+	st := enqueueGate{db, "late-d", make(chan struct{})}
+	srv, err := relay.NewServer(relay.Config{Store: st, Window: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := serveRelay(t, srv)
+	t.Cleanup(func() { srv.Close() })
+	var once sync.Once
+	openGate := func() { once.Do(func() { close(st.gate) }) }
+	t.Cleanup(openGate)
+	cr := open(t, hs)
+	if code, _ := post(t, cr.PublicURL+"/", runBody(t, "p", "queued")); code != http.StatusAccepted {
+		t.Fatalf("P with no agent: %d", code)
+	}
+	// D arrives (its id made, after P's), its body still coming.
+	raw := rawRequest(t, hs, cr, "Content-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(late)), late[:10])
+	waitFor(t, "the relay reading D's body", func() bool {
+		_, m := get(t, hs.URL+"/metrics")
+		n, _ := strconv.Atoi(metricValue(m, "devhook_relay_inflight_bytes"))
+		return n >= 10
+	})
+	e := runBody(t, "x", "queued-e")
+	if code, _ := post(t, cr.PublicURL+"/", e); code != http.StatusAccepted {
+		t.Fatalf("E with no agent: %d", code)
+	}
+	conn := dial(t, hs, cr)
+	p := receive(t, conn, 10*time.Second) // the window is full
+	if devhook.ParseEvent(p.Body).RunID != "p" {
+		t.Fatalf("first queued delivery %s, want P", p.Body)
+	}
+	// D comes whole: run x has E unsent, so D is queued, between P and E;
+	// its kick waits.
+	if _, err := raw.Write([]byte(late[10:])); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "D queued", func() bool {
+		n, err := db.QueueLen(cr.Channel)
+		return err == nil && n == 3
+	})
+	conn.Ack(p.ID) // the drain reads on from P: D
+	if d := receive(t, conn, 10*time.Second); string(d.Body) != late {
+		t.Fatalf("second queued delivery %s, want D", d.Body)
+	}
+	// E is not sent yet (the window is full): a live delivery of run x
+	// waits behind it.
+	answer := make(chan string, 1)
+	l := runBody(t, "x", "live-l")
+	go func() {
+		resp, err := http.Post(cr.PublicURL+"/", "application/json", strings.NewReader(l))
+		if err != nil {
+			answer <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		answer <- fmt.Sprint(resp.StatusCode, " ", string(b))
+	}()
+	got := make(chan *devhook.Delivery, 1)
+	go func() {
+		if d, err := conn.Receive(); err == nil {
+			got <- d
+		}
+	}()
+	select {
+	case a := <-answer:
+		if !strings.HasPrefix(a, "202 ") || !strings.Contains(a, `"queued":true`) {
+			t.Fatalf("live delivery of run x with E unsent: %s, want 202 queued", a)
+		}
+	case d := <-got:
+		t.Fatalf("the agent got %s (queued %v) while E, of its run, was unsent", d.Body, d.Queued)
+	case <-time.After(20 * time.Second):
+		t.Fatal("live delivery of run x: no answer within 20s")
 	}
 }
