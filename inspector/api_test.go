@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -831,5 +833,73 @@ func TestCloseEndsStreams(t *testing.T) {
 	if err == nil {
 		res.Body.Close()
 		t.Errorf("events after Shutdown: %d", res.StatusCode)
+	}
+}
+
+// A page that stops reading its live stream (a real client whose socket
+// buffers fill) is disconnected once a write has waited StreamWriteTimeout:
+// the stream's goroutine ends and its connection closes, instead of both
+// waiting for ever on a write.
+func TestStreamThatStopsReadingIsCut(t *testing.T) {
+	db := MustOpenDB(t)
+	var logs sync.Map
+	s, err := inspector.New(inspector.Config{Store: db, StreamBuffer: 1 << 16,
+		// The client never reads again: a short bound bets on nothing.
+		StreamWriteTimeout: 200 * time.Millisecond,
+		Logf:               func(format string, args ...any) { logs.Store(fmt.Sprintf(format, args...), true) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	var once sync.Once
+	hs := &http.Server{Handler: s, ConnState: func(_ net.Conn, st http.ConnState) {
+		if st == http.StateClosed {
+			once.Do(func() { close(closed) })
+		}
+	}}
+	go hs.Serve(ln)
+	t.Cleanup(func() { hs.Close() })
+
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// The smallest receive buffer, so that the server's writes block soon.
+	if err := conn.(*net.TCPConn).SetReadBuffer(4 << 10); err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(conn, "GET /api/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.WaitSubscribers(ctx, 1); err != nil {
+		t.Fatalf("the stream did not open: %v", err)
+	}
+	// Far more than the socket buffers hold, far less than the stream's
+	// own buffer: the hub keeps the subscriber, so only the write deadline
+	// can end the stream.
+	big := devhook.Summary{ID: "x", Path: "/" + strings.Repeat("p", 64<<10)}
+	for range 512 { // 32 MiB
+		s.Publish(devhook.Change{Kind: devhook.ChangeDelivery, Summary: big})
+	}
+	select {
+	case <-closed:
+	case <-ctx.Done():
+		t.Fatal("the stream of a client that stopped reading still holds its connection")
+	}
+	if err := s.WaitSubscribers(ctx, 0); err != nil {
+		t.Fatalf("the stream of a client that stopped reading is still live: %v", err)
+	}
+	found := false
+	logs.Range(func(k, _ any) bool {
+		found = found || strings.Contains(k.(string), "stopped reading the live stream")
+		return true
+	})
+	if !found {
+		t.Error("the cut is not logged")
 	}
 }
