@@ -1,6 +1,5 @@
 // Package auth signs a person in to the service and keeps their tokens, as
-// the Authentication section of spec/service-interface.md describes (gaps
-// filled by spec/DECISIONS.md):
+// the service's sign-in works (the stored token record in docs/INTERFACE.md):
 //
 //   - Login: the PKCE (S256) authorization-code flow through the system
 //     browser, with a one-shot callback server on 127.0.0.1:56734;

@@ -15,7 +15,7 @@ import (
 	"github.com/devhook/devhook/auth"
 )
 
-// Environment variables, as DECISIONS.md names them.
+// Environment variables, as the commands' help names them (docs/commands).
 const (
 	EnvProfile     = "SERVICE_PROFILE"
 	EnvAPIKey      = "SERVICE_API_KEY"

@@ -179,7 +179,7 @@ func (v *env) logs(app, id string) string {
 	return l["log"]
 }
 
-// TestPushEndpoints: the three steps answer as DECISIONS.md says, and each
+// TestPushEndpoints: the three steps answer as docs/INTERFACE.md says, and each
 // refusal says why.
 func TestPushEndpoints(t *testing.T) {
 	cfg := testConfig()
@@ -392,7 +392,7 @@ func TestPushedRunsExecute(t *testing.T) {
 }
 
 // TestPushedRunFailures: exit status, time limit, cancel, output beyond
-// the limit and no output each end the run as DECISIONS.md says, and
+// the limit and no output each end the run as docs/INTERFACE.md says, and
 // the process group dies with it.
 func TestPushedRunFailures(t *testing.T) {
 	cfg := testConfig()
