@@ -406,7 +406,7 @@ func (s *Session) Tokens(ctx context.Context) (*Tokens, error) {
 	nt, err := s.client.Refresh(ctx, t)
 	if errors.Is(err, ErrInvalidGrant) {
 		if derr := s.store.Delete(s.name); derr != nil {
-			return nil, fmt.Errorf("%w; and removing the stored tokens failed: %v", err, derr)
+			return nil, fmt.Errorf("%w; and removing the stored tokens failed: %w", err, derr)
 		}
 		return nil, fmt.Errorf("the session %q has ended (the identity provider refused its refresh token) and its tokens were removed: sign in again with devhook login%s: %w", s.name, sessionFlag(s.name), err)
 	}
