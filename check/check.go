@@ -3,8 +3,8 @@
 // handler, each a real signed run.status delivery or a deliberate
 // corruption of one, compares every answer with what the reference
 // receiver answers (signature.Verifier, the checks of docs/INTERFACE.md), and
-// reads the pattern of answers into a diagnosis in plain words. Hint says
-// why a receiver refused a delivery whose signature devhook verified.
+// reads the pattern of answers into a diagnosis in plain words. Why a
+// receiver refused one recorded delivery is package hint's.
 //
 // What cannot be seen from the answers is said, not guessed: whether the
 // handler compares signatures in constant time.
