@@ -108,7 +108,7 @@ func (o *checkOptions) run(ctx context.Context) error {
 	case errors.As(err, &unreachable):
 		if o.junit != "" {
 			if jerr := junit.Error("devhook check "+o.url, "reach the handler", err).WriteFile(o.junit); jerr != nil {
-				err = fmt.Errorf("%w; and writing --junit: %v", err, jerr)
+				err = fmt.Errorf("%w; and writing --junit: %w", err, jerr)
 			}
 		}
 		return &exitError{code: 2, err: err}

@@ -113,7 +113,7 @@ func relayURL(part string) (string, error) {
 	}
 	switch {
 	case err != nil:
-		return "", fmt.Errorf("is not a relay's address (%v): %s", err, give)
+		return "", fmt.Errorf("is not a relay's address (%w): %s", err, give)
 	case u.Scheme == "ws" || u.Scheme == "wss":
 		return "", fmt.Errorf("is a WebSocket URL: give the relay's http:// or https:// URL; devhook opens the WebSocket itself")
 	case u.Scheme != "http" && u.Scheme != "https":

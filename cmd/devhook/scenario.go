@@ -244,7 +244,7 @@ func (o *scenarioPlayOptions) interrupted(ctx context.Context, rep *scenario.Rep
 func (o *scenarioPlayOptions) stopped(suite, what string, err error) error {
 	if o.junit != "" {
 		if jerr := junit.Error(suite, what, err).WriteFile(o.junit); jerr != nil {
-			err = fmt.Errorf("%w; and writing --junit: %v", err, jerr)
+			err = fmt.Errorf("%w; and writing --junit: %w", err, jerr)
 		}
 	}
 	return &exitError{code: 2, err: err}
