@@ -14,7 +14,7 @@ import (
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/agent"
-	"github.com/devhook/devhook/check"
+	"github.com/devhook/devhook/hint"
 )
 
 // The terminal output of devhook listen: a ready block (or line), then a
@@ -80,10 +80,10 @@ func (p *printer) setWebhook(id string) {
 
 // advice is the hint on attempt a of d, and whether the human lines
 // showed its kind already.
-func (p *printer) advice(d *devhook.Delivery, a *devhook.Attempt) (adv check.Advice, shown bool) {
+func (p *printer) advice(d *devhook.Delivery, a *devhook.Attempt) (adv hint.Advice, shown bool) {
 	p.hintMu.Lock()
 	defer p.hintMu.Unlock()
-	adv = check.Advise(d, a, check.HintContext{Webhook: p.webhook})
+	adv = hint.Advise(d, a, hint.Context{Webhook: p.webhook})
 	if adv.Text == "" {
 		return adv, false
 	}
