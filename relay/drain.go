@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // Deliveries queued while a channel had no agent reach it through its
@@ -420,7 +421,7 @@ func (c *agentConn) sendQueued(d *devhook.Delivery) bool {
 		return true
 	}
 	d.Queued = true
-	hdr, err := AppendFrame(nil, deliverHeader(d), nil)
+	hdr, err := wire.AppendFrame(nil, wire.DeliverHeader(d), nil)
 	if err != nil {
 		c.mu.Lock()
 		delete(c.inflight, d.ID)

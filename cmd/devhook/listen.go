@@ -21,6 +21,8 @@ import (
 	"github.com/devhook/devhook/lifecycle"
 	"github.com/devhook/devhook/pending"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
+	"github.com/devhook/devhook/relay/wire"
 	"github.com/devhook/devhook/running"
 	"github.com/devhook/devhook/storage"
 )
@@ -45,7 +47,7 @@ type listenOptions struct {
 	insecure   bool
 	relayCA    string // --relay-ca
 	publicURL  string // --public-url, of the built-in relay
-	network    relay.Network
+	network    relayclient.Network
 	// writes are the files of the start (channels.json, webhooks.json,
 	// listen.json): on a full disk they wait for room rather than stop
 	// listen. Made by wire.
@@ -222,7 +224,7 @@ type listening struct {
 	out        *printer
 	ag         *agent.Agent
 	service    *cloud.Client // nil: listen does not talk to the service
-	creds      relay.Credentials
+	creds      wire.Credentials
 	relay      listenRelay
 	inspectURL string
 
@@ -421,11 +423,11 @@ func (o *listenOptions) dataInUse() error {
 }
 
 // agentStopped says why the agent stopped on its own.
-func (o *listenOptions) agentStopped(err error, creds relay.Credentials) error {
+func (o *listenOptions) agentStopped(err error, creds wire.Credentials) error {
 	switch {
-	case errors.Is(err, relay.ErrRejected):
+	case errors.Is(err, relayclient.ErrRejected):
 		return fmt.Errorf("%w; the channel in %s is no longer valid: start again to open a new one", err, o.dataDir)
-	case errors.Is(err, relay.ErrReplaced):
+	case errors.Is(err, relayclient.ErrReplaced):
 		return fmt.Errorf("another devhook listen took over channel %s (the same channels.json in two --data directories?); this one stops. Give each devhook listen its own --data directory, or stop the other one", creds.Channel)
 	}
 	return err
@@ -479,7 +481,7 @@ func (o *listenOptions) startRelay(g *lifecycle.Group) (listenRelay, error) {
 		return rl, err
 	}
 	g.Close("the built-in relay", local.Close)
-	serveRelay(g, "the built-in relay", newHTTPServer(local), local, ln, nil, 5*time.Second)
+	serveRelay(g, "the built-in relay", local, ln, relay.ServeConfig{})
 	rl.url, rl.key, rl.local, rl.store = "http://"+ln.Addr().String(), "local", local, rdb
 	rl.localOnly = public == ""
 	return rl, nil

@@ -14,13 +14,13 @@ import (
 	"strings"
 
 	"github.com/devhook/devhook/inspector"
-	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
 )
 
 // relayNetwork is how listen reaches its relay, for the channel's HTTP
 // calls and the WebSocket alike: the environment's proxy, and --relay-ca.
-func (o *listenOptions) relayNetwork() (relay.Network, error) {
-	var n relay.Network
+func (o *listenOptions) relayNetwork() (relayclient.Network, error) {
+	var n relayclient.Network
 	if o.relayCA == "" {
 		return n, nil
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/lifecycle"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
 )
 
 // When the relay stops, a delivery waiting for its agent past the grace
@@ -40,7 +41,7 @@ func TestServeRelay_StopQueuesWaitingDeliveries(t *testing.T) {
 	// either took more than 300 ms. The test lasts one grace: the slow
 	// delivery waits it out.
 	var g lifecycle.Group
-	serveRelay(&g, "the relay", newHTTPServer(srv), srv, ln, t.Logf, 5*time.Second)
+	serveRelay(&g, "the relay", srv, ln, relay.ServeConfig{})
 	done := make(chan error, 1)
 	go func() { done <- g.Run(ctx) }()
 	base := "http://" + ln.Addr().String()
@@ -49,7 +50,7 @@ func TestServeRelay_StopQueuesWaitingDeliveries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := relay.Dial(context.Background(), relay.DialConfig{RelayURL: base, Credentials: cr})
+	conn, err := relayclient.Dial(context.Background(), relayclient.DialConfig{RelayURL: base, Credentials: cr})
 	if err != nil {
 		t.Fatal(err)
 	}
