@@ -15,7 +15,7 @@ import (
 
 // An agent holds its channel over one WebSocket, from serveConnect to
 // closeWith: the hello is its first frame, readLoop its only reader (the
-// agent's responses and acks), a Writer its only writer of data frames
+// agent's responses and acks), a wire.Writer its only writer of data frames
 // (the hello and deliveries), and a timer its heartbeat. Its queued
 // deliveries are sent by its drain (drain.go).
 
@@ -64,9 +64,16 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, channel st
 			hh.Status, counted = n, true
 		}
 	}
-	// Live deliveries go to the agent only once its queue has been sent
-	// (drain.go): from the start when the queue is known to be empty.
+	// Live run.status deliveries go to the agent only once the earlier
+	// ones of their run in the queue have been sent (behind.go): from the
+	// start when the queue is known to be empty, else once the store has
+	// listed the queue's runs (a live run.status delivery waits for that
+	// list).
 	c.behind = hh.Status != 0 || !counted
+	c.bh.blind, c.bh.count = c.behind, c.behind
+	if c.bh.count {
+		c.bh.listed = make(chan struct{})
+	}
 	hello, _ := wire.AppendFrame(nil, hh, nil)
 	c.out.Hold()
 	s.router.Attach(channel, c)
@@ -94,7 +101,7 @@ type agentConn struct {
 	mu       sync.Mutex
 	pending  map[string]chan *wire.Answer // live deliveries waiting for a response
 	inflight map[string]bool              // queued deliveries sent, not yet acked and dequeued
-	acked    map[string]bool              // dequeued since the drain pass began: its batches may be older
+	acked    map[string]bool              // dequeued since the drain's last read began: its batch may be older
 	stuck    map[string]bool              // queued deliveries that could be neither sent nor parked
 	gone     bool
 	pinger   *time.Timer    // next heartbeat
@@ -103,20 +110,14 @@ type agentConn struct {
 	draining   bool // a drain goroutine runs
 	drainAgain bool // the queue may have new work since it started
 	// behind: the queue may hold deliveries not yet sent to the agent.
-	// Live run.status deliveries are queued meanwhile, behind them
-	// (Deliver).
+	// Live run.status deliveries of their runs are queued meanwhile,
+	// behind them (Deliver, behind.go).
 	behind    bool
+	bh        behindState   // the runs of the queue's unsent deliveries (behind.go)
 	kicks     uint64        // Kicks so far: a delivery may have been queued
-	passKicks uint64        // kicks when the drain pass under way began
-	dr        drainState    // the drain's retries and the removals of acknowledged deliveries (drain.go)
+	dr        drainState    // the drain's cursor, its retries and the removals of acknowledged deliveries (drain.go)
 	done      chan struct{} // closed when the connection ends
 	closeOnce sync.Once
-}
-
-func (c *agentConn) isBehind() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.behind
 }
 
 func (c *agentConn) isGone() bool {
@@ -154,18 +155,9 @@ func (c *agentConn) Replace() {
 	c.closeWith(wire.CloseReplaced, "replaced: another agent connected to this channel")
 }
 
-// Kick implements Endpoint: a delivery was queued for the channel.
-func (c *agentConn) Kick() {
-	c.mu.Lock()
-	c.behind = true
-	c.kicks++
-	c.mu.Unlock()
-	c.kickDrain()
-}
-
 // write sends one frame: hdr (a frame without payload, as AppendFrame
 // makes it) followed by payload, without copying them together. Frames
-// of concurrent callers leave together (see Writer); a failed write
+// of concurrent callers leave together (see wire.Writer); a failed write
 // closes the connection.
 func (c *agentConn) write(hdr, payload []byte) error {
 	return c.out.Write(hdr, payload)
@@ -208,10 +200,10 @@ func (c *agentConn) ping() {
 // Deliver implements Endpoint: it sends d and waits for the agent's
 // response. It returns ErrNoAgent when the connection ends first, and
 // ErrQueueFirst for a run.status delivery while the channel's queue holds
-// deliveries not yet sent to the agent: d is queued behind them, so that
-// it cannot overtake an earlier delivery of its run.
+// deliveries of its run not yet sent to the agent (behind.go): d is queued
+// behind them, so that it cannot overtake an earlier delivery of its run.
 func (c *agentConn) Deliver(ctx context.Context, d *devhook.Delivery) (*wire.Answer, error) {
-	if c.isBehind() && devhook.ParseEvent(d.Body).RunID != "" {
+	if c.holds(ctx, d.Body) {
 		return nil, ErrQueueFirst
 	}
 	hdr, err := wire.AppendFrame(nil, wire.DeliverHeader(d), nil)

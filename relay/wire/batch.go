@@ -32,13 +32,13 @@ type Writer struct {
 
 	mu      sync.Mutex
 	writing bool // a caller is writing batches
-	queue   []outMsg
-	spare   []outMsg
+	queue   []Msg
+	spare   []Msg
 	batch   *writeBatch // the batch the queued messages belong to
 }
 
-// outMsg is one message: a then b, written without copying them together.
-type outMsg struct{ a, b []byte }
+// Msg is one message: A then B, written without copying them together.
+type Msg struct{ A, B []byte }
 
 // writeBatch is the outcome of one batch, for the callers whose messages
 // were in it.
@@ -59,7 +59,23 @@ func NewWriter(ws *websocket.Conn, timeout time.Duration, onError func()) *Write
 // batch that carries theirs.
 func (w *Writer) Write(a, b []byte) error {
 	w.mu.Lock()
-	w.queue = append(w.queue, outMsg{a, b})
+	w.queue = append(w.queue, Msg{a, b})
+	return w.join()
+}
+
+// WriteAll sends msgs, in their order, and returns once they are written
+// (or the write failed): the drain's batch of queued deliveries leaves in
+// one write(2), as if each were written by a caller of its own.
+func (w *Writer) WriteAll(msgs []Msg) error {
+	w.mu.Lock()
+	w.queue = append(w.queue, msgs...)
+	return w.join()
+}
+
+// join has the messages just queued written: by the caller, when no write
+// is in progress, else by the caller writing. w.mu is held on entry and
+// released on return.
+func (w *Writer) join() error {
 	if w.batch == nil {
 		w.batch = &writeBatch{done: make(chan struct{})}
 	}
@@ -83,7 +99,7 @@ func (w *Writer) Hold() {
 
 // WriteNow writes one message while w is held.
 func (w *Writer) WriteNow(a, b []byte) error {
-	return w.send([]outMsg{{a, b}})
+	return w.send([]Msg{{a, b}})
 }
 
 // Release ends a hold, writing what was queued meanwhile.
@@ -118,7 +134,7 @@ func (w *Writer) drain(mine *writeBatch) error {
 }
 
 // send writes msgs, in one write(2) when the connection can gather them.
-func (w *Writer) send(msgs []outMsg) error {
+func (w *Writer) send(msgs []Msg) error {
 	w.ws.SetWriteDeadline(time.Now().Add(w.timeout))
 	if w.cork != nil {
 		if err := w.cork.cork(); err != nil {
@@ -134,9 +150,9 @@ func (w *Writer) send(msgs []outMsg) error {
 		if mw, err = w.ws.NextWriter(websocket.BinaryMessage); err != nil {
 			break
 		}
-		_, err = mw.Write(m.a)
-		if err == nil && len(m.b) > 0 {
-			_, err = mw.Write(m.b)
+		_, err = mw.Write(m.A)
+		if err == nil && len(m.B) > 0 {
+			_, err = mw.Write(m.B)
 		}
 		if cerr := mw.Close(); err == nil {
 			err = cerr
