@@ -54,7 +54,8 @@ import (
 	"time"
 
 	"github.com/devhook/devhook"
-	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // Store is what the agent records into. storage.DB implements it.
@@ -83,7 +84,7 @@ const (
 const (
 	DefaultConcurrency    = 64
 	DefaultForwardTimeout = 30 * time.Second
-	DefaultMaxResponse    = relay.MaxAnswerBody
+	DefaultMaxResponse    = wire.MaxAnswerBody
 	DefaultMinBackoff     = 250 * time.Millisecond
 	DefaultMaxBackoff     = 30 * time.Second
 	// DefaultRetryFor is how long a queued delivery whose forward failed
@@ -104,7 +105,7 @@ type Config struct {
 	// Relay and Credentials say where to connect. Both may be empty for an
 	// agent that only replays.
 	RelayURL    string
-	Credentials relay.Credentials
+	Credentials wire.Credentials
 	// RelayFallbacks are other URLs of the same relay cluster (instances
 	// sharing channels through NATS). When the relay in use cannot be
 	// reached, Run tries the next one at once, and backs off only after
@@ -113,7 +114,7 @@ type Config struct {
 	// RelayNetwork says how to reach the relay: the proxy (default: the
 	// environment's), a private CA. Open and Check of the channel should
 	// use its HTTPClient.
-	RelayNetwork relay.Network
+	RelayNetwork relayclient.Network
 	// Forward lists receiver URLs; the first one's answer goes back to the
 	// sender, the others get a copy.
 	Forward []string
@@ -407,8 +408,8 @@ func (a *Agent) targetsOf(rt *devhook.Route) []*url.URL {
 
 // Run connects to the relay and handles deliveries until ctx ends,
 // reconnecting with capped, jittered exponential backoff. It returns an
-// error only when the relay rejects the credentials (relay.ErrRejected) or
-// another agent took the channel over (relay.ErrReplaced): reconnecting
+// error only when the relay rejects the credentials (relayclient.ErrRejected) or
+// another agent took the channel over (relayclient.ErrReplaced): reconnecting
 // would not help, or would take the channel back and forth. See conn.go.
 //
 // Run also retries the deliveries owed to the receiver, those recorded by

@@ -17,6 +17,7 @@ import (
 	"github.com/devhook/devhook/natsrelay"
 	"github.com/devhook/devhook/natsrelay/natstest"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
 	"github.com/devhook/devhook/storage"
 )
 
@@ -86,7 +87,7 @@ func TestRunMovesToAnotherRelayOfTheCluster(t *testing.T) {
 	lnB.Close()
 
 	rec, rs := newRecorder(t)
-	cr, err := relay.Open(context.Background(), http.DefaultClient, urlA, "")
+	cr, err := relayclient.Open(context.Background(), http.DefaultClient, urlA, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 	"syscall"
 
 	"github.com/devhook/devhook"
-	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/wire"
 	"github.com/devhook/devhook/signature"
 )
 
@@ -47,7 +47,7 @@ func (a *Agent) forward(ctx context.Context, d *devhook.Delivery, target *url.UR
 	changed := made == devhook.MadeEdited || resign || len(a.cfg.Header) > 0
 	if changed {
 		// A copy, without hop-by-hop headers, which are not sent.
-		header = relay.EndToEnd(header)
+		header = wire.EndToEnd(header)
 	}
 	if resign {
 		header[http.CanonicalHeaderKey(devhook.SignatureHeader)] = []string{signature.Sign(a.getSecret(), a.cfg.Now(), body)}
@@ -87,7 +87,7 @@ func edited(d *devhook.Delivery, edit *devhook.Request, resign bool) bool {
 	}
 	norm := func(h http.Header) http.Header {
 		out := http.Header{}
-		for k, vs := range relay.EndToEnd(h) {
+		for k, vs := range wire.EndToEnd(h) {
 			out[http.CanonicalHeaderKey(k)] = append(out[http.CanonicalHeaderKey(k)], vs...)
 		}
 		delete(out, "Content-Length")
@@ -211,11 +211,11 @@ func hasBody(method string, body []byte) bool {
 // itself when that needs neither change, as most do: the relay strips
 // hop-by-hop headers already, and the request only reads it.
 func outHeader(header http.Header) http.Header {
-	if _, ok := header["User-Agent"]; ok && !relay.HasHopByHop(header) {
+	if _, ok := header["User-Agent"]; ok && !wire.HasHopByHop(header) {
 		return header
 	}
 	// The header map is used as is: every value of repeated headers, in order.
-	h := relay.EndToEnd(header)
+	h := wire.EndToEnd(header)
 	if _, ok := h["User-Agent"]; !ok {
 		h["User-Agent"] = []string{""}
 	}

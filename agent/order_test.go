@@ -18,6 +18,7 @@ import (
 	"github.com/devhook/devhook/agent"
 	"github.com/devhook/devhook/natsrelay/natstest"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
 	"github.com/devhook/devhook/storage"
 )
 
@@ -317,7 +318,7 @@ func TestQueuedRunsInOrderOnNATS(t *testing.T) {
 	url, _ := clusterRelay(t, ns, nil)
 	other, _ := clusterRelay(t, ns, nil)
 	rec, rs := newRunReceiver(t, true)
-	cr, err := relay.Open(context.Background(), http.DefaultClient, url, "")
+	cr, err := relayclient.Open(context.Background(), http.DefaultClient, url, "")
 	if err != nil {
 		t.Fatal(err)
 	}

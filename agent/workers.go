@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
 )
 
 // InFlight is how many deliveries from the relay are being handled now:
@@ -33,7 +33,7 @@ func (a *Agent) InFlight() int {
 // under way take no slot, and the worker that finishes one goes on with
 // the next of its run. received, when not nil, is called when the first
 // delivery has arrived, before it is handled.
-func (a *Agent) serve(ctx context.Context, conn *relay.Conn, received func()) error {
+func (a *Agent) serve(ctx context.Context, conn *relayclient.Conn, received func()) error {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, a.cfg.Concurrency)
 	a.slots.Store(&sem)

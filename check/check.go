@@ -150,7 +150,7 @@ type Interruption struct {
 // UnreachableError is returned when the handler gives no answer to the
 // first request (Run's first case, scenario.Play's first delivery): the
 // handler is not there, and nothing else can be learnt. It is about the
-// developer's handler; relay.UnreachableError is another idea (the relay,
+// developer's handler; relayclient.UnreachableError is another idea (the relay,
 // reached through a proxy, with what to check).
 type UnreachableError struct {
 	URL string

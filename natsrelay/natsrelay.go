@@ -13,7 +13,7 @@
 //	KV devhook_channels           channel id → relay.Channel as JSON (token hash, created)
 //	KV devhook_agents             channel id → "<instance>/<attach>" of the newest agent
 //	stream DEVHOOK_QUEUE          devhook.queue.<channel>.<delivery id>: a queued
-//	                              delivery as a deliver frame (relay.EncodeDelivery),
+//	                              delivery as a deliver frame (wire.EncodeDelivery),
 //	                              or, larger than a message, pointing to its object
 //	                              (entries.go); file storage, bounded by
 //	                              Quota.TotalBytes (discard new: a full queue
@@ -71,6 +71,7 @@ import (
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // Defaults of Config.
@@ -140,7 +141,7 @@ func (c *Config) setDefaults() error {
 	}
 	c.Quota = q
 	if c.MaxBody <= 0 {
-		c.MaxBody = relay.DefaultMaxBody
+		c.MaxBody = wire.DefaultMaxBody
 	}
 	if c.ResponseTimeout <= 0 {
 		c.ResponseTimeout = relay.DefaultResponseTimeout
@@ -167,7 +168,7 @@ func (c *Config) setDefaults() error {
 }
 
 // maxFrame is the largest deliver or answer frame the relay makes.
-func (c *Config) maxFrame() int64 { return c.MaxBody + relay.MaxHeaderSize + 4<<10 }
+func (c *Config) maxFrame() int64 { return c.MaxBody + wire.MaxHeaderSize + 4<<10 }
 
 func (c *Config) upper() string { return strings.ToUpper(strings.ReplaceAll(c.Prefix, "-", "_")) }
 
@@ -362,7 +363,7 @@ func (s *Store) Enqueue(channel string, d *devhook.Delivery) error {
 	if !validToken(channel) || d == nil || !validToken(d.ID) {
 		return devhook.Errorf(devhook.EINVALID, "natsrelay: enqueue: invalid channel or delivery")
 	}
-	frame, err := relay.EncodeDelivery(d)
+	frame, err := wire.EncodeDelivery(d)
 	if err != nil {
 		return fmt.Errorf("natsrelay: enqueue delivery %s: %w", d.ID, err)
 	}

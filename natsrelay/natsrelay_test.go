@@ -23,6 +23,8 @@ import (
 	"github.com/devhook/devhook/natsrelay"
 	"github.com/devhook/devhook/natsrelay/natstest"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // instance is one relay of a cluster: its own NATS connection, Store,
@@ -97,9 +99,9 @@ func (in *instance) stop() {
 	})
 }
 
-func openOn(t *testing.T, in *instance) relay.Credentials {
+func openOn(t *testing.T, in *instance) wire.Credentials {
 	t.Helper()
-	cr, err := relay.Open(context.Background(), http.DefaultClient, in.URL, "")
+	cr, err := relayclient.Open(context.Background(), http.DefaultClient, in.URL, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,16 +111,16 @@ func openOn(t *testing.T, in *instance) relay.Credentials {
 // agent is a minimal agent: it answers every delivery with answer and acks
 // the queued ones, reporting each delivery on got.
 type agent struct {
-	conn *relay.Conn
+	conn *relayclient.Conn
 	got  chan *devhook.Delivery
 	done chan error
 }
 
-func dialAgent(t *testing.T, url string, cr relay.Credentials, status int) *agent {
+func dialAgent(t *testing.T, url string, cr wire.Credentials, status int) *agent {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := relay.Dial(ctx, relay.DialConfig{RelayURL: url, Credentials: cr})
+	conn, err := relayclient.Dial(ctx, relayclient.DialConfig{RelayURL: url, Credentials: cr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +128,7 @@ func dialAgent(t *testing.T, url string, cr relay.Credentials, status int) *agen
 }
 
 // runAgent answers conn's deliveries as dialAgent says.
-func runAgent(t *testing.T, conn *relay.Conn, status int) *agent {
+func runAgent(t *testing.T, conn *relayclient.Conn, status int) *agent {
 	a := &agent{conn: conn, got: make(chan *devhook.Delivery, 100), done: make(chan error, 1)}
 	go func() {
 		for {
@@ -235,11 +237,11 @@ func TestDeliveryReachesAgentOnAnotherInstance(t *testing.T) {
 			}
 		}
 		// Checking credentials works on any instance.
-		if err := relay.Check(context.Background(), http.DefaultClient, b.URL, cr); err != nil {
+		if err := relayclient.Check(context.Background(), http.DefaultClient, b.URL, cr); err != nil {
 			t.Fatal(err)
 		}
 		cr.Token = "wrong"
-		if err := relay.Check(context.Background(), http.DefaultClient, b.URL, cr); !errors.Is(err, relay.ErrRejected) {
+		if err := relayclient.Check(context.Background(), http.DefaultClient, b.URL, cr); !errors.Is(err, relayclient.ErrRejected) {
 			t.Fatalf("wrong token on another instance: %v", err)
 		}
 		ag.conn.Close()
@@ -336,7 +338,7 @@ func TestNewestAgentWinsAcrossInstances(t *testing.T) {
 	second := dialAgent(t, b.URL, cr, http.StatusAccepted)
 	select {
 	case err := <-first.done:
-		if !errors.Is(err, relay.ErrReplaced) {
+		if !errors.Is(err, relayclient.ErrReplaced) {
 			t.Fatalf("first agent: %v, want replaced", err)
 		}
 		first.done <- err
@@ -351,7 +353,7 @@ func TestNewestAgentWinsAcrossInstances(t *testing.T) {
 	third := dialAgent(t, a.URL, cr, http.StatusTeapot)
 	select {
 	case err := <-second.done:
-		if !errors.Is(err, relay.ErrReplaced) {
+		if !errors.Is(err, relayclient.ErrReplaced) {
 			t.Fatalf("second agent: %v", err)
 		}
 		second.done <- err
@@ -590,7 +592,7 @@ func TestSimultaneousAgentsOneWins(t *testing.T) {
 	a, b := startInstance(t, ns), startInstance(t, ns)
 	for round := range 8 {
 		cr := openOn(t, a)
-		conns := make([]*relay.Conn, 2)
+		conns := make([]*relayclient.Conn, 2)
 		errs := make([]error, 2)
 		var wg sync.WaitGroup
 		for i, in := range []*instance{a, b} {
@@ -599,7 +601,7 @@ func TestSimultaneousAgentsOneWins(t *testing.T) {
 				defer wg.Done()
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
-				conns[i], errs[i] = relay.Dial(ctx, relay.DialConfig{RelayURL: in.URL, Credentials: cr})
+				conns[i], errs[i] = relayclient.Dial(ctx, relayclient.DialConfig{RelayURL: in.URL, Credentials: cr})
 			}()
 		}
 		wg.Wait()
@@ -626,10 +628,10 @@ func TestSimultaneousAgentsOneWins(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatalf("round %d: both agents still hold the channel", round)
 			}
-			if err := <-agents[loser].done; !errors.Is(err, relay.ErrReplaced) {
+			if err := <-agents[loser].done; !errors.Is(err, relayclient.ErrReplaced) {
 				t.Fatalf("round %d: the loser ended with %v", round, err)
 			}
-			agents[loser].done <- relay.ErrReplaced
+			agents[loser].done <- relayclient.ErrReplaced
 		}
 		if agents[winner] == nil {
 			t.Fatalf("round %d: both agents were replaced", round)
@@ -661,7 +663,7 @@ func TestDeliveryWithADeadInstanceFollowsTheAgent(t *testing.T) {
 	// delivery when it dies.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	mute, err := relay.Dial(ctx, relay.DialConfig{RelayURL: a.URL, Credentials: cr})
+	mute, err := relayclient.Dial(ctx, relayclient.DialConfig{RelayURL: a.URL, Credentials: cr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -724,7 +726,7 @@ func TestDeliveryOutlivesTheWatchSeeingItsOwnAgent(t *testing.T) {
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := relay.Dial(ctx, relay.DialConfig{RelayURL: a.URL, Credentials: cr})
+	conn, err := relayclient.Dial(ctx, relayclient.DialConfig{RelayURL: a.URL, Credentials: cr})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,8 @@ import (
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/natsrelay"
 	"github.com/devhook/devhook/natsrelay/natstest"
-	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // natsEvents follows one relay's NATS connection: failed reconnects
@@ -158,17 +159,17 @@ func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) 
 
 // collector is an agent that answers 200, acks, and records the ids it got.
 type collector struct {
-	conn *relay.Conn
+	conn *relayclient.Conn
 	mu   sync.Mutex
 	got  map[string]int
 	done chan error
 }
 
-func collect(t *testing.T, url string, cr relay.Credentials) *collector {
+func collect(t *testing.T, url string, cr wire.Credentials) *collector {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := relay.Dial(ctx, relay.DialConfig{RelayURL: url, Credentials: cr})
+	conn, err := relayclient.Dial(ctx, relayclient.DialConfig{RelayURL: url, Credentials: cr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -437,8 +438,8 @@ func (s *natsServer) stop() { s.ns.Shutdown(); s.ns.WaitForShutdown() }
 // fakeAgent is a relay.Endpoint that records being replaced.
 type fakeAgent struct{ replaced chan struct{} }
 
-func (f *fakeAgent) Deliver(context.Context, *devhook.Delivery) (*relay.Answer, error) {
-	return &relay.Answer{Status: http.StatusOK}, nil
+func (f *fakeAgent) Deliver(context.Context, *devhook.Delivery) (*wire.Answer, error) {
+	return &wire.Answer{Status: http.StatusOK}, nil
 }
 func (f *fakeAgent) Kick()    {}
 func (f *fakeAgent) Replace() { signal(f.replaced) }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // Router is the cluster's relay.Router: local agents in a map, as
@@ -656,14 +657,14 @@ func (r *Router) holder(channel string) relay.Endpoint {
 
 // Deliver implements relay.Router: to the local agent, or by request to
 // the instance holding the channel (in parts when large, parts.go).
-func (r *Router) Deliver(ctx context.Context, d *devhook.Delivery) (*relay.Answer, error) {
+func (r *Router) Deliver(ctx context.Context, d *devhook.Delivery) (*wire.Answer, error) {
 	if e := r.holder(d.Channel); e != nil {
 		return e.Deliver(ctx, d)
 	}
 	if !validToken(d.Channel) {
 		return nil, relay.ErrNoAgent
 	}
-	data, err := relay.EncodeDelivery(d)
+	data, err := wire.EncodeDelivery(d)
 	if err != nil {
 		return nil, err
 	}
@@ -728,7 +729,7 @@ func (r *Router) Deliver(ctx context.Context, d *devhook.Delivery) (*relay.Answe
 	default:
 		return nil, fmt.Errorf("natsrelay: the relay holding channel %s: %s", d.Channel, reply.Header.Get(hdrError))
 	}
-	a, err := relay.DecodeAnswer(answer)
+	a, err := wire.DecodeAnswer(answer)
 	if err != nil {
 		return nil, fmt.Errorf("natsrelay: answer to delivery %s from another relay: %w", d.ID, err)
 	}
@@ -801,7 +802,7 @@ func (r *Router) serve(channel string, m *nats.Msg) {
 				return
 			}
 		}
-		d, err := relay.DecodeDelivery(channel, data)
+		d, err := wire.DecodeDelivery(channel, data)
 		if err != nil {
 			replyError(m, errInternal+": "+err.Error())
 			return
@@ -817,7 +818,7 @@ func (r *Router) serve(channel string, m *nats.Msg) {
 			replyError(m, errNoAgent)
 			return
 		}
-		data, err = relay.EncodeAnswer(d.ID, a)
+		data, err = wire.EncodeAnswer(d.ID, a)
 		if err != nil {
 			replyError(m, errInternal+": "+err.Error())
 			return

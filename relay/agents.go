@@ -10,11 +10,12 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // An agent holds its channel over one WebSocket, from serveConnect to
 // closeWith: the hello is its first frame, readLoop its only reader (the
-// agent's responses and acks), a wsWriter its only writer of data frames
+// agent's responses and acks), a wire.Writer its only writer of data frames
 // (the hello and deliveries), and a timer its heartbeat. Its queued
 // deliveries are sent by its drain (drain.go).
 
@@ -32,15 +33,15 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, channel st
 	s.touch(channel, true)
 	// Frames from the agent carry answers, up to MaxAnswerBody whatever
 	// this relay's MaxBody.
-	ws.SetReadLimit(max(s.cfg.MaxBody, MaxAnswerBody) + MaxHeaderSize + 4)
+	ws.SetReadLimit(max(s.cfg.MaxBody, wire.MaxAnswerBody) + wire.MaxHeaderSize + 4)
 	c := &agentConn{
 		s: s, ws: ws, channel: channel,
-		pending:  make(map[string]chan *Answer),
+		pending:  make(map[string]chan *wire.Answer),
 		inflight: make(map[string]bool),
 		acked:    make(map[string]bool),
 		done:     make(chan struct{}),
 	}
-	c.out = newWSWriter(ws, s.cfg.ResponseTimeout, c.close) // close takes no lock a writer holds
+	c.out = wire.NewWriter(ws, s.cfg.ResponseTimeout, c.close) // close takes no lock a writer holds
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -52,10 +53,10 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, channel st
 	s.mu.Unlock()
 	// The agent holds the channel once it has its hello, and the hello is
 	// the first frame: deliveries routed to it meanwhile wait for the lock.
-	hh := &Header{Type: TypeHello, Channel: channel, PublicURL: s.PublicURL(r, channel),
+	hh := &wire.Header{Type: wire.TypeHello, Channel: channel, PublicURL: s.PublicURL(r, channel),
 		Header: http.Header{
-			HelloMaxBody:      {strconv.FormatInt(s.cfg.MaxBody, 10)},
-			HelloPingInterval: {strconv.FormatInt(max(s.cfg.PingInterval.Milliseconds(), 1), 10)},
+			wire.HelloMaxBody:      {strconv.FormatInt(s.cfg.MaxBody, 10)},
+			wire.HelloPingInterval: {strconv.FormatInt(max(s.cfg.PingInterval.Milliseconds(), 1), 10)},
 		}}
 	counted := false
 	if qc, ok := s.cfg.Store.(QueueCounter); ok {
@@ -73,11 +74,11 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, channel st
 	if c.bh.count {
 		c.bh.listed = make(chan struct{})
 	}
-	hello, _ := AppendFrame(nil, hh, nil)
-	c.out.hold()
+	hello, _ := wire.AppendFrame(nil, hh, nil)
+	c.out.Hold()
 	s.router.Attach(channel, c)
-	c.out.writeNow(hello, nil)
-	c.out.release()
+	c.out.WriteNow(hello, nil)
+	c.out.Release()
 	if c.isGone() {
 		s.router.Detach(channel, c) // closed before it was attached
 	}
@@ -95,13 +96,13 @@ type agentConn struct {
 	ws      *websocket.Conn
 	channel string
 
-	out *wsWriter // every data frame goes through it
+	out *wire.Writer // every data frame goes through it
 
 	mu       sync.Mutex
-	pending  map[string]chan *Answer // live deliveries waiting for a response
-	inflight map[string]bool         // queued deliveries sent, not yet acked and dequeued
-	acked    map[string]bool         // dequeued since the drain's last read began: its batch may be older
-	stuck    map[string]bool         // queued deliveries that could be neither sent nor parked
+	pending  map[string]chan *wire.Answer // live deliveries waiting for a response
+	inflight map[string]bool              // queued deliveries sent, not yet acked and dequeued
+	acked    map[string]bool              // dequeued since the drain's last read began: its batch may be older
+	stuck    map[string]bool              // queued deliveries that could be neither sent nor parked
 	gone     bool
 	pinger   *time.Timer    // next heartbeat
 	pings    sync.WaitGroup // a heartbeat being written
@@ -151,15 +152,15 @@ func (c *agentConn) close() { c.closeWith(websocket.CloseGoingAway, "relay closi
 // Replace implements Endpoint.
 func (c *agentConn) Replace() {
 	c.s.cfg.Logf("relay: channel %s: a new agent connected; closing the previous one", c.channel)
-	c.closeWith(CloseReplaced, "replaced: another agent connected to this channel")
+	c.closeWith(wire.CloseReplaced, "replaced: another agent connected to this channel")
 }
 
 // write sends one frame: hdr (a frame without payload, as AppendFrame
 // makes it) followed by payload, without copying them together. Frames
-// of concurrent callers leave together (see wsWriter); a failed write
+// of concurrent callers leave together (see wire.Writer); a failed write
 // closes the connection.
 func (c *agentConn) write(hdr, payload []byte) error {
-	return c.out.write(hdr, payload)
+	return c.out.Write(hdr, payload)
 }
 
 // startPing arms the heartbeat timer.
@@ -201,15 +202,15 @@ func (c *agentConn) ping() {
 // ErrQueueFirst for a run.status delivery while the channel's queue holds
 // deliveries of its run not yet sent to the agent (behind.go): d is queued
 // behind them, so that it cannot overtake an earlier delivery of its run.
-func (c *agentConn) Deliver(ctx context.Context, d *devhook.Delivery) (*Answer, error) {
+func (c *agentConn) Deliver(ctx context.Context, d *devhook.Delivery) (*wire.Answer, error) {
 	if c.holds(ctx, d.Body) {
 		return nil, ErrQueueFirst
 	}
-	hdr, err := AppendFrame(nil, deliverHeader(d), nil)
+	hdr, err := wire.AppendFrame(nil, wire.DeliverHeader(d), nil)
 	if err != nil {
 		return nil, err
 	}
-	ch := make(chan *Answer, 1)
+	ch := make(chan *wire.Answer, 1)
 	c.mu.Lock()
 	if c.gone {
 		c.mu.Unlock()
@@ -247,21 +248,21 @@ func (c *agentConn) readLoop() {
 	wait := 2 * c.s.cfg.PingInterval
 	c.ws.SetReadDeadline(time.Now().Add(wait))
 	c.ws.SetPongHandler(func(string) error { return c.ws.SetReadDeadline(time.Now().Add(wait)) })
-	var in msgReader
+	var in wire.Reader
 	for {
-		msg, err := in.read(c.ws)
+		msg, err := in.Read(c.ws)
 		if err != nil {
 			return
 		}
 		c.ws.SetReadDeadline(time.Now().Add(wait))
-		h, body, err := DecodeFrame(msg)
+		h, body, err := wire.DecodeFrame(msg)
 		if err != nil {
 			c.s.cfg.Logf("relay: channel %s: dropping the agent: %v", c.channel, err)
-			c.closeWith(websocket.CloseProtocolError, clip(err.Error()))
+			c.closeWith(websocket.CloseProtocolError, wire.ClipReason(err.Error()))
 			return
 		}
 		switch h.Type {
-		case TypeResponse:
+		case wire.TypeResponse:
 			c.mu.Lock()
 			ch := c.pending[h.ID]
 			c.mu.Unlock()
@@ -271,11 +272,11 @@ func (c *agentConn) readLoop() {
 					status = http.StatusBadGateway
 				}
 				select {
-				case ch <- &Answer{Status: status, Header: h.Header, Body: body}:
+				case ch <- &wire.Answer{Status: status, Header: h.Header, Body: body}:
 				default:
 				}
 			}
-		case TypeAck:
+		case wire.TypeAck:
 			c.mu.Lock()
 			queued := c.inflight[h.ID]
 			c.mu.Unlock()
@@ -287,12 +288,4 @@ func (c *agentConn) readLoop() {
 			}
 		}
 	}
-}
-
-// clip keeps a close reason within the 123 bytes a control frame allows.
-func clip(s string) string {
-	if len(s) > 120 {
-		return s[:120]
-	}
-	return s
 }

@@ -14,6 +14,9 @@ import (
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
+	"github.com/devhook/devhook/relay/relaytest"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // runCountless is a relay.Store that cannot count the runs of a queue
@@ -23,7 +26,7 @@ type runCountless struct{ relay.Store }
 // liveRunAnswered posts a live run.status delivery of run in status and
 // has the agent answer it 201. It fails t unless the delivery reaches the
 // agent live, before anything else, and returns the sender's status.
-func liveRunAnswered(t *testing.T, conn *relay.Conn, cr relay.Credentials, run, status string) int {
+func liveRunAnswered(t *testing.T, conn *relayclient.Conn, cr wire.Credentials, run, status string) int {
 	t.Helper()
 	done := make(chan int, 1)
 	go func() {
@@ -68,8 +71,8 @@ func liveRunAnswered(t *testing.T, conn *relay.Conn, cr relay.Credentials, run, 
 // agent at once while the backlog is being sent; one of a run with a
 // delivery not yet sent is queued behind it (202) and comes after it.
 func TestLiveRunDeliveryWaitsOnlyBehindItsRun(t *testing.T) {
-	_, hs, _ := newRelay(t, relay.Config{Window: 1})
-	cr := open(t, hs)
+	_, hs, _ := relaytest.New(t, relay.Config{Window: 1})
+	cr := relaytest.Open(t, hs)
 	var want []string
 	for _, st := range []string{"queued", "running"} {
 		body := runBody(t, "a", st)
@@ -78,8 +81,8 @@ func TestLiveRunDeliveryWaitsOnlyBehindItsRun(t *testing.T) {
 		}
 		want = append(want, body)
 	}
-	conn := dial(t, hs, cr)
-	first := receive(t, conn, 10*time.Second) // the window is full: run a's running is not sent
+	conn := relaytest.Dial(t, hs, cr)
+	first := relaytest.Receive(t, conn, 10*time.Second) // the window is full: run a's running is not sent
 	if string(first.Body) != want[0] {
 		t.Fatalf("first queued delivery %s", first.Body)
 	}
@@ -93,7 +96,7 @@ func TestLiveRunDeliveryWaitsOnlyBehindItsRun(t *testing.T) {
 	want = append(want, held)
 	conn.Ack(first.ID)
 	for _, w := range want[1:] {
-		d := receive(t, conn, 10*time.Second)
+		d := relaytest.Receive(t, conn, 10*time.Second)
 		if string(d.Body) != w {
 			t.Fatalf("got %s, want %s", d.Body, w)
 		}
@@ -129,16 +132,16 @@ func TestLiveRunDeliveriesWaitWhenRunsAreUnknown(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			hs := serveRelay(t, srv)
+			hs := relaytest.Serve(t, srv)
 			t.Cleanup(func() { srv.Close() })
-			cr := open(t, hs)
+			cr := relaytest.Open(t, hs)
 			for i := range tc.queued {
 				if code, _ := post(t, cr.PublicURL+"/", runBody(t, "a", fmt.Sprint("s", i))); code != http.StatusAccepted {
 					t.Fatalf("with no agent: %d", code)
 				}
 			}
-			conn := dial(t, hs, cr)
-			first := receive(t, conn, 10*time.Second) // the window is full
+			conn := relaytest.Dial(t, hs, cr)
+			first := relaytest.Receive(t, conn, 10*time.Second) // the window is full
 			// Queued behind run a's: through a router without runs, the
 			// connection learns only that something was queued.
 			if code, _ := post(t, cr.PublicURL+"/", runBody(t, "a", "succeeded")); code != http.StatusAccepted {
@@ -149,7 +152,7 @@ func TestLiveRunDeliveriesWaitWhenRunsAreUnknown(t *testing.T) {
 			}
 			conn.Ack(first.ID)
 			for range tc.queued + 1 {
-				conn.Ack(receive(t, conn, 10*time.Second).ID)
+				conn.Ack(relaytest.Receive(t, conn, 10*time.Second).ID)
 			}
 		})
 	}
@@ -184,16 +187,16 @@ func TestLiveRunDeliveryWaitsForTheQueuesRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := serveRelay(t, srv)
+	hs := relaytest.Serve(t, srv)
 	t.Cleanup(func() { srv.Close() })
 	var once sync.Once
 	openGate := func() { once.Do(func() { close(st.gate) }) }
 	t.Cleanup(openGate) // before the Server closes: its drain may wait on it
-	cr := open(t, hs)
+	cr := relaytest.Open(t, hs)
 	if code, _ := post(t, cr.PublicURL+"/", runBody(t, "a", "queued")); code != http.StatusAccepted {
 		t.Fatalf("with no agent: %d", code)
 	}
-	conn := dial(t, hs, cr)
+	conn := relaytest.Dial(t, hs, cr)
 	body := runBody(t, "b", "queued")
 	answer := make(chan int, 1)
 	go func() {
@@ -205,7 +208,7 @@ func TestLiveRunDeliveryWaitsForTheQueuesRuns(t *testing.T) {
 		resp.Body.Close()
 		answer <- resp.StatusCode
 	}()
-	waitFor(t, "the relay holding the live delivery's body", func() bool {
+	relaytest.WaitFor(t, "the relay holding the live delivery's body", func() bool {
 		_, m := get(t, hs.URL+"/metrics")
 		n, _ := strconv.Atoi(metricValue(m, "devhook_relay_inflight_bytes"))
 		return n >= len(body)
@@ -221,7 +224,7 @@ func TestLiveRunDeliveryWaitsForTheQueuesRuns(t *testing.T) {
 	openGate()
 	got := map[string]bool{}
 	for range 2 {
-		d := receive(t, conn, 10*time.Second)
+		d := relaytest.Receive(t, conn, 10*time.Second)
 		got[string(d.Body)] = d.Queued
 		if !d.Queued {
 			conn.Respond(d.ID, http.StatusCreated, nil, nil)
@@ -271,18 +274,18 @@ func TestLiveRunDeliveryNotAheadOfAnUnsentOneOfItsRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := serveRelay(t, srv)
+	hs := relaytest.Serve(t, srv)
 	t.Cleanup(func() { srv.Close() })
 	var once sync.Once
 	openGate := func() { once.Do(func() { close(st.gate) }) }
 	t.Cleanup(openGate)
-	cr := open(t, hs)
+	cr := relaytest.Open(t, hs)
 	if code, _ := post(t, cr.PublicURL+"/", runBody(t, "p", "queued")); code != http.StatusAccepted {
 		t.Fatalf("P with no agent: %d", code)
 	}
 	// D arrives (its id made, after P's), its body still coming.
 	raw := rawRequest(t, hs, cr, "Content-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(late)), late[:10])
-	waitFor(t, "the relay reading D's body", func() bool {
+	relaytest.WaitFor(t, "the relay reading D's body", func() bool {
 		_, m := get(t, hs.URL+"/metrics")
 		n, _ := strconv.Atoi(metricValue(m, "devhook_relay_inflight_bytes"))
 		return n >= 10
@@ -291,8 +294,8 @@ func TestLiveRunDeliveryNotAheadOfAnUnsentOneOfItsRun(t *testing.T) {
 	if code, _ := post(t, cr.PublicURL+"/", e); code != http.StatusAccepted {
 		t.Fatalf("E with no agent: %d", code)
 	}
-	conn := dial(t, hs, cr)
-	p := receive(t, conn, 10*time.Second) // the window is full
+	conn := relaytest.Dial(t, hs, cr)
+	p := relaytest.Receive(t, conn, 10*time.Second) // the window is full
 	if devhook.ParseEvent(p.Body).RunID != "p" {
 		t.Fatalf("first queued delivery %s, want P", p.Body)
 	}
@@ -301,12 +304,12 @@ func TestLiveRunDeliveryNotAheadOfAnUnsentOneOfItsRun(t *testing.T) {
 	if _, err := raw.Write([]byte(late[10:])); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "D queued", func() bool {
+	relaytest.WaitFor(t, "D queued", func() bool {
 		n, err := db.QueueLen(cr.Channel)
 		return err == nil && n == 3
 	})
 	conn.Ack(p.ID) // the drain reads on from P: D
-	if d := receive(t, conn, 10*time.Second); string(d.Body) != late {
+	if d := relaytest.Receive(t, conn, 10*time.Second); string(d.Body) != late {
 		t.Fatalf("second queued delivery %s, want D", d.Body)
 	}
 	// E is not sent yet (the window is full): a live delivery of run x

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // Deliveries queued while a channel had no agent reach it through its
@@ -502,11 +503,11 @@ func (c *agentConn) sendQueued(batch []*devhook.Delivery) bool {
 		c.dr.cursor = batch[len(batch)-1].ID
 	}
 	c.mu.Unlock()
-	msgs := make([]outMsg, 0, len(send))
+	msgs := make([]wire.Msg, 0, len(send))
 	framed := send[:0]
 	for _, d := range send {
 		d.Queued = true
-		hdr, err := AppendFrame(nil, deliverHeader(d), nil)
+		hdr, err := wire.AppendFrame(nil, wire.DeliverHeader(d), nil)
 		if err != nil {
 			c.mu.Lock()
 			delete(c.inflight, d.ID)
@@ -514,13 +515,13 @@ func (c *agentConn) sendQueued(batch []*devhook.Delivery) bool {
 			c.park(d.ID, "it cannot be sent to the agent: "+err.Error())
 			continue
 		}
-		msgs = append(msgs, outMsg{hdr, d.Body})
+		msgs = append(msgs, wire.Msg{A: hdr, B: d.Body})
 		framed = append(framed, d)
 	}
 	if len(msgs) == 0 {
 		return true
 	}
-	if c.out.writeAll(msgs) != nil {
+	if c.out.WriteAll(msgs) != nil {
 		return false
 	}
 	c.sent(framed) // written: a live delivery of their runs comes after them

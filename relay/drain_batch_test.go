@@ -16,6 +16,9 @@ import (
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
+	"github.com/devhook/devhook/relay/relaytest"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // runBlindRouter is a Hub that, as a cluster's router, does not tell the
@@ -29,20 +32,20 @@ type runBlindRouter struct{ *relay.Hub }
 // Kick of its enqueue has the queue read again from its start: it reaches
 // the agent, and before a later delivery of its run.
 func TestDrainSendsADeliveryQueuedBehindItsCursor(t *testing.T) {
-	_, hs, _ := newRelay(t, relay.Config{Window: 1, Router: runBlindRouter{relay.NewHub()}})
-	cr := open(t, hs)
+	_, hs, _ := relaytest.New(t, relay.Config{Window: 1, Router: runBlindRouter{relay.NewHub()}})
+	cr := relaytest.Open(t, hs)
 	for i := range 2 {
 		if code, _ := post(t, cr.PublicURL+"/", runBody(t, fmt.Sprint("q", i), "queued")); code != http.StatusAccepted {
 			t.Fatalf("with no agent: %d", code)
 		}
 	}
-	conn := dial(t, hs, cr)
-	q0 := receive(t, conn, 10*time.Second) // the window is full: the queue is not sent to its end
+	conn := relaytest.Dial(t, hs, cr)
+	q0 := relaytest.Receive(t, conn, 10*time.Second) // the window is full: the queue is not sent to its end
 
 	// L, of run r, arrives: its id is made, its body is still coming.
 	late := runBody(t, "r", "queued")
 	raw := rawRequest(t, hs, cr, "Content-Type: application/json\r\nContent-Length: "+strconv.Itoa(len(late)), late[:10])
-	waitFor(t, "the relay reading L's body", func() bool {
+	relaytest.WaitFor(t, "the relay reading L's body", func() bool {
 		_, m := get(t, hs.URL+"/metrics")
 		n, _ := strconv.Atoi(metricValue(m, "devhook_relay_inflight_bytes"))
 		return n >= 10
@@ -54,9 +57,9 @@ func TestDrainSendsADeliveryQueuedBehindItsCursor(t *testing.T) {
 	}
 	// The drain reads on past L's id.
 	conn.Ack(q0.ID)
-	q1 := receive(t, conn, 10*time.Second)
+	q1 := relaytest.Receive(t, conn, 10*time.Second)
 	conn.Ack(q1.ID)
-	past := receive(t, conn, 10*time.Second)
+	past := relaytest.Receive(t, conn, 10*time.Second)
 	if ev := devhook.ParseEvent(past.Body); ev.RunID != "q1" || ev.StatusV2 != "running" {
 		t.Fatalf("third queued delivery %s, want run q1's running", past.Body)
 	}
@@ -78,7 +81,7 @@ func TestDrainSendsADeliveryQueuedBehindItsCursor(t *testing.T) {
 	}
 	conn.Ack(past.ID)
 	for _, want := range []string{late, next} {
-		d := receive(t, conn, 20*time.Second)
+		d := relaytest.Receive(t, conn, 20*time.Second)
 		if string(d.Body) != want {
 			t.Fatalf("got %s, want %s: run r's deliveries out of order, or L never sent", d.Body, want)
 		}
@@ -130,7 +133,7 @@ func (s *countingStore) counts() (reads, read int, removals [][]string) {
 
 // newCountingRelay is newRelay over a countingStore, with n run.status
 // deliveries queued for a channel with no agent.
-func newCountingRelay(t *testing.T, cfg relay.Config, cs *countingStore, n int) (string, relay.Credentials) {
+func newCountingRelay(t *testing.T, cfg relay.Config, cs *countingStore, n int) (string, wire.Credentials) {
 	t.Helper()
 	db, err := boltrelay.Open(filepath.Join(t.TempDir(), "relay.db"), boltrelay.Config{})
 	if err != nil {
@@ -143,9 +146,9 @@ func newCountingRelay(t *testing.T, cfg relay.Config, cs *countingStore, n int) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	hs := serveRelay(t, srv)
+	hs := relaytest.Serve(t, srv)
 	t.Cleanup(func() { srv.Close() })
-	cr := open(t, hs)
+	cr := relaytest.Open(t, hs)
 	for i := range n {
 		if code, _ := post(t, cr.PublicURL+"/", runBody(t, fmt.Sprint("run-", i), "queued")); code != http.StatusAccepted {
 			t.Fatalf("with no agent: %d", code)
@@ -161,10 +164,10 @@ func TestDrainReadsEachDeliveryOnce(t *testing.T) {
 	const n, window = 200, 16
 	cs := &countingStore{}
 	u, cr := newCountingRelay(t, relay.Config{Window: window}, cs, n)
-	conn := dialWith(t, relay.DialConfig{RelayURL: u, Credentials: cr})
+	conn := relaytest.DialWith(t, relayclient.DialConfig{RelayURL: u, Credentials: cr})
 	seen := map[string]bool{}
 	for len(seen) < n {
-		d := receive(t, conn, 20*time.Second)
+		d := relaytest.Receive(t, conn, 20*time.Second)
 		if seen[d.ID] {
 			t.Fatalf("delivery %s sent twice", d.ID)
 		}
@@ -191,13 +194,13 @@ func TestAcksRemovedTogether(t *testing.T) {
 		}
 	})
 	u, cr := newCountingRelay(t, relay.Config{Window: 2 * n}, cs, n)
-	conn := dialWith(t, relay.DialConfig{RelayURL: u, Credentials: cr})
+	conn := relaytest.DialWith(t, relayclient.DialConfig{RelayURL: u, Credentials: cr})
 	var ids []string
 	for range n {
-		ids = append(ids, receive(t, conn, 20*time.Second).ID)
+		ids = append(ids, relaytest.Receive(t, conn, 20*time.Second).ID)
 	}
 	conn.Ack(ids[0])
-	waitFor(t, "the first removal", func() bool { _, _, r := cs.counts(); return len(r) == 1 })
+	relaytest.WaitFor(t, "the first removal", func() bool { _, _, r := cs.counts(); return len(r) == 1 })
 	for _, id := range ids[1:] {
 		conn.Ack(id)
 	}
@@ -216,7 +219,7 @@ func TestAcksRemovedTogether(t *testing.T) {
 // liveAfter sends a live delivery without a run through the relay to conn
 // and answers it, failing t if a queued delivery comes first: what conn
 // wrote before its answer has been read by the relay once it returns.
-func liveAfter(t *testing.T, conn *relay.Conn, cr relay.Credentials) {
+func liveAfter(t *testing.T, conn *relayclient.Conn, cr wire.Credentials) {
 	t.Helper()
 	done := make(chan int, 1)
 	go func() {
@@ -228,7 +231,7 @@ func liveAfter(t *testing.T, conn *relay.Conn, cr relay.Credentials) {
 		resp.Body.Close()
 		done <- resp.StatusCode
 	}()
-	d := receive(t, conn, 20*time.Second)
+	d := relaytest.Receive(t, conn, 20*time.Second)
 	if d.Queued {
 		t.Fatalf("queued delivery %s sent before the live one", d.ID)
 	}
@@ -247,10 +250,10 @@ func TestWindowCountsUnacknowledged(t *testing.T) {
 	cs := &countingStore{}
 	cs.fail.Store(true)
 	u, cr := newCountingRelay(t, relay.Config{Window: window}, cs, 10)
-	conn := dialWith(t, relay.DialConfig{RelayURL: u, Credentials: cr})
+	conn := relaytest.DialWith(t, relayclient.DialConfig{RelayURL: u, Credentials: cr})
 	got := map[string]int{}
 	for range 2 * window {
-		d := receive(t, conn, 20*time.Second)
+		d := relaytest.Receive(t, conn, 20*time.Second)
 		got[d.ID]++
 		conn.Ack(d.ID)
 	}
@@ -262,7 +265,7 @@ func TestWindowCountsUnacknowledged(t *testing.T) {
 	}
 	cs.fail.Store(false)
 	for len(got) < 10 {
-		d := receive(t, conn, 30*time.Second)
+		d := relaytest.Receive(t, conn, 30*time.Second)
 		got[d.ID]++
 		conn.Ack(d.ID)
 	}

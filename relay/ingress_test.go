@@ -17,6 +17,8 @@ import (
 
 	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // ingressRelay is a relay served as devhook relay serves it (behind
@@ -27,7 +29,7 @@ type ingressRelay struct {
 	hs   *httptest.Server
 	il   *relay.IngressListener // nil when plain
 	addr string
-	cr   relay.Credentials
+	cr   wire.Credentials
 }
 
 // testRelay configures newIngressRelay. Zero values mean defaults.
@@ -76,7 +78,7 @@ func newIngressRelay(tb testing.TB, o testRelay) *ingressRelay {
 	if r.cr, err = srv.OpenChannel(nil); err != nil {
 		tb.Fatal(err)
 	}
-	conn, err := relay.Dial(context.Background(), relay.DialConfig{RelayURL: hs.URL, Credentials: r.cr})
+	conn, err := relayclient.Dial(context.Background(), relayclient.DialConfig{RelayURL: hs.URL, Credentials: r.cr})
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -16,7 +16,8 @@ import (
 	"github.com/devhook/devhook/inspector"
 	"github.com/devhook/devhook/lifecycle"
 	"github.com/devhook/devhook/pending"
-	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
+	"github.com/devhook/devhook/relay/wire"
 	"github.com/devhook/devhook/running"
 	"github.com/devhook/devhook/storage"
 )
@@ -95,7 +96,7 @@ type listening struct {
 	out        *printer
 	ag         *agent.Agent
 	service    *cloud.Client // nil: listen does not talk to the service
-	creds      relay.Credentials
+	creds      wire.Credentials
 	relay      listenRelay
 	inspectURL string
 
@@ -216,11 +217,11 @@ func (o *listenOptions) dataInUse() error {
 }
 
 // agentStopped says why the agent stopped on its own.
-func (o *listenOptions) agentStopped(err error, creds relay.Credentials) error {
+func (o *listenOptions) agentStopped(err error, creds wire.Credentials) error {
 	switch {
-	case errors.Is(err, relay.ErrRejected):
+	case errors.Is(err, relayclient.ErrRejected):
 		return fmt.Errorf("%w; the channel in %s is no longer valid: start again to open a new one", err, o.dataDir)
-	case errors.Is(err, relay.ErrReplaced):
+	case errors.Is(err, relayclient.ErrReplaced):
 		return fmt.Errorf("another devhook listen took over channel %s (the same channels.json in two --data directories?); this one stops. Give each devhook listen its own --data directory, or stop the other one", creds.Channel)
 	}
 	return err

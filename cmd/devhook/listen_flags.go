@@ -7,7 +7,7 @@ import (
 
 	"github.com/devhook/devhook/agent"
 	"github.com/devhook/devhook/pending"
-	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
 	"github.com/devhook/devhook/storage"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -36,7 +36,7 @@ type listenOptions struct {
 	insecure   bool
 	relayCA    string // --relay-ca
 	publicURL  string // --public-url, of the built-in relay
-	network    relay.Network
+	network    relayclient.Network
 	// writes are the files of the start (channels.json, webhooks.json,
 	// listen.json): on a full disk they wait for room rather than stop
 	// listen. Made by wire.

@@ -13,18 +13,18 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/inspector"
 	"github.com/devhook/devhook/lifecycle"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
 )
 
 // relayNetwork is how listen reaches its relay, for the channel's HTTP
 // calls and the WebSocket alike: the environment's proxy, and --relay-ca.
-func (o *listenOptions) relayNetwork() (relay.Network, error) {
-	var n relay.Network
+func (o *listenOptions) relayNetwork() (relayclient.Network, error) {
+	var n relayclient.Network
 	if o.relayCA == "" {
 		return n, nil
 	}
@@ -214,7 +214,7 @@ func (o *listenOptions) startRelay(g *lifecycle.Group) (listenRelay, error) {
 		return rl, err
 	}
 	g.Close("the built-in relay", local.Close)
-	serveRelay(g, "the built-in relay", newHTTPServer(local), local, ln, nil, 5*time.Second)
+	serveRelay(g, "the built-in relay", local, ln, relay.ServeConfig{})
 	rl.url, rl.key, rl.local, rl.store = "http://"+ln.Addr().String(), "local", local, rdb
 	rl.localOnly = public == ""
 	return rl, nil

@@ -14,6 +14,7 @@ import (
 	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/lifecycle"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
 )
 
 // When the relay stops, a delivery waiting for its agent past the grace
@@ -41,7 +42,7 @@ func TestServeRelay_StopQueuesWaitingDeliveries(t *testing.T) {
 	// either took more than 300 ms. The test lasts one grace: the slow
 	// delivery waits it out.
 	var g lifecycle.Group
-	serveRelay(&g, "the relay", newHTTPServer(srv), srv, ln, t.Logf, 5*time.Second)
+	serveRelay(&g, "the relay", srv, ln, relay.ServeConfig{})
 	done := make(chan error, 1)
 	go func() { done <- g.Run(ctx) }()
 	base := "http://" + ln.Addr().String()
@@ -50,7 +51,7 @@ func TestServeRelay_StopQueuesWaitingDeliveries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := relay.Dial(context.Background(), relay.DialConfig{RelayURL: base, Credentials: cr})
+	conn, err := relayclient.Dial(context.Background(), relayclient.DialConfig{RelayURL: base, Credentials: cr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +155,7 @@ func TestServeRelay_StopCutsRequestsPastTheGrace(t *testing.T) {
 	defer stop()
 	var g lifecycle.Group
 	// The request never ends by itself: a short grace bets on nothing.
-	serveRelay(&g, "the relay", newHTTPServer(mux), srv, ln, t.Logf, 100*time.Millisecond)
+	serveRelay(&g, "the relay", srv, ln, relay.ServeConfig{Handler: mux, Grace: 100 * time.Millisecond})
 	done := make(chan error, 1)
 	go func() { done <- g.Run(ctx) }()
 
