@@ -313,7 +313,7 @@ func drainWithLive(ctx context.Context, o options, res *drainResult, recv *order
 		}
 	} else if ctx.Err() == nil {
 		n, _ := queueDepth(ctx, poll, relayURL)
-		fail(fmt.Errorf("drain: the queue was not empty within %s of the agent's start (%d left): %v", o.duration, n, err))
+		fail(fmt.Errorf("drain: the queue was not empty within %s of the agent's start (%d left): %w", o.duration, n, err))
 	}
 	stopLive()
 	<-done

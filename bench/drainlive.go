@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -205,7 +206,10 @@ func queueDepth(ctx context.Context, client *http.Client, relayURL string) (int,
 			return int(f), err
 		}
 	}
-	return 0, fmt.Errorf("relay /metrics: no devhook_relay_queue_depth (%v)", sc.Err())
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("relay /metrics: %w", err)
+	}
+	return 0, errors.New("relay /metrics: no devhook_relay_queue_depth")
 }
 
 // waitEmpty polls the relay's queue depth until it reads 0, and returns

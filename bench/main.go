@@ -359,7 +359,7 @@ func build(ctx context.Context, o options, out, pkg string) error {
 	bctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	if b, err := exec.CommandContext(bctx, "go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
-		return fmt.Errorf("build %s: %v: %s", pkg, err, b)
+		return fmt.Errorf("build %s: %w: %s", pkg, err, b)
 	}
 	return nil
 }

@@ -119,7 +119,7 @@ func Open(path string, cfg Config) (*Store, error) {
 	}
 	q, err := cfg.Quota.WithDefaults()
 	if err != nil {
-		return nil, devhook.Errorf(devhook.EINVALID, "boltrelay: %v", err)
+		return nil, devhook.Errorf(devhook.EINVALID, "boltrelay: %w", err)
 	}
 	cfg.Quota = q
 	if cfg.ReadOnly {

@@ -675,7 +675,7 @@ func (s *Store) Health() (string, error) {
 	if st := nc.Status(); st != nats.CONNECTED {
 		err := fmt.Errorf("nats: %s", strings.ToLower(st.String()))
 		if last := nc.LastError(); last != nil {
-			err = fmt.Errorf("%w (%v)", err, last)
+			err = fmt.Errorf("%w (%w)", err, last)
 		}
 		return "", fmt.Errorf("%w: deliveries can be neither queued nor routed to other relays", err)
 	}

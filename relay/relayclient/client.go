@@ -204,7 +204,7 @@ func Dial(ctx context.Context, cfg DialConfig) (*Conn, error) {
 	h, _, err := wire.DecodeFrame(msg)
 	if err != nil || h.Type != wire.TypeHello {
 		ws.Close()
-		return nil, fmt.Errorf("connect to relay %s: expected hello, got %q (%v)", cfg.RelayURL, h.Type, err)
+		return nil, fmt.Errorf("connect to relay %s: expected hello, got %q (%w)", cfg.RelayURL, h.Type, err)
 	}
 	c.hello = h
 	c.maxBody = cfg.MaxBody
@@ -292,7 +292,7 @@ func (c *Conn) Receive() (*devhook.Delivery, error) {
 		msg, err := c.in.Read(c.ws)
 		if err != nil {
 			if websocket.IsCloseError(err, wire.CloseReplaced) {
-				return nil, fmt.Errorf("read from relay: %w (%v)", ErrReplaced, err)
+				return nil, fmt.Errorf("read from relay: %w (%w)", ErrReplaced, err)
 			}
 			return nil, fmt.Errorf("read from relay: %w", err)
 		}
