@@ -14,8 +14,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/devhook/devhook/relay/wire"
 	"golang.org/x/net/http/httpguts"
+
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // An IngressListener's connection serves its requests in turn, on one
