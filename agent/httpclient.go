@@ -28,9 +28,10 @@ package agent
 // each, owned by the Agent; nothing runs in the background. An idle
 // connection is handed out to one request at a time. Before it is reused,
 // closedByPeer looks whether the receiver closed it meanwhile (one system
-// call), unless it has been idle under uncheckedIdle after a reuse that
-// found it open: a request written whole is never sent again (retryable),
-// so one written on a connection the receiver had dropped fails.
+// call), unless it has been idle under uncheckedIdle (a second, on Linux)
+// after a reuse that found it open. A request written on a connection
+// the receiver had dropped meanwhile is sent again on a new connection
+// when the receiver cannot have read it (retryable), never otherwise.
 
 import (
 	"bufio"
@@ -80,15 +81,6 @@ func (p *connPool) clock() time.Time {
 	return time.Now()
 }
 
-// uncheckedIdle is how long a connection may have been idle and be reused
-// without closedByPeer's look at its socket, a system call: a receiver
-// that drops idle connections does so after seconds (Node after 5 s), not
-// within this. A connection's first reuse is always checked, so that a
-// receiver that closes each connection after its answer without saying so
-// is found (then its host is checked for good), and so is the next reuse
-// after a forward that found its connection dropped unchecked.
-const uncheckedIdle = 100 * time.Millisecond
-
 // hconn is one connection to a receiver, used by one request at a time.
 type hconn struct {
 	conn    net.Conn
@@ -99,6 +91,9 @@ type hconn struct {
 	checked bool      // closedByPeer looked at it before this request
 	idleAt  time.Time // when it went back to the pool
 	peek    peeker    // see closedByPeer
+	// Bytes written on it, and before the request under way: the
+	// receiver's acknowledgements are compared with them (requestUnacked).
+	sent, sentBefore int64
 
 	// Made once for all the requests on the connection.
 	wbuf      []byte      // the request's head, and its body when they fit
@@ -163,6 +158,12 @@ func (c *hconn) watch(ctx context.Context) bool {
 
 // get returns an idle connection to host that the receiver has not
 // closed, or nil. The connection's deadline is set to deadline.
+//
+// A connection's first reuse is checked by closedByPeer, so that a
+// receiver that closes each connection after its answer without saying so
+// is found (then its host is checked for good); so is every reuse after
+// uncheckedIdle (httpclient_acked_*.go), and every reuse to a host once a
+// forward found a connection to it dropped unchecked.
 func (p *connPool) get(host string, now, deadline time.Time) *hconn {
 	for {
 		p.mu.Lock()
@@ -364,14 +365,19 @@ const wbufSize = 4 << 10
 func (c *hconn) write(method string, u *url.URL, header http.Header, withBody bool, body []byte) error {
 	head, keys := appendRequestHead(c.wbuf[:0], c.keys, method, u, header, withBody, len(body))
 	c.keys = keys
+	c.sentBefore = c.sent
 	var err error
 	if len(body) <= cap(head)-len(head) || len(head)+len(body) <= wbufSize {
 		head = append(head, body...)
-		_, err = c.conn.Write(head)
+		var n int
+		n, err = c.conn.Write(head)
+		c.sent += int64(n)
 	} else {
 		c.iov = [2][]byte{head, body}
 		c.bufs = c.iov[:]
-		_, err = c.bufs.WriteTo(c.conn)
+		var n int64
+		n, err = c.bufs.WriteTo(c.conn)
+		c.sent += n
 		c.iov, c.bufs = [2][]byte{}, nil
 	}
 	if cap(head) <= wbufSize {
@@ -401,22 +407,40 @@ func switchesProtocol(h http.Header) bool {
 }
 
 // retryable reports whether a request that failed with err on e may be
-// sent again on a new connection: the connection had served an earlier
-// request, and it ended (EOF, reset, broken pipe) while the request was
-// being written, before any answer. The receiver cannot have acted on a
-// request it did not get whole, so sending it again cannot make it act
-// twice. That is the receiver closing a kept-alive connection as idle
-// while the request was on its way; most such connections are caught
-// before use by closedByPeer.
+// sent again on a new connection. It is a webhook delivery, most often a
+// POST that is not idempotent: it may be sent again only when the
+// receiver cannot have acted on it, so that a receiver never gets one
+// delivery twice from one attempt (net/http, for the same reason, sends a
+// POST again only when it wrote none of it). That holds when the
+// connection had served an earlier request (a new one that fails is the
+// receiver's failure, reported), no byte of an answer came back, and
+//   - the connection ended (EOF, reset, broken pipe) before the request
+//     was written whole: the receiver cannot act on a request it did not
+//     get whole (its head is read before its handler runs, and the body
+//     declared by Content-Length is short);
+//   - or the receiver ended it with a FIN that acknowledges no byte of
+//     the request (requestUnacked): it closed the connection as idle
+//     before the request reached it, the race every keep-alive client
+//     has with a receiver's idle timeout (Node's keepAliveTimeout, Python's
+//     handler timeout), which closedByPeer's look before a reuse narrows
+//     and the unchecked quick reuse widens.
 //
-// A request written whole is not sent again, as net/http does not send a
-// POST again: a receiver that read it and dropped the connection without
-// an answer (a Go handler that panics) may have acted on it, and a
-// developer watching the receiver must see the one request devhook
-// recorded, not two. The attempt reports the failure; a queued delivery is
-// retried as any delivery the receiver did not answer.
+// A request the receiver's TCP acknowledged is never sent again: a
+// receiver that read it and dropped the connection without an answer (a
+// Go handler that panics) may have acted on it, and a developer watching
+// the receiver must see the one request devhook recorded, not two. The
+// attempt then reports the failure, and a queued delivery is retried as
+// any delivery the receiver did not answer. A reset after the request was
+// written is not sent again either: a reset carries no acknowledgement
+// that counts, so it cannot show the receiver did not read the request.
 func (e *exchange) retryable(err error) bool {
-	return e.c.reused && !e.written && !e.answered && connEnded(err)
+	if !e.c.reused || e.answered {
+		return false
+	}
+	if !e.written {
+		return connEnded(err)
+	}
+	return err == io.EOF && e.c.requestUnacked()
 }
 
 // droppedUnchecked reports whether e's request, written whole on a
@@ -479,7 +503,10 @@ func (a *Agent) roundTrip(ctx context.Context, method string, u *url.URL, header
 		if err := ctx.Err(); err != nil {
 			return directResult{}, err
 		}
-		c := a.conns.get(host, a.conns.clock(), deadline)
+		var c *hconn
+		if !retried { // a retry takes a new connection
+			c = a.conns.get(host, a.conns.clock(), deadline)
+		}
 		if c == nil {
 			var err error
 			if c, err = dial(ctx, u, deadline); err != nil {
@@ -503,6 +530,7 @@ func (a *Agent) roundTrip(ctx context.Context, method string, u *url.URL, header
 		e := exchange{c: c}
 		ans, err := e.roundTrip(method, u, header, withBody, body)
 		if err != nil {
+			retry := !retried && e.retryable(err) // before the close: it may look at the socket
 			c.close()
 			if cerr := ctx.Err(); cerr != nil {
 				return directResult{}, cerr
@@ -510,7 +538,7 @@ func (a *Agent) roundTrip(ctx context.Context, method string, u *url.URL, header
 			if e.droppedUnchecked(err) {
 				a.conns.distrust(host)
 			}
-			if !retried && e.retryable(err) && time.Now().Before(deadline) {
+			if retry && time.Now().Before(deadline) {
 				retried = true
 				continue
 			}

@@ -256,6 +256,14 @@ func TestDirectSendsWhatNetHTTPSends(t *testing.T) {
 		{"OPTIONS", "OPTIONS", "/o", nil, nil},
 		{"an empty query", "POST", "/p?", nil, []byte("x")},
 		{"root", "POST", "", nil, []byte("x")},
+		// An edited replay keeps the delivery's Content-Length: the one
+		// sent is the body's.
+		{"Content-Length of another body (an edited replay)", "POST", "/cl", http.Header{"Content-Length": {"5"}, "Content-Type": {"application/json"}}, []byte(`{"edited":true}`)},
+		{"Content-Length of a body emptied", "POST", "/cl0", http.Header{"Content-Length": {"12"}}, []byte{}},
+		{"Content-Length twice", "PUT", "/cl2", http.Header{"Content-Length": {"1", "2"}}, []byte("abc")},
+		{"a Host header", "POST", "/host", http.Header{"Host": {"elsewhere.example"}}, []byte("x")},
+		{"empty values only", "POST", "/empty", http.Header{"X-A": {""}, "X-B": {"", ""}, "x-c": {}}, []byte("x")},
+		{"a body of 2 MiB", "POST", "/large", http.Header{"Content-Type": {"application/octet-stream"}}, bytes.Repeat([]byte{0, 1, 2, 0xff}, 512<<10)},
 		// These two go through net/http.
 		{"credentials in the URL", "POST", "/auth", http.Header{}, []byte("x")},
 		{"Expect: 100-continue", "POST", "/expect", http.Header{"Expect": {"100-continue"}}, []byte("x")},
@@ -448,10 +456,11 @@ func TestDirectQuickReuseUnchecked(t *testing.T) {
 // A receiver that drops kept-alive connections soon after an answer
 // (within uncheckedIdle), without saying so. One that drops each
 // connection after its first answer is found by the check of a
-// connection's first reuse: no forward fails. One that drops a connection
-// later costs the forward written on it unchecked, which fails (it is not
-// sent again: the receiver may have read it); from then on every reuse of
-// a connection to it is checked. The receiver never gets a request twice.
+// connection's first reuse. One that drops a connection later costs the
+// forward written on it unchecked a second write: the receiver's FIN did
+// not acknowledge it, so it is sent again on a new connection; from then
+// on every reuse of a connection to it is checked. No forward fails, and
+// the receiver never gets a request twice.
 func TestDirectReceiverDroppingConnectionsSoonAfterAnswers(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -459,7 +468,7 @@ func TestDirectReceiverDroppingConnectionsSoonAfterAnswers(t *testing.T) {
 		failed  []int
 	}{
 		{"after each answer", 1, nil},
-		{"after the second answer", 2, []int{3}},
+		{"after the second answer", 2, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var mu sync.Mutex
@@ -554,11 +563,13 @@ func TestDirectIdleConnectionClosedByReceiver(t *testing.T) {
 }
 
 // The receiver drops a kept-alive connection when the next request
-// arrives, unread, or after reading it without an answer (a Go handler
-// that panics). devhook cannot tell the two apart, and the receiver may
-// have acted on the second: a request written whole is not sent again
-// (as net/http does not send a POST again), so the receiver never gets
-// one delivery twice from one attempt. The attempt says what happened.
+// arrives, unread, with a reset, or after reading it without an answer (a
+// Go handler that panics), on the connection's first reuse (checked by
+// closedByPeer) or a later one (unchecked). The receiver may have acted on
+// the request: its TCP acknowledged it, or its reset does not say. It is
+// not sent again (as net/http does not send a POST again), so the receiver
+// never gets one delivery twice from one attempt. The attempt says what
+// happened.
 func TestDirectNoRetryOfARequestWrittenWhole(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -569,58 +580,108 @@ func TestDirectNoRetryOfARequestWrittenWhole(t *testing.T) {
 			br.Peek(1)                    // the request is here:
 			c.(*net.TCPConn).SetLinger(0) // drop it unread, with a reset
 			return false
-		}, 1},
+		}, 0},
 		{"read, then dropped without an answer", func(br *bufio.Reader, c net.Conn) bool {
 			req, err := http.ReadRequest(br)
 			if err == nil {
 				io.Copy(io.Discard, req.Body)
 			}
 			return err == nil
-		}, 2},
+		}, 1},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var read, accepts, lastConn atomic.Int32
-			base := rawServer(t, func(n int, c net.Conn) {
-				accepts.Add(1)
-				br := bufio.NewReader(c)
-				for i := 1; ; i++ {
-					if n == 1 && i == 2 {
-						if tc.drop(br, c) {
-							read.Add(1)
+		for _, dropAt := range []int{2, 3} { // the first reuse, checked; the second, not
+			t.Run(fmt.Sprintf("%s, request %d", tc.name, dropAt), func(t *testing.T) {
+				var read, accepts, lastConn atomic.Int32
+				base := rawServer(t, func(n int, c net.Conn) {
+					accepts.Add(1)
+					br := bufio.NewReader(c)
+					for i := 1; ; i++ {
+						if n == 1 && i == dropAt {
+							if tc.drop(br, c) {
+								read.Add(1)
+							}
+							return
 						}
-						return
+						req, err := http.ReadRequest(br)
+						if err != nil {
+							return
+						}
+						io.Copy(io.Discard, req.Body)
+						read.Add(1)
+						lastConn.Store(int32(n))
+						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 					}
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
+				})
+				a := testAgent(t, false, nil)
+				frozenClock(a) // every reuse comes within uncheckedIdle
+				for i := 1; i < dropAt; i++ {
+					if at := sendTo(context.Background(), a, "POST", base, nil, []byte("x")); at.Status != 200 {
+						t.Fatalf("forward %d: %d %q", i, at.Status, at.Error)
 					}
-					io.Copy(io.Discard, req.Body)
-					read.Add(1)
-					lastConn.Store(int32(n))
-					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				}
+				at := sendTo(context.Background(), a, "POST", base, nil, []byte("x"))
+				if at.Status != 0 || at.Error == "" {
+					t.Errorf("forward %d: %d %q, want no answer and why", dropAt, at.Status, at.Error)
+				}
+				// The next forward takes a new connection and goes
+				// through. The receiver answered it, so it has read it
+				// and every request sent before it: a retry of the
+				// dropped one would have been read first, on the second
+				// connection.
+				if at := sendTo(context.Background(), a, "POST", base, nil, []byte("x")); at.Status != 200 {
+					t.Fatalf("forward %d: %d %q", dropAt+1, at.Status, at.Error)
+				}
+				want := int32(dropAt) + tc.wantRead
+				if n, m, c := read.Load(), accepts.Load(), lastConn.Load(); n != want || m != 2 || c != 2 {
+					t.Errorf("the receiver read %d requests on %d connections, the last on connection %d; want %d on 2, the last on the second",
+						n, m, c, want)
 				}
 			})
-			a := testAgent(t, false, nil)
-			if at := sendTo(context.Background(), a, "POST", base, nil, []byte("x")); at.Status != 200 {
-				t.Fatalf("first: %d %q", at.Status, at.Error)
+		}
+	}
+}
+
+// A receiver that closes a kept-alive connection as idle, with a FIN,
+// just before the next request reaches it, on a reuse unchecked
+// (within uncheckedIdle): its FIN acknowledged no byte of the request,
+// so the request is sent again on a new connection, and the receiver
+// handles it once. Where that cannot be told (not Linux), every reuse is
+// checked and the request goes on a new connection at once.
+func TestDirectRetriesARequestWrittenOnAConnectionClosedAsIdle(t *testing.T) {
+	var handled, accepts atomic.Int32
+	closed := make(chan struct{})
+	base := rawServer(t, func(n int, c net.Conn) {
+		accepts.Add(1)
+		br := bufio.NewReader(c)
+		for i := 1; ; i++ {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
 			}
-			at := sendTo(context.Background(), a, "POST", base, nil, []byte("x"))
-			if at.Status != 0 || at.Error == "" {
-				t.Errorf("second: %d %q, want no answer and why", at.Status, at.Error)
+			io.Copy(io.Discard, req.Body)
+			handled.Add(1)
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			if n == 1 && i == 2 {
+				c.Close() // idle: closed before the third arrives
+				close(closed)
+				return
 			}
-			// The next forward takes a new connection and goes through.
-			// The receiver answered it, so it has read it and every
-			// request sent before it: a retry of the second would have
-			// been read first, on the second connection (the third then
-			// on a third connection, or after it on the second).
-			if at := sendTo(context.Background(), a, "POST", base, nil, []byte("x")); at.Status != 200 {
-				t.Fatalf("third: %d %q", at.Status, at.Error)
-			}
-			if n, m, c := read.Load(), accepts.Load(), lastConn.Load(); n != tc.wantRead+1 || m != 2 || c != 2 {
-				t.Errorf("the receiver read %d requests on %d connections, the third on connection %d; want %d on 2, the third on the second",
-					n, m, c, tc.wantRead+1)
-			}
-		})
+		}
+	})
+	a := testAgent(t, false, nil)
+	frozenClock(a) // every reuse comes within uncheckedIdle
+	for i := 1; i <= 2; i++ {
+		if at := sendTo(context.Background(), a, "POST", base, nil, []byte("x")); at.Status != 200 {
+			t.Fatalf("forward %d: %d %q", i, at.Status, at.Error)
+		}
+	}
+	<-closed
+	waitFor(t, "the agent does not see the receiver's close", func() bool { return idleClosedByPeer(a) })
+	if at := sendTo(context.Background(), a, "POST", base, nil, []byte("x")); at.Status != 200 {
+		t.Fatalf("forward 3: %d %q, want it sent again and answered", at.Status, at.Error)
+	}
+	if n, m := handled.Load(), accepts.Load(); n != 3 || m != 2 {
+		t.Errorf("the receiver handled %d requests on %d connections, want 3 on 2", n, m)
 	}
 }
 

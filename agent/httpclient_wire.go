@@ -9,7 +9,7 @@ package agent
 // for the request sendDirect used to build (TestRequestHeadAsNetHTTPWrites,
 // FuzzRequestHead):
 //
-//	METHOD SP request-target SP "HTTP/1.1" CRLF
+//	METHOD SP request-target SP "HTTP/1.1" CRLF  (the host for a CONNECT without a path)
 //	"Host: " host CRLF                (empty when not a valid Host header)
 //	"User-Agent: " value CRLF         (Go's own when the header has none; none when empty)
 //	"Content-Length: " n CRLF         (when the request has a body, if an empty one)
@@ -57,11 +57,19 @@ const defaultUserAgent = "Go-http-client/1.1"
 // has a body of length n, if an empty one, and says its Content-Length.
 // keys is room for h's names, returned for the next call.
 func appendRequestHead(dst []byte, keys []string, method string, u *url.URL, h http.Header, withBody bool, n int) ([]byte, []string) {
+	host := hostHeader(u.Host)
 	dst = append(dst, method...)
 	dst = append(dst, ' ')
-	dst = appendRequestURI(dst, u)
+	switch {
+	case method != "CONNECT" || u.Path != "":
+		dst = appendRequestURI(dst, u)
+	case u.Opaque != "":
+		dst = append(dst, u.Opaque...)
+	default:
+		dst = append(dst, host...)
+	}
 	dst = append(dst, " HTTP/1.1\r\nHost: "...)
-	dst = append(dst, hostHeader(u.Host)...)
+	dst = append(dst, host...)
 	dst = append(dst, "\r\n"...)
 	ua := defaultUserAgent
 	if vs, ok := h["User-Agent"]; ok {

@@ -80,7 +80,7 @@ func TestRequestHeadAsNetHTTPWrites(t *testing.T) {
 		"http://example.com:80/x?q#frag",
 	}
 	bodies := [][]byte{nil, {}, []byte("x"), []byte(`{"a":1}`), bytes.Repeat([]byte("b"), 5000)}
-	methods := []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "PROPFIND", "get"}
+	methods := []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "PROPFIND", "get", "CONNECT", "TRACE"}
 	n := 0
 	for _, target := range targets {
 		u, err := url.Parse(target)
@@ -112,6 +112,8 @@ func FuzzRequestHead(f *testing.F) {
 	f.Add("POST", "/hook", "Content-Type\x00application/json\x01User-Agent\x00s/1\x01X-A\x00a\r\nb", []byte("{}"))
 	f.Add("GET", "/q?a=1", "x-lower\x00 v \x01X-Rep\x001\x01X-Rep\x002", []byte(nil))
 	f.Add("HEAD", "/a%2Fb", "Host\x00h\x01Content-Length\x005\x01bad name\x00x", []byte("x"))
+	f.Add("CONNECT", "", "", []byte(nil))
+	f.Add("CONNECT", "?q", "", []byte(nil))
 	f.Fuzz(func(t *testing.T, method, path, header string, body []byte) {
 		if !validMethod(method) {
 			return
