@@ -3,6 +3,7 @@ package natsrelay_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -694,10 +695,151 @@ func TestDeliveryWithADeadInstanceFollowsTheAgent(t *testing.T) {
 		if r.status != http.StatusAccepted {
 			t.Fatalf("sender got %d, want 202 (queued)", r.status)
 		}
-	case <-time.After(5 * time.Second): // the relay's timeout would be 25 s
+	case <-time.After(15 * time.Second): // the relay's timeout, and its margin, would be 25 s
 		t.Fatalf("the sender still waits %s after its agent attached on B", time.Since(start))
 	}
 	if d := ag.next(t); string(d.Body) != "follow me" || !d.Queued {
 		t.Fatalf("agent on B got %+v, want the delivery, queued", d)
+	}
+}
+
+// The watch of the agents bucket runs behind under load: a delivery sent to
+// instance B for the agent on A may leave before B's watch has seen that
+// agent's announcement. When it sees it, with the delivery in flight, it is
+// no new attachment: the sender still gets the agent's answer, not a 202
+// (the delivery queued, and delivered twice).
+func TestDeliveryOutlivesTheWatchSeeingItsOwnAgent(t *testing.T) {
+	ns := natstest.Run(t)
+	a, b := startInstance(t, ns), startInstance(t, ns)
+	cr := openOn(t, a)
+	// B's watch hands the puts of the channel to the test, which acts on
+	// them when it chooses.
+	puts := make(chan func(), 10)
+	b.router.SetWatched(func(channel string, seen func()) {
+		if channel != cr.Channel {
+			seen()
+			return
+		}
+		puts <- seen
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := relay.Dial(ctx, relay.DialConfig{RelayURL: a.URL, Credentials: cr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	type result struct {
+		status int
+		body   string
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, body := send(t, b.URL+"/c/"+cr.Channel+"/late", "late watch")
+		done <- result{resp.StatusCode, body}
+	}()
+	d, err := conn.Receive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The delivery is with the agent, B waits for its answer: B's watch
+	// now sees the agent's announcement.
+	select {
+	case seen := <-puts:
+		seen()
+	case <-time.After(30 * time.Second):
+		t.Fatal("B's watch never saw the agent's announcement")
+	}
+	if err := conn.Respond(d.ID, http.StatusCreated, nil, []byte("answered")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.status != http.StatusCreated || r.body != "answered" {
+			t.Fatalf("sender got %d %q, want the agent's answer", r.status, r.body)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the sender got no answer")
+	}
+}
+
+// Deliveries sent to instance B while the channel's agent attaches on A
+// reach it once each: queued while B cannot reach it, passed to A once
+// A announced it; none is taken at once for a delivery that met a newer
+// agent (queued as well as delivered). Several attachments, deliveries sent
+// without pause throughout.
+func TestDeliveriesDuringAttachReachTheAgentOnce(t *testing.T) {
+	ns := natstest.Run(t)
+	// Neither taken back from A's relay, as for a newer agent, nor left
+	// unanswered by A (then queued after the relay's timeout).
+	var requeued atomic.Int32
+	cfg := natsrelay.Config{ResponseTimeout: 10 * time.Second, Logf: func(format string, args ...any) {
+		if strings.Contains(format, "attached anew") || strings.Contains(format, "did not answer") {
+			requeued.Add(1)
+		}
+		t.Logf(format, args...)
+	}}
+	a, b := startInstanceWith(t, ns, cfg), startInstanceWith(t, ns, cfg)
+	cr := openOn(t, a)
+	client := &http.Client{Timeout: 30 * time.Second}
+	for round := range 10 {
+		stop := make(chan struct{})
+		type sent struct {
+			bodies []string
+			err    error
+		}
+		done := make(chan sent, 1)
+		go func() {
+			var s sent
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					done <- s
+					return
+				default:
+				}
+				body := fmt.Sprintf("round %d delivery %d", round, i)
+				resp, err := client.Post(b.URL+"/c/"+cr.Channel+"/during", "text/plain", strings.NewReader(body))
+				if err != nil {
+					s.err = err
+					done <- s
+					return
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusAccepted {
+					s.err = fmt.Errorf("%s: %s", body, resp.Status)
+					done <- s
+					return
+				}
+				s.bodies = append(s.bodies, body)
+			}
+		}()
+		ag := dialAgent(t, a.URL, cr, http.StatusOK)
+		// Some deliveries after the attachment too.
+		got := map[string]int{}
+		for len(got) < 3 {
+			got[string(ag.next(t).Body)]++
+		}
+		close(stop)
+		s := <-done
+		if s.err != nil {
+			t.Fatalf("round %d: %v", round, s.err)
+		}
+		for _, body := range s.bodies {
+			for got[body] == 0 {
+				got[string(ag.next(t).Body)]++
+			}
+		}
+		for body, n := range got {
+			if n != 1 {
+				t.Errorf("round %d: %q reached the agent %d times", round, body, n)
+			}
+		}
+		if n := requeued.Load(); n != 0 {
+			t.Fatalf("round %d: %d deliveries taken back from the agent's relay, or not answered, and queued", round, n)
+		}
+		ag.conn.Close()
+		<-ag.done
+		ag.done <- nil // for the cleanup
 	}
 }

@@ -2,6 +2,7 @@ package natsrelay_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -538,5 +539,51 @@ func TestNATSDroppingEachConnectionIsNotRedialledInALoop(t *testing.T) {
 	t.Logf("%d connections dropped at once in %s: %d reconnects tried (bound %d)", drops, elapsed.Round(time.Millisecond), tries, reconnectBound(elapsed)+2)
 	if tries > reconnectBound(elapsed)+2 {
 		t.Fatalf("%d reconnects in %s: faster than the backoff (at most %d)", tries, elapsed, reconnectBound(elapsed)+2)
+	}
+}
+
+// An agent that goes while its relay is cut off from NATS leaves no
+// subscription behind on the NATS server once the relay is back: the
+// channel's deliveries passed on by that relay all reach the agent that
+// attached since on another relay, none dropped by a subscription the
+// relay no longer has (then queued after the relay's timeout).
+func TestAgentGoneWhileNATSAwayLeavesNoSubscription(t *testing.T) {
+	dir := t.TempDir()
+	ns, err := natstest.Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ns.Addr().(*net.TCPAddr).Port
+	var current atomic.Pointer[natsServer]
+	current.Store(&natsServer{ns})
+	t.Cleanup(func() { current.Load().stop() })
+	evA := newNATSEvents()
+	a := startInstanceWith(t, ns, natsrelay.Config{ResponseTimeout: 10 * time.Second}, evA.options()...)
+	b := startInstance(t, ns)
+	channel := "0123456789abcdef0123456789abcdef"
+	first := &fakeAgent{replaced: make(chan struct{}, 1)}
+	a.router.Attach(channel, first)
+
+	current.Load().stop()
+	<-evA.lost
+	a.router.Detach(channel, first) // NATS is away
+	ns2, err := natstest.Start(dir, natstest.Port(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	current.Store(&natsServer{ns2})
+	<-evA.back
+	waitFor(t, "the other relay back on NATS", 30*time.Second, b.nc.IsConnected)
+	b.router.Attach(channel, &fakeAgent{replaced: make(chan struct{}, 1)})
+
+	// The NATS server picks one of a channel's subscriptions for each
+	// delivery: 20 would meet a subscription left behind, but for one
+	// chance in a million.
+	for i := range 20 {
+		d := &devhook.Delivery{ID: fmt.Sprintf("delivery-%d", i), Channel: channel, Method: http.MethodPost, Path: "/"}
+		ans, err := a.router.Deliver(context.Background(), d)
+		if err != nil || ans.Status != http.StatusOK {
+			t.Fatalf("delivery %d passed on by the relay that was cut off: %v, %v", i, ans, err)
+		}
 	}
 }

@@ -35,8 +35,12 @@ func TestServeRelay_StopQueuesWaitingDeliveries(t *testing.T) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	// The grace bounds the quick delivery's answer, then the slow one's
+	// write to the queue (a bbolt fsync) and its 202: on a loaded machine
+	// either took more than 300 ms. The test lasts one grace: the slow
+	// delivery waits it out.
 	var g lifecycle.Group
-	serveRelay(&g, "the relay", newHTTPServer(srv), srv, ln, t.Logf, 300*time.Millisecond)
+	serveRelay(&g, "the relay", newHTTPServer(srv), srv, ln, t.Logf, 5*time.Second)
 	done := make(chan error, 1)
 	go func() { done <- g.Run(ctx) }()
 	base := "http://" + ln.Addr().String()
@@ -96,7 +100,7 @@ func TestServeRelay_StopQueuesWaitingDeliveries(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Run: %v", err)
 		}
-	case <-time.After(10 * time.Second):
+	case <-time.After(30 * time.Second): // two graces, and room
 		t.Fatal("the relay did not stop")
 	}
 	if r := <-quick; r.err != nil || r.status != 200 || r.body != "answered" {
