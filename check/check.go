@@ -2,9 +2,9 @@
 // it sends a fixed, documented suite of deliveries to a running webhook
 // handler, each a real signed run.status delivery or a deliberate
 // corruption of one, compares every answer with what the reference
-// receiver answers (signature.Verifier, the checks of DECISIONS.md), and
-// reads the pattern of answers into a diagnosis in plain words. Hint says
-// why a receiver refused a delivery whose signature devhook verified.
+// receiver answers (signature.Verifier, the checks of docs/INTERFACE.md), and
+// reads the pattern of answers into a diagnosis in plain words. Why a
+// receiver refused one recorded delivery is package hint's.
 //
 // What cannot be seen from the answers is said, not guessed: whether the
 // handler compares signatures in constant time.

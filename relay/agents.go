@@ -63,9 +63,16 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, channel st
 			hh.Status, counted = n, true
 		}
 	}
-	// Live deliveries go to the agent only once its queue has been sent
-	// (drain.go): from the start when the queue is known to be empty.
+	// Live run.status deliveries go to the agent only once the earlier
+	// ones of their run in the queue have been sent (behind.go): from the
+	// start when the queue is known to be empty, else once the store has
+	// listed the queue's runs (a live run.status delivery waits for that
+	// list).
 	c.behind = hh.Status != 0 || !counted
+	c.bh.blind, c.bh.count = c.behind, c.behind
+	if c.bh.count {
+		c.bh.listed = make(chan struct{})
+	}
 	hello, _ := AppendFrame(nil, hh, nil)
 	c.out.hold()
 	s.router.Attach(channel, c)
@@ -93,7 +100,7 @@ type agentConn struct {
 	mu       sync.Mutex
 	pending  map[string]chan *Answer // live deliveries waiting for a response
 	inflight map[string]bool         // queued deliveries sent, not yet acked and dequeued
-	acked    map[string]bool         // dequeued since the drain pass began: its batches may be older
+	acked    map[string]bool         // dequeued since the drain's last read began: its batch may be older
 	stuck    map[string]bool         // queued deliveries that could be neither sent nor parked
 	gone     bool
 	pinger   *time.Timer    // next heartbeat
@@ -102,20 +109,14 @@ type agentConn struct {
 	draining   bool // a drain goroutine runs
 	drainAgain bool // the queue may have new work since it started
 	// behind: the queue may hold deliveries not yet sent to the agent.
-	// Live run.status deliveries are queued meanwhile, behind them
-	// (Deliver).
+	// Live run.status deliveries of their runs are queued meanwhile,
+	// behind them (Deliver, behind.go).
 	behind    bool
+	bh        behindState   // the runs of the queue's unsent deliveries (behind.go)
 	kicks     uint64        // Kicks so far: a delivery may have been queued
-	passKicks uint64        // kicks when the drain pass under way began
-	dr        drainState    // the drain's retries and the removals of acknowledged deliveries (drain.go)
+	dr        drainState    // the drain's cursor, its retries and the removals of acknowledged deliveries (drain.go)
 	done      chan struct{} // closed when the connection ends
 	closeOnce sync.Once
-}
-
-func (c *agentConn) isBehind() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.behind
 }
 
 func (c *agentConn) isGone() bool {
@@ -151,15 +152,6 @@ func (c *agentConn) close() { c.closeWith(websocket.CloseGoingAway, "relay closi
 func (c *agentConn) Replace() {
 	c.s.cfg.Logf("relay: channel %s: a new agent connected; closing the previous one", c.channel)
 	c.closeWith(CloseReplaced, "replaced: another agent connected to this channel")
-}
-
-// Kick implements Endpoint: a delivery was queued for the channel.
-func (c *agentConn) Kick() {
-	c.mu.Lock()
-	c.behind = true
-	c.kicks++
-	c.mu.Unlock()
-	c.kickDrain()
 }
 
 // write sends one frame: hdr (a frame without payload, as AppendFrame
@@ -207,10 +199,10 @@ func (c *agentConn) ping() {
 // Deliver implements Endpoint: it sends d and waits for the agent's
 // response. It returns ErrNoAgent when the connection ends first, and
 // ErrQueueFirst for a run.status delivery while the channel's queue holds
-// deliveries not yet sent to the agent: d is queued behind them, so that
-// it cannot overtake an earlier delivery of its run.
+// deliveries of its run not yet sent to the agent (behind.go): d is queued
+// behind them, so that it cannot overtake an earlier delivery of its run.
 func (c *agentConn) Deliver(ctx context.Context, d *devhook.Delivery) (*Answer, error) {
-	if c.isBehind() && devhook.ParseEvent(d.Body).RunID != "" {
+	if c.holds(ctx, d.Body) {
 		return nil, ErrQueueFirst
 	}
 	hdr, err := AppendFrame(nil, deliverHeader(d), nil)

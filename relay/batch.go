@@ -59,6 +59,22 @@ func newWSWriter(ws *websocket.Conn, timeout time.Duration, onError func()) *wsW
 func (w *wsWriter) write(a, b []byte) error {
 	w.mu.Lock()
 	w.queue = append(w.queue, outMsg{a, b})
+	return w.join()
+}
+
+// writeAll sends msgs, in their order, and returns once they are written
+// (or the write failed): the drain's batch of queued deliveries leaves in
+// one write(2), as if each were written by a caller of its own.
+func (w *wsWriter) writeAll(msgs []outMsg) error {
+	w.mu.Lock()
+	w.queue = append(w.queue, msgs...)
+	return w.join()
+}
+
+// join has the messages just queued written: by the caller, when no write
+// is in progress, else by the caller writing. w.mu is held on entry and
+// released on return.
+func (w *wsWriter) join() error {
 	if w.batch == nil {
 		w.batch = &writeBatch{done: make(chan struct{})}
 	}

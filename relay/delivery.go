@@ -143,7 +143,7 @@ func (s *Server) enqueue(w http.ResponseWriter, d *devhook.Delivery) {
 		return
 	}
 	// An agent may have connected after the delivery was routed.
-	s.router.Kick(d.Channel)
+	s.kick(d)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusAccepted)
 	fmt.Fprintf(w, "{\"queued\":true,\"id\":%q}\n", d.ID)

@@ -42,18 +42,18 @@ func (s *faultyStore) Queued(channel, after string, limit int) ([]*devhook.Deliv
 	return s.Store.Queued(channel, after, limit)
 }
 
-func (s *faultyStore) Dequeue(channel, id string) error {
+func (s *faultyStore) Dequeue(channel string, ids ...string) error {
 	s.removes.Add(1)
 	if s.failRemovals.Load() {
 		return errNoSpace
 	}
 	if s.removing != nil {
-		s.removing <- id
+		s.removing <- ids[0]
 	}
 	if s.unblock != nil {
 		<-s.unblock
 	}
-	return s.Store.Dequeue(channel, id)
+	return s.Store.Dequeue(channel, ids...)
 }
 
 // newFaultyRelay is newRelay over a faultyStore.
@@ -132,14 +132,14 @@ func TestDrainReadBackoffIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	pub := u + "/c/" + cr.Channel + "/"
-	if st, _ := post(t, pub, "first"); st != http.StatusAccepted {
+	if st, _ := post(t, pub, runBody(t, "r1", "first")); st != http.StatusAccepted {
 		t.Fatalf("with no agent: %d", st)
 	}
 	fs.failReads.Store(1 << 30)
 	start := time.Now()
 	dialWith(t, relay.DialConfig{RelayURL: u, Credentials: cr})
-	// The queue is not sent: run.status deliveries are queued behind it,
-	// and each queued one kicks the drain.
+	// The queue is not sent: run.status deliveries of its run are queued
+	// behind it, and each queued one kicks the drain.
 	const kicks = 40
 	for i := range kicks {
 		if st, _ := post(t, pub, runBody(t, "r1", fmt.Sprint("s", i))); st != http.StatusAccepted {

@@ -308,7 +308,7 @@ func TestIngress_Timeouts(t *testing.T) {
 	c, br = r.dial(t)
 	io.WriteString(c, r.post("y"))
 	readAnswer(t, br, "POST")
-	time.Sleep(400 * time.Millisecond) // idle: under IdleTimeout, over ReadHeaderTimeout
+	time.Sleep(400 * time.Millisecond) // idle: under IdleTimeout (700 ms); with the 300 ms below, over ReadHeaderTimeout (500 ms)
 	req := r.post("z")
 	io.WriteString(c, req[:10])
 	time.Sleep(300 * time.Millisecond) // the header: under ReadHeaderTimeout

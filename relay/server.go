@@ -74,7 +74,9 @@ type Config struct {
 	ResponseTimeout time.Duration
 	// PingInterval is the heartbeat period.
 	PingInterval time.Duration
-	// Window bounds the queued deliveries in flight to one agent.
+	// Window bounds the queued deliveries in flight to one agent, sent
+	// and not yet acknowledged; as many more, acknowledged, may wait for
+	// their removal from the store (drain.go).
 	Window int
 	// OpenToken, when set, is required (as a bearer token) to open a
 	// channel. At least MinOpenToken bytes.

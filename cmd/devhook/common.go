@@ -66,9 +66,15 @@ func serveRelay(g *lifecycle.Group, name string, hs *http.Server, srv *relay.Ser
 			srv.Close()
 			qctx, cancel := context.WithTimeout(context.Background(), grace)
 			defer cancel()
-			hs.Shutdown(qctx)
+			err = hs.Shutdown(qctx)
 			if il.Wait(qctx) != nil {
 				il.Abort()
+			}
+			if err != nil {
+				// Requests still running after twice the grace: cut them
+				// rather than leave their connections (and handlers) behind.
+				hs.Close()
+				return fmt.Errorf("%s: requests still running after %s were cut: %w", name, 2*grace, err)
 			}
 		}
 		return nil

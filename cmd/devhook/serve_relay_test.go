@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -112,5 +113,72 @@ func TestServeRelay_StopQueuesWaitingDeliveries(t *testing.T) {
 	queued, err := rdb.Queued(cr.Channel, "", 10)
 	if err != nil || len(queued) != 1 || string(queued[0].Body) != "slow" {
 		t.Fatalf("queue after the stop: %v, %v", queued, err)
+	}
+}
+
+// A request to the relay's own API that outlives both graces is cut, and
+// the stop says so (it used to drop the second Shutdown's error and leave
+// the connection and its handler running).
+func TestServeRelay_StopCutsRequestsPastTheGrace(t *testing.T) {
+	rdb, err := boltrelay.Open(filepath.Join(t.TempDir(), "relay.db"), boltrelay.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	srv, err := relay.NewServer(relay.Config{Store: rdb})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	release := make(chan struct{})
+	defer close(release)
+	handlerDone := make(chan struct{})
+	mux := http.NewServeMux()
+	mux.HandleFunc("/stuck", func(w http.ResponseWriter, r *http.Request) {
+		defer close(handlerDone)
+		w.WriteHeader(200)
+		w.(http.Flusher).Flush()
+		close(started)
+		select { // a handler that ends when its connection does, or when told
+		case <-release:
+		case <-r.Context().Done():
+		}
+	})
+	mux.Handle("/", srv)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	var g lifecycle.Group
+	// The request never ends by itself: a short grace bets on nothing.
+	serveRelay(&g, "the relay", newHTTPServer(mux), srv, ln, t.Logf, 100*time.Millisecond)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+
+	resp, err := http.Get("http://" + ln.Addr().String() + "/stuck")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	<-started
+	stop()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "requests still running after 200ms were cut") || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Run: %v, want the cut requests said", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the relay did not stop")
+	}
+	if _, err := io.ReadAll(resp.Body); err == nil {
+		t.Fatal("the stuck request's connection was not cut")
+	}
+	select {
+	case <-handlerDone:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stuck request's handler still runs")
 	}
 }

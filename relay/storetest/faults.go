@@ -128,11 +128,11 @@ func (f *faultStore) Queued(channel, after string, limit int) ([]*devhook.Delive
 	return ds, err
 }
 
-func (f *faultStore) Dequeue(channel, id string) error {
+func (f *faultStore) Dequeue(channel string, ids ...string) error {
 	if err := f.fault("Dequeue"); err != nil {
 		return err
 	}
-	return f.Store.Dequeue(channel, id)
+	return f.Store.Dequeue(channel, ids...)
 }
 
 func (f *faultStore) Park(channel, id, reason string) error {

@@ -57,6 +57,8 @@ func Run(t *testing.T, open Open) {
 		{"ChannelDeliveries", testChannelDeliveries},
 		{"ConcurrentSenders", testConcurrentSenders},
 		{"TotalBytes", testTotalBytes},
+		{"DequeueMany", testDequeueMany},
+		{"DequeueFails", testDequeueFails},
 		{"Expire", testExpire},
 		{"IdleChannels", testIdleChannels},
 		{"DiskFull", testDiskFull},
