@@ -7,27 +7,36 @@ package agent
 // goroutine and gets the answer back from a readLoop goroutine: two
 // goroutine wake-ups per request. Here the goroutine that forwards a
 // delivery writes the request and reads the answer on the connection
-// itself. The bytes on the wire are net/http's own: the request is
-// serialized by (*http.Request).Write as the Transport does (which adds
-// nothing else: compression is off, keep-alives are on, no proxy), and the
-// answer is parsed by http.ReadResponse. TestDirectAnswersAsNetHTTPDoes
-// holds the two to the same attempts.
+// itself. The bytes on the wire are net/http's: the request's head is
+// written into a buffer kept with the connection as (*http.Request).Write
+// writes it (which is what the Transport sends: compression is off,
+// keep-alives are on, no proxy), the usual answers' heads are read as
+// http.ReadResponse reads them, and the others by http.ReadResponse
+// itself (httpclient_wire.go). TestDirectSendsWhatNetHTTPSends and
+// TestDirectAnswersAsNetHTTPDoes hold the whole to the Transport.
 //
 // What it saves, by BenchmarkForward (this process's CPU per forward of a
-// 1.5 KB POST to a receiver in another process; 2 cores, Go 1.26,
-// 2026-11, runs of the two interleaved): from 32 goroutines, 13.8 µs
-// and 23 allocations (1.6 KB) against net/http's 21.8 µs and 63 (5.3 KB),
-// about 8 µs per delivery (4 to 11 µs over the runs), some 10% of a
-// delivery's 80 µs of tunnel CPU at concurrency 32 (go run ./bench); one
-// forward at a time, 16 to 24 µs.
+// 1.5 KB POST to a receiver in another process; 2 cores shared with other
+// work, Go 1.26, 2026-11, 10 runs of each interleaved, medians): from 32
+// goroutines, 14.8 µs and 6 allocations (0.7 KB) against net/http's
+// 32.7 µs and 62 (5.2 KB); one forward at a time, 19.8 against 50.4 µs.
+// Before the heads were written and read here and a quick reuse went
+// unchecked, it took 18.3 µs and 23 allocations (1.6 KB) from 32
+// goroutines, 24.0 µs one at a time, and 5.5 system calls per forward
+// against 2.2 now (strace -c, one at a time: the MSG_PEEK before each
+// reuse gone, and fewer reads that find nothing yet).
 //
 // Connections are kept per host:port, at most Config.Concurrency idle ones
 // each, owned by the Agent; nothing runs in the background. An idle
-// connection is handed out to one request at a time.
+// connection is handed out to one request at a time. Before it is reused,
+// closedByPeer looks whether the receiver closed it meanwhile (one system
+// call), unless it has been idle under uncheckedIdle (a second, on Linux)
+// after a reuse that found it open. A request written on a connection
+// the receiver had dropped meanwhile is sent again on a new connection
+// when the receiver cannot have read it (retryable), never otherwise.
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -61,23 +70,43 @@ const (
 type connPool struct {
 	mu   sync.Mutex
 	idle map[string][]*hconn // most recently used last
+	// Hosts seen to drop kept-alive connections soon after an answer:
+	// every reuse of a connection to them is checked (see get).
+	checked map[string]bool
+	now     func() time.Time // the clock of idle times; nil: time.Now
+}
+
+func (p *connPool) clock() time.Time {
+	if p.now != nil {
+		return p.now()
+	}
+	return time.Now()
 }
 
 // hconn is one connection to a receiver, used by one request at a time.
 type hconn struct {
-	conn   net.Conn
-	cr     countingReader // what br reads from
-	cw     errWriter      // what bw writes to
-	br     *bufio.Reader
-	bw     *bufio.Writer
-	reused bool      // it served a request before this one
-	idleAt time.Time // when it went back to the pool
-	peek   peeker    // see closedByPeer
+	conn    net.Conn
+	cr      countingReader // what br reads from
+	br      *bufio.Reader
+	uses    int       // requests it was handed out for, this one included
+	reused  bool      // it served a request before this one
+	checked bool      // closedByPeer looked at it before this request
+	idleAt  time.Time // when it went back to the pool
+	peek    peeker    // see closedByPeer
+	// Bytes written on it, and before the request under way: the
+	// receiver's acknowledgements are compared with them (requestUnacked).
+	sent, sentBefore int64
 
 	// Made once for all the requests on the connection.
-	body      bytes.Reader  // the request's body
-	bodyRC    io.ReadCloser // body, as Request.Body
-	interrupt func()        // ends the read or write under way
+	wbuf      []byte      // the request's head, and its body when they fit
+	keys      []string    // the request header's names, to sort
+	iov       [2][]byte   // the head and a large body, for bufs
+	bufs      net.Buffers // written in one writev
+	interrupt func()      // ends the read or write under way
+
+	// The context whose end ends the connection's I/O (see watch).
+	done      <-chan struct{}
+	stopWatch func() bool
 }
 
 // countingReader reads from the connection, counting the bytes of the
@@ -86,22 +115,6 @@ type countingReader struct {
 	conn  net.Conn
 	n     int64 // bytes read since reset
 	limit int64 // read no more than this many since reset
-}
-
-// errWriter writes to the connection and keeps the last write error:
-// Request.Write reports a failed write of the body as its own
-// requestBodyReadError, which hides the cause (a reset, say).
-type errWriter struct {
-	conn net.Conn
-	err  error
-}
-
-func (w *errWriter) Write(p []byte) (int, error) {
-	n, err := w.conn.Write(p)
-	if err != nil {
-		w.err = err
-	}
-	return n, err
 }
 
 var errHeaderTooLarge = fmt.Errorf("net/http: server response headers exceeded %d bytes; aborted", maxHeaderResponse)
@@ -118,10 +131,41 @@ func (r *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (c *hconn) close() { c.conn.Close() }
+func (c *hconn) close() {
+	if c.stopWatch != nil {
+		c.stopWatch()
+	}
+	c.conn.Close()
+}
+
+// watch makes the end of ctx end the I/O under way on c. The watch stays
+// on while c is idle, for the next request with the same context (every
+// forward of a connection to the relay has the same): context.AfterFunc
+// then costs nothing per forward. It returns false when c was watched for
+// another context whose end is being acted on: c is then unusable.
+func (c *hconn) watch(ctx context.Context) bool {
+	done := ctx.Done()
+	if done == c.done {
+		return true
+	}
+	if c.stopWatch != nil && !c.stopWatch() {
+		return false
+	}
+	c.done, c.stopWatch = nil, nil
+	if done != nil {
+		c.done, c.stopWatch = done, context.AfterFunc(ctx, c.interrupt)
+	}
+	return true
+}
 
 // get returns an idle connection to host that the receiver has not
 // closed, or nil. The connection's deadline is set to deadline.
+//
+// A connection's first reuse is checked by closedByPeer, so that a
+// receiver that closes each connection after its answer without saying so
+// is found (then its host is checked for good); so is every reuse after
+// uncheckedIdle (httpclient_acked_*.go), and every reuse to a host once a
+// forward found a connection to it dropped unchecked.
 func (p *connPool) get(host string, now, deadline time.Time) *hconn {
 	for {
 		p.mu.Lock()
@@ -133,15 +177,34 @@ func (p *connPool) get(host string, now, deadline time.Time) *hconn {
 		c := l[len(l)-1]
 		l[len(l)-1] = nil
 		p.idle[host] = l[:len(l)-1]
+		idle := now.Sub(c.idleAt)
+		c.checked = c.uses == 1 || idle >= uncheckedIdle || p.checked[host]
 		p.mu.Unlock()
 		// The deadline goes first: the check reads, and a deadline
 		// left over from the last request may have passed.
-		if now.Sub(c.idleAt) < idleConnTimeout && c.conn.SetDeadline(deadline) == nil && !c.closedByPeer() {
-			c.reused = true
-			return c
+		if idle < idleConnTimeout && c.conn.SetDeadline(deadline) == nil {
+			if !c.checked || !c.closedByPeer() {
+				c.reused = true
+				c.uses++
+				return c
+			}
+			if idle < uncheckedIdle {
+				// Dropped soon after its answer.
+				p.distrust(host)
+			}
 		}
 		c.close()
 	}
+}
+
+// distrust has every reuse of a connection to host checked from now on.
+func (p *connPool) distrust(host string) {
+	p.mu.Lock()
+	if p.checked == nil {
+		p.checked = make(map[string]bool)
+	}
+	p.checked[host] = true
+	p.mu.Unlock()
 }
 
 // put keeps c for the next request to host, unless max connections to it
@@ -214,11 +277,9 @@ func dial(ctx context.Context, u *url.URL, deadline time.Time) (*hconn, error) {
 		conn.Close()
 		return nil, err
 	}
-	c := &hconn{conn: conn, cr: countingReader{conn: conn}, cw: errWriter{conn: conn}}
+	c := &hconn{conn: conn, cr: countingReader{conn: conn}, uses: 1, wbuf: make([]byte, 0, wbufSize)}
 	c.br = bufio.NewReaderSize(&c.cr, 4<<10)
-	c.bw = bufio.NewWriterSize(&c.cw, 4<<10)
 	c.peek.init(conn)
-	c.bodyRC = io.NopCloser(&c.body)
 	c.interrupt = func() { conn.SetDeadline(aLongTimeAgo) }
 	return c, nil
 }
@@ -241,36 +302,48 @@ type exchange struct {
 	answered bool // some byte of an answer came back
 }
 
-// roundTrip writes r on e.c and reads the answer's head, skipping 1xx
-// informational answers. The body is left to read from resp.Body.
-func (e *exchange) roundTrip(r *http.Request) (*http.Response, error) {
+// directAnswer is the head of a final answer, read by hand (readAnswerHead) or
+// by http.ReadResponse (resp).
+type directAnswer struct {
+	answerHead
+	resp *http.Response
+}
+
+// roundTrip writes the request on e.c and reads the answer's head,
+// skipping 1xx informational answers. The body is left to read.
+func (e *exchange) roundTrip(method string, u *url.URL, header http.Header, withBody bool, body []byte) (directAnswer, error) {
 	c := e.c
 	c.cr.n, c.cr.limit = 0, maxHeaderResponse
-	c.cw.err = nil
-	werr := r.Write(c.bw)
-	if werr == nil {
-		werr = c.bw.Flush()
-	}
+	werr := c.write(method, u, header, withBody, body)
 	e.written = werr == nil
-	if werr != nil && c.cw.err != nil {
-		werr = c.cw.err // the connection's own error, not Request.Write's wrapping of it
-	}
 	// Even when the write failed, the receiver may have answered
 	// before it stopped reading (a 413, say): read what it said.
 	if _, err := c.br.Peek(1); err != nil {
 		if werr != nil {
-			return nil, werr
+			return directAnswer{}, werr
 		}
-		return nil, err
+		return directAnswer{}, err
 	}
 	e.answered = true
 	for {
-		resp, err := http.ReadResponse(c.br, r)
+		buf, _ := c.br.Peek(c.br.Buffered())
+		if h, n, ok := readAnswerHead(buf, method); ok {
+			c.br.Discard(n)
+			if h.status < 200 {
+				continue // 1xx
+			}
+			c.cr.limit = math.MaxInt64 // the body's size is limited by the reader
+			if werr != nil {
+				h.close = true
+			}
+			return directAnswer{answerHead: h}, nil
+		}
+		resp, err := http.ReadResponse(c.br, &http.Request{Method: method})
 		if err != nil {
-			return nil, fmt.Errorf("net/http: HTTP/1.x transport connection broken: %w", err)
+			return directAnswer{}, fmt.Errorf("net/http: HTTP/1.x transport connection broken: %w", err)
 		}
 		if resp.StatusCode < 100 || resp.StatusCode > 199 || resp.StatusCode == http.StatusSwitchingProtocols {
-			c.cr.limit = math.MaxInt64 // the body's size is limited by the reader
+			c.cr.limit = math.MaxInt64
 			if resp.StatusCode == http.StatusSwitchingProtocols && switchesProtocol(resp.Header) {
 				// As the Transport does: what follows on the
 				// connection is the body. The connection is not
@@ -280,9 +353,42 @@ func (e *exchange) roundTrip(r *http.Request) (*http.Response, error) {
 			if werr != nil {
 				resp.Close = true
 			}
-			return resp, nil
+			return directAnswer{answerHead: answerHead{status: resp.StatusCode, header: resp.Header, close: resp.Close}, resp: resp}, nil
 		}
 	}
+}
+
+// wbufSize is the room for a request kept with each connection: a head
+// and a body that fit go out in one write(2) from it, a larger body in
+// one writev(2) after the head.
+const wbufSize = 4 << 10
+
+// write writes the request on c.
+func (c *hconn) write(method string, u *url.URL, header http.Header, withBody bool, body []byte) error {
+	head, keys := appendRequestHead(c.wbuf[:0], c.keys, method, u, header, withBody, len(body))
+	c.keys = keys
+	c.sentBefore = c.sent
+	var err error
+	if len(body) <= cap(head)-len(head) || len(head)+len(body) <= wbufSize {
+		head = append(head, body...)
+		var n int
+		n, err = c.conn.Write(head)
+		c.sent += int64(n)
+	} else {
+		c.iov = [2][]byte{head, body}
+		c.bufs = c.iov[:]
+		var n int64
+		n, err = c.bufs.WriteTo(c.conn)
+		c.sent += n
+		c.iov, c.bufs = [2][]byte{}, nil
+	}
+	if cap(head) <= wbufSize {
+		clear(head) // an idle connection keeps no request
+		c.wbuf = head[:0]
+	} else {
+		c.wbuf = make([]byte, 0, wbufSize) // not a large head's room for good
+	}
+	return err
 }
 
 // switchesProtocol is the Transport's test of a 101 that switches to
@@ -303,24 +409,55 @@ func switchesProtocol(h http.Header) bool {
 }
 
 // retryable reports whether a request that failed with err on e may be
-// sent again on a new connection: the connection had served an earlier
-// request, and it ended (EOF, reset, broken pipe) while the request was
-// being written, before any answer. The receiver cannot have acted on a
-// request it did not get whole, so sending it again cannot make it act
-// twice. That is the receiver closing a kept-alive connection as idle
-// while the request was on its way; most such connections are caught
-// before use by closedByPeer.
+// sent again on a new connection. It is a webhook delivery, most often a
+// POST that is not idempotent: it may be sent again only when the
+// receiver cannot have acted on it, so that a receiver never gets one
+// delivery twice from one attempt (net/http, for the same reason, sends a
+// POST again only when it wrote none of it). That holds when the
+// connection had served an earlier request (a new one that fails is the
+// receiver's failure, reported), no byte of an answer came back, and
+//   - the connection ended (EOF, reset, broken pipe) before the request
+//     was written whole: the receiver cannot act on a request it did not
+//     get whole (its head is read before its handler runs, and the body
+//     declared by Content-Length is short);
+//   - or the receiver ended it with a FIN that acknowledges no byte of
+//     the request (requestUnacked): it closed the connection as idle
+//     before the request reached it, the race every keep-alive client
+//     has with a receiver's idle timeout (Node's keepAliveTimeout, Python's
+//     handler timeout), which closedByPeer's look before a reuse narrows
+//     and the unchecked quick reuse widens.
 //
-// A request written whole is not sent again, as net/http does not send a
-// POST again: a receiver that read it and dropped the connection without
-// an answer (a Go handler that panics) may have acted on it, and a
-// developer watching the receiver must see the one request devhook
-// recorded, not two. The attempt reports the failure; a queued delivery is
-// retried as any delivery the receiver did not answer.
+// A request the receiver's TCP acknowledged is never sent again: a
+// receiver that read it and dropped the connection without an answer (a
+// Go handler that panics) may have acted on it, and a developer watching
+// the receiver must see the one request devhook recorded, not two. The
+// attempt then reports the failure, and a queued delivery is retried as
+// any delivery the receiver did not answer. A reset after the request was
+// written is not sent again either: a reset carries no acknowledgement
+// that counts, so it cannot show the receiver did not read the request.
 func (e *exchange) retryable(err error) bool {
-	return e.c.reused && !e.written && !e.answered &&
-		(errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-			errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNABORTED))
+	if !e.c.reused || e.answered {
+		return false
+	}
+	if !e.written {
+		return connEnded(err)
+	}
+	return err == io.EOF && e.c.requestUnacked()
+}
+
+// droppedUnchecked reports whether e's request, written whole on a
+// connection reused without closedByPeer's check, failed with err as on a
+// connection the receiver had dropped (or dropped on reading the
+// request: devhook cannot tell which).
+func (e *exchange) droppedUnchecked(err error) bool {
+	return e.c.reused && !e.c.checked && e.written && !e.answered && connEnded(err)
+}
+
+// connEnded reports whether err is the end of a connection: EOF, a reset,
+// a broken pipe.
+func connEnded(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNABORTED)
 }
 
 // sendDirect forwards with the agent's own client and fills at; or it
@@ -342,78 +479,79 @@ func (a *Agent) sendDirect(ctx context.Context, at *devhook.Attempt, method stri
 		deadline = d
 	}
 	u.Host = strings.TrimSuffix(u.Host, ":") // as http.NewRequest does
-	// As http.NewRequest makes it; the body is set per connection.
-	r := &http.Request{Method: method, URL: u, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
-		Header: outHeader(header), Host: u.Host, ContentLength: int64(len(body))}
-	res, err := a.roundTrip(ctx, r, hasBody(method, body), body, deadline)
+	res, err := a.roundTrip(ctx, method, u, outHeader(header), hasBody(method, body), body, deadline)
 	if err != nil {
 		at.Error = describe(err, at.Target)
 		return true
 	}
-	a.setAnswer(at, res.resp, res.body, res.bodyErr)
+	a.setAnswer(at, &http.Response{StatusCode: res.status, Header: res.header}, res.body, res.bodyErr)
 	return true
 }
 
 // directResult is what a direct forward got.
 type directResult struct {
-	resp    *http.Response
+	status  int
+	header  http.Header
 	body    []byte
 	bodyErr error // reading the body failed after the head was in
 }
 
-// roundTrip sends r with body, if withBody, on a kept-alive or new
-// connection to r.URL.Host, by deadline or until ctx ends, and reads the
+// roundTrip sends the request, with body if withBody, on a kept-alive or
+// new connection to u.Host, by deadline or until ctx ends, and reads the
 // answer's body up to MaxResponse+1 bytes.
-func (a *Agent) roundTrip(ctx context.Context, r *http.Request, withBody bool, body []byte, deadline time.Time) (directResult, error) {
-	host := r.URL.Host
-	for try := 0; ; try++ {
+func (a *Agent) roundTrip(ctx context.Context, method string, u *url.URL, header http.Header, withBody bool, body []byte, deadline time.Time) (directResult, error) {
+	host := u.Host
+	for retried := false; ; {
 		if err := ctx.Err(); err != nil {
 			return directResult{}, err
 		}
-		c := a.conns.get(host, time.Now(), deadline)
+		var c *hconn
+		if !retried { // a retry takes a new connection
+			c = a.conns.get(host, a.conns.clock(), deadline)
+		}
 		if c == nil {
 			var err error
-			if c, err = dial(ctx, r.URL, deadline); err != nil {
+			if c, err = dial(ctx, u, deadline); err != nil {
 				if cerr := ctx.Err(); cerr != nil {
 					return directResult{}, cerr
 				}
 				return directResult{}, err
 			}
 		}
-		// As http.NewRequest sets it: an empty body is NoBody, which
-		// sends Content-Length: 0; with a *bytes.Reader, Request.Write
-		// sends the head and body in one write.
-		switch {
-		case !withBody:
-			r.Body = nil
-		case len(body) == 0:
-			r.Body = http.NoBody
-		default:
-			c.body.Reset(body)
-			r.Body = c.bodyRC
-		}
 		// Ending ctx ends any read or write under way.
-		stop := func() bool { return true }
-		if ctx.Done() != nil {
-			stop = context.AfterFunc(ctx, c.interrupt)
+		if !c.watch(ctx) {
+			c.close()
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			// Ended before the watch: its interrupt may have come
+			// before get set the deadline.
+			c.close()
+			return directResult{}, err
 		}
 		e := exchange{c: c}
-		resp, err := e.roundTrip(r)
-		c.body.Reset(nil) // written: an idle connection keeps no body
+		ans, err := e.roundTrip(method, u, header, withBody, body)
 		if err != nil {
-			stop()
+			retry := !retried && e.retryable(err) // before the close: it may look at the socket
 			c.close()
 			if cerr := ctx.Err(); cerr != nil {
 				return directResult{}, cerr
 			}
-			if try == 0 && e.retryable(err) && time.Now().Before(deadline) {
+			if e.droppedUnchecked(err) {
+				a.conns.distrust(host)
+			}
+			if retry && time.Now().Before(deadline) {
+				retried = true
 				continue
 			}
 			return directResult{}, err
 		}
-		res := directResult{resp: resp}
-		res.body, res.bodyErr = readAnswer(resp, a.cfg.MaxResponse)
-		stopped := stop()
+		res := directResult{status: ans.status, header: ans.header}
+		if ans.resp != nil {
+			res.body, res.bodyErr = readAnswer(ans.resp, a.cfg.MaxResponse)
+		} else {
+			res.body, res.bodyErr = readBody(c.br, ans.length, a.cfg.MaxResponse)
+		}
 		if res.bodyErr != nil {
 			if cerr := ctx.Err(); cerr != nil {
 				res.bodyErr = cerr
@@ -421,9 +559,9 @@ func (a *Agent) roundTrip(ctx context.Context, r *http.Request, withBody bool, b
 				res.bodyErr = context.DeadlineExceeded // as net/http says it
 			}
 		}
-		if stopped && res.bodyErr == nil && int64(len(res.body)) <= a.cfg.MaxResponse && !resp.Close &&
-			resp.StatusCode != http.StatusSwitchingProtocols && c.br.Buffered() == 0 {
-			a.conns.put(host, c, a.cfg.Concurrency, time.Now())
+		if ctx.Err() == nil && res.bodyErr == nil && int64(len(res.body)) <= a.cfg.MaxResponse && !ans.close &&
+			ans.status != http.StatusSwitchingProtocols && c.br.Buffered() == 0 {
+			a.conns.put(host, c, a.cfg.Concurrency, a.conns.clock())
 		} else {
 			c.close()
 		}
@@ -480,6 +618,23 @@ func readAnswer(resp *http.Response, max int64) ([]byte, error) {
 		}
 		if err != nil {
 			return b, err
+		}
+	}
+	return b, nil
+}
+
+// readBody reads the body of n bytes that follows a head read by
+// readAnswerHead, up to max+1 bytes, as readAnswer reads one.
+func readBody(br *bufio.Reader, n, max int64) ([]byte, error) {
+	b := make([]byte, min(n, max+1))
+	for got := 0; got < len(b); {
+		m, err := br.Read(b[got:])
+		got += m
+		if err == io.EOF {
+			return b[:got], io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			return b[:got], err
 		}
 	}
 	return b, nil

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -237,6 +238,32 @@ func TestDirectSendsWhatNetHTTPSends(t *testing.T) {
 		{"hop-by-hop headers", "POST", "/hop", http.Header{"Connection": {"X-Hop, keep-alive"}, "X-Hop": {"1"}, "Keep-Alive": {"timeout=5"},
 			"Transfer-Encoding": {"chunked"}, "Te": {"trailers"}, "Upgrade": {"websocket"}, "Proxy-Authorization": {"Basic x"}, "X-Kept": {"yes"}}, []byte("x")},
 		{"escaped path", "POST", "/a%2Fb/c%20d/%C3%A9", http.Header{}, []byte("x")},
+		{"odd header names", "POST", "/n", http.Header{"x-lower": {"1"}, "X-MiXeD-case": {"2"}, "Weird_Name": {"3"}, "A!#$%&'*+-.^_`|~z": {"4"}}, []byte("x")},
+		{"values padded", "POST", "/v", http.Header{"X-Pad": {"  v \t"}, "X-Inner": {"a  b"}, "X-High": {"caf\xc3\xa9"}}, []byte("x")},
+		{"no User-Agent", "POST", "/ua", http.Header{"Content-Type": {"text/plain"}}, []byte("x")},
+		{"empty User-Agent", "POST", "/ua", http.Header{"User-Agent": {""}}, []byte("x")},
+		{"many headers", "POST", "/many", func() http.Header {
+			h := http.Header{}
+			for i := range 60 {
+				h[fmt.Sprintf("X-H%02d", 60-i)] = []string{strconv.Itoa(i), "again"}
+			}
+			return h
+		}(), []byte("x")},
+		{"a header over the buffer", "POST", "/big-header", http.Header{"X-Big": {strings.Repeat("h", 6000)}}, []byte("x")},
+		{"a body over the buffer", "POST", "/big-body", http.Header{}, bytes.Repeat([]byte("B"), 100<<10)},
+		{"as it arrived chunked", "POST", "/chunked", http.Header{"Transfer-Encoding": {"chunked"}, "Content-Type": {"application/json"}}, []byte(`{"a":1}`)},
+		{"PATCH with an empty body", "PATCH", "/e", nil, nil},
+		{"OPTIONS", "OPTIONS", "/o", nil, nil},
+		{"an empty query", "POST", "/p?", nil, []byte("x")},
+		{"root", "POST", "", nil, []byte("x")},
+		// An edited replay keeps the delivery's Content-Length: the one
+		// sent is the body's.
+		{"Content-Length of another body (an edited replay)", "POST", "/cl", http.Header{"Content-Length": {"5"}, "Content-Type": {"application/json"}}, []byte(`{"edited":true}`)},
+		{"Content-Length of a body emptied", "POST", "/cl0", http.Header{"Content-Length": {"12"}}, []byte{}},
+		{"Content-Length twice", "PUT", "/cl2", http.Header{"Content-Length": {"1", "2"}}, []byte("abc")},
+		{"a Host header", "POST", "/host", http.Header{"Host": {"elsewhere.example"}}, []byte("x")},
+		{"empty values only", "POST", "/empty", http.Header{"X-A": {""}, "X-B": {"", ""}, "x-c": {}}, []byte("x")},
+		{"a body of 2 MiB", "POST", "/large", http.Header{"Content-Type": {"application/octet-stream"}}, bytes.Repeat([]byte{0, 1, 2, 0xff}, 512<<10)},
 		// These two go through net/http.
 		{"credentials in the URL", "POST", "/auth", http.Header{}, []byte("x")},
 		{"Expect: 100-continue", "POST", "/expect", http.Header{"Expect": {"100-continue"}}, []byte("x")},
@@ -372,6 +399,148 @@ func TestDirectConnectionClose(t *testing.T) {
 	}
 }
 
+// idleChecked returns whether the one idle connection of a's pool was
+// checked by closedByPeer before the request it just served.
+func idleChecked(t *testing.T, a *Agent) bool {
+	t.Helper()
+	a.conns.mu.Lock()
+	defer a.conns.mu.Unlock()
+	var cs []*hconn
+	for _, l := range a.conns.idle {
+		cs = append(cs, l...)
+	}
+	if len(cs) != 1 {
+		t.Fatalf("%d idle connections, want 1", len(cs))
+	}
+	return cs[0].checked
+}
+
+// frozenClock stops the clock of a's pool at a time the test moves.
+func frozenClock(a *Agent) *time.Time {
+	now := time.Unix(1_000_000, 0)
+	a.conns.now = func() time.Time { return now }
+	return &now
+}
+
+// A connection is looked at (closedByPeer, a system call) before its
+// first reuse and after it has been idle for uncheckedIdle, not before a
+// reuse soon after its answer.
+func TestDirectQuickReuseUnchecked(t *testing.T) {
+	if uncheckedIdle == 0 {
+		t.Skip("every reuse is checked here")
+	}
+	s := newCounted(t, func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) })
+	a := testAgent(t, false, nil)
+	now := frozenClock(a)
+	for i, tc := range []struct {
+		idle    time.Duration // before the forward
+		checked bool
+	}{
+		{0, false}, // a new connection
+		{0, true},  // its first reuse
+		{0, false},
+		{uncheckedIdle - time.Millisecond, false},
+		{uncheckedIdle, true},
+		{time.Millisecond, false},
+	} {
+		*now = now.Add(tc.idle)
+		if at := sendTo(context.Background(), a, "POST", s.URL, nil, []byte("x")); at.Status != 200 {
+			t.Fatalf("forward %d: %d %q", i+1, at.Status, at.Error)
+		}
+		if got := idleChecked(t, a); got != tc.checked {
+			t.Errorf("forward %d, after %s idle: checked %v, want %v", i+1, tc.idle, got, tc.checked)
+		}
+	}
+	if n := s.accepts.Load(); n != 1 {
+		t.Errorf("%d connections, want 1", n)
+	}
+}
+
+// A receiver that drops kept-alive connections soon after an answer
+// (within uncheckedIdle), without saying so. One that drops each
+// connection after its first answer is found by the check of a
+// connection's first reuse. One that drops a connection later costs the
+// forward written on it unchecked a second write: the receiver's FIN did
+// not acknowledge it, so it is sent again on a new connection; from then
+// on every reuse of a connection to it is checked. No forward fails, and
+// the receiver never gets a request twice.
+func TestDirectReceiverDroppingConnectionsSoonAfterAnswers(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		answers int // on a connection, before the receiver drops it
+		failed  []int
+	}{
+		{"after each answer", 1, nil},
+		{"after the second answer", 2, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			got := map[string]int{}        // X-Id → times received
+			dropped := make(chan bool, 16) // after each answer: whether the connection was dropped
+			base := rawServer(t, func(_ int, c net.Conn) {
+				br := bufio.NewReader(c)
+				for i := 1; ; i++ {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					io.Copy(io.Discard, req.Body)
+					mu.Lock()
+					got[req.Header.Get("X-Id")]++
+					mu.Unlock()
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+					if i == tc.answers {
+						c.Close()
+						dropped <- true
+						return
+					}
+					dropped <- false
+				}
+			})
+			a := testAgent(t, false, nil)
+			frozenClock(a) // every reuse comes within uncheckedIdle
+			var failed []int
+			for i := 1; i <= 8; i++ {
+				at := sendTo(context.Background(), a, "POST", base, http.Header{"X-Id": {strconv.Itoa(i)}}, []byte("x"))
+				if at.Status != 200 {
+					failed = append(failed, i)
+					if at.Error == "" {
+						t.Errorf("forward %d: %d without an error", i, at.Status)
+					}
+				}
+				if at.Status != 200 {
+					continue
+				}
+				select {
+				case d := <-dropped:
+					if d { // the drop has to reach the agent's side
+						waitFor(t, "the agent does not see the receiver's close", func() bool { return idleClosedByPeer(a) })
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatalf("forward %d: the receiver did not say whether it dropped the connection", i)
+				}
+			}
+			if !slices.Equal(failed, tc.failed) {
+				t.Errorf("forwards %v failed, want %v", failed, tc.failed)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for i := 1; i <= 8; i++ {
+				want := 1
+				if slices.Contains(tc.failed, i) {
+					want = 0
+				}
+				if n := got[strconv.Itoa(i)]; n != want {
+					t.Errorf("the receiver got forward %d %d times, want %d", i, n, want)
+				}
+			}
+			if uncheckedIdle > 0 && !a.conns.checked[strings.TrimPrefix(base, "http://")] {
+				t.Errorf("the receiver's connections are not checked before every reuse")
+			}
+		})
+	}
+}
+
 // A receiver that closes an idle kept-alive connection (Node does after
 // 5 s): the next forward opens another and the receiver gets it once.
 func TestDirectIdleConnectionClosedByReceiver(t *testing.T) {
@@ -397,11 +566,13 @@ func TestDirectIdleConnectionClosedByReceiver(t *testing.T) {
 }
 
 // The receiver drops a kept-alive connection when the next request
-// arrives, unread, or after reading it without an answer (a Go handler
-// that panics). devhook cannot tell the two apart, and the receiver may
-// have acted on the second: a request written whole is not sent again
-// (as net/http does not send a POST again), so the receiver never gets
-// one delivery twice from one attempt. The attempt says what happened.
+// arrives, unread, with a reset, or after reading it without an answer (a
+// Go handler that panics), on the connection's first reuse (checked by
+// closedByPeer) or a later one (unchecked). The receiver may have acted on
+// the request: its TCP acknowledged it, or its reset does not say. It is
+// not sent again (as net/http does not send a POST again), so the receiver
+// never gets one delivery twice from one attempt. The attempt says what
+// happened.
 func TestDirectNoRetryOfARequestWrittenWhole(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
@@ -412,58 +583,108 @@ func TestDirectNoRetryOfARequestWrittenWhole(t *testing.T) {
 			br.Peek(1)                    // the request is here:
 			c.(*net.TCPConn).SetLinger(0) // drop it unread, with a reset
 			return false
-		}, 1},
+		}, 0},
 		{"read, then dropped without an answer", func(br *bufio.Reader, c net.Conn) bool {
 			req, err := http.ReadRequest(br)
 			if err == nil {
 				io.Copy(io.Discard, req.Body)
 			}
 			return err == nil
-		}, 2},
+		}, 1},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var read, accepts, lastConn atomic.Int32
-			base := rawServer(t, func(n int, c net.Conn) {
-				accepts.Add(1)
-				br := bufio.NewReader(c)
-				for i := 1; ; i++ {
-					if n == 1 && i == 2 {
-						if tc.drop(br, c) {
-							read.Add(1)
+		for _, dropAt := range []int{2, 3} { // the first reuse, checked; the second, not
+			t.Run(fmt.Sprintf("%s, request %d", tc.name, dropAt), func(t *testing.T) {
+				var read, accepts, lastConn atomic.Int32
+				base := rawServer(t, func(n int, c net.Conn) {
+					accepts.Add(1)
+					br := bufio.NewReader(c)
+					for i := 1; ; i++ {
+						if n == 1 && i == dropAt {
+							if tc.drop(br, c) {
+								read.Add(1)
+							}
+							return
 						}
-						return
+						req, err := http.ReadRequest(br)
+						if err != nil {
+							return
+						}
+						io.Copy(io.Discard, req.Body)
+						read.Add(1)
+						lastConn.Store(int32(n))
+						io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
 					}
-					req, err := http.ReadRequest(br)
-					if err != nil {
-						return
+				})
+				a := testAgent(t, false, nil)
+				frozenClock(a) // every reuse comes within uncheckedIdle
+				for i := 1; i < dropAt; i++ {
+					if at := sendTo(context.Background(), a, "POST", base, nil, []byte("x")); at.Status != 200 {
+						t.Fatalf("forward %d: %d %q", i, at.Status, at.Error)
 					}
-					io.Copy(io.Discard, req.Body)
-					read.Add(1)
-					lastConn.Store(int32(n))
-					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				}
+				at := sendTo(context.Background(), a, "POST", base, nil, []byte("x"))
+				if at.Status != 0 || at.Error == "" {
+					t.Errorf("forward %d: %d %q, want no answer and why", dropAt, at.Status, at.Error)
+				}
+				// The next forward takes a new connection and goes
+				// through. The receiver answered it, so it has read it
+				// and every request sent before it: a retry of the
+				// dropped one would have been read first, on the second
+				// connection.
+				if at := sendTo(context.Background(), a, "POST", base, nil, []byte("x")); at.Status != 200 {
+					t.Fatalf("forward %d: %d %q", dropAt+1, at.Status, at.Error)
+				}
+				want := int32(dropAt) + tc.wantRead
+				if n, m, c := read.Load(), accepts.Load(), lastConn.Load(); n != want || m != 2 || c != 2 {
+					t.Errorf("the receiver read %d requests on %d connections, the last on connection %d; want %d on 2, the last on the second",
+						n, m, c, want)
 				}
 			})
-			a := testAgent(t, false, nil)
-			if at := sendTo(context.Background(), a, "POST", base, nil, []byte("x")); at.Status != 200 {
-				t.Fatalf("first: %d %q", at.Status, at.Error)
+		}
+	}
+}
+
+// A receiver that closes a kept-alive connection as idle, with a FIN,
+// just before the next request reaches it, on a reuse unchecked
+// (within uncheckedIdle): its FIN acknowledged no byte of the request,
+// so the request is sent again on a new connection, and the receiver
+// handles it once. Where that cannot be told (not Linux), every reuse is
+// checked and the request goes on a new connection at once.
+func TestDirectRetriesARequestWrittenOnAConnectionClosedAsIdle(t *testing.T) {
+	var handled, accepts atomic.Int32
+	closed := make(chan struct{})
+	base := rawServer(t, func(n int, c net.Conn) {
+		accepts.Add(1)
+		br := bufio.NewReader(c)
+		for i := 1; ; i++ {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
 			}
-			at := sendTo(context.Background(), a, "POST", base, nil, []byte("x"))
-			if at.Status != 0 || at.Error == "" {
-				t.Errorf("second: %d %q, want no answer and why", at.Status, at.Error)
+			io.Copy(io.Discard, req.Body)
+			handled.Add(1)
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+			if n == 1 && i == 2 {
+				c.Close() // idle: closed before the third arrives
+				close(closed)
+				return
 			}
-			// The next forward takes a new connection and goes through.
-			// The receiver answered it, so it has read it and every
-			// request sent before it: a retry of the second would have
-			// been read first, on the second connection (the third then
-			// on a third connection, or after it on the second).
-			if at := sendTo(context.Background(), a, "POST", base, nil, []byte("x")); at.Status != 200 {
-				t.Fatalf("third: %d %q", at.Status, at.Error)
-			}
-			if n, m, c := read.Load(), accepts.Load(), lastConn.Load(); n != tc.wantRead+1 || m != 2 || c != 2 {
-				t.Errorf("the receiver read %d requests on %d connections, the third on connection %d; want %d on 2, the third on the second",
-					n, m, c, tc.wantRead+1)
-			}
-		})
+		}
+	})
+	a := testAgent(t, false, nil)
+	frozenClock(a) // every reuse comes within uncheckedIdle
+	for i := 1; i <= 2; i++ {
+		if at := sendTo(context.Background(), a, "POST", base, nil, []byte("x")); at.Status != 200 {
+			t.Fatalf("forward %d: %d %q", i, at.Status, at.Error)
+		}
+	}
+	<-closed
+	waitFor(t, "the agent does not see the receiver's close", func() bool { return idleClosedByPeer(a) })
+	if at := sendTo(context.Background(), a, "POST", base, nil, []byte("x")); at.Status != 200 {
+		t.Fatalf("forward 3: %d %q, want it sent again and answered", at.Status, at.Error)
+	}
+	if n, m := handled.Load(), accepts.Load(); n != 3 || m != 2 {
+		t.Errorf("the receiver handled %d requests on %d connections, want 3 on 2", n, m)
 	}
 }
 
@@ -748,6 +969,78 @@ func interruptOnce(t *testing.T, s *counted, arrived chan string, path string, c
 	return at, end.Sub(from)
 }
 
+// The end of a forward's context ends it on a kept-alive connection too,
+// whose watch on that context (context.AfterFunc) stays from one forward
+// to the next; a forward with another context takes the connection over,
+// and the end of the first context leaves it alone; a connection whose
+// context ended while it was idle is not used.
+func TestDirectContextOnAKeptConnection(t *testing.T) {
+	held := make(chan struct{}, 1)
+	release := make(chan struct{})
+	defer close(release)
+	s := newCounted(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			held <- struct{}{}
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}
+		w.Write([]byte("ok"))
+	})
+	a := testAgent(t, false, func(c *Config) { c.ForwardTimeout = 10 * time.Minute })
+	ok := func(ctx context.Context, what string) {
+		t.Helper()
+		if at := sendTo(ctx, a, "POST", s.URL, nil, []byte("x")); at.Status != 200 {
+			t.Fatalf("%s: %d %q", what, at.Status, at.Error)
+		}
+	}
+	ctx1, cancel1 := context.WithCancel(context.Background())
+	defer cancel1()
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	ok(ctx1, "first, ctx1")
+	ok(ctx1, "second, ctx1")
+	ok(ctx2, "third, ctx2")
+	cancel1() // ctx2's connection is not ctx1's business any more
+	ok(ctx2, "fourth, ctx2")
+	if n := s.accepts.Load(); n != 1 {
+		t.Errorf("%d connections for four forwards, want 1", n)
+	}
+
+	// Ended while the connection is idle: the next forward, with another
+	// context, takes a new one.
+	ctx3, cancel3 := context.WithCancel(context.Background())
+	defer cancel3()
+	cancel2()
+	ok(ctx3, "fifth, ctx3")
+	if n := s.accepts.Load(); n != 2 {
+		t.Errorf("%d connections after ctx2 ended, want 2", n)
+	}
+
+	// Ended during a forward on a connection it watched already.
+	ok(ctx3, "sixth, ctx3")
+	done := make(chan devhook.Attempt, 1)
+	go func() { done <- sendTo(ctx3, a, "POST", s.URL+"/hold", nil, []byte("x")) }()
+	select {
+	case <-held:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held forward did not arrive")
+	}
+	cancel3()
+	select {
+	case at := <-done:
+		if at.Status != 0 || at.Error != "canceled: devhook is stopping" {
+			t.Errorf("canceled forward: %d %q", at.Status, at.Error)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the end of the context did not end the forward")
+	}
+	if n := s.accepts.Load(); n != 2 || a.conns.count() != 0 {
+		t.Errorf("%d connections, %d idle; want 2, 0", n, a.conns.count())
+	}
+}
+
 // Connection refused says where nothing listens, on both paths.
 func TestDirectConnectionRefused(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -1006,6 +1299,24 @@ func TestDirectAnswersAsNetHTTPDoes(t *testing.T) {
 		{name: "101 that switches nothing", serve: write("HTTP/1.1 101 Switching Protocols\r\nX-A: 1\r\n\r\n"), status: 101, conns: n},
 		{name: "gzip, passed as is", serve: write(fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s", gz.Len(), gz.Bytes())), status: 200, conns: 1},
 		{name: "repeated headers", serve: write("HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\nSet-Cookie: b=2\r\nX-Empty:\r\nContent-Length: 0\r\n\r\n"), status: 200, conns: 1},
+		{name: "Node's answer", serve: write("HTTP/1.1 200 OK\r\nX-Powered-By: Express\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: 11\r\n" +
+			"ETag: W/\"b-Ai2R8hgEarLmHKwesT1qcY913ys\"\r\nDate: Thu, 01 Jan 2026 00:00:00 GMT\r\nConnection: keep-alive\r\nKeep-Alive: timeout=5\r\n\r\n{\"ok\":true}"), status: 200, conns: 1},
+		{name: "names in lower case", serve: write("HTTP/1.1 202 Accepted\r\ncontent-type: text/plain\r\nx-request-id: 7\r\nset-cookie: a\r\nSet-Cookie: b\r\ncontent-length: 2\r\n\r\nok"), status: 202, conns: 1},
+		{name: "values padded", serve: write("HTTP/1.1 200 OK\r\nX-A:   a  \t\r\nX-B:\tb\r\nX-High: caf\xc3\xa9\xff\r\nContent-Length: 2\r\n\r\nok"), status: 200, conns: 1},
+		{name: "no reason phrase", serve: write("HTTP/1.1 500\r\nContent-Length: 2\r\n\r\nno"), status: 500, conns: 1},
+		{name: "Pragma: no-cache", serve: write("HTTP/1.1 200 OK\r\nPragma: no-cache\r\nContent-Length: 2\r\n\r\nok"), status: 200, conns: 1},
+		{name: "Content-Length with leading zeros", serve: write("HTTP/1.1 200 OK\r\nContent-Length: 002\r\n\r\nok"), status: 200, conns: 1},
+		{name: "Content-Length twice, alike", serve: write("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nok"), status: 200, conns: 1},
+		{name: "Content-Length twice, different", serve: last("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok"), conns: n},
+		{name: "Content-Length not a number", serve: last("HTTP/1.1 200 OK\r\nContent-Length: 2x\r\n\r\nok"), conns: n},
+		{name: "204 with a Content-Length", serve: write("HTTP/1.1 204 No Content\r\nContent-Length: 5\r\n\r\n"), status: 204, conns: 1},
+		{name: "lines ending in LF alone", serve: write("HTTP/1.1 200 OK\nContent-Length: 2\n\nok"), status: 200, conns: 1},
+		{name: "a folded line", serve: write("HTTP/1.1 200 OK\r\nX-Folded: a\r\n  b\r\nContent-Length: 2\r\n\r\nok"), status: 200, conns: 1},
+		{name: "a name with a space", serve: write("HTTP/1.1 200 OK\r\nX Space: a\r\nContent-Length: 2\r\n\r\nok"), status: 200, conns: 1},
+		{name: "a control byte in a value", serve: last("HTTP/1.1 200 OK\r\nX-A: a\x01b\r\nContent-Length: 2\r\n\r\nok"), conns: n},
+		{name: "103, then chunked", serve: write("HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\nHTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n"), status: 200, conns: 1},
+		{name: "body cut short", serve: last("HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort"), status: 200, conns: n},
+		{name: "bytes after the answer", serve: write("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"), status: 200, conns: n},
 		{name: "malformed status line", serve: last("HTTP/1.1 abc OK\r\n\r\n"), conns: n},
 		{name: "nothing, then the close", serve: last(""), conns: n},
 		{name: "over MaxResponse", mod: func(c *Config) { c.MaxResponse = 100 },
