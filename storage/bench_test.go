@@ -232,6 +232,35 @@ func cpuTime(tb testing.TB) time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
+// osCounts are what the kernel counted of this process: page faults
+// served from memory (a mapped page given back and touched again), and
+// write system calls (write, pwrite…; Linux only, else 0).
+type osCounts struct{ faults, writes int64 }
+
+func countOS(tb testing.TB) osCounts {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	c := osCounts{faults: int64(ru.Minflt)}
+	if b, err := os.ReadFile("/proc/self/io"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "syscw: "); ok {
+				fmt.Sscan(v, &c.writes)
+			}
+		}
+	}
+	return c
+}
+
+// report adds to b's output the faults and write calls per op since
+// start.
+func (start osCounts) report(b *testing.B) {
+	end := countOS(b)
+	b.ReportMetric(float64(end.faults-start.faults)/float64(b.N), "faults/op")
+	b.ReportMetric(float64(end.writes-start.writes)/float64(b.N), "writes/op")
+}
+
 // BenchmarkRecord is what recording one delivery costs the agent:
 // PutDelivery before forwarding, AddAttempt after the receiver answered,
 // and the share of the flush that applies both to bbolt (the journal is
@@ -254,7 +283,7 @@ func BenchmarkRecord(b *testing.B) {
 		}
 		b.SetBytes(int64(len(benchBody)))
 		b.ReportAllocs()
-		cpu := cpuTime(b)
+		cpu, counts := cpuTime(b), countOS(b)
 		b.ResetTimer()
 		if parallel {
 			var next atomic.Int64
@@ -279,6 +308,7 @@ func BenchmarkRecord(b *testing.B) {
 		}
 		b.StopTimer()
 		b.ReportMetric(float64(cpuTime(b)-cpu)/float64(b.N), "cpu-ns/op")
+		counts.report(b)
 	}
 	b.Run("serial", func(b *testing.B) { run(b, false) })
 	b.Run("parallel", func(b *testing.B) { run(b, true) })
@@ -309,7 +339,7 @@ func BenchmarkRecordDelivery(b *testing.B) {
 			a := benchAttempt()
 			b.SetBytes(int64(len(benchBody)))
 			b.ReportAllocs()
-			cpu := cpuTime(b)
+			cpu, counts := cpuTime(b), countOS(b)
 			b.ResetTimer()
 			for _, d := range ds {
 				if _, err := c.put(db, d); err != nil {
@@ -324,6 +354,7 @@ func BenchmarkRecordDelivery(b *testing.B) {
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(cpuTime(b)-cpu)/float64(b.N), "cpu-ns/op")
+			counts.report(b)
 		})
 	}
 }

@@ -23,17 +23,38 @@ import (
 //	recPut      id, meta, summary, run id, body
 //	recAttempt  id, attempt
 //
+// Format 2, which this devhook writes, reuses a file in place: a file is
+// mapped and written over again from its start once bbolt has every
+// record it holds (journal_file.go). Its header goes on for 16 bytes more:
+// the uint64 sequence number its records start at this time round, its
+// CRC-32C and 4 zero bytes; records follow from byte 32. Reading stops at
+// the first record that is not intact, or whose sequence number is not
+// the one after its predecessor's (the first one's: not below the
+// header's), unless an intact record with a greater sequence number comes
+// further on: then what lies between is damage (journal_recovery.go).
+// What a file holds after its last record is zeros, the torn start of a
+// record that was never acknowledged, or records of an earlier round, all
+// numbered below the header's: never replayed.
+//
+// Format 1, written by devhook before format 2, has the 16-byte header
+// alone and records from byte 16 to the end of the file; it is read as it
+// always was. <file>.rejected, where the records bbolt refused are kept
+// (journal_apply.go), is written in format 1: it only grows.
+//
 // A header whose version is above journalVersion is a newer devhook's
-// (errNewerJournal). <file>.rejected, where the records bbolt refused are
-// kept (journal_apply.go), has the same format.
+// (errNewerJournal).
 
 const (
 	recPut     = 1 // id, meta, summary, run id, body
 	recAttempt = 2 // id, attempt
 
 	journalMagic   = "devhookJ"
-	journalVersion = 1
-	fileHeaderLen  = 16
+	journalVersion = 2
+	fileHeaderLen  = 16 // format 1's header; format 2's starts the same
+	// fileHeaderLen2 is format 2's header: startAt is where its start
+	// sequence number and the CRC-32C of it are.
+	fileHeaderLen2 = 32
+	startAt        = 16
 	recMarker      = 0xd7e4a11c
 	recHeaderLen   = 16
 	// recMaxLen bounds a record's body; a longer length is damage.
@@ -44,10 +65,38 @@ const (
 // one back (the one its hardware path recognises).
 func crcTable() *crc32.Table { return crc32.MakeTable(crc32.Castagnoli) }
 
-func appendFileHeader(b []byte) []byte {
+// appendFileHeader appends a format 1 header: the rejected file's.
+func appendFileHeader(b []byte) []byte { return appendVersionHeader(b, 1) }
+
+func appendVersionHeader(b []byte, version uint32) []byte {
 	b = append(b, journalMagic...)
-	b = binary.BigEndian.AppendUint32(b, journalVersion)
+	b = binary.BigEndian.AppendUint32(b, version)
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[len(b)-12:], crcTable()))
+}
+
+// appendFileHeader2 appends a format 2 header whose records start at seq
+// start.
+func appendFileHeader2(b []byte, start uint64) []byte {
+	b = appendVersionHeader(b, journalVersion)
+	return appendStart(b, start)
+}
+
+// appendStart appends the part of a format 2 header that changes each time
+// round: the start sequence number, its CRC-32C and 4 zero bytes.
+func appendStart(b []byte, start uint64) []byte {
+	b = binary.BigEndian.AppendUint64(b, start)
+	b = binary.BigEndian.AppendUint32(b, crc32.Checksum(b[len(b)-8:], crcTable()))
+	return append(b, 0, 0, 0, 0)
+}
+
+// readStart returns the start sequence number of a format 2 header, and
+// whether its checksum holds.
+func readStart(h []byte) (uint64, bool) {
+	if len(h) < fileHeaderLen2 {
+		return 0, false
+	}
+	s := h[startAt:]
+	return binary.BigEndian.Uint64(s), crc32.Checksum(s[:8], crcTable()) == binary.BigEndian.Uint32(s[8:]) && allZero(s[12:16])
 }
 
 // frame fills in the header of record b, whose first recHeaderLen bytes

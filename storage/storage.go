@@ -190,16 +190,7 @@ func Open(path string, cfg Config) (*DB, error) {
 	}
 	db.readOnly = cfg.ReadOnly
 	db.noSpace = cfg.NoSpace
-	db.journal = newJournal(path)
-	if db.noSpace != nil {
-		writeAt := db.journal.writeAt
-		db.journal.writeAt = func(f *os.File, b []byte, off int64) (int, error) {
-			if err := db.noSpace(); err != nil {
-				return 0, err
-			}
-			return writeAt(f, b, off)
-		}
-	}
+	db.journal = newJournal(path, db.noSpace)
 
 	_, statErr := os.Stat(path)
 	created := errors.Is(statErr, os.ErrNotExist)
