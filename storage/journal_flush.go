@@ -23,9 +23,9 @@ import (
 const (
 	// A flush starts once this many records or bytes are pending, or
 	// journalDelay after the first pending record.
-	journalRecords = 512
-	journalBytes   = 1 << 20
-	journalDelay   = 50 * time.Millisecond
+	journalRecords = 2048
+	journalBytes   = 4 << 20
+	journalDelay   = 200 * time.Millisecond
 	// A flush that failed is retried after journalDelay, then after twice
 	// as long each time, up to maxRetryDelay.
 	maxRetryDelay = 2 * time.Second
@@ -33,6 +33,12 @@ const (
 	// them itself before it returns, so memory stays bounded; when bbolt
 	// fails, writes are refused instead.
 	journalMaxBytes = 16 << 20
+	// bbolt's mapped pages are given back (releaseMapped) once this many
+	// bytes of records were applied since the last time, or at the first
+	// flush after releaseEvery: not after every flush, since each page
+	// given back that the next transaction reads is a page fault.
+	releaseBytes = 8 << 20
+	releaseEvery = 10 * time.Second
 )
 
 // runJournal flushes the journal in the background until Close.
@@ -128,6 +134,7 @@ func (db *DB) flushLocked() error {
 		j.active = 1 - j.active
 	}
 	batch := j.pending
+	size := j.bytes
 	lastSeq := batch[len(batch)-1].seq
 	known := j.lastBolt // replaced, never changed in place
 	j.mu.Unlock()
@@ -181,7 +188,11 @@ func (db *DB) flushLocked() error {
 	if terr != nil {
 		return fmt.Errorf("storage: empty journal of %s: %w", db.path, terr)
 	}
-	db.releaseMapped()
+	j.sinceRelease += size
+	if now := db.now(); j.sinceRelease >= releaseBytes || now.Sub(j.releasedAt) >= releaseEvery {
+		db.releaseMapped()
+		j.releasedAt, j.sinceRelease = now, 0
+	}
 
 	if res.created > 0 {
 		after := db.puts.Add(int64(res.created))
