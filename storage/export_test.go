@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"fmt"
 	"hash/crc32"
 	"os"
@@ -88,6 +89,15 @@ func RecordOffsets(data []byte) []int {
 		next = off + len(r.raw)
 	}
 	return offs
+}
+
+// WithHighWater returns a copy of the format 2 journal file data whose
+// header's high-water mark is hwm.
+func WithHighWater(data []byte, hwm int) []byte {
+	b := bytes.Clone(data)
+	start, _, _ := readStart(b)
+	copy(b[startAt:], appendStart(nil, start, int64(hwm)))
+	return b
 }
 
 // JournalEnd returns where the records of the journal file data that

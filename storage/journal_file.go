@@ -53,6 +53,10 @@ type journalFile struct {
 	hdr  int64  // where records start: fileHeaderLen2, or fileHeaderLen in a format 1 file
 	off  int64  // where the next record goes
 	last uint64 // the seq of the newest record this round; 0: none yet
+	// Format 2: the seq this round starts at, and the high-water mark
+	// (journal_format.go): the offset past the furthest byte written.
+	start uint64
+	hwm   int64
 	// inherited: a file a previous process left, whose records could not
 	// be applied at Open (journal_recovery.go). It is appended to in its
 	// own format, and removed, not reused, once bbolt has them.
@@ -70,7 +74,7 @@ func createJournalFile(path string, start uint64, noMap bool) (*journalFile, err
 	if err != nil {
 		return nil, fmt.Errorf("open journal: %w", err)
 	}
-	jf := &journalFile{path: path, f: f, hdr: fileHeaderLen2, off: fileHeaderLen2, writeAt: (*os.File).WriteAt}
+	jf := &journalFile{path: path, f: f, hdr: fileHeaderLen2, off: fileHeaderLen2, start: start, hwm: fileHeaderLen2, writeAt: (*os.File).WriteAt}
 	if err := jf.grow(journalGrow, !noMap); err == nil {
 		err = jf.put(0, appendFileHeader2(nil, start))
 	}
@@ -83,13 +87,14 @@ func createJournalFile(path string, start uint64, noMap bool) (*journalFile, err
 }
 
 // openInherited opens the journal file at path, which a previous process
-// left holding records up to seq last, to append after them at end.
-func openInherited(path string, hdr, end int64, last uint64) (*journalFile, error) {
+// left holding records up to seq last, to append after them at end; start
+// is its header's start seq (format 2).
+func openInherited(path string, hdr, end int64, start, last uint64) (*journalFile, error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open journal %s: %w", path, err)
 	}
-	jf := &journalFile{path: path, f: f, hdr: hdr, off: end, last: last, inherited: true, writeAt: (*os.File).WriteAt}
+	jf := &journalFile{path: path, f: f, hdr: hdr, off: end, last: last, start: start, hwm: end, inherited: true, writeAt: (*os.File).WriteAt}
 	// What follows its records (a torn tail) goes: format 1 reads to the
 	// end of the file. Then it grows, zeros, and is mapped.
 	if err := f.Truncate(end); err != nil {
@@ -100,6 +105,13 @@ func openInherited(path string, hdr, end int64, last uint64) (*journalFile, erro
 	if err := jf.grow(end+journalGrow, true); err != nil {
 		jf.close()
 		return nil, fmt.Errorf("open journal %s: %w", path, err)
+	}
+	if hdr == fileHeaderLen2 {
+		// What lay after its records is gone: so is its high-water mark.
+		if err := jf.put(startAt, appendStart(nil, start, end)); err != nil {
+			jf.close()
+			return nil, fmt.Errorf("open journal %s: %w", path, err)
+		}
 	}
 	return jf, nil
 }
@@ -114,6 +126,14 @@ func (jf *journalFile) write(b []byte, seq uint64) error {
 			return fmt.Errorf("write journal: %w", err)
 		}
 	}
+	if end > jf.hwm && jf.hdr == fileHeaderLen2 {
+		// Raised before the record is copied: a copy cut short by a kill
+		// leaves its torn bytes below the mark, not damage after it.
+		if err := jf.put(startAt, appendStart(nil, jf.start, end)); err != nil {
+			return fmt.Errorf("write journal: %w", err)
+		}
+		jf.hwm = end
+	}
 	if err := jf.put(jf.off, b); err != nil {
 		return fmt.Errorf("write journal: %w", err)
 	}
@@ -124,10 +144,11 @@ func (jf *journalFile) write(b []byte, seq uint64) error {
 // reuse makes the file start a new round at seq start: every record it
 // holds is in bbolt, and numbered below start.
 func (jf *journalFile) reuse(start uint64) error {
-	if err := jf.put(startAt, appendStart(nil, start)); err != nil {
+	hwm := min(jf.hwm, journalTrim)
+	if err := jf.put(startAt, appendStart(nil, start, hwm)); err != nil {
 		return fmt.Errorf("reuse journal %s: %w", jf.path, err)
 	}
-	jf.off, jf.last = jf.hdr, 0
+	jf.off, jf.last, jf.start, jf.hwm = jf.hdr, 0, start, hwm
 	if jf.size > journalTrim {
 		// Past the new end, the mapping is never touched until the
 		// file grows again.

@@ -23,9 +23,9 @@ import (
 const (
 	// A flush starts once this many records or bytes are pending, or
 	// journalDelay after the first pending record.
-	journalRecords = 2048
-	journalBytes   = 4 << 20
-	journalDelay   = 200 * time.Millisecond
+	journalRecords = 1024
+	journalBytes   = 2 << 20
+	journalDelay   = 100 * time.Millisecond
 	// A flush that failed is retried after journalDelay, then after twice
 	// as long each time, up to maxRetryDelay.
 	maxRetryDelay = 2 * time.Second

@@ -47,6 +47,7 @@ type journalScan struct {
 	// hdr is where its records start (fileHeaderLen: format 1), end where
 	// the last one read ends.
 	hdr, end int
+	start    uint64 // format 2: its header's start seq
 }
 
 func allZero(b []byte) bool {
@@ -83,7 +84,8 @@ func scanJournal(data []byte) (journalScan, error) {
 	}
 	version := binary.BigEndian.Uint32(data[8:])
 	headerOK := crc32.Checksum(data[:12], crcTable()) == binary.BigEndian.Uint32(data[12:])
-	start, startOK := readStart(data)
+	start, hwm, startOK := readStart(data)
+	s.start = start
 	switch {
 	case headerOK && version > journalVersion:
 		return s, errNewerJournal(version)
@@ -101,9 +103,11 @@ func scanJournal(data []byte) (journalScan, error) {
 		scanRecords2(data, 0, &s)
 	case headerOK:
 		scanRecords2(data, start, &s)
+		checkTail2(data, hwm, &s)
 	case startOK: // its version unknown, its start verified: format 2
 		s.damaged = "its header is damaged"
 		scanRecords2(data, start, &s)
+		checkTail2(data, hwm, &s)
 	default:
 		s.damaged = "its header is damaged"
 		scanRecords1(data, &s)
@@ -172,6 +176,61 @@ func scanRecords2(data []byte, start uint64, s *journalScan) {
 		first = true // whatever its seq, as long as it is above prev
 	}
 	s.noteSkipped(skipped)
+}
+
+// checkTail2 looks at what a format 2 file holds after its last round's
+// records (journal_format.go): up to the high-water mark hwm, past the
+// torn record there may be, a record whose header is intact and whose body
+// is not is damage; after it, anything but zeros is (but for the start of
+// a record that the end of the file cuts short: a torn write).
+func checkTail2(data []byte, hwm int, s *journalScan) {
+	hwm = min(max(hwm, s.end), len(data))
+	off := s.end
+	if size, st := frameAt(data[off:hwm]); st == frameBadBody {
+		off += size // the record a kill cut short
+	} else if st == frameTorn {
+		off = hwm
+	}
+	var m [4]byte
+	binary.BigEndian.PutUint32(m[:], recMarker)
+	damaged := 0
+	for off < hwm {
+		i := bytes.Index(data[off:hwm], m[:])
+		if i < 0 {
+			break
+		}
+		off += i
+		size, st := frameAt(data[off:hwm])
+		switch st {
+		case frameOK:
+			off += size
+		case frameBadBody:
+			damaged += size
+			off += size
+		default:
+			off++
+		}
+	}
+	if damaged > 0 {
+		s.note(fmt.Sprintf("%d bytes of records of an earlier round damaged", damaged))
+	}
+	if i := slices.IndexFunc(data[hwm:], func(c byte) bool { return c != 0 }); i >= 0 {
+		if _, st := frameAt(data[hwm+i:]); st == frameTorn {
+			return // a record cut short by the end of the file: a torn write
+		}
+		last := len(data) - 1
+		for data[last] == 0 {
+			last--
+		}
+		s.note(fmt.Sprintf("%d bytes after the end of what was written to it are not zeros", last+1-(hwm+i)))
+	}
+}
+
+func (s *journalScan) note(what string) {
+	if s.damaged != "" {
+		s.damaged += "; "
+	}
+	s.damaged += what
 }
 
 func (s *journalScan) noteSkipped(n int) {
@@ -298,7 +357,7 @@ func (db *DB) keepJournal(recs []jrec, files []foundJournal, err error) error {
 		// Records are appended after its own, in its own format, until
 		// it is applied and removed (recycle).
 		last := jf.scan.recs[len(jf.scan.recs)-1].seq
-		f, err := openInherited(jf.path, int64(jf.scan.hdr), int64(jf.scan.end), last)
+		f, err := openInherited(jf.path, int64(jf.scan.hdr), int64(jf.scan.end), jf.scan.start, last)
 		if err != nil {
 			return fmt.Errorf("storage: %w", err)
 		}

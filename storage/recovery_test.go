@@ -198,6 +198,7 @@ func storeFixture(t *testing.T) []byte {
 func fixtures(t *testing.T) map[string][]byte {
 	j2 := journalFixture(t)
 	j := format1(j2)
+	stale := staleFixture(t)
 	offs := storage.RecordOffsets(j)
 	if len(offs) != 2*fixtureN || len(storage.RecordOffsets(j2)) != 2*fixtureN {
 		t.Fatalf("the fixture journal has %d records, want %d", len(offs), 2*fixtureN)
@@ -234,7 +235,10 @@ func fixtures(t *testing.T) map[string][]byte {
 		"journal2-intact.journal0": j2,
 		// Killed in the middle of a copy into the mapping: the start of
 		// a record, then the zeros of a file that was grown.
-		"journal2-torn-tail.journal0": append(append(bytes.Clone(j2), j2[offs[0]+shift:offs[1]+shift-7]...), make([]byte, 100)...),
+		// Its high-water mark raised over the torn record, as the
+		// writer raises it before copying a record.
+		"journal2-torn-tail.journal0": storage.WithHighWater(append(append(bytes.Clone(j2), j2[offs[0]+shift:offs[1]+shift-7]...), make([]byte, 100)...),
+			len(j2)+offs[1]-offs[0]),
 		// Cut short in the middle of the record of delivery 4.
 		"journal2-truncated.journal0":      j2[:offs[8]+shift+40],
 		"journal2-damaged-middle.journal0": edit2(func(b []byte) []byte { b[rec+shift+storage.RecordHeaderLen+20] ^= 0x10; return b }),
@@ -242,7 +246,11 @@ func fixtures(t *testing.T) map[string][]byte {
 		"journal2-damaged-start.journal0": edit2(func(b []byte) []byte { b[20] ^= 0x01; return b }),
 		// Reused in place: the last round's records, then the round
 		// before's, intact, numbered below the header's start.
-		"journal2-stale-tail.journal0": staleFixture(t),
+		"journal2-stale-tail.journal0": stale,
+		// One bit flipped in the body of the earlier round's last record.
+		"journal2-damaged-stale.journal0": func() []byte { b := bytes.Clone(stale); b[len(b)-10] ^= 0x04; return b }(),
+		// A byte that is not zero after the high-water mark.
+		"journal2-junk-after.journal0": func() []byte { b := append(bytes.Clone(j2), make([]byte, 4096)...); b[len(j2)+2000] = 0x20; return b }(),
 		// Created, killed before its header was written.
 		"journal2-zeros.journal0":         make([]byte, 4096),
 		"journal2-empty.journal0":         {},
@@ -332,6 +340,10 @@ func TestOpen_DamagedFiles(t *testing.T) {
 		// bbolt's already: not read (here, with an empty store beside
 		// it, they would be there).
 		{fixture: "journal2-stale-tail.journal0", file: "devhook.db.journal0", kept: []int{fixtureN, fixtureN + 1}},
+		{fixture: "journal2-damaged-stale.journal0", file: "devhook.db.journal0", kept: []int{fixtureN, fixtureN + 1}, setAside: true,
+			wantLog: [][]string{{"was damaged", "earlier round damaged", "4 intact records", "kept as"}}},
+		{fixture: "journal2-junk-after.journal0", file: "devhook.db.journal1", kept: all, setAside: true,
+			wantLog: [][]string{{"was damaged", "1 bytes after the end of what was written to it are not zeros", "24 intact records", "kept as"}}},
 		{fixture: "journal2-zeros.journal0", file: "devhook.db.journal1"},
 		{fixture: "journal2-empty.journal0", file: "devhook.db.journal0"},
 		{fixture: "journal2-newer-version.journal0", file: "devhook.db.journal0",
