@@ -57,6 +57,9 @@ type journalFile struct {
 	// (journal_format.go): the offset past the furthest byte written.
 	start uint64
 	hwm   int64
+	// scratch for the changing part of the header: written without
+	// allocating.
+	startBuf [fileHeaderLen2 - startAt]byte
 	// inherited: a file a previous process left, whose records could not
 	// be applied at Open (journal_recovery.go). It is appended to in its
 	// own format, and removed, not reused, once bbolt has them.
@@ -129,7 +132,7 @@ func (jf *journalFile) write(b []byte, seq uint64) error {
 	if end > jf.hwm && jf.hdr == fileHeaderLen2 {
 		// Raised before the record is copied: a copy cut short by a kill
 		// leaves its torn bytes below the mark, not damage after it.
-		if err := jf.put(startAt, appendStart(nil, jf.start, end)); err != nil {
+		if err := jf.put(startAt, appendStart(jf.startBuf[:0], jf.start, end)); err != nil {
 			return fmt.Errorf("write journal: %w", err)
 		}
 		jf.hwm = end
