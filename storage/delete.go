@@ -192,9 +192,7 @@ func (db *DB) dropPendingOfGone() {
 	}
 	j.pending = kept
 	for id := range gone {
-		if st, ok := j.ids[id]; ok && !st.writing {
-			delete(j.ids, id)
-		}
+		delete(j.ids, id)
 	}
 	j.setOverMax()
 }

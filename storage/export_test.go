@@ -1,6 +1,7 @@
 package storage
 
 import (
+	"bytes"
 	"fmt"
 	"hash/crc32"
 	"os"
@@ -62,25 +63,48 @@ func JournalRecords(path string) (n int, problem string, err error) {
 }
 
 // JournalHeaderLen and RecordHeaderLen are the sizes of a journal file's
-// header and of a record's.
+// header (format 1; format 2's is JournalHeaderLen2) and of a record's.
 const (
-	JournalHeaderLen = fileHeaderLen
-	RecordHeaderLen  = recHeaderLen
+	JournalHeaderLen  = fileHeaderLen
+	JournalHeaderLen2 = fileHeaderLen2
+	RecordHeaderLen   = recHeaderLen
 )
 
-// RecordOffsets returns where each intact record of the journal file data
-// starts.
+// RecordOffsets returns where each record that Open would read of the
+// journal file data starts, up to the first one that is not intact or
+// not in sequence (format 2: the records of the file's last round).
 func RecordOffsets(data []byte) []int {
+	s, err := scanJournal(data)
+	if err != nil {
+		return nil
+	}
 	var offs []int
-	for off := fileHeaderLen; off < len(data); {
-		size, st := frameAt(data[off:])
-		if st != frameOK {
+	next := s.hdr
+	for _, r := range s.recs {
+		off := cap(data) - cap(r.raw) // raw is a slice of data
+		if off != next {
 			break
 		}
 		offs = append(offs, off)
-		off += size
+		next = off + len(r.raw)
 	}
 	return offs
+}
+
+// WithHighWater returns a copy of the format 2 journal file data whose
+// header's high-water mark is hwm.
+func WithHighWater(data []byte, hwm int) []byte {
+	b := bytes.Clone(data)
+	start, _, _ := readStart(b)
+	copy(b[startAt:], appendStart(nil, start, int64(hwm)))
+	return b
+}
+
+// JournalEnd returns where the records of the journal file data that
+// Open would read end.
+func JournalEnd(data []byte) int {
+	s, _ := scanJournal(data)
+	return s.end
 }
 
 // PutDeliveriesTx records ds in one transaction, for building large stores

@@ -11,28 +11,29 @@ import (
 // journal puts PutDelivery and AddAttempt on a short path, instead of a
 // bbolt commit each. A bbolt commit of one delivery rewrites a leaf and a
 // branch page in five buckets and costs about 70 µs of CPU; appending the
-// same record to a file is one write(2). So a write appends a record to
-// the journal and returns: from then on it survives the process being
-// killed, as a NoSync bbolt commit does (the journal is never fsynced: a
-// power loss may lose the last records). A goroutine owned by the DB
-// applies the journal to bbolt in batches, at most journalDelay later.
-// Reads never write: they read a bbolt read transaction plus the records
-// still pending in memory (see pending.go). Open applies what a killed
-// process left in the journal.
+// same record to a mapped file is a copy, without a system call. So a
+// write appends a record to the journal and returns: from then on it
+// survives the process being killed, as a NoSync bbolt commit does (the
+// journal is never fsynced: a power loss may lose the last records). A
+// goroutine owned by the DB applies the journal to bbolt in batches, at
+// most journalDelay later. Reads never write: they read a bbolt read
+// transaction plus the records still pending in memory (see pending.go).
+// Open applies what a killed process left in the journal.
 //
-// What it saves (BenchmarkRecordDelivery: 2,000 deliveries of a 1.5 KB
-// body, each PutDelivery then AddAttempt): through the journal, its
-// flushes included, about 26 µs of CPU and 50 allocations a delivery; as
-// two bbolt commits, about 135 µs and 305. A delivery's tunnel costs about
-// 80 µs of CPU end to end at concurrency 32 (journal included; go run
-// ./bench), so the saving, about 110 µs, is more than a whole delivery:
-// without the journal a delivery would cost more than twice as much. Kept. TestJournal_MatchesDirectCommits holds it to the same
-// stored result as those commits.
+// What it saves (BenchmarkRecordDelivery: deliveries of a 1.5 KB body,
+// each PutDelivery then AddAttempt): through the journal, its flushes
+// included, about 20 µs of CPU and 23 allocations a delivery; as two
+// bbolt commits, about 170 µs and 330. A delivery's tunnel costs about
+// 130 µs of CPU end to end at concurrency 32 (journal included; go run
+// ./bench), so without the journal a delivery would cost twice as much.
+// Kept. TestJournal_MatchesDirectCommits holds it to the same stored
+// result as those commits.
 //
 // Each of the journal's concerns has its file:
 //
 //   - journal_format.go: a journal file's header and records, as bytes
-//   - journal_write.go: appending a record; concurrent writes share a write(2)
+//   - journal_file.go: a file mapped, grown, written and reused in place
+//   - journal_write.go: appending a record
 //   - journal_flush.go: the goroutine that applies the pending records, and
 //     the two files taking turns
 //   - journal_apply.go: applying records to bbolt; a record bbolt refuses
@@ -42,11 +43,10 @@ type journal struct {
 	path [2]string
 
 	mu       sync.Mutex
-	files    [2]*os.File // opened on the first write
-	sizes    [2]int64
-	active   int
-	seq      uint64
-	pending  []jrec // never changed in place: readers keep a copy of the slice
+	files    [2]*journalFile // created on the first write to each
+	active   int             // the file records are appended to
+	seq      uint64          // of the newest record written
+	pending  []jrec          // never changed in place: readers keep a copy of the slice
 	bytes    int
 	ids      map[string]jstate
 	lastBolt []byte    // no delivery id in bbolt sorts after it
@@ -55,26 +55,22 @@ type journal struct {
 	failed   error     // the last flush's error, until a flush succeeds
 	closed   bool
 
-	// Group write: see the top of journal_write.go.
-	queue     []jwrite   // records waiting for the next write, in seq order
-	writing   bool       // a caller holds the write turn: it writes, or hands the turn on
-	writingTo int        // the file a write is under way to, or -1
-	settled   *sync.Cond // on mu; broadcast after every write
-	batch     []jwrite   // the turn's: the records it is writing
-	wbuf      []byte     // the turn's: those records end to end
-
 	// overMax is set while more than journalMaxBytes are pending and bbolt
 	// takes writes: a write then flushes before it returns.
 	overMax atomic.Bool
 
 	flushMu sync.Mutex // one flush at a time
+	// Held with flushMu: when bbolt's mapped pages were last given back
+	// (mapped_linux.go; zero: never), and the bytes applied since.
+	releasedAt   time.Time
+	sinceRelease int
 
-	scratch scratch   // encoding buffers (journal_format.go)
-	dones   doneChans // queued writes' outcome channels (journal_write.go)
+	scratch scratch // encoding buffers (journal_format.go)
 
-	// writeAt writes records to a journal file: (*os.File).WriteAt, which
-	// tests replace to hold or fail a write.
-	writeAt func(f *os.File, b []byte, off int64) (int, error)
+	// noSpace is Config.NoSpace; noMap writes the files with pwrite
+	// rather than through a mapping (tests).
+	noSpace func() error
+	noMap   bool
 
 	kick     chan struct{}
 	stop     chan struct{}
@@ -96,18 +92,15 @@ type jrec struct {
 
 var errClosed = errors.New("the database is closed")
 
-func newJournal(dbPath string) *journal {
-	j := &journal{
-		path:      [2]string{dbPath + ".journal0", dbPath + ".journal1"},
-		ids:       map[string]jstate{},
-		writingTo: -1,
-		writeAt:   (*os.File).WriteAt,
-		kick:      make(chan struct{}, 1),
-		stop:      make(chan struct{}),
-		done:      make(chan struct{}),
+func newJournal(dbPath string, noSpace func() error) *journal {
+	return &journal{
+		path:    [2]string{dbPath + ".journal0", dbPath + ".journal1"},
+		ids:     map[string]jstate{},
+		noSpace: noSpace,
+		kick:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
 	}
-	j.settled = sync.NewCond(&j.mu)
-	return j
 }
 
 // closeJournal stops the flusher, applies what is pending and removes the
@@ -118,9 +111,6 @@ func (db *DB) closeJournal() error {
 	<-j.done
 	j.mu.Lock()
 	j.closed = true
-	for j.writing { // records queued before Close are written first
-		j.settled.Wait()
-	}
 	j.mu.Unlock()
 	err := db.flush()
 	if err == nil {
@@ -134,13 +124,13 @@ func (db *DB) closeJournal() error {
 		if f == nil {
 			continue
 		}
-		if cerr := f.Close(); cerr != nil && err == nil {
+		if cerr := f.close(); cerr != nil && err == nil {
 			err = cerr
 		}
 		j.files[i] = nil
 		if err == nil {
 			// Applied: the file holds nothing bbolt lacks.
-			if rerr := os.Remove(j.path[i]); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			if rerr := os.Remove(f.path); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
 				err = rerr
 			}
 		}

@@ -2,8 +2,10 @@ package storage
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -11,17 +13,19 @@ import (
 
 // Flushing the journal. Two files take turns: records are appended to the
 // active one; a flush makes the other one active, applies every pending
-// record (journal_apply.go), then empties the file it left, all of whose
-// records are then in bbolt. A flush that fails (the disk is full) leaves
-// both files as they are, keeps its records pending and is retried, with a
-// growing delay, until bbolt takes them.
+// record (journal_apply.go), then starts the file it left on a new round
+// (journal_file.go), all of its records being in bbolt: a header write,
+// no system call. A flush that fails (the disk is full) leaves both files
+// as they are, keeps its records pending and is retried, with a growing
+// delay, until bbolt takes them; meanwhile records go on being appended to
+// the active file, since the other one holds records bbolt lacks.
 
 const (
 	// A flush starts once this many records or bytes are pending, or
 	// journalDelay after the first pending record.
-	journalRecords = 512
-	journalBytes   = 1 << 20
-	journalDelay   = 50 * time.Millisecond
+	journalRecords = 1024
+	journalBytes   = 2 << 20
+	journalDelay   = 100 * time.Millisecond
 	// A flush that failed is retried after journalDelay, then after twice
 	// as long each time, up to maxRetryDelay.
 	maxRetryDelay = 2 * time.Second
@@ -29,6 +33,12 @@ const (
 	// them itself before it returns, so memory stays bounded; when bbolt
 	// fails, writes are refused instead.
 	journalMaxBytes = 16 << 20
+	// bbolt's mapped pages are given back (releaseMapped) once this many
+	// bytes of records were applied since the last time, or at the first
+	// flush after releaseEvery: not after every flush, since each page
+	// given back that the next transaction reads is a page fault.
+	releaseBytes = 8 << 20
+	releaseEvery = 10 * time.Second
 )
 
 // runJournal flushes the journal in the background until Close.
@@ -116,14 +126,15 @@ func (db *DB) flushLocked() error {
 		j.mu.Unlock()
 		return nil
 	}
-	old := j.active
-	j.active = 1 - old
-	// A write to the old file that started before the switch ends there:
-	// its records belong to this batch, since the file is emptied after.
-	for j.writingTo == old {
-		j.settled.Wait()
+	// The other file becomes active if it holds nothing bbolt lacks: it
+	// was started on a new round when its records were applied. (When a
+	// flush failed, it holds the records still pending: the active file
+	// stays.)
+	if o := j.files[1-j.active]; o == nil || o.off == o.hdr {
+		j.active = 1 - j.active
 	}
 	batch := j.pending
+	size := j.bytes
 	lastSeq := batch[len(batch)-1].seq
 	known := j.lastBolt // replaced, never changed in place
 	j.mu.Unlock()
@@ -168,14 +179,7 @@ func (db *DB) flushLocked() error {
 	if last := maxPutID(batch); bytes.Compare(last, j.lastBolt) > 0 {
 		j.lastBolt = bytes.Clone(last)
 	}
-	// Every record of the old file is in bbolt now: records after lastSeq
-	// went to the other file.
-	var terr error
-	if f := j.files[old]; f != nil && j.sizes[old] > fileHeaderLen {
-		if terr = f.Truncate(fileHeaderLen); terr == nil {
-			j.sizes[old] = fileHeaderLen
-		}
-	}
+	terr := j.recycle()
 	j.mu.Unlock()
 	if recovered {
 		db.logf("storage: %s takes writes again; the journal is applied", db.path)
@@ -184,7 +188,11 @@ func (db *DB) flushLocked() error {
 	if terr != nil {
 		return fmt.Errorf("storage: empty journal of %s: %w", db.path, terr)
 	}
-	db.releaseMapped()
+	j.sinceRelease += size
+	if now := db.now(); j.sinceRelease >= releaseBytes || now.Sub(j.releasedAt) >= releaseEvery {
+		db.releaseMapped()
+		j.releasedAt, j.sinceRelease = now, 0
+	}
 
 	if res.created > 0 {
 		after := db.puts.Add(int64(res.created))
@@ -195,6 +203,33 @@ func (db *DB) flushLocked() error {
 		}
 	}
 	return nil
+}
+
+// recycle starts each file all of whose records bbolt has on a new round,
+// numbered after every record written so far, or removes it when a
+// previous process left it. j.mu is held.
+func (j *journal) recycle() error {
+	var err error
+	for i, f := range j.files {
+		if f == nil || f.off == f.hdr || f.last > j.applied {
+			continue
+		}
+		if f.inherited {
+			rerr := f.close()
+			if rerr == nil {
+				if rerr = os.Remove(f.path); errors.Is(rerr, os.ErrNotExist) {
+					rerr = nil
+				}
+			}
+			if rerr == nil {
+				j.files[i] = nil
+			}
+			err = cmp.Or(err, rerr)
+			continue
+		}
+		err = cmp.Or(err, f.reuse(j.seq+1))
+	}
+	return err
 }
 
 // maxPutID returns the greatest delivery id that recs put, nil if none.

@@ -23,17 +23,47 @@ import (
 //	recPut      id, meta, summary, run id, body
 //	recAttempt  id, attempt
 //
+// Format 2, which this devhook writes, reuses a file in place: a file is
+// mapped and written over again from its start once bbolt has every
+// record it holds (journal_file.go). Its header goes on for 16 bytes more:
+// the uint64 sequence number its records start at this time round, the
+// uint32 high-water mark (the offset past the furthest byte any round
+// wrote: it is raised before a record that goes further is copied), and a
+// CRC-32C of those 12 bytes; records follow from byte 32. Reading stops at
+// the first record that is not intact, or whose sequence number is not
+// the one after its predecessor's (the first one's: not below the
+// header's), unless an intact record with a greater sequence number comes
+// further on: then what lies between is damage (journal_recovery.go).
+// What a file holds after its last record, up to the high-water mark, is
+// the torn start of a record that was never acknowledged, then records of
+// earlier rounds, all numbered below the header's and never replayed, and
+// the tails of earlier rounds' records whose starts a later round wrote
+// over. A record there whose header is intact and whose body is not is
+// damage (a record's header is written before its body, and a later round
+// that overwrote a header overwrote what came before it, never after).
+// After the high-water mark there is nothing but zeros (the file grows by
+// ftruncate); anything else there is damage, but for the start of a record
+// cut short by the end of the file, a torn write.
+//
+// Format 1, written by devhook before format 2, has the 16-byte header
+// alone and records from byte 16 to the end of the file; it is read as it
+// always was. <file>.rejected, where the records bbolt refused are kept
+// (journal_apply.go), is written in format 1: it only grows.
+//
 // A header whose version is above journalVersion is a newer devhook's
-// (errNewerJournal). <file>.rejected, where the records bbolt refused are
-// kept (journal_apply.go), has the same format.
+// (errNewerJournal).
 
 const (
 	recPut     = 1 // id, meta, summary, run id, body
 	recAttempt = 2 // id, attempt
 
 	journalMagic   = "devhookJ"
-	journalVersion = 1
-	fileHeaderLen  = 16
+	journalVersion = 2
+	fileHeaderLen  = 16 // format 1's header; format 2's starts the same
+	// fileHeaderLen2 is format 2's header: startAt is where its start
+	// sequence number and the CRC-32C of it are.
+	fileHeaderLen2 = 32
+	startAt        = 16
 	recMarker      = 0xd7e4a11c
 	recHeaderLen   = 16
 	// recMaxLen bounds a record's body; a longer length is damage.
@@ -44,10 +74,38 @@ const (
 // one back (the one its hardware path recognises).
 func crcTable() *crc32.Table { return crc32.MakeTable(crc32.Castagnoli) }
 
-func appendFileHeader(b []byte) []byte {
+// appendFileHeader appends a format 1 header: the rejected file's.
+func appendFileHeader(b []byte) []byte { return appendVersionHeader(b, 1) }
+
+func appendVersionHeader(b []byte, version uint32) []byte {
 	b = append(b, journalMagic...)
-	b = binary.BigEndian.AppendUint32(b, journalVersion)
+	b = binary.BigEndian.AppendUint32(b, version)
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[len(b)-12:], crcTable()))
+}
+
+// appendFileHeader2 appends a format 2 header whose records start at seq
+// start, nothing written after it yet.
+func appendFileHeader2(b []byte, start uint64) []byte {
+	b = appendVersionHeader(b, journalVersion)
+	return appendStart(b, start, fileHeaderLen2)
+}
+
+// appendStart appends the part of a format 2 header that changes: the
+// start sequence number, the high-water mark and their CRC-32C.
+func appendStart(b []byte, start uint64, hwm int64) []byte {
+	b = binary.BigEndian.AppendUint64(b, start)
+	b = binary.BigEndian.AppendUint32(b, uint32(hwm))
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b[len(b)-12:], crcTable()))
+}
+
+// readStart returns the start sequence number and the high-water mark of
+// a format 2 header, and whether their checksum holds.
+func readStart(h []byte) (start uint64, hwm int, ok bool) {
+	if len(h) < fileHeaderLen2 {
+		return 0, 0, false
+	}
+	s := h[startAt:]
+	return binary.BigEndian.Uint64(s), int(binary.BigEndian.Uint32(s[8:])), crc32.Checksum(s[:12], crcTable()) == binary.BigEndian.Uint32(s[12:])
 }
 
 // frame fills in the header of record b, whose first recHeaderLen bytes

@@ -17,19 +17,25 @@ import (
 // Recovering the journal: what Open does with a journal file it finds.
 //
 //   - intact, or cut short at its end (a torn tail, from a process killed in
-//     the middle of a write): applies every record, then removes the file.
-//     A torn tail was never acknowledged and is not reported.
+//     the middle of a write), or followed by records of an earlier round
+//     (format 2: numbered below its header's start, or not after the
+//     record before them): applies every record of the file's last round,
+//     then removes the file. A torn tail was never acknowledged and is not
+//     reported; nor are an earlier round's records, which bbolt has.
 //   - damaged in the middle (a record whose checksum fails, followed by
-//     intact ones): applies every intact record, skipping the damaged ones
-//     by their length when their header is intact, else by searching for
-//     the next marker whose header and body verify; then renames the file
-//     to <name>.damaged-<UTC time> and reports it through Config.Logf.
-//     Evidence is never deleted.
+//     intact ones of the same round): applies every intact record,
+//     skipping the damaged ones by their length when their header is
+//     intact (format 1), else by searching for the next marker whose header
+//     and body verify (and, format 2, whose seq is above the last one
+//     read); then renames the file to <name>.damaged-<UTC time> and reports
+//     it through Config.Logf. Evidence is never deleted.
 //   - not starting with the magic (not ours, its first bytes damaged, or
 //     a journal of a devhook from before the header): reads nothing from
 //     it, renames it the same way and reports it. Refusing to open would
 //     stop devhook until someone moves the file; setting it aside keeps the
-//     evidence and the store working.
+//     evidence and the store working. A file of zeros alone is one created
+//     and killed before its header was written: nothing to read, nothing
+//     to report.
 //   - written by a newer devhook (a verified header with a higher version):
 //     Open fails, telling the user to upgrade, and touches nothing.
 
@@ -38,6 +44,10 @@ type journalScan struct {
 	recs    []jrec
 	foreign string // why the file was not read at all; "" if it was
 	damaged string // what was wrong with it, when records were skipped
+	// hdr is where its records start (fileHeaderLen: format 1), end where
+	// the last one read ends.
+	hdr, end int
+	start    uint64 // format 2: its header's start seq
 }
 
 func allZero(b []byte) bool {
@@ -49,38 +59,66 @@ func allZero(b []byte) bool {
 	return true
 }
 
-// journalFile is a journal file Open found, and what it holds.
-type journalFile struct {
+// foundJournal is a journal file Open found, and what it holds.
+type foundJournal struct {
 	path string
 	scan journalScan
 }
 
 // scanJournal returns the intact records of a journal file's contents.
 func scanJournal(data []byte) (journalScan, error) {
-	var s journalScan
-	header := appendFileHeader(nil)
-	switch {
-	case len(data) < fileHeaderLen:
-		if bytes.HasPrefix(header, data) || allZero(data) {
-			return s, nil // created, and the process killed before its header was written
+	s := journalScan{hdr: fileHeaderLen2, end: fileHeaderLen2}
+	if allZero(data) {
+		return s, nil // created, and the process killed before its header was written
+	}
+	if len(data) < fileHeaderLen {
+		if bytes.HasPrefix(appendFileHeader(nil), data) || bytes.HasPrefix(appendVersionHeader(nil, journalVersion), data) {
+			return s, nil // the same, its header cut short
 		}
 		s.foreign = "it is too short for a journal header and not the start of one"
 		return s, nil
-	case string(data[:len(journalMagic)]) != journalMagic:
+	}
+	if string(data[:len(journalMagic)]) != journalMagic {
 		s.foreign = "it does not start with devhook's journal magic"
 		return s, nil
 	}
 	version := binary.BigEndian.Uint32(data[8:])
 	headerOK := crc32.Checksum(data[:12], crcTable()) == binary.BigEndian.Uint32(data[12:])
+	start, hwm, startOK := readStart(data)
+	s.start = start
 	switch {
 	case headerOK && version > journalVersion:
 		return s, errNewerJournal(version)
 	case headerOK && version < 1:
 		s.foreign = fmt.Sprintf("it has the unknown journal format %d", version)
-		return s, nil
-	case !headerOK:
+	case headerOK && version == 1:
+		scanRecords1(data, &s)
+	case headerOK && len(data) < fileHeaderLen2:
+		// Its header cut short: no record can follow.
+	case headerOK && !startOK:
+		// Its start sequence number is unknown: every intact record is
+		// read, an earlier round's too (bbolt has them: applying them
+		// again changes nothing).
+		s.damaged = "its header's start sequence number is damaged"
+		scanRecords2(data, 0, &s)
+	case headerOK:
+		scanRecords2(data, start, &s)
+		checkTail2(data, hwm, &s)
+	case startOK: // its version unknown, its start verified: format 2
 		s.damaged = "its header is damaged"
+		scanRecords2(data, start, &s)
+		checkTail2(data, hwm, &s)
+	default:
+		s.damaged = "its header is damaged"
+		scanRecords1(data, &s)
 	}
+	return s, nil
+}
+
+// scanRecords1 reads the records of a format 1 file: to its end, skipping
+// damage.
+func scanRecords1(data []byte, s *journalScan) {
+	s.hdr, s.end = fileHeaderLen, fileHeaderLen
 	skipped := 0
 	for off := fileHeaderLen; off < len(data); {
 		size, st := frameAt(data[off:])
@@ -89,6 +127,7 @@ func scanJournal(data []byte) (journalScan, error) {
 			if err == nil {
 				s.recs = append(s.recs, r)
 				off += size
+				s.end = off
 				continue
 			}
 			st = frameBadBody // verified, yet not a record we know: skip it
@@ -99,23 +138,113 @@ func scanJournal(data []byte) (journalScan, error) {
 		next := len(data)
 		if st == frameBadBody {
 			next = off + size // the header is intact: so is the length
-		} else if at := resync(data[off+1:]); at >= 0 {
+		} else if at := resync(data[off+1:], 0); at >= 0 {
 			next = off + 1 + at
 		}
 		skipped += next - off
 		off = next
 	}
-	if skipped > 0 {
+	s.noteSkipped(skipped)
+}
+
+// scanRecords2 reads the records of a format 2 file's round that starts
+// at seq start: each the one after the one before, until one is not. An
+// intact record further on with a greater seq makes what lies between
+// damage; without one, the round ends there.
+func scanRecords2(data []byte, start uint64, s *journalScan) {
+	skipped := 0
+	prev := max(start, 1) - 1 // the first record may be numbered above start
+	first := true
+	for off := fileHeaderLen2; off < len(data); {
+		size, st := frameAt(data[off:])
+		if st == frameOK {
+			r, err := decodeRecord(data[off : off+size])
+			if err == nil && (r.seq == prev+1 || first && r.seq > prev) {
+				s.recs = append(s.recs, r)
+				prev, first = r.seq, false
+				off += size
+				s.end = off
+				continue
+			}
+		}
+		at := resync(data[off+1:], prev)
+		if at < 0 {
+			break // the end of the round
+		}
+		skipped += 1 + at
+		off += 1 + at
+		first = true // whatever its seq, as long as it is above prev
+	}
+	s.noteSkipped(skipped)
+}
+
+// checkTail2 looks at what a format 2 file holds after its last round's
+// records (journal_format.go): up to the high-water mark hwm, past the
+// torn record there may be, a record whose header is intact and whose body
+// is not is damage; after it, anything but zeros is (but for the start of
+// a record that the end of the file cuts short: a torn write).
+func checkTail2(data []byte, hwm int, s *journalScan) {
+	hwm = min(max(hwm, s.end), len(data))
+	off := s.end
+	if size, st := frameAt(data[off:hwm]); st == frameBadBody {
+		off += size // the record a kill cut short
+	} else if st == frameTorn {
+		off = hwm
+	}
+	var m [4]byte
+	binary.BigEndian.PutUint32(m[:], recMarker)
+	damaged := 0
+	for off < hwm {
+		i := bytes.Index(data[off:hwm], m[:])
+		if i < 0 {
+			break
+		}
+		off += i
+		size, st := frameAt(data[off:hwm])
+		switch st {
+		case frameOK:
+			off += size
+		case frameBadBody:
+			damaged += size
+			off += size
+		default:
+			off++
+		}
+	}
+	if damaged > 0 {
+		s.note(fmt.Sprintf("%d bytes of records of an earlier round damaged", damaged))
+	}
+	if i := slices.IndexFunc(data[hwm:], func(c byte) bool { return c != 0 }); i >= 0 {
+		if _, st := frameAt(data[hwm+i:]); st == frameTorn {
+			return // a record cut short by the end of the file: a torn write
+		}
+		last := len(data) - 1
+		for data[last] == 0 {
+			last--
+		}
+		s.note(fmt.Sprintf("%d bytes after the end of what was written to it are not zeros", last+1-(hwm+i)))
+	}
+}
+
+func (s *journalScan) note(what string) {
+	if s.damaged != "" {
+		s.damaged += "; "
+	}
+	s.damaged += what
+}
+
+func (s *journalScan) noteSkipped(n int) {
+	if n > 0 {
 		if s.damaged != "" {
 			s.damaged += "; "
 		}
-		s.damaged += fmt.Sprintf("%d damaged bytes skipped", skipped)
+		s.damaged += fmt.Sprintf("%d damaged bytes skipped", n)
 	}
-	return s, nil
 }
 
-// resync returns the offset of the first intact record in b, or -1.
-func resync(b []byte) int {
+// resync returns the offset of the first intact record in b whose seq is
+// above after, or -1.
+func resync(b []byte, after uint64) int {
 	var m [4]byte
 	binary.BigEndian.PutUint32(m[:], recMarker)
 	for off := 0; ; {
@@ -124,9 +253,14 @@ func resync(b []byte) int {
 			return -1
 		}
 		off += i
-		if size, st := frameAt(b[off:]); st == frameOK {
-			if _, err := decodeRecord(b[off : off+size]); err == nil {
-				return off
+		// The seq is read before the body's checksum is checked: an
+		// earlier round's records, which a file's tail holds by the
+		// thousand, are passed over without one.
+		if h := b[off:]; len(h) >= recHeaderLen+8 && binary.BigEndian.Uint64(h[recHeaderLen:]) > after {
+			if size, st := frameAt(h); st == frameOK {
+				if r, err := decodeRecord(h[:size]); err == nil && r.seq > after {
+					return off
+				}
 			}
 		}
 		off++
@@ -199,7 +333,7 @@ func (db *DB) setAside(path string) (string, error) {
 // records are appended to them; the flusher applies them all once bbolt
 // takes writes. Applying a record twice (a process killed after a flush
 // applied it, before the file was emptied) changes nothing.
-func (db *DB) keepJournal(recs []jrec, files []journalFile, err error) error {
+func (db *DB) keepJournal(recs []jrec, files []foundJournal, err error) error {
 	j := db.journal
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -220,21 +354,19 @@ func (db *DB) keepJournal(recs []jrec, files []journalFile, err error) error {
 		if i < 0 || jf.scan.foreign != "" || jf.scan.damaged != "" || len(jf.scan.recs) == 0 {
 			continue // set aside above, or nothing to keep: written afresh
 		}
-		// Its records lie end to end after the header: a torn tail is
-		// cut off, so that the records appended next are read back.
-		end := int64(fileHeaderLen)
-		for _, r := range jf.scan.recs {
-			end += int64(len(r.raw))
-		}
-		f, err := os.OpenFile(jf.path, os.O_RDWR, 0)
+		// Records are appended after its own, in its own format, until
+		// it is applied and removed (recycle).
+		last := jf.scan.recs[len(jf.scan.recs)-1].seq
+		f, err := openInherited(jf.path, int64(jf.scan.hdr), int64(jf.scan.end), jf.scan.start, last)
 		if err != nil {
-			return fmt.Errorf("storage: open journal %s: %w", jf.path, err)
+			return fmt.Errorf("storage: %w", err)
 		}
-		if err := f.Truncate(end); err != nil {
-			f.Close()
-			return fmt.Errorf("storage: open journal %s: %w", jf.path, err)
-		}
-		j.files[i], j.sizes[i] = f, end
+		j.files[i] = f
+	}
+	// New records go to a file of their own, or after the newest records.
+	j.active = 0
+	if o := j.files[1]; j.files[0] != nil && (o == nil || o.last > j.files[0].last) {
+		j.active = 1
 	}
 	j.loadPending(recs)
 	j.failed = fmt.Errorf("storage: apply journal to %s: %w", db.path, err)
@@ -290,8 +422,8 @@ func (db *DB) readJournal() error {
 // scanJournals reads the journal files there are, and returns each with
 // what its scan found, and all their records in sequence order. A journal
 // a newer devhook wrote is an error, and nothing is touched.
-func (db *DB) scanJournals() ([]journalFile, []jrec, error) {
-	var files []journalFile
+func (db *DB) scanJournals() ([]foundJournal, []jrec, error) {
+	var files []foundJournal
 	var recs []jrec
 	for _, p := range db.journal.path {
 		data, err := os.ReadFile(p)
@@ -305,7 +437,7 @@ func (db *DB) scanJournals() ([]journalFile, []jrec, error) {
 		if newer := errNewerJournal(0); errors.As(err, &newer) {
 			return nil, nil, devhook.Errorf(devhook.EINVALID, "storage: %s was written by a newer devhook (%v): upgrade devhook; the journal was left untouched", p, err)
 		}
-		files = append(files, journalFile{p, s})
+		files = append(files, foundJournal{p, s})
 		recs = append(recs, s.recs...)
 	}
 	slices.SortFunc(recs, func(a, b jrec) int { return cmp.Compare(a.seq, b.seq) })

@@ -6,6 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -299,5 +302,126 @@ func TestJournal_WriteAfterClose(t *testing.T) {
 	}
 	if _, err := db.AddAttempt(id(1), newAttempt(1)); err == nil {
 		t.Fatal("AddAttempt after Close succeeded")
+	}
+}
+
+// syscw returns how many write system calls (write, pwrite, writev…) this
+// process has made, from /proc/self/io.
+func syscw(t *testing.T) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/io")
+	if err != nil {
+		t.Skipf("no write counts here: %v", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "syscw: "); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Skip("no syscw in /proc/self/io")
+	return 0
+}
+
+// Recording makes no system call per record: a record is a copy into the
+// mapped journal file (journal_file.go). Each was a pwrite before (a
+// delivery, its put and its attempt, two of them alone).
+func TestJournal_NoWriteCallPerRecord(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the journal is mapped on unix; write calls are counted on Linux")
+	}
+	db := MustOpenDB(t, storage.Config{MaxDeliveries: -1, MaxAge: -1})
+	release := db.HoldFlushes() // bbolt's commits are write calls: not now
+	defer release()
+	mustPut(t, db, newDelivery(0)) // the file is created
+	const n = 500
+	before := syscw(t)
+	for i := 1; i <= n; i++ {
+		mustPut(t, db, newDelivery(i))
+		if _, err := db.AddAttempt(id(i), newAttempt(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w := syscw(t) - before; w > n/50 {
+		t.Errorf("%d write calls to record %d deliveries and their attempts, want at most %d", w, n, n/50)
+	}
+	if c, err := db.Count(); err != nil || c != n+1 {
+		t.Errorf("Count() = %d, %v; want %d", c, err, n+1)
+	}
+}
+
+// A journal file is reused in place once bbolt has its records, the
+// earlier round's records left after the new ones: a process killed then
+// replays none of them, and a delivery deleted meanwhile stays deleted.
+func TestJournal_ReusedFileReplaysItsLastRoundOnly(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	db := MustOpenPath(t, path, storage.Config{MaxDeliveries: -1, MaxAge: -1})
+	for round := range 4 {
+		for i := round * 50; i < round*50+50; i++ {
+			mustPut(t, db, newDelivery(i))
+			if _, err := db.AddAttempt(id(i), newAttempt(i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := db.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := db.Delete([]string{id(7), id(120)}); err != nil {
+		t.Fatal(err)
+	}
+	release := db.HoldFlushes()
+	defer release()
+	for i := 1000; i < 1003; i++ {
+		mustPut(t, db, newDelivery(i))
+	}
+	// Killed now: a copy of the files. Both journal files were reused;
+	// their last rounds hold three records, the rounds before many more.
+	killed := filepath.Join(t.TempDir(), "devhook.db")
+	held, size := 0, 0
+	for _, suffix := range []string{"", ".journal0", ".journal1"} {
+		b, err := os.ReadFile(path + suffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if suffix != "" {
+			held += len(storage.RecordOffsets(b))
+			size += len(bytes.TrimRight(b, "\x00"))
+		}
+		if err := os.WriteFile(killed+suffix, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if held != 3 || size < 20<<10 {
+		t.Fatalf("the journal files hold %d records of their last rounds in %d bytes, want 3 after earlier rounds' records", held, size)
+	}
+	var logs []string
+	kdb := MustOpenPath(t, killed, storage.Config{MaxDeliveries: -1, MaxAge: -1, Logf: func(f string, a ...any) { logs = append(logs, fmt.Sprintf(f, a...)) }})
+	gone(t, kdb, 7)
+	gone(t, kdb, 120)
+	if n, err := kdb.Count(); err != nil || n != 200-2+3 {
+		t.Errorf("after the kill: Count() = %d, %v; want %d", n, err, 200-2+3)
+	}
+	if len(logs) != 0 {
+		t.Errorf("Open said %q, want nothing", logs)
+	}
+	// Only the last round is read: with an empty store beside them, the
+	// files give the three deliveries recorded last, and nothing else.
+	empty := filepath.Join(t.TempDir(), "devhook.db")
+	for _, suffix := range []string{".journal0", ".journal1"} {
+		b, err := os.ReadFile(path + suffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(empty+suffix, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	edb := MustOpenPath(t, empty, storage.Config{MaxDeliveries: -1, MaxAge: -1})
+	if n, err := edb.Count(); err != nil || n != 3 {
+		t.Errorf("the journal files alone: Count() = %d, %v; want the 3 of their last rounds", n, err)
 	}
 }

@@ -14,9 +14,10 @@ import (
 	"github.com/devhook/devhook"
 )
 
-// The group write of journal_write.go: concurrent records share a write(2), a
-// failed write fails exactly the calls whose records it held, and leaves
-// the journal as if they had never been made.
+// Writing to the journal (journal_write.go, journal_file.go): a record is
+// a copy into a mapped file; a write that fails fails its call alone and
+// leaves the journal as if it had never been made; a copy that faults is
+// written with pwrite instead.
 
 func writeTestDelivery(i int) *devhook.Delivery {
 	body := fmt.Appendf(nil, `{"event_type":"run.status","data":{"run_id":"run-%d","n":%d}}`, i%3, i)
@@ -38,83 +39,22 @@ func writeTestAttempt(status int) devhook.Attempt {
 		StartedAt: time.Date(2026, 3, 4, 10, 0, 0, 0, time.UTC), Status: status, Body: []byte("ok")}
 }
 
-// gatedWrites replaces the journal's write(2): the write calls see pass to
-// the file, except that the first one waits for open to be closed, and
-// those for which fail returns an error write half their bytes and fail.
-type gatedWrites struct {
-	entered chan struct{} // closed when the first write is waiting
-	open    chan struct{}
-	fail    func(call int) error
-
-	mu    sync.Mutex
-	calls int
-	recs  []int // records in each write
-}
-
-func gateWrites(db *DB, fail func(call int) error) *gatedWrites {
-	g := &gatedWrites{entered: make(chan struct{}), open: make(chan struct{}), fail: fail}
-	db.journal.mu.Lock()
-	db.journal.writeAt = g.writeAt
-	db.journal.mu.Unlock()
-	return g
-}
-
-func (g *gatedWrites) writeAt(f *os.File, b []byte, off int64) (int, error) {
-	g.mu.Lock()
-	g.calls++
-	call := g.calls
-	g.recs = append(g.recs, len(RecordOffsets(append(appendFileHeader(nil), b...))))
-	g.mu.Unlock()
-	if call == 1 {
-		close(g.entered)
-		<-g.open
-	}
-	if g.fail != nil {
-		if err := g.fail(call); err != nil {
-			n, _ := f.WriteAt(b[:len(b)/2], off) // torn, as on a full disk
-			return n, err
-		}
-	}
-	return f.WriteAt(b, off)
-}
-
-func (g *gatedWrites) records() []int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return append([]int(nil), g.recs...)
-}
-
-// waitQueued waits until n records are queued behind the write under way.
-func waitQueued(t *testing.T, db *DB, n int) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		db.journal.mu.Lock()
-		q := len(db.journal.queue)
-		db.journal.mu.Unlock()
-		if q == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d records queued, want %d", q, n)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
-
-func openWriteTest(t *testing.T) (*DB, string) {
+func openWriteTest(t *testing.T, noMap bool) (*DB, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "devhook.db")
 	db, err := Open(path, Config{MaxDeliveries: -1, MaxAge: -1, Logf: t.Logf})
 	if err != nil {
 		t.Fatal(err)
 	}
+	db.journal.noMap = noMap
 	t.Cleanup(func() { _ = db.Close() })
 	return db, path
 }
 
-// checkJournalFile fails unless the active journal file holds exactly
-// want intact records and nothing after them.
-func checkJournalFile(t *testing.T, db *DB, want int) {
+// checkJournalFile fails unless the active journal file's last round holds
+// exactly want intact records, numbered one after the other, and returns
+// their seqs.
+func checkJournalFile(t *testing.T, db *DB, want int) []uint64 {
 	t.Helper()
 	db.journal.mu.Lock()
 	path := db.journal.path[db.journal.active]
@@ -127,58 +67,44 @@ func checkJournalFile(t *testing.T, db *DB, want int) {
 	if err != nil || s.damaged != "" || s.foreign != "" || len(s.recs) != want {
 		t.Fatalf("journal: %d records, %q %q, %v; want %d intact", len(s.recs), s.damaged, s.foreign, err, want)
 	}
-	end := fileHeaderLen
+	var seqs []uint64
 	for _, r := range s.recs {
-		end += len(r.raw)
+		seqs = append(seqs, r.seq)
 	}
-	if end != len(data) {
-		t.Fatalf("journal: %d bytes after its last record, want none (a failed write is cut off)", len(data)-end)
-	}
+	return seqs
 }
 
-func TestJournalWrite_ConcurrentRecordsShareAWrite(t *testing.T) {
-	db, _ := openWriteTest(t)
-	release := db.HoldFlushes()
-	defer release()
-	g := gateWrites(db, nil)
-	const n = 8
-	errs := make(chan error, n+1)
-	go func() { _, err := db.PutDelivery(writeTestDelivery(0)); errs <- err }()
-	<-g.entered
-	for i := 1; i <= n; i++ {
-		go func() { _, err := db.PutDelivery(writeTestDelivery(i)); errs <- err }()
-	}
-	waitQueued(t, db, n)
-	close(g.open)
-	for range n + 1 {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
+// failingWrites fails the pwrite calls for which fail returns an error,
+// after writing half their bytes, as a full disk does.
+func failingWrites(fail func(call int) error) func(f *os.File, b []byte, off int64) (int, error) {
+	var mu sync.Mutex
+	calls := 0
+	return func(f *os.File, b []byte, off int64) (int, error) {
+		mu.Lock()
+		calls++
+		call := calls
+		mu.Unlock()
+		if err := fail(call); err != nil {
+			n, _ := f.WriteAt(b[:len(b)/2], off)
+			return n, err
 		}
-	}
-	if got := g.records(); len(got) != 2 || got[0] != 1 || got[1] != n {
-		t.Fatalf("records per write: %v, want [1 %d]: the queued records in one write", got, n)
-	}
-	if p := db.Pending(); p != n+1 {
-		t.Fatalf("%d records pending, want %d", p, n+1)
-	}
-	checkJournalFile(t, db, n+1)
-	// A lone write does not wait for anyone.
-	if _, err := db.AddAttempt(writeTestDelivery(0).ID, writeTestAttempt(200)); err != nil {
-		t.Fatal(err)
-	}
-	if got := g.records(); len(got) != 3 || got[2] != 1 {
-		t.Fatalf("records per write: %v, want a third write of one record", got)
+		return f.WriteAt(b, off)
 	}
 }
 
-// A write that fails fails the calls whose records it held, and only
-// them: their records are not pending, the file is cut back, their
-// deliveries have the state they had (an attempt lost is not counted, a
-// delivery lost can be put again), and the calls after succeed.
-func TestJournalWrite_FailedWriteFailsItsRecordsOnly(t *testing.T) {
-	db, path := openWriteTest(t)
-	var once sync.Once
+// A write that fails fails its call, and only it: its record is not
+// pending, its seq is not taken (the records in the file stay numbered one
+// after the other), its delivery has the state it had (an attempt lost is
+// not counted, a delivery lost can be put again), and the calls after
+// succeed; the half record it left is written over, and what a reopen
+// reads is what was acknowledged. Written with pwrite (noMap), the only
+// way a write fails but for a fault in the mapping, which ends in pwrite
+// too (TestJournalWrite_FaultEndsInWrite); the failure is injected, as a
+// disk that refuses exactly one write cannot be made.
+func TestJournalWrite_FailedWriteFailsItsCallOnly(t *testing.T) {
+	db, path := openWriteTest(t, true)
 	hold := db.HoldFlushes()
+	var once sync.Once
 	release := func() { once.Do(hold) }
 	defer release()
 	p := writeTestDelivery(100) // recorded before, pending
@@ -186,50 +112,35 @@ func TestJournalWrite_FailedWriteFailsItsRecordsOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	full := fmt.Errorf("disk full: %w", syscall.ENOSPC)
-	g := gateWrites(db, func(call int) error {
-		if call == 2 {
+	failing := true
+	db.journal.mu.Lock()
+	db.journal.files[db.journal.active].writeAt = failingWrites(func(int) error {
+		if failing {
 			return full
 		}
 		return nil
 	})
-	first := make(chan error, 1)
-	go func() { _, err := db.PutDelivery(writeTestDelivery(0)); first <- err }()
-	<-g.entered
-	// Queued behind it, written together, and failed together.
-	type result struct {
-		what string
-		err  error
+	db.journal.mu.Unlock()
+	if _, err := db.PutDelivery(writeTestDelivery(1)); !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("put on a full disk: %v, want ENOSPC", err)
 	}
-	results := make(chan result, 3)
-	go func() { _, err := db.PutDelivery(writeTestDelivery(1)); results <- result{"put 1", err} }()
-	go func() { _, err := db.PutDelivery(writeTestDelivery(2)); results <- result{"put 2", err} }()
-	go func() { _, err := db.AddAttempt(p.ID, writeTestAttempt(500)); results <- result{"attempt", err} }()
-	waitQueued(t, db, 3)
-	close(g.open)
-	if err := <-first; err != nil {
-		t.Fatalf("the write before the failed one: %v", err)
+	if _, err := db.AddAttempt(p.ID, writeTestAttempt(500)); !errors.Is(err, syscall.ENOSPC) {
+		t.Errorf("attempt on a full disk: %v, want ENOSPC", err)
 	}
-	for range 3 {
-		r := <-results
-		if !errors.Is(r.err, syscall.ENOSPC) {
-			t.Errorf("%s in the failed write: %v, want ENOSPC", r.what, r.err)
-		}
+	if n := db.Pending(); n != 1 {
+		t.Errorf("%d records pending, want 1 (the put before)", n)
 	}
-	if got := g.records(); len(got) != 2 || got[1] != 3 {
-		t.Fatalf("records per write: %v, want the 3 queued in the second", got)
-	}
-	if n := db.Pending(); n != 2 {
-		t.Errorf("%d records pending, want 2 (the two puts that were written)", n)
-	}
-	checkJournalFile(t, db, 2)
 	if _, err := db.Delivery(writeTestDelivery(1).ID); devhook.ErrorCode(err) != devhook.ENOTFOUND {
 		t.Errorf("a delivery whose write failed: %v, want not found", err)
 	}
 	if d, err := db.Delivery(p.ID); err != nil || len(d.Attempts) != 0 {
 		t.Errorf("delivery with a failed attempt: %+v, %v; want no attempt", d, err)
 	}
+	// The file: the one record, then half of the attempt, not damage.
+	checkJournalFile(t, db, 1)
 
 	// Later calls succeed, numbered as if the failed ones were never made.
+	failing = false
 	if created, err := db.PutDelivery(writeTestDelivery(1)); err != nil || !created {
 		t.Errorf("PutDelivery again after its write failed: %v, %v; want created", created, err)
 	}
@@ -237,13 +148,12 @@ func TestJournalWrite_FailedWriteFailsItsRecordsOnly(t *testing.T) {
 	if err != nil || a.Seq != 1 {
 		t.Errorf("AddAttempt after a failed one: Seq %d, %v; want 1", a.Seq, err)
 	}
-	checkJournalFile(t, db, 4)
+	if seqs := checkJournalFile(t, db, 3); seqs[0]+1 != seqs[1] || seqs[1]+1 != seqs[2] {
+		t.Errorf("seqs in the file: %v, want one after the other", seqs)
+	}
 	release()
 
 	// And so after the journal is replayed.
-	db.journal.mu.Lock()
-	db.journal.writeAt = (*os.File).WriteAt
-	db.journal.mu.Unlock()
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -252,11 +162,8 @@ func TestJournalWrite_FailedWriteFailsItsRecordsOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	if n, err := db.Count(); err != nil || n != 3 {
-		t.Errorf("Count() = %d, %v; want 3", n, err)
-	}
-	if _, err := db.Delivery(writeTestDelivery(2).ID); devhook.ErrorCode(err) != devhook.ENOTFOUND {
-		t.Errorf("delivery 2 after reopening: %v, want not found", err)
+	if n, err := db.Count(); err != nil || n != 2 {
+		t.Errorf("Count() = %d, %v; want 2", n, err)
 	}
 	d, err := db.Delivery(p.ID)
 	if err != nil || len(d.Attempts) != 1 || d.Attempts[0].Seq != 1 || d.Attempts[0].Status != 200 {
@@ -264,48 +171,116 @@ func TestJournalWrite_FailedWriteFailsItsRecordsOnly(t *testing.T) {
 	}
 }
 
-// While a delivery's record is being written, its next record waits: a
-// redelivery is not told "recorded already" for a record that the write
-// may yet lose. When it is lost, the redelivery records it.
-func TestJournalWrite_SameDeliveryWaitsForItsWrite(t *testing.T) {
-	db, _ := openWriteTest(t)
-	g := gateWrites(db, func(call int) error {
-		if call == 1 {
-			return syscall.EIO
-		}
-		return nil
-	})
-	d := writeTestDelivery(1)
-	first := make(chan error, 1)
-	go func() { _, err := db.PutDelivery(d); first <- err }()
-	<-g.entered
-	type result struct {
-		created bool
-		err     error
-	}
-	again := make(chan result, 1)
-	go func() { c, err := db.PutDelivery(writeTestDelivery(1)); again <- result{c, err} }()
-	select {
-	case r := <-again:
-		t.Fatalf("the redelivery returned (%v, %v) while the first record was being written", r.created, r.err)
-	case <-time.After(50 * time.Millisecond):
-	}
-	close(g.open)
-	if err := <-first; !errors.Is(err, syscall.EIO) {
-		t.Fatalf("first write: %v, want EIO", err)
-	}
-	if r := <-again; r.err != nil || !r.created {
-		t.Fatalf("the redelivery after the first write failed: %v, %v; want it recorded by this call", r.created, r.err)
-	}
-	if _, err := db.Delivery(d.ID); err != nil {
+// A copy into the mapping that faults (here: the file cut short under it
+// by someone else, at a page boundary after its records) does not crash
+// the process: the record is written with pwrite, and a reopen reads
+// every record acknowledged. A full disk faults the same way
+// (TestJournal_DiskFull, on a real tmpfs).
+func TestJournalWrite_FaultEndsInWrite(t *testing.T) {
+	db, path := openWriteTest(t, false)
+	hold := db.HoldFlushes()
+	var once sync.Once
+	release := func() { once.Do(hold) }
+	defer release()
+	if _, err := db.PutDelivery(writeTestDelivery(0)); err != nil {
 		t.Fatal(err)
+	}
+	db.journal.mu.Lock()
+	jf := db.journal.files[db.journal.active]
+	mapped, end := jf.mem != nil, jf.off
+	var writes int
+	writeAt := jf.writeAt
+	jf.writeAt = func(f *os.File, b []byte, off int64) (int, error) { writes++; return writeAt(f, b, off) }
+	db.journal.mu.Unlock()
+	if !mapped {
+		t.Skip("the journal is not mapped on this system")
+	}
+	page := int64(os.Getpagesize())
+	if err := os.Truncate(jf.path, (end+page-1)/page*page); err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	for i := 1; i <= n; i++ {
+		if _, err := db.PutDelivery(writeTestDelivery(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.journal.mu.Lock()
+	w := writes
+	db.journal.mu.Unlock()
+	if w == 0 {
+		t.Fatal("no copy faulted: the test cut nothing")
+	}
+	checkJournalFile(t, db, n+1)
+	release()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := Open(path, Config{MaxDeliveries: -1, MaxAge: -1, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if c, err := db.Count(); err != nil || c != n+1 {
+		t.Errorf("Count() = %d, %v; want %d", c, err, n+1)
+	}
+}
+
+// Written with pwrite (noMap: as where the file cannot be mapped), the
+// journal holds the same records, and reuses its files the same way.
+func TestJournalWrite_Unmapped(t *testing.T) {
+	db, path := openWriteTest(t, true)
+	for round := range 3 {
+		for i := round * 10; i < round*10+10; i++ {
+			if _, err := db.PutDelivery(writeTestDelivery(i)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := db.AddAttempt(writeTestDelivery(i).ID, writeTestAttempt(200+i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if round < 2 {
+			if err := db.Flush(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	db.journal.mu.Lock()
+	for _, f := range db.journal.files {
+		if f != nil && f.mem != nil {
+			t.Errorf("%s is mapped", f.path)
+		}
+	}
+	db.journal.mu.Unlock()
+	checkJournalFile(t, db, 20)
+	// Killed now: a copy of the files loses nothing.
+	killed := filepath.Join(t.TempDir(), "devhook.db")
+	for _, suffix := range []string{"", ".journal0", ".journal1"} {
+		b, err := os.ReadFile(path + suffix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(killed+suffix, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kdb, err := Open(killed, Config{MaxDeliveries: -1, MaxAge: -1, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kdb.Close()
+	if c, err := kdb.Count(); err != nil || c != 30 {
+		t.Errorf("after a kill: Count() = %d, %v; want 30", c, err)
+	}
+	if d, err := kdb.Delivery(writeTestDelivery(25).ID); err != nil || len(d.Attempts) != 1 || d.Attempts[0].Status != 225 {
+		t.Errorf("after a kill: %+v, %v; want delivery 25 with its attempt", d, err)
 	}
 }
 
 // A delivery whose id sorts before the newest one in bbolt (late, or
 // redelivered) is looked up there; one after it need not be.
 func TestJournal_RedeliveryOfAnAppliedDelivery(t *testing.T) {
-	db, path := openWriteTest(t)
+	db, path := openWriteTest(t, false)
 	for _, i := range []int{5, 1} {
 		if created, err := db.PutDelivery(writeTestDelivery(i)); err != nil || !created {
 			t.Fatalf("put %d: %v, %v", i, created, err)

@@ -113,3 +113,69 @@ func TestOpen_ReadsLittle(t *testing.T) {
 		t.Fatalf("after Open, %d KiB of the %d KiB file are mapped in; want a tenth at most", kib, fi.Size()>>10)
 	}
 }
+
+// bbolt's mapped pages are given back on a cadence, not after every flush
+// (each page given back that the next transaction reads again is a page
+// fault): once releaseBytes of records were applied since the last time,
+// or at the first flush releaseEvery after it.
+func TestReleaseMapped_OnACadence(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	now := time.Date(2026, 3, 4, 10, 0, 0, 0, time.UTC)
+	db, err := Open(path, Config{MaxDeliveries: -1, MaxAge: -1, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	body := bytes.Repeat([]byte("x"), 4000)
+	next := 0
+	// put records n deliveries and applies them in one flush: the
+	// background flusher waits on flushMu meanwhile, and finds nothing.
+	put := func(n int) {
+		t.Helper()
+		db.journal.flushMu.Lock()
+		defer db.journal.flushMu.Unlock()
+		for range n {
+			d := &devhook.Delivery{
+				ID: fmt.Sprintf("0195b1c8-0000-7000-8000-%012x", next), ReceivedAt: now,
+				Method: "POST", Path: "/", Body: append(fmt.Appendf(nil, "%06d", next), body...),
+			}
+			next++
+			if _, err := db.PutDelivery(d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := db.flushLocked(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	touch := func() int {
+		t.Helper()
+		// A body search reads every page of the file through the mapping.
+		if _, err := db.List(devhook.Filter{Text: "not there", Limit: 1}); err != nil {
+			t.Fatal(err)
+		}
+		return mappedKiB(t, path)
+	}
+	put(500)
+	before := touch()
+	if before < 500*4 {
+		t.Fatalf("%d KiB of the file resident after reading all of it, want at least %d", before, 500*4)
+	}
+	put(10)
+	if after := mappedKiB(t, path); after < before*9/10 {
+		t.Errorf("a flush gave back the mapped pages: %d KiB resident, %d before; want them kept until the cadence says", after, before)
+	}
+	now = now.Add(releaseEvery)
+	put(1)
+	if after := mappedKiB(t, path); after > before/10 {
+		t.Errorf("%d KiB resident after a flush %v after the last release, %d before; want a tenth at most", after, releaseEvery, before)
+	}
+	before = touch()
+	// Within the same second. Kept, the pages would be those read before
+	// and the new ones; given back after the commit, what the flush
+	// touched after it (a few pages) is left.
+	put(releaseBytes/len(body) + 100)
+	if after := mappedKiB(t, path); after > before/4 {
+		t.Errorf("%d KiB resident after %d MiB applied, %d before; want a quarter at most", after, releaseBytes>>20, before)
+	}
+}
