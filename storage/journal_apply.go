@@ -248,7 +248,7 @@ func (db *DB) reject(r *jrec, why error) error {
 	path := db.path + ".rejected"
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		return fmt.Errorf("keep a record the database refused (%v): %w", why, err)
+		return fmt.Errorf("keep a record the database refused (%w): %w", why, err)
 	}
 	defer f.Close()
 	var b []byte
@@ -256,10 +256,10 @@ func (db *DB) reject(r *jrec, why error) error {
 		b = appendFileHeader(nil)
 	}
 	if _, err := f.Write(append(b, r.raw...)); err != nil {
-		return fmt.Errorf("keep a record the database refused (%v): %w", why, err)
+		return fmt.Errorf("keep a record the database refused (%w): %w", why, err)
 	}
 	if err := f.Close(); err != nil {
-		return fmt.Errorf("keep a record the database refused (%v): %w", why, err)
+		return fmt.Errorf("keep a record the database refused (%w): %w", why, err)
 	}
 	db.logf("storage: could not apply a journaled record to %s (%v); it is kept in %s and the other records were applied", db.path, why, path)
 	return nil

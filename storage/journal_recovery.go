@@ -435,7 +435,7 @@ func (db *DB) scanJournals() ([]foundJournal, []jrec, error) {
 		}
 		s, err := scanJournal(data)
 		if newer := errNewerJournal(0); errors.As(err, &newer) {
-			return nil, nil, devhook.Errorf(devhook.EINVALID, "storage: %s was written by a newer devhook (%v): upgrade devhook; the journal was left untouched", p, err)
+			return nil, nil, devhook.Errorf(devhook.EINVALID, "storage: %s was written by a newer devhook (%w): upgrade devhook; the journal was left untouched", p, err)
 		}
 		files = append(files, foundJournal{p, s})
 		recs = append(recs, s.recs...)
