@@ -32,7 +32,7 @@ func (a *Agent) Replay(ctx context.Context, id string, opt devhook.ReplayOptions
 		if len(opt.SetHeader) > 0 || len(opt.RemoveHeader) > 0 {
 			h, _, err := HeaderEdit{Set: opt.SetHeader, Remove: opt.RemoveHeader}.Apply(req.Header)
 			if err != nil {
-				return devhook.Attempt{}, devhook.Errorf(devhook.EINVALID, "replay's header edit: %v", err)
+				return devhook.Attempt{}, devhook.Errorf(devhook.EINVALID, "replay's header edit: %w", err)
 			}
 			req.Header = h
 		}
@@ -46,7 +46,7 @@ func (a *Agent) Replay(ctx context.Context, id string, opt devhook.ReplayOptions
 	switch {
 	case opt.To != "":
 		if target, err = ParseTarget(opt.To); err != nil {
-			return devhook.Attempt{}, devhook.Errorf(devhook.EINVALID, "replay target: %v", err)
+			return devhook.Attempt{}, devhook.Errorf(devhook.EINVALID, "replay target: %w", err)
 		}
 	case len(a.targets) > 0:
 		rt = a.replayRoute(d, req)

@@ -17,7 +17,7 @@ import (
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/agent"
-	"github.com/devhook/devhook/check"
+	"github.com/devhook/devhook/hint"
 	"github.com/devhook/devhook/signature"
 	"github.com/devhook/devhook/storage"
 )
@@ -162,29 +162,29 @@ func TestReplayRecordsWhatWasSent(t *testing.T) {
 		made     string
 		resigned bool
 		status   int
-		hint     string // the kind of check.Advise's hint; "" for none
+		hint     string // the kind of hint.Advise's hint; "" for none
 	}{
 		{"body edited, not re-signed", devhook.ReplayOptions{Resign: &no, Body: edited, HasBody: true},
-			devhook.MadeEdited, false, 401, check.HintEditedNotResigned},
+			devhook.MadeEdited, false, 401, hint.EditedNotResigned},
 		{"body edited, re-signed", devhook.ReplayOptions{Resign: &yes, Body: edited, HasBody: true},
 			devhook.MadeEdited, true, 200, ""},
 		{"body edited with the form's headers, Content-Length kept", devhook.ReplayOptions{Resign: &no, Header: withHeader("Content-Length", "327"), Body: edited, HasBody: true},
-			devhook.MadeEdited, false, 401, check.HintEditedNotResigned},
+			devhook.MadeEdited, false, 401, hint.EditedNotResigned},
 		{"signature header edited, not re-signed", devhook.ReplayOptions{Resign: &no, Header: withHeader("Service-Signature", "t=1,v1=00")},
-			devhook.MadeEdited, false, 401, check.HintEditedNotResigned},
+			devhook.MadeEdited, false, 401, hint.EditedNotResigned},
 		{"another header edited, not re-signed", devhook.ReplayOptions{Resign: &no, Header: withHeader("X-Edited", "1")},
 			devhook.MadeEdited, false, 200, ""},
 		{"headers edited, re-signed", devhook.ReplayOptions{Resign: &yes, Header: withHeader("X-Edited", "1")},
 			devhook.MadeEdited, true, 200, ""},
 		{"emptied body, not re-signed", devhook.ReplayOptions{Resign: &no, Body: []byte{}, HasBody: true},
-			devhook.MadeEdited, false, 401, check.HintEditedNotResigned},
+			devhook.MadeEdited, false, 401, hint.EditedNotResigned},
 		{"the same body and headers given", devhook.ReplayOptions{Resign: &no, Header: d.Header.Clone(), Body: body, HasBody: true},
 			devhook.MadeAsArrived, false, 200, ""},
 		{"as arrived", devhook.ReplayOptions{Resign: &no}, devhook.MadeAsArrived, false, 200, ""},
 		{"re-signed", devhook.ReplayOptions{}, devhook.MadeResigned, true, 200, ""},
 		{"to another URL, as arrived", devhook.ReplayOptions{Resign: &no, To: recv.URL + "/base"}, devhook.MadeAsArrived, false, 200, ""},
 		{"to another URL, edited", devhook.ReplayOptions{Resign: &no, To: recv.URL + "/base", Body: edited, HasBody: true},
-			devhook.MadeEdited, false, 401, check.HintEditedNotResigned},
+			devhook.MadeEdited, false, 401, hint.EditedNotResigned},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -217,7 +217,7 @@ func TestReplayRecordsWhatWasSent(t *testing.T) {
 				t.Errorf("recorded attempt %d made %q, re-signed %v; returned %d %q %v", rec.Seq, rec.Made, rec.Resigned(), at.Seq, at.Made, at.Resigned())
 			}
 			assertRecordedAsSent(t, stored, rec, sent)
-			if adv := check.Advise(stored, rec, check.HintContext{}); adv.Kind != tt.hint {
+			if adv := hint.Advise(stored, rec, hint.Context{}); adv.Kind != tt.hint {
 				t.Errorf("hint %q (%s), want kind %q", adv.Text, adv.Kind, tt.hint)
 			}
 		})

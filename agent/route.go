@@ -184,7 +184,7 @@ func parseJSONCondition(s, rest string) (cond, error) {
 	c := cond{kind: condJSON, name: path, jsonPath: p, value: strings.TrimSpace(value)}
 	if v := c.value; len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
 		if err := json.Unmarshal([]byte(v), &c.value); err != nil {
-			return cond{}, fmt.Errorf("%q: the quoted value %s is not a JSON string: %v", s, v, err)
+			return cond{}, fmt.Errorf("%q: the quoted value %s is not a JSON string: %w", s, v, err)
 		}
 		c.stringOnly = true
 	}

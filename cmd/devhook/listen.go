@@ -107,8 +107,10 @@ type listening struct {
 	readyFirst   atomic.Bool // ready was printed before the first connection
 }
 
-// wire opens listen's stores and makes its parts, adding each to g; none
-// runs before g.Run, so that none sees another half made.
+// wire opens listen's stores and makes its parts, adding each to g, each
+// after what it uses; the servers, the agent's connection and the
+// announcement wait for g.Run (docs/ARCHITECTURE.md says which
+// constructors start goroutines of their own).
 func (o *listenOptions) wire(ctx context.Context, g *lifecycle.Group, service *cloud.Client) error {
 	lines := newLineWriter(o.stdout, lineGap)
 	g.Close("the output", lines.Close) // last: after every line is printed
