@@ -74,7 +74,16 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, channel st
 	if c.bh.count {
 		c.bh.listed = make(chan struct{})
 	}
-	hello, _ := wire.AppendFrame(nil, hh, nil)
+	hello, err := wire.AppendFrame(nil, hh, nil)
+	if err != nil {
+		// Nothing the agent could do about it (a public URL past the
+		// frame's bounds): said here, and the connection ended by
+		// readLoop, which closeWith makes return.
+		s.cfg.Logf("relay: channel %s: the hello cannot be framed: %v", channel, err)
+		c.closeWith(websocket.CloseInternalServerErr, wire.ClipReason("relay: the hello cannot be framed: "+err.Error()))
+		go func() { defer s.wg.Done(); c.readLoop() }()
+		return
+	}
 	c.out.Hold()
 	s.router.Attach(channel, c)
 	c.out.WriteNow(hello, nil)
