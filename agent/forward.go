@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/devhook/devhook"
@@ -21,13 +22,105 @@ import (
 	"github.com/devhook/devhook/signature"
 )
 
+// Forward: the stage of a delivery's path (live.go) that sends it to the
+// receivers its route chose and records each attempt; the first target's
+// answer goes back to the sender (acks.go), the others get a copy at the
+// same time. A route that drops the delivery records that instead.
+// retry.go and replay.go forward through here too. The HTTP request
+// itself: send, below; for plain-http receivers, httpclient.go.
+
+// forwardTo forwards p's delivery to the targets of its route rt and
+// records the attempts. It returns false when the path ends here: a queued
+// delivery's attempt could not be recorded, and was held until the
+// connection ended, or the delivery was deleted meanwhile.
+func (a *Agent) forwardTo(ctx context.Context, h holder, p *processed, rt *devhook.Route) bool {
+	d := p.Delivery
+	kind := devhook.AttemptForward
+	var resign bool
+	if d.Queued {
+		kind = devhook.AttemptRedelivery
+		// It waited: the receiver's 5-minute window may have closed on it.
+		resign = d.Verdict.OK() && a.getSecret() != ""
+	}
+	targets := a.targetsOf(rt) // a route has one
+	ats := make([]devhook.Attempt, len(targets))
+	var wg sync.WaitGroup
+	for i := 1; i < len(targets); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ats[i] = a.forward(ctx, d, targets[i], kind, resign, nil, "")
+		}()
+	}
+	ats[0] = a.forward(ctx, d, targets[0], kind, resign, nil, "")
+	if !d.Queued && ats[0].Status != 0 {
+		if reason := unframable(d.ID, ats[0].Status, ats[0].Header); reason != "" {
+			ats[0].Error = reason + "; the sender got 502"
+			p.unframed = reason
+		}
+	}
+	if ats[0].Status != 0 {
+		a.receiverAnswered(targetKey(rt))
+	}
+	wg.Wait()
+	for i := range ats {
+		ats[i].Route = rt
+		rec := a.recordAttempt(d, ats[i])
+		if i == 0 {
+			p.Attempt, p.answer = rec, rec
+		} else {
+			p.Copies = append(p.Copies, rec)
+		}
+	}
+	return a.attemptRecorded(h, p)
+}
+
+// drop records that p's route dropped it: an attempt of kind drop, not
+// forwarded; the sender gets 202 (acks.go).
+func (a *Agent) drop(h holder, p *processed) {
+	d := p.Delivery
+	at := devhook.Attempt{Kind: devhook.AttemptDrop, Target: devhook.RouteDrop, StartedAt: a.cfg.Now().UTC(), Route: d.Route}
+	p.Attempt = a.recordAttempt(d, at)
+	p.answer = p.Attempt
+	a.attemptRecorded(h, p)
+}
+
+// attemptRecorded holds a queued delivery whose attempt p.Attempt could
+// not be recorded until it is: the relay is acknowledged once it is
+// (queued.go). It returns false when the connection ended first, or the
+// delivery was deleted meanwhile.
+func (a *Agent) attemptRecorded(h holder, p *processed) bool {
+	d := p.Delivery
+	if !d.Queued || p.Attempt.Seq != 0 {
+		return true
+	}
+	deleted := false
+	if !a.hold(h, func() error {
+		rec, err := a.cfg.Store.AddAttempt(d.ID, *p.Attempt)
+		switch {
+		case devhook.ErrorCode(err) == devhook.ENOTFOUND:
+			deleted = true // nothing to hold it for
+		case err != nil:
+			return err
+		default:
+			a.published(d, &rec)
+			p.Attempt, p.answer = &rec, &rec
+		}
+		return nil
+	}) {
+		p.ended = true
+		return false
+	}
+	return !deleted
+}
+
 // attempt forwards d (or edit, a replay's request in its place) to target
 // and records the attempt, with the route rt that chose target. It returns
 // the recorded attempt.
 func (a *Agent) attempt(ctx context.Context, d *devhook.Delivery, target *url.URL, kind string, resign bool, edit *devhook.Request, to string, rt *devhook.Route) *devhook.Attempt {
 	at := a.forward(ctx, d, target, kind, resign, edit, to)
 	at.Route = rt
-	return a.record(d, at)
+	return a.recordAttempt(d, at)
 }
 
 // forward sends d to target, or to the URL to when it is not empty, and
@@ -108,9 +201,9 @@ func edited(d *devhook.Delivery, edit *devhook.Request, resign bool) bool {
 	return false
 }
 
-// record stores attempt at of d and tells live views. On failure it logs
-// and returns the attempt unrecorded.
-func (a *Agent) record(d *devhook.Delivery, at devhook.Attempt) *devhook.Attempt {
+// recordAttempt stores attempt at of d and tells live views. On failure it
+// logs and returns the attempt unrecorded.
+func (a *Agent) recordAttempt(d *devhook.Delivery, at devhook.Attempt) *devhook.Attempt {
 	rec, err := a.cfg.Store.AddAttempt(d.ID, at)
 	if devhook.ErrorCode(err) == devhook.ENOTFOUND {
 		// Deleted while it was forwarded: the store is fine, and
