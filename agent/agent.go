@@ -23,26 +23,28 @@
 // takes it or Config.RetryFor has passed, when it gives up loudly. See
 // owe.go and retry.go.
 //
-// The files, from the top down: each uses files below it only, but for
-// agent.go, which they all use (the Agent holds their state), and
-// httpclient.go, which uses forward.go's helpers of the HTTP request:
+// The files: agent.go (the Agent, Config, Result), which all the others
+// use, then from the top down, each using only files below it (but for
+// httpclient.go, which uses forward.go's helpers of the HTTP request); the
+// stages of a delivery's path, from verify.go to acks.go, come in the
+// order it meets them:
 //
 //	conn.go        Run; the connection to the relay: dial, reconnect, backoff
 //	workers.go     receive: one connection's deliveries, each run on the worker that read it
-//	live.go        a delivery's path, top to bottom: the stages below, in turn
 //	retry.go       retries of the deliveries owed to the receiver
 //	replay.go      Agent.Replay
+//	live.go        a delivery's path, top to bottom: the stages below, in turn
+//	verify.go      verify: the signature
 //	record.go      record: on disk first; a duplicate answered from the record
 //	order.go       order: a run's deliveries one after the other, in the order they came
 //	forward.go     forward: to the receivers, each attempt recorded; the HTTP request
 //	httpclient.go  the agent's own HTTP/1.1 client, for plain-http receivers
 //	owe.go         owe: a queued delivery the receiver did not take
 //	queued.go      what differs for a queued one: a write that fails is held
-//	verify.go      verify: the signature
 //	acks.go        answer: what goes back to the relay, and the ack
-//	agent.go       the Agent: Config, New, Result
 //	owed.go        the table of the owed deliveries
-//	route.go       routes (listen --route), routefile.go: a file of them
+//	routefile.go   a file of routes; route.go: routes (listen --route)
+//	replay_edit.go a replay's header edit
 //	target.go      a receiver's address
 //	health.go      whether recording works
 package agent
