@@ -109,13 +109,14 @@ type pool struct {
 // runWorker is a worker: it reads, runs what it read, and waits for its turn
 // again, until the connection ends or it leaves the pool.
 func (p *pool) runWorker() {
+	w := &worker{p: p, inPool: true}
 	for {
 		j, ok := p.read()
 		if !ok {
 			return
 		}
 		p.handOn()
-		if !p.a.runLine(p, j) || !p.await() {
+		if !p.a.runLine(w, j) || !p.await() {
 			return
 		}
 	}
@@ -194,13 +195,14 @@ func (p *pool) await() bool {
 	}
 }
 
-// runLine runs j, whose slot is taken, then the next deliveries of its run
-// (order.go), each answered (finish). It returns false when the worker
-// left the pool to hold a delivery.
-func (a *Agent) runLine(p *pool, j job) bool {
-	w := worker{p: p, inPool: true, slot: true}
+// runLine runs j, whose slot is taken, on worker w, then the next
+// deliveries of its run (order.go), each answered (finish). It returns
+// false when w left the pool to hold a delivery.
+func (a *Agent) runLine(w *worker, j job) bool {
+	p := w.p
+	w.slot = true
 	for {
-		if res := a.process(p.work, &w, j.d); !res.ended {
+		if res := a.process(p.work, w, j.d); !res.ended {
 			a.finish(p.conn, j.d, &res)
 		}
 		nj, ok := p.lines.next(j)
@@ -224,11 +226,12 @@ func (a *Agent) runLine(p *pool, j job) bool {
 	return w.inPool
 }
 
-// worker is the holder (queued.go) of the delivery a worker runs.
+// worker is a worker's state, and the holder (queued.go) of the delivery
+// it runs.
 type worker struct {
 	p      *pool
-	inPool bool
-	slot   bool
+	inPool bool // it may leave the pool once only: then it ends with its run's line
+	slot   bool // the delivery it runs holds a slot
 }
 
 func (w *worker) leave() {
