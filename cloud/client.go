@@ -263,6 +263,8 @@ func (c *Client) apiError(method, p string, status int, body []byte) *auth.HTTPE
 		switch {
 		case strings.HasPrefix(p, "/v1/webhooks/"):
 			e.Hint = "list the webhooks with: devhook webhooks list"
+		case strings.HasPrefix(p, "/v1/applications/") && strings.Contains(p, "/runs/"):
+			e.Hint = "check the application and the run: devhook runs list APP lists an application's runs"
 		case strings.HasPrefix(p, "/v1/applications/"):
 			e.Hint = "check the application id; create one with: devhook apps create ID --name NAME"
 		default:

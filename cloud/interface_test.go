@@ -351,6 +351,7 @@ func TestInterfaceRecords(t *testing.T) {
 		"Download URL":         {raws: [][]byte{outputURL(t, api("GET", "/v1/applications/app/runs/"+start.ID+"?format=url", "", 200)), api("GET", "/v1/applications/app/runs/"+start.ID+"/input?format=url", "", 200)}, client: reflect.TypeFor[cloud.DownloadURL]()},
 		"Run start answer":     {raws: [][]byte{started}, client: reflect.TypeFor[cloud.Run]()},
 		"Run log":              {raws: [][]byte{api("GET", "/v1/applications/app/runs/"+start.ID+"/logs", "", 200)}, client: reflect.TypeFor[cloud.RunLog]()},
+		"Run list":             {raws: [][]byte{api("GET", "/v1/applications/app/runs?status=succeeded&limit=1", "", 200)}, client: reflect.TypeFor[cloud.RunList]()},
 		// Run inputs are sent inline by devhook's client: it does not read this one.
 		"Input upload answer": {raws: [][]byte{api("POST", "/v1/applications/app/runs/uploadurl", "", 200)}, check: func(*testing.T) {}},
 		"Organization record": {raws: orgRaws, client: reflect.TypeFor[cloud.Team]()},

@@ -376,39 +376,14 @@ func (c *Client) RunLogs(ctx context.Context, app, id string) (string, error) {
 }
 
 // WaitRun reads the run's metadata every interval (0 means 500 ms) until
-// its status is final or ctx ends, then the whole record (as GetRun). onStatus, when not nil, is called with the run
-// each time its status changes.
+// its status is final or ctx ends, then the whole record (as GetRun).
+// onStatus, when not nil, is called with the run each time its status
+// changes. It is WatchRun at a steady pace.
 func (c *Client) WaitRun(ctx context.Context, app, id string, interval time.Duration, onStatus func(Run)) (Run, error) {
 	if interval <= 0 {
 		interval = 500 * time.Millisecond
 	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	last := ""
-	for {
-		r, err := c.RunMetadata(ctx, app, id)
-		if err != nil {
-			return r, fmt.Errorf("wait for run %s: %w", id, err)
-		}
-		if s := r.Status(); s != last {
-			last = s
-			if onStatus != nil {
-				onStatus(r)
-			}
-		}
-		if r.Final() {
-			done, err := c.runWithOutput(ctx, app, id, r)
-			if err != nil {
-				return done, fmt.Errorf("read run %s: %w", id, err)
-			}
-			return done, nil
-		}
-		select {
-		case <-ctx.Done():
-			return r, fmt.Errorf("wait for run %s (last status %q): %w", id, last, ctx.Err())
-		case <-t.C:
-		}
-	}
+	return c.WatchRun(ctx, app, id, RunWatch{Min: interval, Max: interval, OnStatus: onStatus})
 }
 
 // Team is an organization record.

@@ -45,7 +45,7 @@ func (e *Emulator) routes() http.Handler {
 		{segs: split("/v1/applications"), methods: map[string]handlerFunc{"POST": e.createApplication}},
 		{segs: split("/v1/applications/{application_id}"), methods: map[string]handlerFunc{"GET": e.getApplication}},
 		{segs: split("/v1/applications/{application_id}/binary"), methods: map[string]handlerFunc{"GET": e.binaryUploadURL, "PUT": e.activateBinary}},
-		{segs: split("/v1/applications/{application_id}/runs"), methods: map[string]handlerFunc{"POST": e.startRun}},
+		{segs: split("/v1/applications/{application_id}/runs"), methods: map[string]handlerFunc{"GET": e.listRuns, "POST": e.startRun}},
 		// uploadurl before {run_id}, which would take it for a run id.
 		{segs: split("/v1/applications/{application_id}/runs/uploadurl"), methods: map[string]handlerFunc{"POST": e.createUploadURL}},
 		{segs: split("/v1/applications/{application_id}/runs/{run_id}"), methods: map[string]handlerFunc{"GET": e.getRun}},

@@ -196,6 +196,7 @@ func (e *Emulator) startRun(w http.ResponseWriter, r *http.Request, c *call) err
 	k := acctKey(c.account, id)
 	ops := []op{{bucketRuns, k, rn}}
 	e.mu.Lock()
+	rn.Seq = e.nextSeq()
 	if a := e.st.apps[acctKey(c.account, appID)]; a != nil && a.Binary != nil {
 		b := *a.Binary
 		rn.Binary = &b

@@ -217,7 +217,7 @@ func TestApplicationsAndRuns(t *testing.T) {
 		{"run body not JSON", "POST", "/v1/applications/app-1/runs?instance_id=latest", "{", 400},
 		{"run unknown", "GET", "/v1/applications/app-1/runs/nope", nil, 404},
 		{"run under another app", "GET", "/v1/applications/other/runs/" + r.ID, nil, 404},
-		{"GET runs list", "GET", "/v1/applications/app-1/runs", nil, 405},
+		{"DELETE runs list", "DELETE", "/v1/applications/app-1/runs", nil, 405},
 		{"DELETE app", "DELETE", "/v1/applications/app-1", nil, 405},
 	}
 	v.do("POST", "/v1/applications", map[string]any{"id": "other", "name": "Other", "description": ""}, 201, nil)

@@ -115,6 +115,9 @@ type run struct {
 	// longer than MaxLogBytes); Error the error of a failed run.
 	Logs  string `json:"logs,omitempty"`
 	Error string `json:"error,omitempty"`
+	// Seq orders runs created in the same instant in a list; 0 in the runs
+	// an emulator before it stored, which CreatedAt and ID order.
+	Seq int64 `json:"seq,omitempty"`
 }
 
 // token is an access, id or refresh token the identity provider issued.

@@ -103,9 +103,9 @@ func parseExample(args []string) (string, error) {
 
 // exampleCommandLines returns every devhook command line of an Example
 // text as words, the way a POSIX shell splits them: quotes removed, a
-// backslash-newline joins lines, | ; && start a new command, and the
-// text of a $(...) is a command line of its own (its place in the outer
-// line is one word).
+// backslash-newline joins lines, | ; && start a new command, a
+// redirection (> FILE, 2>&1) is left out, and the text of a $(...) is a
+// command line of its own (its place in the outer line is one word).
 func exampleCommandLines(text string) [][]string {
 	var out [][]string
 	var cmds []string // raw command texts still to split
@@ -137,6 +137,21 @@ func exampleCommandLines(text string) [][]string {
 				end()
 			case ch == ' ' || ch == '\t':
 				flush()
+			case ch == '>' || ch == '<': // a redirection and its file are no words of the command
+				if inWord && strings.Trim(word.String(), "0123456789") == "" {
+					word.Reset() // the 2 of 2>
+					inWord = false
+				}
+				flush()
+				for i+1 < len(src) && (src[i+1] == '>' || src[i+1] == '&') {
+					i++
+				}
+				for i+1 < len(src) && (src[i+1] == ' ' || src[i+1] == '\t') {
+					i++
+				}
+				for i+1 < len(src) && !strings.ContainsRune(" \t\n;|&", rune(src[i+1])) {
+					i++
+				}
 			case ch == '#' && !inWord: // a comment, to the end of the line
 				for i+1 < len(src) && src[i+1] != '\n' {
 					i++

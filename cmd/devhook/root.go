@@ -54,6 +54,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newGenDocsCmd(),
 	)
 	groupCommands(root)
+	addCompletions(root) // completion.go: what TAB offers, by command path and flag name
 	return root
 }
 
