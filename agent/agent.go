@@ -23,11 +23,12 @@
 // takes it or Config.RetryFor has passed, when it gives up loudly. See
 // owe.go and retry.go.
 //
-// The files: agent.go (the Agent, Config, Result), which all the others
-// use, then from the top down, each using only files below it (but for
-// httpclient.go, which uses forward.go's helpers of the HTTP request); the
+// The files: agent.go (the Agent, Config, Result, Health), which the
+// others use, then from the top down, each using only files below it; the
 // stages of a delivery's path, from verify.go to acks.go, come in the
-// order it meets them:
+// order it meets them. agent.go uses only the last five and, the one
+// reference that runs back up, httpclient.go, whose connection pool the
+// Agent holds:
 //
 //	conn.go        Run; the connection to the relay: dial, reconnect, backoff
 //	workers.go     receive: one connection's deliveries, each run on the worker that read it
@@ -39,6 +40,7 @@
 //	order.go       order: a run's deliveries one after the other, in the order they came
 //	forward.go     forward: to the receivers, each attempt recorded; the HTTP request
 //	httpclient.go  the agent's own HTTP/1.1 client, for plain-http receivers
+//	request.go     what both clients share: the header as sent, the answer as recorded
 //	owe.go         owe: a queued delivery the receiver did not take
 //	queued.go      what differs for a queued one: a write that fails is held
 //	acks.go        answer: what goes back to the relay, and the ack
@@ -310,6 +312,7 @@ func New(cfg Config) (*Agent, error) {
 	if a.cfg.Logf == nil {
 		a.cfg.Logf = func(string, ...any) {}
 	}
+	a.health.now, a.health.logf, a.health.changed = a.cfg.Now, a.cfg.Logf, a.publishHealth
 	a.client = cfg.Client
 	if a.client == nil {
 		a.client = NewClient(a.cfg.Concurrency, a.cfg.TLS)
@@ -397,6 +400,23 @@ func (a *Agent) targetsOf(rt *devhook.Route) []*url.URL {
 		return []*url.URL{u}
 	}
 	return a.targets
+}
+
+// Health returns whether recording works and how many deliveries are
+// held, owed and given up.
+func (a *Agent) Health() devhook.Health {
+	h := a.health.state()
+	h.Owed, h.Failed = a.owed.counts()
+	return h
+}
+
+// publishHealth tells live views the agent's Health.
+func (a *Agent) publishHealth() {
+	if a.cfg.OnChange == nil {
+		return
+	}
+	h := a.Health()
+	a.cfg.OnChange(devhook.Change{Kind: devhook.ChangeHealth, Health: &h})
 }
 
 func (a *Agent) publish(c devhook.Change) {

@@ -10,7 +10,7 @@ package agent
 // channel was down when it is a reconnection. The relay rejecting the
 // credentials, or another agent taking the channel over, ends Run. While
 // the store cannot take a write (a full disk), the agent does not connect
-// (health.go: waitWritable). The deliveries of a connection are served by
+// (health.go: health.waitWritable). The deliveries of a connection are served by
 // workers.go.
 //
 // A connection holds once it has lived Config.HealthyAfter (by default
@@ -97,7 +97,7 @@ func (a *Agent) stayConnected(ctx context.Context) error {
 	r := redial{a: a, backoff: a.cfg.MinBackoff}
 	at := 0 // the relay tried next
 	for {
-		if !a.waitWritable(ctx) {
+		if !a.health.waitWritable(ctx, a.cfg.Store, a.cfg.MinBackoff) {
 			return nil
 		}
 		conn, err := relay.Dial(ctx, relay.DialConfig{RelayURL: relays[at], Credentials: a.cfg.Credentials, Network: a.cfg.RelayNetwork})

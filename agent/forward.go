@@ -3,19 +3,13 @@ package agent
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/relay"
@@ -27,7 +21,8 @@ import (
 // answer goes back to the sender (acks.go), the others get a copy at the
 // same time. A route that drops the delivery records that instead.
 // retry.go and replay.go forward through here too. The HTTP request
-// itself: send, below; for plain-http receivers, httpclient.go.
+// itself: send, below; for plain-http receivers, httpclient.go; what both
+// share, request.go.
 
 // forwardTo forwards p's delivery to the targets of its route rt and
 // records the attempts. It returns false when the path ends here: a queued
@@ -214,7 +209,7 @@ func (a *Agent) recordAttempt(d *devhook.Delivery, at devhook.Attempt) *devhook.
 	if err != nil {
 		// The receiver has had it: say so, and carry on without the
 		// record of this attempt.
-		a.storeFailed(err)
+		a.health.failed(err)
 		if d.Queued {
 			a.cfg.Logf("delivery %s: the receiver got it (%s) but devhook could not record the attempt: %v; it is recorded before the relay is acknowledged", d.ID, outcome(&at), err)
 		} else {
@@ -222,7 +217,7 @@ func (a *Agent) recordAttempt(d *devhook.Delivery, at devhook.Attempt) *devhook.
 		}
 		return &at
 	}
-	a.storeOK()
+	a.health.ok()
 	a.published(d, &rec)
 	return &rec
 }
@@ -291,83 +286,4 @@ func (a *Agent) send(ctx context.Context, at *devhook.Attempt, method string, he
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, a.cfg.MaxResponse+1))
 	a.setAnswer(at, resp, b, err)
-}
-
-// hasBody reports whether a request sends a body, if only an empty one
-// (Content-Length: 0).
-func hasBody(method string, body []byte) bool {
-	return len(body) > 0 || method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch
-}
-
-// outHeader is header as sent: without hop-by-hop headers, and with an
-// empty User-Agent, which sends none, rather than Go's own. It is header
-// itself when that needs neither change, as most do: the relay strips
-// hop-by-hop headers already, and the request only reads it.
-func outHeader(header http.Header) http.Header {
-	if _, ok := header["User-Agent"]; ok && !relay.HasHopByHop(header) {
-		return header
-	}
-	// The header map is used as is: every value of repeated headers, in order.
-	h := relay.EndToEnd(header)
-	if _, ok := h["User-Agent"]; !ok {
-		h["User-Agent"] = []string{""}
-	}
-	return h
-}
-
-// setAnswer fills at with the receiver's answer resp, whose body is b, read
-// up to MaxResponse+1 bytes until err.
-func (a *Agent) setAnswer(at *devhook.Attempt, resp *http.Response, b []byte, err error) {
-	if err != nil {
-		at.Error = "reading the receiver's answer: " + err.Error()
-	}
-	if int64(len(b)) > a.cfg.MaxResponse {
-		b = b[:a.cfg.MaxResponse]
-		at.Error = fmt.Sprintf("the receiver's answer is over %d bytes; the rest was dropped", a.cfg.MaxResponse)
-	}
-	at.Status, at.Header, at.Body = resp.StatusCode, resp.Header, b
-}
-
-// describe says in words why a forward failed.
-func describe(err error, target string) string {
-	switch {
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return "connection refused: is your receiver running at " + target + "?"
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
-		return "timeout: the receiver did not answer in time"
-	case errors.Is(err, context.Canceled):
-		return "canceled: devhook is stopping"
-	case isTLSVerifyError(err):
-		return "TLS: " + tlsCause(err) + " (trust the receiver's CA with --forward-ca FILE, or skip the check with --forward-insecure)"
-	}
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err.Error()
-	}
-	return err.Error()
-}
-
-// isTLSVerifyError reports whether err is a receiver's certificate that
-// did not verify.
-func isTLSVerifyError(err error) bool {
-	var (
-		unknown  x509.UnknownAuthorityError
-		invalid  x509.CertificateInvalidError
-		hostname x509.HostnameError
-		verify   *tls.CertificateVerificationError
-	)
-	return errors.As(err, &unknown) || errors.As(err, &invalid) || errors.As(err, &hostname) || errors.As(err, &verify)
-}
-
-// tlsCause is the innermost message of a TLS error.
-func tlsCause(err error) string {
-	var verify *tls.CertificateVerificationError
-	if errors.As(err, &verify) && verify.Err != nil {
-		return verify.Err.Error()
-	}
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err.Error()
-	}
-	return err.Error()
 }

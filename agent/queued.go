@@ -47,14 +47,14 @@ func (a *Agent) hold(h holder, write func() error) bool {
 	ok := a.untilWritten(h.connEnded(), write)
 	a.health.held.Add(-1)
 	if ok {
-		a.storeOK()
+		a.health.ok()
 	}
 	return ok
 }
 
 // untilWritten tries write again after a jittered wait that doubles from
 // Config.MinBackoff up to holdMaxBackoff, until it succeeds (true) or done
-// is closed (false). Each failure is noted (storeFailed).
+// is closed (false). Each failure is noted (health.failed).
 func (a *Agent) untilWritten(done <-chan struct{}, write func() error) bool {
 	wait := a.cfg.MinBackoff
 	for {
@@ -69,7 +69,7 @@ func (a *Agent) untilWritten(done <-chan struct{}, write func() error) bool {
 		if err == nil {
 			return true
 		}
-		a.storeFailed(err)
+		a.health.failed(err)
 		wait = min(wait*2, holdMaxBackoff, a.cfg.MaxBackoff)
 	}
 }
@@ -81,10 +81,10 @@ func (a *Agent) untilWritten(done <-chan struct{}, write func() error) bool {
 func (a *Agent) writeOrHold(h holder, p *processed, write func() error) error {
 	err := write()
 	if err == nil {
-		a.storeOK()
+		a.health.ok()
 		return nil
 	}
-	a.storeFailed(err)
+	a.health.failed(err)
 	if p.Delivery.Queued {
 		if a.hold(h, write) {
 			return nil

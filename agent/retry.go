@@ -257,11 +257,11 @@ func (a *Agent) settle(ctx context.Context, id string, st *devhook.RetryState) b
 		return a.cfg.Store.PutRetry(id, *st)
 	}
 	if err := write(); err != nil {
-		a.storeFailed(err)
+		a.health.failed(err)
 		if !a.untilWritten(ctx.Done(), write) {
 			return false
 		}
 	}
-	a.storeOK()
+	a.health.ok()
 	return true
 }
