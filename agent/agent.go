@@ -26,9 +26,9 @@
 // The files: agent.go (the Agent, Config, Result, Health), which the
 // others use, then from the top down, each using only files below it; the
 // stages of a delivery's path, from verify.go to acks.go, come in the
-// order it meets them. agent.go uses only the last five and, the one
-// reference that runs back up, httpclient.go, whose connection pool the
-// Agent holds:
+// order it meets them. agent.go uses owed.go, route.go, target.go,
+// health.go and, the one reference that runs back up, httpclient.go, whose
+// connection pool the Agent holds:
 //
 //	conn.go        Run; the connection to the relay: dial, reconnect, backoff
 //	workers.go     receive: one connection's deliveries, each run on the worker that read it
