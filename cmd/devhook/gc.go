@@ -14,9 +14,11 @@ const (
 	// per delivery but keep little, so the default collector runs more
 	// often than their small heaps need.
 	gcPercent = 200
-	// listenGCPercent is listen's: the agent's heap is small beside its
-	// RSS (bbolt's mapped pages), and the collector ran at 400 a few µs
-	// less per delivery than at 200 for about 7 MiB more RSS.
+	// listenGCPercent is listen's: the agent's live heap is about 2 MiB
+	// under load, and at 400 it collects 1.1 times per 1,000 deliveries
+	// against 2.8 at 200, about 3 µs of CPU per delivery against 10-15,
+	// for about 7 MiB more RSS (51 MiB at the store's retention, under the
+	// 64 MiB target; 800 would not be). Measured: docs/PERFORMANCE.md.
 	listenGCPercent = 400
 	// memoryLimit is the soft limit of the Go heap and runtime: it keeps
 	// the heap of a larger GOGC from growing without bound, so that the
