@@ -51,7 +51,6 @@ func TestServe_WorkersBoundedReusedAndStopped(t *testing.T) {
 		mu.Unlock()
 	}))
 	defer recv.Close()
-	defer close(release) // before recv.Close, which waits for its handlers
 	tn := newTunnel(t, recv.URL, func(c *agent.Config) { c.Concurrency = conc })
 	tn.startAgent()
 
