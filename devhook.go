@@ -355,17 +355,35 @@ const (
 	ETOOLARGE = "too_large"
 )
 
-// Error is an error with a machine code, safe to show to a user.
+// Error is an error with a machine code, safe to show to a user: the
+// category (not found, invalid, conflict, ...) that the inspector's API
+// turns into a status and its client turns back into the same code. It keeps
+// the chain of the error it was made from: errors.Is and errors.As see
+// through it to the error Errorf wrapped with %w.
 type Error struct {
 	Code    string
 	Message string
+	// Err is what Message was formatted from when the format wrapped an
+	// error with %w (fmt.Errorf's error, so several %w are all kept); nil
+	// otherwise.
+	Err error
 }
 
 func (e *Error) Error() string { return e.Message }
 
-// Errorf returns an *Error with code and a formatted message.
+// Unwrap returns the error Errorf wrapped, for errors.Is and errors.As.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Errorf returns an *Error with code and a message formatted as
+// fmt.Errorf formats it; an error given with %w stays in the chain.
 func Errorf(code, format string, args ...any) *Error {
-	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+	err := fmt.Errorf(format, args...)
+	e := &Error{Code: code, Message: err.Error()}
+	switch err.(type) {
+	case interface{ Unwrap() error }, interface{ Unwrap() []error }:
+		e.Err = err
+	}
+	return e
 }
 
 // ErrorCode returns the code of the first *Error in err's chain, EINTERNAL

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"testing"
 	"time"
 
@@ -119,5 +120,45 @@ func TestEventStatusNote(t *testing.T) {
 		if got := tc.ev.StatusNote(); got != tc.want {
 			t.Errorf("%+v.StatusNote() = %q, want %q", tc.ev, got, tc.want)
 		}
+	}
+}
+
+// Errorf keeps the chain of what it wraps with %w: errors.Is and errors.As
+// reach a sentinel, a typed error and a coded error through it, several %w
+// included; a %v keeps only the text.
+func TestErrorfKeepsChain(t *testing.T) {
+	sentinel := errors.New("disk full")
+	typed := &fs.PathError{Op: "open", Path: "/x", Err: sentinel}
+	inner := devhook.Errorf(devhook.ENOTFOUND, "no delivery %s", "x")
+
+	err := devhook.Errorf(devhook.EINVALID, "replaying %s: %w", "x", typed)
+	if err.Error() != "replaying x: open /x: disk full" || err.Code != devhook.EINVALID {
+		t.Fatalf("message or code: %q %q", err.Error(), err.Code)
+	}
+	if !errors.Is(err, sentinel) {
+		t.Fatal("errors.Is does not reach the sentinel")
+	}
+	var pe *fs.PathError
+	if !errors.As(err, &pe) || pe != typed {
+		t.Fatal("errors.As does not reach the typed error")
+	}
+	if !errors.Is(fmt.Errorf("outer: %w", err), sentinel) {
+		t.Fatal("a wrapped *Error hides its chain")
+	}
+
+	both := devhook.Errorf(devhook.EINTERNAL, "%w and %w", inner, sentinel)
+	if !errors.Is(both, sentinel) || !errors.Is(both, inner) {
+		t.Fatal("two %w: one is lost")
+	}
+	// The outer code wins: the caller that wrapped decides the category.
+	if c := devhook.ErrorCode(devhook.Errorf(devhook.ECONFLICT, "%w", inner)); c != devhook.ECONFLICT {
+		t.Fatalf("outer code: %q", c)
+	}
+	var coded *devhook.Error
+	if !errors.As(fmt.Errorf("x: %w", devhook.Errorf(devhook.EINVALID, "y: %w", inner)), &coded) || coded.Code != devhook.EINVALID {
+		t.Fatal("errors.As finds the outer *Error first")
+	}
+	if plain := devhook.Errorf(devhook.EINVALID, "no %v", sentinel); errors.Unwrap(plain) != nil || errors.Is(plain, sentinel) {
+		t.Fatal("a plain verb must keep only the text")
 	}
 }

@@ -21,7 +21,7 @@ import (
 	"syscall"
 
 	"github.com/devhook/devhook"
-	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // processed is a delivery's Result along its path, plus what finish needs
@@ -128,7 +128,7 @@ func textAnswer(code int, msg string) (int, http.Header, []byte) {
 
 // unframable says why an answer with this status and header cannot be
 // sent back through the relay, or returns "" when it can. Only a header
-// near relay.MaxHeaderSize is encoded to find out.
+// near wire.MaxHeaderSize is encoded to find out.
 func unframable(id string, status int, h http.Header) string {
 	n := 64 + len(id)
 	for k, vs := range h {
@@ -137,10 +137,10 @@ func unframable(id string, status int, h http.Header) string {
 			n += len(v) + 10
 		}
 	}
-	if n < relay.MaxHeaderSize {
+	if n < wire.MaxHeaderSize {
 		return ""
 	}
-	if _, err := relay.AppendFrame(nil, &relay.Header{Type: relay.TypeResponse, ID: id, Status: status, Header: h}, nil); err == nil {
+	if _, err := wire.AppendFrame(nil, &wire.Header{Type: wire.TypeResponse, ID: id, Status: status, Header: h}, nil); err == nil {
 		return ""
 	}
 	size := 0
@@ -150,7 +150,7 @@ func unframable(id string, status int, h http.Header) string {
 			size += len(v)
 		}
 	}
-	return fmt.Sprintf("the receiver answered %d with %d bytes of headers, over the %d devhook can pass back to the sender", status, size, relay.MaxHeaderSize)
+	return fmt.Sprintf("the receiver answered %d with %d bytes of headers, over the %d devhook can pass back to the sender", status, size, wire.MaxHeaderSize)
 }
 
 // shortCause names the kind of a storage error for a sender, without the

@@ -64,7 +64,8 @@ import (
 	"time"
 
 	"github.com/devhook/devhook"
-	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // Store is what the agent records into. storage.DB implements it.
@@ -93,7 +94,7 @@ const (
 const (
 	DefaultConcurrency    = 64
 	DefaultForwardTimeout = 30 * time.Second
-	DefaultMaxResponse    = relay.MaxAnswerBody
+	DefaultMaxResponse    = wire.MaxAnswerBody
 	DefaultMinBackoff     = 250 * time.Millisecond
 	DefaultMaxBackoff     = 30 * time.Second
 	// DefaultRetryFor is how long a queued delivery whose forward failed
@@ -114,7 +115,7 @@ type Config struct {
 	// Relay and Credentials say where to connect. Both may be empty for an
 	// agent that only replays.
 	RelayURL    string
-	Credentials relay.Credentials
+	Credentials wire.Credentials
 	// RelayFallbacks are other URLs of the same relay cluster (instances
 	// sharing channels through NATS). When the relay in use cannot be
 	// reached, Run tries the next one at once, and backs off only after
@@ -123,7 +124,7 @@ type Config struct {
 	// RelayNetwork says how to reach the relay: the proxy (default: the
 	// environment's), a private CA. Open and Check of the channel should
 	// use its HTTPClient.
-	RelayNetwork relay.Network
+	RelayNetwork relayclient.Network
 	// Forward lists receiver URLs; the first one's answer goes back to the
 	// sender, the others get a copy.
 	Forward []string

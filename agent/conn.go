@@ -2,7 +2,7 @@ package agent
 
 // The agent's connection to the relay.
 //
-// Run keeps one connection up at a time. relay.Dial opens it and reads
+// Run keeps one connection up at a time. relayclient.Dial opens it and reads
 // the relay's hello (the public URL, the deliveries queued meanwhile, the
 // largest body, which the connection then accepts, and the relay's
 // heartbeat, which sets how long a silent connection is kept);
@@ -43,7 +43,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
 )
 
 // Bounds of the default Config.HealthyAfter, which follows the relay's
@@ -59,8 +59,8 @@ const repeatEvery = time.Minute
 
 // Run connects to the relay and handles deliveries until ctx ends,
 // reconnecting with capped, jittered exponential backoff. It returns an
-// error only when the relay rejects the credentials (relay.ErrRejected) or
-// another agent took the channel over (relay.ErrReplaced): reconnecting
+// error only when the relay rejects the credentials (relayclient.ErrRejected) or
+// another agent took the channel over (relayclient.ErrReplaced): reconnecting
 // would not help, or would take the channel back and forth. See the top
 // of this file.
 //
@@ -100,14 +100,14 @@ func (a *Agent) stayConnected(ctx context.Context) error {
 		if !a.health.waitWritable(ctx, a.cfg.Store, a.cfg.MinBackoff) {
 			return nil
 		}
-		conn, err := relay.Dial(ctx, relay.DialConfig{RelayURL: relays[at], Credentials: a.cfg.Credentials, Network: a.cfg.RelayNetwork})
+		conn, err := relayclient.Dial(ctx, relayclient.DialConfig{RelayURL: relays[at], Credentials: a.cfg.Credentials, Network: a.cfg.RelayNetwork})
 		switch {
 		case ctx.Err() != nil:
 			if conn != nil {
 				conn.Close()
 			}
 			return nil
-		case errors.Is(err, relay.ErrRejected):
+		case errors.Is(err, relayclient.ErrRejected):
 			return err
 		case err != nil:
 			if !r.failedTry(ctx, relays, &at, failureKey(relays[at], err), dialFailure(relays[at], err)) {
@@ -120,7 +120,7 @@ func (a *Agent) stayConnected(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		if errors.Is(err, relay.ErrReplaced) {
+		if errors.Is(err, relayclient.ErrReplaced) {
 			return err
 		}
 		if held {
@@ -166,9 +166,9 @@ type redial struct {
 // short, for the lines that repeat it.
 type tryFailure struct{ full, short string }
 
-// dialFailure says why relay.Dial to relayURL failed.
+// dialFailure says why relayclient.Dial to relayURL failed.
 func dialFailure(relayURL string, err error) tryFailure {
-	var ue *relay.UnreachableError
+	var ue *relayclient.UnreachableError
 	if errors.As(err, &ue) { // says which relay and what to check
 		return tryFailure{full: err.Error(), short: "cannot reach the relay " + ue.Relay + ": " + ue.Reason}
 	}
@@ -232,7 +232,7 @@ func (r *redial) recovered() {
 // brings a delivery, whichever comes first (so that "reconnected, N queued
 // deliveries follow" precedes them). It returns whether it held, and why
 // it ended.
-func (r *redial) use(ctx context.Context, conn *relay.Conn, opened time.Time, serve func(context.Context, *relay.Conn, func()) error) (held bool, err error) {
+func (r *redial) use(ctx context.Context, conn *relayclient.Conn, opened time.Time, serve func(context.Context, *relayclient.Conn, func()) error) (held bool, err error) {
 	a := r.a
 	deferred := r.flapping && r.reported
 	// announce and holds run at most once each, from the timer's
@@ -279,7 +279,7 @@ func (r *redial) use(ctx context.Context, conn *relay.Conn, opened time.Time, se
 // healthyAfter is how long conn must live to hold: Config.HealthyAfter,
 // or the relay's heartbeat period between minHealthyAfter and
 // maxHealthyAfter.
-func (a *Agent) healthyAfter(conn *relay.Conn) time.Duration {
+func (a *Agent) healthyAfter(conn *relayclient.Conn) time.Duration {
 	if a.cfg.HealthyAfter > 0 {
 		return a.cfg.HealthyAfter
 	}
@@ -289,7 +289,7 @@ func (a *Agent) healthyAfter(conn *relay.Conn) time.Duration {
 // failureKey tells failures of a kind apart from others, without the
 // parts that change from one try to the next (a local port).
 func failureKey(relayURL string, err error) string {
-	var ue *relay.UnreachableError
+	var ue *relayclient.UnreachableError
 	if errors.As(err, &ue) {
 		return ue.Relay + "\x00" + ue.Reason
 	}

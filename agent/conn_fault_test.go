@@ -24,7 +24,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/devhook/devhook/agent"
-	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/wire"
 	"github.com/devhook/devhook/storage"
 )
 
@@ -65,7 +65,7 @@ func newPeer(t *testing.T, serve func(n int64, ws *websocket.Conn, stop <-chan s
 // helloFrame is the hello a relay sends, with its settings in header.
 func helloFrame(t *testing.T, header http.Header) []byte {
 	t.Helper()
-	frame, err := relay.AppendFrame(nil, &relay.Header{Type: relay.TypeHello, Channel: "c", PublicURL: "https://relay.test/c/c", Header: header}, nil)
+	frame, err := wire.AppendFrame(nil, &wire.Header{Type: wire.TypeHello, Channel: "c", PublicURL: "https://relay.test/c/c", Header: header}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +95,7 @@ func (l *lines) all() []string {
 func runAgent(t *testing.T, relayURL string, mod func(*agent.Config)) (stop func() error) {
 	t.Helper()
 	cfg := agent.Config{RelayURL: relayURL, Forward: []string{"http://127.0.0.1:9"},
-		Credentials: relay.Credentials{Channel: "0123456789abcdef0123456789abcdef", Token: "t"}}
+		Credentials: wire.Credentials{Channel: "0123456789abcdef0123456789abcdef", Token: "t"}}
 	if mod != nil {
 		mod(&cfg)
 	}

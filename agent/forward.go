@@ -12,7 +12,7 @@ import (
 	"sync"
 
 	"github.com/devhook/devhook"
-	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/wire"
 	"github.com/devhook/devhook/signature"
 )
 
@@ -135,7 +135,7 @@ func (a *Agent) forward(ctx context.Context, d *devhook.Delivery, target *url.UR
 	changed := made == devhook.MadeEdited || resign || len(a.cfg.Header) > 0
 	if changed {
 		// A copy, without hop-by-hop headers, which are not sent.
-		header = relay.EndToEnd(header)
+		header = wire.EndToEnd(header)
 	}
 	if resign {
 		header[http.CanonicalHeaderKey(devhook.SignatureHeader)] = []string{signature.Sign(a.getSecret(), a.cfg.Now(), body)}
@@ -175,7 +175,7 @@ func edited(d *devhook.Delivery, edit *devhook.Request, resign bool) bool {
 	}
 	norm := func(h http.Header) http.Header {
 		out := http.Header{}
-		for k, vs := range relay.EndToEnd(h) {
+		for k, vs := range wire.EndToEnd(h) {
 			out[http.CanonicalHeaderKey(k)] = append(out[http.CanonicalHeaderKey(k)], vs...)
 		}
 		delete(out, "Content-Length")

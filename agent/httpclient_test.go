@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/devhook/devhook"
-	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // nopStore is a Store for tests that only forward.
@@ -902,7 +902,7 @@ func TestClosedByPeer(t *testing.T) {
 	}
 }
 
-// outHeader sends what relay.EndToEnd leaves, with User-Agent, and copies
+// outHeader sends what wire.EndToEnd leaves, with User-Agent, and copies
 // only when it must.
 func TestOutHeader(t *testing.T) {
 	names := append([]string{}, "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
@@ -937,7 +937,7 @@ func TestOutHeader(t *testing.T) {
 func checkOutHeader(t *testing.T, h http.Header) {
 	t.Helper()
 	before := fmt.Sprint(h)
-	want := relay.EndToEnd(h)
+	want := wire.EndToEnd(h)
 	if _, ok := want["User-Agent"]; !ok {
 		want["User-Agent"] = []string{""}
 	}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/agent"
-	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
 	"github.com/devhook/devhook/storage"
 )
 
@@ -521,15 +521,15 @@ func TestRunStopsWhenReplaced(t *testing.T) {
 	defer cancel()
 	go func() { done <- ag.Run(ctx) }()
 	<-tn.connect
-	other, err := relay.Dial(context.Background(), relay.DialConfig{RelayURL: tn.relaySrv.URL, Credentials: tn.creds})
+	other, err := relayclient.Dial(context.Background(), relayclient.DialConfig{RelayURL: tn.relaySrv.URL, Credentials: tn.creds})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer other.Close()
 	select {
 	case err := <-done:
-		if !errors.Is(err, relay.ErrReplaced) {
-			t.Fatalf("Run returned %v, want relay.ErrReplaced", err)
+		if !errors.Is(err, relayclient.ErrReplaced) {
+			t.Fatalf("Run returned %v, want relayclient.ErrReplaced", err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run still runs after another agent took the channel over")

@@ -7,9 +7,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/devhook/devhook/relay/wire"
 	"golang.org/x/net/http/httpguts"
-
-	"github.com/devhook/devhook/relay"
 )
 
 // HeaderEdit is a change to a recorded delivery's headers before it is
@@ -33,7 +32,7 @@ func CheckEditable(name string) error {
 		return errors.New("Content-Length is computed: the length of the body sent")
 	case k == "Host":
 		return errors.New("Host is the target's (replay to another one with --to URL)")
-	case relay.HasHopByHop(http.Header{k: nil}): // the relay's list of them
+	case wire.HasHopByHop(http.Header{k: nil}): // the relay's list of them
 		return fmt.Errorf("%s is a hop-by-hop header: it is not sent to the receiver", k)
 	}
 	return nil

@@ -17,7 +17,7 @@ import (
 	"syscall"
 
 	"github.com/devhook/devhook"
-	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // hasBody reports whether a request sends a body, if only an empty one
@@ -31,11 +31,11 @@ func hasBody(method string, body []byte) bool {
 // itself when that needs neither change, as most do: the relay strips
 // hop-by-hop headers already, and the request only reads it.
 func outHeader(header http.Header) http.Header {
-	if _, ok := header["User-Agent"]; ok && !relay.HasHopByHop(header) {
+	if _, ok := header["User-Agent"]; ok && !wire.HasHopByHop(header) {
 		return header
 	}
 	// The header map is used as is: every value of repeated headers, in order.
-	h := relay.EndToEnd(header)
+	h := wire.EndToEnd(header)
 	if _, ok := h["User-Agent"]; !ok {
 		h["User-Agent"] = []string{""}
 	}

@@ -22,6 +22,8 @@ import (
 	"github.com/devhook/devhook/agent"
 	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
+	"github.com/devhook/devhook/relay/wire"
 	"github.com/devhook/devhook/signature"
 	"github.com/devhook/devhook/storage"
 )
@@ -97,7 +99,7 @@ type tunnel struct {
 	relay    *relay.Server
 	relaySrv *httptest.Server
 	ingress  *relay.IngressListener
-	creds    relay.Credentials
+	creds    wire.Credentials
 	db       *storage.DB
 	cfg      agent.Config
 
@@ -647,12 +649,12 @@ func TestRelayRejects(t *testing.T) {
 	// Wrong token.
 	bad := tn.creds
 	bad.Token = "wrong"
-	_, err = relay.Dial(context.Background(), relay.DialConfig{RelayURL: tn.relaySrv.URL, Credentials: bad})
-	if !errors.Is(err, relay.ErrRejected) || !strings.Contains(err.Error(), "wrong agent token") {
+	_, err = relayclient.Dial(context.Background(), relayclient.DialConfig{RelayURL: tn.relaySrv.URL, Credentials: bad})
+	if !errors.Is(err, relayclient.ErrRejected) || !strings.Contains(err.Error(), "wrong agent token") {
 		t.Fatalf("wrong token: %v", err)
 	}
 	// Over the body limit, told by Content-Length and by a chunked body.
-	big := make([]byte, relay.DefaultMaxBody+1)
+	big := make([]byte, wire.DefaultMaxBody+1)
 	resp, _ = tn.post("/", big, nil)
 	if resp.StatusCode != http.StatusRequestEntityTooLarge {
 		t.Fatalf("oversized body: %s", resp.Status)
@@ -680,7 +682,7 @@ func TestRelayTimesOutSilentAgent(t *testing.T) {
 	defer srv.Close()
 	hs := httptest.NewServer(srv)
 	defer hs.Close()
-	conn, err := relay.Dial(context.Background(), relay.DialConfig{RelayURL: hs.URL, Credentials: tn.creds})
+	conn, err := relayclient.Dial(context.Background(), relayclient.DialConfig{RelayURL: hs.URL, Credentials: tn.creds})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ package agent
 //
 // Bounds: at most Concurrency deliveries under way, a slot each; at most
 // Concurrency workers in the pool, and when every one runs a delivery,
-// nobody reads until one is done; one reader at a time (relay.Conn's
+// nobody reads until one is done; one reader at a time (relayclient.Conn's
 // Receive: each turn handed on through the pool's lock or channel, which
 // orders one reader's calls before the next one's); workers that outlive
 // their delivery, so that a worker's stack, grown by the first delivery,
@@ -27,7 +27,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
 )
 
 // InFlight is how many deliveries from the relay are being handled now:
@@ -42,7 +42,7 @@ func (a *Agent) InFlight() int {
 // serve handles one connection until it ends, and waits for the
 // deliveries under way. received, when not nil, is called when the first
 // delivery has arrived, before it is handled.
-func (a *Agent) serve(ctx context.Context, conn *relay.Conn, received func()) error {
+func (a *Agent) serve(ctx context.Context, conn *relayclient.Conn, received func()) error {
 	sem := make(chan struct{}, a.cfg.Concurrency)
 	a.slots.Store(&sem)
 	// Deliveries under way when ctx ends get a grace period to finish, so
@@ -88,7 +88,7 @@ func (a *Agent) serve(ctx context.Context, conn *relay.Conn, received func()) er
 // pool is the workers of one connection.
 type pool struct {
 	a        *Agent
-	conn     *relay.Conn
+	conn     *relayclient.Conn
 	work     context.Context // the deliveries': outlives ctx by ShutdownGrace
 	held     context.Context // the connection's: a held delivery is dropped when it ends
 	received func()          // see serve; read only by the worker whose turn it is

@@ -1,6 +1,5 @@
 // Package auth signs a person in to the service and keeps their tokens, as
-// the Authentication section of spec/service-interface.md describes (gaps
-// filled by spec/DECISIONS.md):
+// the service's sign-in works (the stored token record in docs/INTERFACE.md):
 //
 //   - Login: the PKCE (S256) authorization-code flow through the system
 //     browser, with a one-shot callback server on 127.0.0.1:56734;
@@ -407,7 +406,7 @@ func (s *Session) Tokens(ctx context.Context) (*Tokens, error) {
 	nt, err := s.client.Refresh(ctx, t)
 	if errors.Is(err, ErrInvalidGrant) {
 		if derr := s.store.Delete(s.name); derr != nil {
-			return nil, fmt.Errorf("%w; and removing the stored tokens failed: %v", err, derr)
+			return nil, fmt.Errorf("%w; and removing the stored tokens failed: %w", err, derr)
 		}
 		return nil, fmt.Errorf("the session %q has ended (the identity provider refused its refresh token) and its tokens were removed: sign in again with devhook login%s: %w", s.name, sessionFlag(s.name), err)
 	}

@@ -184,7 +184,7 @@ func NewStore(dir string) (*Store, error) {
 func DefaultDir() (string, error) {
 	home, err := os.UserHomeDir()
 	if err != nil || home == "" {
-		return "", fmt.Errorf("find the home directory for ~/.service/auth (set HOME): %v", err)
+		return "", fmt.Errorf("find the home directory for ~/.service/auth (set HOME): %w", err)
 	}
 	return filepath.Join(home, ".service", "auth"), nil
 }
@@ -214,7 +214,7 @@ func (s *Store) Load(session string) (*Tokens, error) {
 	}
 	var t Tokens
 	if err := json.Unmarshal(b, &t); err != nil {
-		return nil, fmt.Errorf("the token file %s is damaged (%v): sign in again with devhook login --session %s", p, err, session)
+		return nil, fmt.Errorf("the token file %s is damaged (%w): sign in again with devhook login --session %s", p, err, session)
 	}
 	return &t, nil
 }

@@ -271,3 +271,16 @@ func TestTokenFileFormats(t *testing.T) {
 		t.Errorf("a record without expires_at gained one: %s", raw)
 	}
 }
+
+// A damaged token file's error keeps the decoder's in its chain, so a
+// caller can tell where the file is damaged (errors.As).
+func TestDamagedTokenFileKeepsTheCause(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "s"), 0o700)
+	os.WriteFile(filepath.Join(dir, "s", "tokens.json"), []byte(`{"access_token":`), 0o600)
+	_, err := mustStore(t, dir).Load("s")
+	var syn *json.SyntaxError
+	if !errors.As(err, &syn) || !strings.Contains(err.Error(), "damaged") {
+		t.Fatalf("Load = %v, want the damaged file's error with a *json.SyntaxError in its chain", err)
+	}
+}

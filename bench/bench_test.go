@@ -25,7 +25,7 @@ func TestHarness(t *testing.T) {
 	defer cancel()
 	var out bytes.Buffer
 	o := options{n: 50, duration: 20 * time.Second, conc: []int{1, 4}, rounds: 2, idle: 20, list: 200,
-		drain: 60, drainRuns: 6, secret: "whsec_test", stdout: &out, logf: t.Logf}
+		drain: 60, drainRuns: 6, drainLive: 20, secret: "whsec_test", stdout: &out, logf: t.Logf}
 	rep, err := run(ctx, o)
 	if err != nil {
 		t.Fatal(err)
@@ -54,13 +54,21 @@ func TestHarness(t *testing.T) {
 	if rep.Idle == nil || rep.Idle.Connected != o.idle {
 		t.Errorf("idle phase: %+v", rep.Idle)
 	}
-	if d := rep.Drain; d == nil || d.Queued != o.drain || d.Delivered != o.drain || d.OutOfOrder != 0 || d.RPS <= 0 {
+	if d := rep.Drain; d == nil || d.Queued != o.drain || d.OutOfOrder != 0 || d.RPS <= 0 || d.EmptySecs <= 0 || d.LiveDuring == nil || d.LiveAfter == nil {
 		t.Errorf("drain phase: %+v", rep.Drain)
+	} else {
+		// Every delivery the relay took reached the receiver once; live
+		// ones came all along, and were answered once the queue was empty.
+		took := d.Queued + d.LiveDuring.OK + d.LiveDuring.Queued + d.LiveAfter.OK + d.LiveAfter.Queued
+		if d.Delivered != took || d.Duplicates != 0 || d.LiveAfter.Sent == 0 || d.LiveAfter.OK == 0 || d.FirstError != "" {
+			t.Errorf("drain phase under live load: %d delivered, %d duplicates, want the %d the relay took once; live during %+v, after %+v; %s",
+				d.Delivered, d.Duplicates, took, *d.LiveDuring, *d.LiveAfter, d.FirstError)
+		}
 	}
 
 	rep.writeText(&out)
 	for _, want := range []string{"tunnel #2", "direct #1", "c=1 over 2 rounds: ", "c=4 over 2 rounds: ", "delivered 100 of 100 sent, 0 duplicates",
-		"inspector GET /api/deliveries", "idle: 20 of 20", "drain: a backlog of 60 queued deliveries over 6 runs"} {
+		"inspector GET /api/deliveries", "idle: 20 of 20", "drain: a backlog of 60 queued deliveries over 6 runs", "drained under live load of 20 deliveries/s", "drain: live once the queue was empty"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}

@@ -7,7 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // idleLimit bounds the whole idle phase.
@@ -17,7 +18,7 @@ const idleLimit = 3 * time.Minute
 const idleWorkers = 64
 
 // idlePhase starts a fresh relay, connects o.idle agents to it (each on its
-// own channel, with relay.Dial as the agent does) and measures the relay's
+// own channel, with relayclient.Dial as the agent does) and measures the relay's
 // memory while it holds them.
 func idlePhase(ctx context.Context, o options, rep *report, kids *children, bin, dir string) error {
 	ctx, cancel := context.WithTimeout(ctx, idleLimit)
@@ -40,10 +41,10 @@ func idlePhase(ctx context.Context, o options, rep *report, kids *children, bin,
 	// Open the channels.
 	o.logf("idle: opening %d channels", o.idle)
 	start := time.Now()
-	creds := make([]relay.Credentials, o.idle)
+	creds := make([]wire.Credentials, o.idle)
 	client := newSenderClient(idleWorkers)
 	parallel(ctx, o.idle, func(i int) {
-		cr, err := relay.Open(ctx, client, relayURL, "")
+		cr, err := relayclient.Open(ctx, client, relayURL, "")
 		if err != nil {
 			fail(err)
 			return
@@ -62,14 +63,14 @@ func idlePhase(ctx context.Context, o options, rep *report, kids *children, bin,
 	// until it is closed.
 	o.logf("idle: connecting %d agents", res.Opened)
 	start = time.Now()
-	conns := make([]*relay.Conn, o.idle)
+	conns := make([]*relayclient.Conn, o.idle)
 	var readers sync.WaitGroup
 	var connected atomic.Int64
 	parallel(ctx, o.idle, func(i int) {
 		if creds[i].Channel == "" {
 			return
 		}
-		c, err := relay.Dial(ctx, relay.DialConfig{RelayURL: relayURL, Credentials: creds[i]})
+		c, err := relayclient.Dial(ctx, relayclient.DialConfig{RelayURL: relayURL, Credentials: creds[i]})
 		if err != nil {
 			fail(err)
 			return

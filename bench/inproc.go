@@ -108,7 +108,7 @@ func runInProcess(ctx context.Context, o options, rep *report, recv *receiverSer
 	case <-connected:
 	case err := <-agentDone:
 		agentDone <- err
-		return fmt.Errorf("agent: %v", err)
+		return fmt.Errorf("agent: %w", err)
 	case <-time.After(10 * time.Second):
 		return errors.New("agent did not connect within 10s")
 	}

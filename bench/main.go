@@ -41,7 +41,8 @@
 //
 // Then, in separate processes: the inspector's list API over a store of
 // -list deliveries, a backlog of -drain deliveries over -drain-runs runs
-// queued while the agent was away and drained when it returns (drain.go),
+// queued while the agent was away and drained when it returns, with live
+// deliveries coming at -drain-live a second meanwhile (drain.go),
 // and one relay holding -idle agent connections.
 //
 // With -relays, the cluster phases replace the tunnel phases: at each
@@ -90,6 +91,7 @@ type options struct {
 	list         int           // deliveries stored for the inspector list phase; 0 skips
 	drain        int           // deliveries queued for the drain phase; 0 skips
 	drainRuns    int           // runs the drain phase's deliveries belong to
+	drainLive    float64       // live deliveries a second while the backlog drains; 0 none
 	secret       string
 	bin          string        // devhook binary; empty builds one
 	out          string        // markdown or JSON file
@@ -121,6 +123,7 @@ func main() {
 	flag.IntVar(&o.list, "list", 100000, "stored deliveries for the inspector list phase (0 skips)")
 	flag.IntVar(&o.drain, "drain", 5000, "deliveries queued at a relay while its agent is away, then drained to the receiver: deliveries/s, and whether each run's order held (0 skips)")
 	flag.IntVar(&o.drainRuns, "drain-runs", 100, "runs the -drain deliveries belong to, each run's sent one after the other")
+	flag.Float64Var(&o.drainLive, "drain-live", 0, "live run.status deliveries a second, each of a new run, sent while the -drain backlog drains (paced by the clock, at most 256 waiting for their answer): how long until the relay's queue is empty, and the live answers' mix (200 / 202 queued behind the backlog / 429 refused / other) before and after (0: no live load)")
 	flag.StringVar(&o.secret, "secret", "whsec_bench_0123456789abcdef", "signing secret")
 	flag.StringVar(&o.bin, "bin", "", "devhook binary to run (default: build ./cmd/devhook)")
 	flag.StringVar(&o.out, "out", "", "also write the report to this file (.json: JSON, else markdown)")
@@ -207,6 +210,9 @@ func parseRelays(s string) ([]int, error) {
 
 // check refuses flags that do not go together.
 func (o *options) check() error {
+	if o.drainLive < 0 || o.drainLive > 100000 {
+		return fmt.Errorf("-drain-live %g: want between 0 and 100000 deliveries a second", o.drainLive)
+	}
 	switch {
 	case len(o.relays) == 0:
 		return nil
@@ -353,7 +359,7 @@ func build(ctx context.Context, o options, out, pkg string) error {
 	bctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	if b, err := exec.CommandContext(bctx, "go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
-		return fmt.Errorf("build %s: %v: %s", pkg, err, b)
+		return fmt.Errorf("build %s: %w: %s", pkg, err, b)
 	}
 	return nil
 }

@@ -173,7 +173,7 @@ func waitTCP(ctx context.Context, c *child, addr string, limit time.Duration) er
 		}
 		select {
 		case <-c.exited:
-			return fmt.Errorf("%s exited before %s accepted connections (%v): %s", c.name, addr, c.exitErr, c.tail())
+			return fmt.Errorf("%s exited before %s accepted connections (%w): %s", c.name, addr, c.exitErr, c.tail())
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(20 * time.Millisecond):

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -46,7 +47,7 @@ func startChild(ctx context.Context, name, bin string, args []string, ready func
 	case line := <-c.first:
 		return c, line, nil
 	case <-c.exited:
-		return nil, "", fmt.Errorf("%s exited before it was ready (%v): %s", name, c.exitErr, c.tail())
+		return nil, "", fmt.Errorf("%s exited before it was ready (%w): %s", name, c.exitErr, c.tail())
 	case <-t.C:
 		c.kill()
 		return nil, "", fmt.Errorf("%s was not ready within %s: %s", name, limit, c.tail())
@@ -91,6 +92,9 @@ func spawnIn(dir string, env []string, name, bin string, args []string, ready fu
 	go func() {
 		<-scanDone // Wait closes the pipe: read it to the end first
 		c.exitErr = c.cmd.Wait()
+		if c.exitErr == nil {
+			c.exitErr = errors.New("exit status 0")
+		}
 		close(c.exited)
 	}()
 	return c, nil

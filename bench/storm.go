@@ -24,7 +24,8 @@ import (
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/agent"
-	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // stormLimit bounds the whole storm phase.
@@ -46,10 +47,10 @@ func stormPhase(ctx context.Context, o options, rep *report, recv *receiverServe
 	fail := func(err error) { errOnce.Do(func() { res.FirstError = err.Error() }) }
 
 	o.logf("storm: opening %d channels", o.storm)
-	creds := make([]relay.Credentials, o.storm)
+	creds := make([]wire.Credentials, o.storm)
 	client := newSenderClient(idleWorkers)
 	parallel(ctx, o.storm, func(i int) {
-		cr, err := relay.Open(ctx, client, cl.urls[home], "")
+		cr, err := relayclient.Open(ctx, client, cl.urls[home], "")
 		if err != nil {
 			fail(err)
 			return

@@ -35,6 +35,12 @@ type CompactResult struct {
 // pages, giving the space back to the disk. The relay must be stopped:
 // the error wraps storage.ErrLocked when it runs.
 func Compact(path string, lockTimeout time.Duration) (CompactResult, error) {
+	return compact(path, lockTimeout, syncDir)
+}
+
+// compact is Compact with the directory's sync given (a test's fault: a
+// directory's fsync cannot be made to fail for real).
+func compact(path string, lockTimeout time.Duration, syncDir func(string) error) (CompactResult, error) {
 	var res CompactResult
 	st, err := os.Stat(path)
 	if err != nil {
@@ -76,12 +82,26 @@ func Compact(path string, lockTimeout time.Duration) (CompactResult, error) {
 		os.Remove(tmp)
 		return res, fmt.Errorf("boltrelay: compact %s: %w", path, err)
 	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		d.Sync()
-		d.Close()
-	}
 	if st, err := os.Stat(path); err == nil {
 		res.After = st.Size()
 	}
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		// The compacted file is in place, but a crash may still bring the
+		// old one back (which holds the same deliveries).
+		return res, fmt.Errorf("boltrelay: compact %s: the compacted file is in place but its directory is not synced: a crash may bring back the uncompacted file: %w", path, err)
+	}
 	return res, nil
+}
+
+// syncDir syncs the directory dir, making a rename in it durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
 )
 
 // fullDiskDirEnv makes the test binary run TestStore_RealFullDisk's
@@ -111,7 +112,7 @@ func realFullDisk(t *testing.T, dir string) {
 	var mu sync.Mutex
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := relay.Dial(ctx, relay.DialConfig{RelayURL: hs.URL, Credentials: cr})
+	conn, err := relayclient.Dial(ctx, relayclient.DialConfig{RelayURL: hs.URL, Credentials: cr})
 	if err != nil {
 		t.Fatal(err)
 	}

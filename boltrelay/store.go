@@ -99,9 +99,10 @@ var relayBuckets = [][]byte{bucketChannels, bucketQueue, bucketParked}
 var errForeign = errors.New("a bbolt file without devhook's schema")
 
 var (
-	_ relay.Store        = (*Store)(nil)
-	_ relay.Counter      = (*Store)(nil)
-	_ relay.QueueCounter = (*Store)(nil)
+	_ relay.Store           = (*Store)(nil)
+	_ relay.Counter         = (*Store)(nil)
+	_ relay.QueueCounter    = (*Store)(nil)
+	_ relay.QueueRunCounter = (*Store)(nil)
 )
 
 // Open opens or creates the relay's file at path, with its
@@ -118,7 +119,7 @@ func Open(path string, cfg Config) (*Store, error) {
 	}
 	q, err := cfg.Quota.WithDefaults()
 	if err != nil {
-		return nil, devhook.Errorf(devhook.EINVALID, "boltrelay: %v", err)
+		return nil, devhook.Errorf(devhook.EINVALID, "boltrelay: %w", err)
 	}
 	cfg.Quota = q
 	if cfg.ReadOnly {
@@ -319,16 +320,61 @@ func (s *Store) Queued(channel string, after string, limit int) ([]*devhook.Deli
 	return out, nil
 }
 
-// Dequeue removes delivery id from channel's queue. An id not in the queue
-// is not an error: acknowledgements may repeat.
-func (s *Store) Dequeue(channel, id string) error {
-	err := s.takeQueued(channel, id, func(tx *bolt.Tx, q *bolt.Bucket, v []byte) error {
-		return q.Delete([]byte(id))
+// Dequeue removes deliveries ids from channel's queue, all in one
+// transaction: one fsync for the batch of acknowledgements the relay
+// gathered. An id not in the queue is skipped: acknowledgements may
+// repeat. It returns once the removal is on disk; when it fails, none of
+// them is removed.
+func (s *Store) Dequeue(channel string, ids ...string) error {
+	if err := storage.ValidID("channel", channel); err != nil {
+		return err
+	}
+	for _, id := range ids {
+		if err := storage.ValidID("delivery", id); err != nil {
+			return err
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	var size int64
+	var n int
+	err := s.update(func(tx *bolt.Tx) error {
+		size, n = 0, 0
+		q := tx.Bucket(bucketQueue).Bucket([]byte(channel))
+		if q == nil {
+			return nil
+		}
+		for _, id := range ids {
+			k := []byte(id)
+			v := q.Get(k)
+			if v == nil {
+				continue // not queued, or twice in ids
+			}
+			size += entrySize(k, v) // v is not to be read once removed
+			n++
+			if err := q.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("boltrelay: dequeue delivery %s of channel %s: %w", id, channel, err)
+		return fmt.Errorf("boltrelay: dequeue %s of channel %s: %w", deliveries(ids), channel, err)
+	}
+	if n > 0 {
+		s.usage.release(channel, size, n)
 	}
 	return nil
+}
+
+// deliveries names ids in an error: the delivery, or how many and the
+// first.
+func deliveries(ids []string) string {
+	if len(ids) == 1 {
+		return "delivery " + ids[0]
+	}
+	return fmt.Sprintf("%d deliveries (%s first)", len(ids), ids[0])
 }
 
 // takeQueued runs take in one write transaction on delivery id of
@@ -380,6 +426,37 @@ func (s *Store) QueueLen(channel string) (n int, err error) {
 		return 0, fmt.Errorf("boltrelay: count queue of channel %s: %w", channel, err)
 	}
 	return n, nil
+}
+
+// QueuedRuns implements relay.QueueRunCounter: the run (the run_id of a
+// run.status body) of each such delivery in channel's queue, by id, read
+// in one transaction. An entry that cannot be decoded is left out.
+func (s *Store) QueuedRuns(channel string) (map[string]string, error) {
+	if err := storage.ValidID("channel", channel); err != nil {
+		return nil, err
+	}
+	runs := make(map[string]string)
+	err := s.bolt.View(func(tx *bolt.Tx) error {
+		clear(runs)
+		q := tx.Bucket(bucketQueue).Bucket([]byte(channel))
+		if q == nil {
+			return nil
+		}
+		return q.ForEach(func(k, v []byte) error {
+			d, err := storage.DecodeDelivery(v)
+			if err != nil {
+				return nil // parked when the drain meets it
+			}
+			if run := devhook.ParseEvent(d.Body).RunID; run != "" {
+				runs[string(k)] = run
+			}
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, fmt.Errorf("boltrelay: list the runs of channel %s's queue: %w", channel, err)
+	}
+	return runs, nil
 }
 
 // Counts implements relay.Counter: the channels, and the deliveries queued

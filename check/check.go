@@ -2,9 +2,9 @@
 // it sends a fixed, documented suite of deliveries to a running webhook
 // handler, each a real signed run.status delivery or a deliberate
 // corruption of one, compares every answer with what the reference
-// receiver answers (signature.Verifier, the checks of DECISIONS.md), and
-// reads the pattern of answers into a diagnosis in plain words. Hint says
-// why a receiver refused a delivery whose signature devhook verified.
+// receiver answers (signature.Verifier, the checks of docs/INTERFACE.md), and
+// reads the pattern of answers into a diagnosis in plain words. Why a
+// receiver refused one recorded delivery is package hint's.
 //
 // What cannot be seen from the answers is said, not guessed: whether the
 // handler compares signatures in constant time.
@@ -150,7 +150,7 @@ type Interruption struct {
 // UnreachableError is returned when the handler gives no answer to the
 // first request (Run's first case, scenario.Play's first delivery): the
 // handler is not there, and nothing else can be learnt. It is about the
-// developer's handler; relay.UnreachableError is another idea (the relay,
+// developer's handler; relayclient.UnreachableError is another idea (the relay,
 // reached through a proxy, with what to check).
 type UnreachableError struct {
 	URL string

@@ -435,57 +435,6 @@ func TestCasesAreWhatTheySay(t *testing.T) {
 	}
 }
 
-func TestHint(t *testing.T) {
-	at := now
-	ok := devhook.Verdict{Result: devhook.VerdictOK, T: at.UnixMilli()}
-	bad := devhook.Verdict{Result: devhook.VerdictInvalidSignature, T: at.UnixMilli()}
-	attempt := func(status int, body string, started time.Time, resigned bool) *devhook.Attempt {
-		a := &devhook.Attempt{Status: status, Body: []byte(body), StartedAt: started, Target: "http://localhost:8080/hook"}
-		if resigned {
-			a.Request = &devhook.Request{Resigned: true}
-		}
-		return a
-	}
-	tests := []struct {
-		name string
-		v    devhook.Verdict
-		a    *devhook.Attempt
-		want []string // "" alone: no hint
-	}{
-		{"accepted", ok, attempt(200, "ok", at, false), []string{""}},
-		{"not forwarded", ok, nil, []string{""}},
-		{"refused, signature bad too", bad, attempt(401, "Unauthorized: Invalid signature", at, false), []string{""}},
-		{"500 is not a refusal of the signature", ok, attempt(500, "Internal Server Error", at, false), []string{""}},
-		{"time", ok, attempt(401, "Unauthorized: Invalid Time Value", at, false),
-			[]string{"devhook check http://localhost:8080/hook", "Invalid Time Value", "milliseconds"}},
-		{"signature", ok, attempt(401, "Unauthorized: Invalid signature", at, false),
-			[]string{"signature is valid", "another secret", "re-serialized"}},
-		{"missing", ok, attempt(403, "Missing Signature", at, false), []string{"another header"}},
-		{"format", ok, attempt(401, "Unauthorized: Invalid Signature Format", at, false), []string{"t=<milliseconds>,v1=<hex>"}},
-		{"no text", ok, attempt(401, "", at, false), []string{"run `devhook check"}},
-		{"replayed old, not re-signed", ok, attempt(401, "Unauthorized: Invalid Time Value", at.Add(6*time.Minute), false),
-			[]string{"6m0s old", "--resign"}},
-		{"replayed old, re-signed", ok, attempt(401, "Unauthorized: Invalid Time Value", at.Add(6*time.Minute), true),
-			[]string{"devhook check", "milliseconds"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := check.Hint(&devhook.Delivery{ID: "d1", Verdict: tt.v}, tt.a)
-			if len(tt.want) == 1 && tt.want[0] == "" {
-				if got != "" {
-					t.Fatalf("hint %q, want none", got)
-				}
-				return
-			}
-			for _, w := range tt.want {
-				if !strings.Contains(got, w) {
-					t.Fatalf("hint %q does not say %q", got, w)
-				}
-			}
-		})
-	}
-}
-
 // docs/CHECK.md documents every case of the suite by name.
 func TestDocsNameEveryCase(t *testing.T) {
 	b, err := os.ReadFile("../docs/CHECK.md")

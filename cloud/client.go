@@ -1,7 +1,7 @@
 // Package cloud is a client of the service's API: webhooks, their secrets
 // and conversations, the event trigger, applications, runs and the
-// organizations of the caller (spec/service-interface.md, gaps filled by
-// spec/DECISIONS.md).
+// organizations of the caller (docs/INTERFACE.md: the interface, and what
+// devhook chose where it says nothing).
 //
 //	c, err := cloud.New(cloud.Config{Endpoint: "http://127.0.0.1:4010", Credentials: cloud.APIKey("key")})
 //	hooks, err := c.ListWebhooks(ctx)

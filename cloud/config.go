@@ -15,7 +15,7 @@ import (
 	"github.com/devhook/devhook/auth"
 )
 
-// Environment variables, as DECISIONS.md names them.
+// Environment variables, as the commands' help names them (docs/commands).
 const (
 	EnvProfile     = "SERVICE_PROFILE"
 	EnvAPIKey      = "SERVICE_API_KEY"
@@ -219,7 +219,7 @@ func (r Resolved) Config(session Credentials) (Config, error) {
 		return Config{}, fmt.Errorf("%w for the service's API: give its base URL with --endpoint URL, %s=URL, or endpoint: %s; devhook emulate prints its own (such as http://127.0.0.1:4010)", ErrNoEndpoint, EnvEndpoint, where)
 	}
 	if _, err := ParseEndpoint(r.Endpoint); err != nil {
-		return Config{}, fmt.Errorf("%v, from %s", err, r.EndpointFrom)
+		return Config{}, fmt.Errorf("%w, from %s", err, r.EndpointFrom)
 	}
 	cfg := Config{Endpoint: r.Endpoint}
 	switch {

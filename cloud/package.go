@@ -58,20 +58,8 @@ func BuildPackage(ctx context.Context, m *Manifest, o PackageOptions) (*Package,
 			return nil, fmt.Errorf("%s: python.pip-requirements %s is not a file in %s", m.Path, req, m.Dir)
 		}
 	}
-	if m.Build != nil && strings.TrimSpace(m.Build.Command) != "" {
-		args := strings.Fields(m.Build.Command)
-		if err := runStep(ctx, m, "build command", o.Output, m.Build.Environment, args...); err != nil {
-			return nil, err
-		}
-	}
-	if strings.TrimSpace(m.PrePush) != "" {
-		shell := []string{"sh", "-c", m.PrePush}
-		if runtime.GOOS == "windows" {
-			shell = []string{"cmd", "/c", m.PrePush}
-		}
-		if err := runStep(ctx, m, "pre-push command", o.Output, nil, shell...); err != nil {
-			return nil, err
-		}
+	if err := runCommands(ctx, m, o.Output); err != nil {
+		return nil, err
 	}
 	files, err := m.ResolveFiles()
 	if err != nil {
@@ -88,96 +76,159 @@ func BuildPackage(ctx context.Context, m *Manifest, o PackageOptions) (*Package,
 			os.RemoveAll(tmp)
 		}
 	}()
-	var deps string
-	if req := m.PipRequirements(); req != "" {
-		deps = filepath.Join(tmp, "deps")
-		// --target: nothing is installed into the python that runs pip,
-		// so its warning about running as root does not apply.
-		err := runStep(ctx, m, "pip install of "+req, o.Output, map[string]string{"PIP_ROOT_USER_ACTION": "ignore"},
-			o.Python, "-m", "pip", "install", "-r", req, "--target", deps,
-			"--upgrade", "--no-input", "--quiet", "--no-warn-conflicts", "--disable-pip-version-check")
-		if err != nil {
-			return nil, err
+	deps, err := installDeps(ctx, m, o, filepath.Join(tmp, "deps"))
+	if err != nil {
+		return nil, err
+	}
+	if err := writePackage(pkg, m, files, deps); err != nil {
+		return nil, err
+	}
+	ok = true
+	return pkg, nil
+}
+
+// runCommands runs the manifest's build command, then its pre-push
+// command (in a shell), each in the manifest's directory.
+func runCommands(ctx context.Context, m *Manifest, out io.Writer) error {
+	if m.Build != nil && strings.TrimSpace(m.Build.Command) != "" {
+		args := strings.Fields(m.Build.Command)
+		if err := runStep(ctx, m, "build command", out, m.Build.Environment, args...); err != nil {
+			return err
 		}
 	}
+	if strings.TrimSpace(m.PrePush) != "" {
+		shell := []string{"sh", "-c", m.PrePush}
+		if runtime.GOOS == "windows" {
+			shell = []string{"cmd", "/c", m.PrePush}
+		}
+		if err := runStep(ctx, m, "pre-push command", out, nil, shell...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
+// installDeps installs python.pip-requirements into dir with pip and
+// returns dir; "" when the manifest has no requirements.
+func installDeps(ctx context.Context, m *Manifest, o PackageOptions, dir string) (string, error) {
+	req := m.PipRequirements()
+	if req == "" {
+		return "", nil
+	}
+	// --target: nothing is installed into the python that runs pip,
+	// so its warning about running as root does not apply.
+	err := runStep(ctx, m, "pip install of "+req, o.Output, map[string]string{"PIP_ROOT_USER_ACTION": "ignore"},
+		o.Python, "-m", "pip", "install", "-r", req, "--target", dir,
+		"--upgrade", "--no-input", "--quiet", "--no-warn-conflicts", "--disable-pip-version-check")
+	if err != nil {
+		return "", err
+	}
+	return dir, nil
+}
+
+// writePackage writes pkg.Path, a gzip'd tar of app.yaml, files (in the
+// manifest's directory) and every file under deps (when not "") under
+// DepsDir, and sets pkg's Files, Deps and Size.
+func writePackage(pkg *Package, m *Manifest, files []string, deps string) error {
 	f, err := os.Create(pkg.Path)
 	if err != nil {
-		return nil, fmt.Errorf("write the package: %w", err)
+		return fmt.Errorf("write the package: %w", err)
 	}
 	defer f.Close()
 	zw := gzip.NewWriter(f)
-	tw := tar.NewWriter(zw)
-	add := func(name, src string) error {
-		fi, err := os.Stat(src)
-		if err != nil {
-			return fmt.Errorf("package %s: %w", name, err)
-		}
-		hdr := &tar.Header{Name: name, Mode: int64(fi.Mode().Perm()), Size: fi.Size(), ModTime: fi.ModTime(), Typeflag: tar.TypeReg, Format: tar.FormatPAX}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return fmt.Errorf("package %s: %w", name, err)
-		}
-		in, err := os.Open(src)
-		if err != nil {
-			return fmt.Errorf("package %s: %w", name, err)
-		}
-		defer in.Close()
-		if n, err := io.Copy(tw, in); err != nil || n != fi.Size() {
-			return fmt.Errorf("package %s: it changed while being packaged (%d of %d bytes): %v", name, n, fi.Size(), err)
-		}
-		pkg.Files = append(pkg.Files, name)
-		return nil
-	}
-	if err := add(ManifestFile, m.Path); err != nil {
-		return nil, err
+	pk := &packer{tw: tar.NewWriter(zw), pkg: pkg}
+	if err := pk.add(ManifestFile, m.Path); err != nil {
+		return err
 	}
 	for _, name := range files {
 		if name == ManifestFile {
 			continue
 		}
-		if err := add(name, filepath.Join(m.Dir, filepath.FromSlash(name))); err != nil {
-			return nil, err
+		if err := pk.add(name, filepath.Join(m.Dir, filepath.FromSlash(name))); err != nil {
+			return err
 		}
 	}
 	if deps != "" {
-		var depFiles []string
-		err := filepath.WalkDir(deps, func(p string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return err
-			}
-			if d.Type().IsRegular() {
-				rel, _ := filepath.Rel(deps, p)
-				depFiles = append(depFiles, filepath.ToSlash(rel))
-			}
-			return nil
-		})
+		depFiles, err := regularFiles(deps)
 		if err != nil {
-			return nil, fmt.Errorf("package the python dependencies: %w", err)
+			return fmt.Errorf("package the python dependencies: %w", err)
 		}
-		sort.Strings(depFiles)
 		for _, rel := range depFiles {
-			if err := add(DepsDir+"/"+rel, filepath.Join(deps, filepath.FromSlash(rel))); err != nil {
-				return nil, err
+			if err := pk.add(DepsDir+"/"+rel, filepath.Join(deps, filepath.FromSlash(rel))); err != nil {
+				return err
 			}
 			pkg.Deps++
 		}
 	}
-	if err := tw.Close(); err != nil {
-		return nil, fmt.Errorf("write the package: %w", err)
+	if err := pk.tw.Close(); err != nil {
+		return fmt.Errorf("write the package: %w", err)
 	}
 	if err := zw.Close(); err != nil {
-		return nil, fmt.Errorf("write the package: %w", err)
+		return fmt.Errorf("write the package: %w", err)
 	}
 	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("write the package: %w", err)
+		return fmt.Errorf("write the package: %w", err)
 	}
 	fi, err := os.Stat(pkg.Path)
 	if err != nil {
-		return nil, fmt.Errorf("write the package: %w", err)
+		return fmt.Errorf("write the package: %w", err)
 	}
 	pkg.Size = fi.Size()
-	ok = true
-	return pkg, nil
+	return nil
+}
+
+// packer adds files to a package's tar.
+type packer struct {
+	tw  *tar.Writer
+	pkg *Package
+}
+
+// add writes the file src into the tar as name, and names it in the
+// package's Files.
+func (p *packer) add(name, src string) error {
+	fi, err := os.Stat(src)
+	if err != nil {
+		return fmt.Errorf("package %s: %w", name, err)
+	}
+	hdr := &tar.Header{Name: name, Mode: int64(fi.Mode().Perm()), Size: fi.Size(), ModTime: fi.ModTime(), Typeflag: tar.TypeReg, Format: tar.FormatPAX}
+	if err := p.tw.WriteHeader(hdr); err != nil {
+		return fmt.Errorf("package %s: %w", name, err)
+	}
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("package %s: %w", name, err)
+	}
+	defer in.Close()
+	n, err := io.Copy(p.tw, in)
+	if err != nil {
+		return fmt.Errorf("package %s: it changed while being packaged (%d of %d bytes): %w", name, n, fi.Size(), err)
+	}
+	if n != fi.Size() {
+		return fmt.Errorf("package %s: it changed while being packaged (%d of %d bytes)", name, n, fi.Size())
+	}
+	p.pkg.Files = append(p.pkg.Files, name)
+	return nil
+}
+
+// regularFiles lists the regular files under dir, slash-separated and
+// relative to it, sorted.
+func regularFiles(dir string) ([]string, error) {
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			rel, _ := filepath.Rel(dir, p)
+			out = append(out, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(out)
+	return out, nil
 }
 
 // runStep runs one of the manifest's commands in its directory.

@@ -11,7 +11,7 @@ import (
 	"strings"
 )
 
-// Pushing, as DECISIONS.md describes it: GET …/binary for an upload URL,
+// Pushing, as docs/INTERFACE.md describes it: GET …/binary for an upload URL,
 // PUT the package there (no credential: the URL is one), then PUT
 // …/binary with the requirements, which assigns it to the instance latest.
 

@@ -79,7 +79,7 @@ type Run struct {
 }
 
 // RunMetadata is a run's metadata, every field of the interface.
-// Durations are milliseconds and sizes bytes (DECISIONS.md).
+// Durations are milliseconds and sizes bytes (docs/INTERFACE.md).
 type RunMetadata struct {
 	ApplicationID         string      `json:"application_id"`
 	ApplicationInstanceID string      `json:"application_instance_id"`

@@ -71,7 +71,7 @@ func (e *Emulator) sendAll(ctx context.Context, account string, hooks []string, 
 
 // deliver makes the first attempt and, while attempts fail, the retries
 // after each of RetryDelays (the service's schedule, 1 s, 5 s and 25 s by
-// default: a backoff of its own, kept exact, as DECISIONS.md gives it).
+// default: a backoff of its own, kept exact, as docs/INTERFACE.md gives it).
 // It stops when the webhook is deleted or the emulator closes. Each
 // attempt is a conversation; a delivery that fails every attempt is
 // logged once, with the count.

@@ -1,8 +1,8 @@
 // Package emulator is the service, locally: the webhook API, signed
 // run.status deliveries with retries and conversations, applications and
 // runs, organizations, the single sign-on domain check and an identity
-// provider for the PKCE sign-in. It follows spec/service-interface.md, with
-// the gaps filled by spec/DECISIONS.md.
+// provider for the PKCE sign-in. It follows docs/INTERFACE.md: the
+// interface, and what devhook chose where it says nothing.
 //
 // An *Emulator is an http.Handler, so tests run it in httptest:
 //
@@ -468,12 +468,19 @@ const (
 type apiError struct {
 	status int
 	msg    string
+	err    error // what errorf formatted, its %w operands in its chain
 }
 
 func (e *apiError) Error() string { return e.msg }
 
+// Unwrap keeps the chain of an error errorf formatted with %w.
+func (e *apiError) Unwrap() error { return e.err }
+
+// errorf is an answer of status whose message is the format's; an error
+// formatted with %w stays in its chain.
 func errorf(status int, format string, args ...any) *apiError {
-	return &apiError{status: status, msg: fmt.Sprintf(format, args...)}
+	err := fmt.Errorf(format, args...)
+	return &apiError{status: status, msg: err.Error(), err: err}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -524,7 +531,7 @@ func readBody(w http.ResponseWriter, r *http.Request, limit int64) ([]byte, erro
 		if errors.As(err, &mbe) {
 			return nil, tooLarge(limit)
 		}
-		return nil, errorf(http.StatusBadRequest, "reading request body: %v", err)
+		return nil, errorf(http.StatusBadRequest, "reading request body: %w", err)
 	}
 	return b, nil
 }

@@ -19,7 +19,7 @@ import (
 )
 
 // A run of an instance with a pushed executable executes it on this
-// machine (DECISIONS.md, "Pushing an application"):
+// machine (docs/INTERFACE.md, "Pushing an application"):
 //
 //   - in a fresh copy of the unpacked package (packages.go), removed after;
 //   - python: python3 main.py; go: ./main; java: java -jar main.jar; each

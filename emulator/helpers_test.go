@@ -250,7 +250,7 @@ func (rc *receiver) next(t *testing.T) delivery {
 	}
 }
 
-// checkSignature verifies a service-signature header the way DECISIONS.md
+// checkSignature verifies a service-signature header the way docs/INTERFACE.md
 // describes, with crypto/hmac directly and not the signature package. It
 // returns the reference receiver's status and text.
 func checkSignature(secret, header string, body []byte, nowMS, skewMS int64) (int, string) {

@@ -52,7 +52,7 @@ func (e *Emulator) ssoDomain(w http.ResponseWriter, r *http.Request, c *call) er
 		}
 	}
 	// A domain without single sign-on is 200 with an empty object, as
-	// DECISIONS.md says: the check's non-2xx answers are errors only.
+	// docs/INTERFACE.md says: the check's non-2xx answers are errors only.
 	writeJSON(w, http.StatusOK, map[string]string{})
 	return nil
 }

@@ -11,7 +11,7 @@ import (
 )
 
 // Pushing an application, as the service's own clients do it
-// (DECISIONS.md, "Pushing an application"):
+// (docs/INTERFACE.md, "Pushing an application"):
 //
 //	GET /v1/applications/{id}/binary            → 200 {"upload_url": <absolute URL>}
 //	PUT <upload_url>  (the gzip'd tar)          → 200, empty; no credential

@@ -38,7 +38,7 @@ func hasScenario(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) 
 func (e *Emulator) triggerScenario(w http.ResponseWriter, c *call, raw json.RawMessage, speed *float64) error {
 	s, err := scenario.Parse("in the request", raw)
 	if err != nil {
-		return errorf(http.StatusBadRequest, "%v", err)
+		return errorf(http.StatusBadRequest, "%w", err)
 	}
 	for i, d := range s.Deliveries {
 		if d.Method != http.MethodPost {

@@ -104,7 +104,7 @@ func (e *Emulator) putUpload(w http.ResponseWriter, r *http.Request, c *call) er
 		if errors.As(err, &mbe) {
 			return errorf(http.StatusRequestEntityTooLarge, "the input is larger than %d bytes, the largest upload", e.cfg.MaxUploadBytes)
 		}
-		return errorf(http.StatusBadRequest, "reading the input: %v", err)
+		return errorf(http.StatusBadRequest, "reading the input: %w", err)
 	}
 	if len(b) == 0 {
 		return errorf(http.StatusBadRequest, "the input is empty; PUT the run's input (JSON or text)")

@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/devhook/devhook"
-	"github.com/devhook/devhook/check"
+	"github.com/devhook/devhook/hint"
 )
 
 // DeliveryView is the answer of GET /api/deliveries/{id}: the delivery and
@@ -44,7 +44,7 @@ type AttemptView struct {
 	Response BodyView  `json:"response"`
 	Request  *BodyView `json:"request,omitempty"`
 	// Hint is set when the receiver refused a delivery whose signature is
-	// valid: what to run, and the likely cause (check.Hint).
+	// valid: what to run, and the likely cause (hint.Text).
 	Hint string `json:"hint,omitempty"`
 }
 
@@ -78,7 +78,7 @@ func (s *Server) handleDelivery(w http.ResponseWriter, r *http.Request) {
 		d.Route = v.Retry.Route
 	}
 	for i, a := range d.Attempts {
-		av := AttemptView{Response: NewBodyView(a.Body, a.Header), Hint: check.Hint(d, &d.Attempts[i])}
+		av := AttemptView{Response: NewBodyView(a.Body, a.Header), Hint: hint.Text(d, &d.Attempts[i])}
 		if a.Request != nil {
 			rv := NewBodyView(a.Request.Body, a.Request.Header)
 			av.Request = &rv

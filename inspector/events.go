@@ -3,8 +3,10 @@ package inspector
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -126,20 +128,32 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.hub.unsubscribe(sub)
 
+	// Each write has its own deadline (a server-wide WriteTimeout would cut
+	// the stream): a page that stops reading fills the connection's
+	// buffers, and its write then fails instead of blocking for ever.
 	rc := http.NewResponseController(w)
-	// A server-wide WriteTimeout would cut the stream; this one has none.
-	_ = rc.SetWriteDeadline(time.Time{})
+	write := func(msg []byte) error {
+		if err := rc.SetWriteDeadline(time.Now().Add(s.cfg.StreamWriteTimeout)); err != nil {
+			return fmt.Errorf("setting the write deadline: %w", err)
+		}
+		if _, err := w.Write(msg); err != nil {
+			return err
+		}
+		return rc.Flush()
+	}
+	if err := rc.SetWriteDeadline(time.Now().Add(s.cfg.StreamWriteTimeout)); err != nil {
+		s.cfg.Logf("inspector: the event stream cannot have a write deadline: %v", err)
+		writeJSON(w, http.StatusInternalServerError, errorBody{Error: "the event stream cannot have a write deadline"})
+		return
+	}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream; charset=utf-8")
 	h.Set("Cache-Control", "no-store")
 	h.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	// retry: how long the browser waits before reconnecting.
-	if _, err := w.Write([]byte("retry: 1000\nevent: ready\ndata: {}\n\n")); err != nil {
-		return
-	}
-	if err := rc.Flush(); err != nil {
-		s.cfg.Logf("inspector: the event stream cannot be flushed: %v", err)
+	if err := write([]byte("retry: 1000\nevent: ready\ndata: {}\n\n")); err != nil {
+		s.cfg.Logf("inspector: the event stream cannot be written: %v", err)
 		return
 	}
 
@@ -174,10 +188,10 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request) {
 			msg = append(msg, data...)
 			msg = append(msg, "\n\n"...)
 		}
-		if _, err := w.Write(msg); err != nil {
-			return
-		}
-		if err := rc.Flush(); err != nil {
+		if err := write(msg); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				s.cfg.Logf("inspector: a page stopped reading the live stream for %s and was disconnected; it reloads on reconnect", s.cfg.StreamWriteTimeout)
+			}
 			return
 		}
 	}

@@ -131,6 +131,11 @@ type Config struct {
 	// StreamBuffer is how many changes may wait for a slow subscriber
 	// before it is disconnected; 0 means 256.
 	StreamBuffer int
+	// StreamWriteTimeout bounds each write to a live event stream: a page
+	// that stopped reading (its connection's buffers full) is disconnected
+	// after it, instead of holding the stream's goroutine; 0 means 10
+	// seconds.
+	StreamWriteTimeout time.Duration
 	// Logf, when set, receives one line per failed request.
 	Logf func(format string, args ...any)
 	// Health reports the agent's state for GET /api/status; nil means
@@ -160,8 +165,11 @@ func New(cfg Config) (*Server, error) {
 	if _, err := fs.Stat(cfg.Assets, "index.html"); err != nil {
 		return nil, fmt.Errorf("inspector: the page's assets have no index.html: %w", err)
 	}
-	if cfg.Heartbeat < 0 || cfg.StreamBuffer < 0 {
-		return nil, errors.New("inspector: Config.Heartbeat and Config.StreamBuffer must not be negative")
+	if cfg.Heartbeat < 0 || cfg.StreamBuffer < 0 || cfg.StreamWriteTimeout < 0 {
+		return nil, errors.New("inspector: Config.Heartbeat, Config.StreamBuffer and Config.StreamWriteTimeout must not be negative")
+	}
+	if cfg.StreamWriteTimeout == 0 {
+		cfg.StreamWriteTimeout = 10 * time.Second
 	}
 	if cfg.Heartbeat == 0 {
 		cfg.Heartbeat = 15 * time.Second

@@ -73,7 +73,7 @@ func (q ReplayRequest) Options() (devhook.ReplayOptions, error) {
 	case q.BodyBase64 != nil:
 		b, err := base64.StdEncoding.DecodeString(*q.BodyBase64)
 		if err != nil {
-			return opt, devhook.Errorf(devhook.EINVALID, "body_base64 is not base64: %v", err)
+			return opt, devhook.Errorf(devhook.EINVALID, "body_base64 is not base64: %w", err)
 		}
 		opt.Body, opt.HasBody = b, true
 	}
@@ -141,7 +141,7 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request) {
 				s.fail(w, r, devhook.Errorf(devhook.ETOOLARGE, "the replay request is larger than %d bytes", maxReplayRequest))
 				return
 			}
-			s.fail(w, r, devhook.Errorf(devhook.EINVALID, "reading the replay request: %v", err))
+			s.fail(w, r, devhook.Errorf(devhook.EINVALID, "reading the replay request: %w", err))
 			return
 		}
 	}

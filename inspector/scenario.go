@@ -48,7 +48,7 @@ func (s *Server) handleScenario(w http.ResponseWriter, r *http.Request) {
 	}
 	opt := scenario.Options{Redact: q["redact"]}
 	if err := scenario.CheckRedact(opt.Redact); err != nil {
-		s.fail(w, r, devhook.Errorf(devhook.EINVALID, "%v", err))
+		s.fail(w, r, devhook.Errorf(devhook.EINVALID, "%w", err))
 		return
 	}
 

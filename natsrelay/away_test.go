@@ -9,7 +9,8 @@ import (
 
 	"github.com/devhook/devhook/natsrelay"
 	"github.com/devhook/devhook/natsrelay/natstest"
-	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // With NATS gone, a delivery for an agent on another instance is answered
@@ -25,7 +26,7 @@ func TestNATSAwayAnsweredWithinBound(t *testing.T) {
 	cr := openOn(t, a)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := relay.Dial(ctx, relay.DialConfig{RelayURL: a.URL, Credentials: cr})
+	conn, err := relayclient.Dial(ctx, relayclient.DialConfig{RelayURL: a.URL, Credentials: cr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func TestNATSAwayAnsweredWithinBound(t *testing.T) {
 	close(answer)
 
 	// Deliveries that arrive while NATS is away, small and large.
-	for _, body := range []string{"after", bigBody(relay.DefaultMaxBody, 2)} {
+	for _, body := range []string{"after", bigBody(wire.DefaultMaxBody, 2)} {
 		start := time.Now()
 		resp, _ := send(t, b.URL+"/c/"+cr.Channel+"/x", body)
 		elapsed := time.Since(start)

@@ -13,14 +13,14 @@ import (
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/natsrelay"
 	"github.com/devhook/devhook/natsrelay/natstest"
-	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // echo is an agent that answers every delivery with its body at once.
 type echo struct{}
 
-func (echo) Deliver(_ context.Context, d *devhook.Delivery) (*relay.Answer, error) {
-	return &relay.Answer{Status: http.StatusOK, Header: http.Header{"A": {"1"}}, Body: d.Body}, nil
+func (echo) Deliver(_ context.Context, d *devhook.Delivery) (*wire.Answer, error) {
+	return &wire.Answer{Status: http.StatusOK, Header: http.Header{"A": {"1"}}, Body: d.Body}, nil
 }
 func (echo) Kick()    {}
 func (echo) Replace() {}

@@ -4,7 +4,7 @@ package natsrelay
 //
 // An entry is one message of the stream DEVHOOK_QUEUE or DEVHOOK_PARKED,
 // its subject ending in the delivery id. When the delivery's deliver frame
-// (relay.EncodeDelivery: head and body) fits one NATS message with room
+// (wire.EncodeDelivery: head and body) fits one NATS message with room
 // for headers (the connection's max_payload less headroom), the entry holds
 // it: one message written, one read, as for any small delivery.
 //
@@ -58,6 +58,7 @@ import (
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // Headers of entries.
@@ -270,7 +271,7 @@ func (s *Store) readEntry(ctx context.Context, channel string, m *jetstream.RawS
 	if err != nil {
 		return nil, err
 	}
-	d, err := relay.DecodeDelivery(channel, frame)
+	d, err := wire.DecodeDelivery(channel, frame)
 	if err != nil {
 		return nil, &relay.UnreadableError{ID: idOf(m.Subject), Err: err}
 	}

@@ -15,3 +15,12 @@ func (r *Router) SetBeforePart(f func(i int)) { r.beforePart = f }
 // PartSize is the largest payload of one message on the Store's
 // connection.
 func (s *Store) PartSize() int { return partSize(s.cfg.Conn) }
+
+// SetWatched makes r's watch of the agents bucket call f with each put it
+// gets, in place of acting on it: f calls seen to act. A test's way of
+// holding the watch behind.
+func (r *Router) SetWatched(f func(channel string, seen func())) {
+	r.mu.Lock()
+	r.watched = f
+	r.mu.Unlock()
+}

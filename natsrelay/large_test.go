@@ -18,6 +18,7 @@ import (
 	"github.com/devhook/devhook/natsrelay"
 	"github.com/devhook/devhook/natsrelay/natstest"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // bigBody is n bytes that no shift or truncation leaves equal.
@@ -106,8 +107,8 @@ func TestLargeDeliveryAcrossInstances(t *testing.T) {
 		via *instance
 		n   int
 	}{
-		{b, relay.DefaultMaxBody},
-		{a, relay.DefaultMaxBody},
+		{b, wire.DefaultMaxBody},
+		{a, wire.DefaultMaxBody},
 		{b, size - 2<<10}, // one message
 		{b, size + 1},     // two parts, the answer too
 	} {
@@ -137,7 +138,7 @@ func TestLargeDeliveryThroughTheQueue(t *testing.T) {
 	a, b := startInstance(t, ns), startInstance(t, ns)
 	cr := openOn(t, a)
 	size := a.store.PartSize()
-	bodies := []string{"small", bigBody(relay.DefaultMaxBody, 1), bigBody(size-2<<10, 2), bigBody(size+1, 3), "last"}
+	bodies := []string{"small", bigBody(wire.DefaultMaxBody, 1), bigBody(size-2<<10, 2), bigBody(size+1, 3), "last"}
 	for i, body := range bodies {
 		resp, got := send(t, []*instance{a, b}[i%2].URL+"/c/"+cr.Channel+"/q", body)
 		if resp.StatusCode != http.StatusAccepted {
@@ -191,7 +192,7 @@ func TestQueueWriterKilledBetweenParts(t *testing.T) {
 			a, b := startInstance(t, ns), startInstance(t, ns)
 			cr := openOn(t, a)
 			tc.kill(a)
-			body := bigBody(relay.DefaultMaxBody, 7)
+			body := bigBody(wire.DefaultMaxBody, 7)
 			resp, got := send(t, a.URL+"/c/"+cr.Channel+"/q", body)
 			if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 				t.Fatalf("sender got %s %q, want 503 and Retry-After", resp.Status, got)
@@ -279,7 +280,7 @@ func TestInstanceKilledBetweenRequestParts(t *testing.T) {
 			b.nc.Close()
 		}
 	})
-	body := bigBody(relay.DefaultMaxBody, 9)
+	body := bigBody(wire.DefaultMaxBody, 9)
 	resp, got := send(t, b.URL+"/c/"+cr.Channel+"/x", body)
 	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("sender got %s %q, want 503 and Retry-After", resp.Status, got)
@@ -444,7 +445,7 @@ func TestMaxPayloadChecked(t *testing.T) {
 	ns := natstest.Run(t, natstest.MaxPayload(64<<10))
 	a, b := startInstance(t, ns), startInstance(t, ns)
 	cr := openOn(t, a)
-	body := bigBody(relay.DefaultMaxBody, 5)
+	body := bigBody(wire.DefaultMaxBody, 5)
 	if resp, _ := send(t, b.URL+"/c/"+cr.Channel+"/q", body); resp.StatusCode != http.StatusAccepted {
 		t.Fatalf("queued: %s", resp.Status)
 	}

@@ -157,7 +157,7 @@ func why(ctx context.Context, err error) error {
 		return err
 	}
 	if c := context.Cause(ctx); errors.Is(c, ErrNATSAway) {
-		return fmt.Errorf("%w (%v)", c, err)
+		return fmt.Errorf("%w (%w)", c, err)
 	}
 	return err
 }

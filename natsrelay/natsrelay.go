@@ -13,7 +13,7 @@
 //	KV devhook_channels           channel id → relay.Channel as JSON (token hash, created)
 //	KV devhook_agents             channel id → "<instance>/<attach>" of the newest agent
 //	stream DEVHOOK_QUEUE          devhook.queue.<channel>.<delivery id>: a queued
-//	                              delivery as a deliver frame (relay.EncodeDelivery),
+//	                              delivery as a deliver frame (wire.EncodeDelivery),
 //	                              or, larger than a message, pointing to its object
 //	                              (entries.go); file storage, bounded by
 //	                              Quota.TotalBytes (discard new: a full queue
@@ -71,6 +71,7 @@ import (
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // Defaults of Config.
@@ -140,7 +141,7 @@ func (c *Config) setDefaults() error {
 	}
 	c.Quota = q
 	if c.MaxBody <= 0 {
-		c.MaxBody = relay.DefaultMaxBody
+		c.MaxBody = wire.DefaultMaxBody
 	}
 	if c.ResponseTimeout <= 0 {
 		c.ResponseTimeout = relay.DefaultResponseTimeout
@@ -167,7 +168,7 @@ func (c *Config) setDefaults() error {
 }
 
 // maxFrame is the largest deliver or answer frame the relay makes.
-func (c *Config) maxFrame() int64 { return c.MaxBody + relay.MaxHeaderSize + 4<<10 }
+func (c *Config) maxFrame() int64 { return c.MaxBody + wire.MaxHeaderSize + 4<<10 }
 
 func (c *Config) upper() string { return strings.ToUpper(strings.ReplaceAll(c.Prefix, "-", "_")) }
 
@@ -226,6 +227,7 @@ var (
 	_ relay.Counter       = (*Store)(nil)
 	_ relay.HealthChecker = (*Store)(nil)
 	_ relay.QueueCounter  = (*Store)(nil)
+	_ relay.ArrivalOrder  = (*Store)(nil)
 )
 
 // OpenStore creates or updates the streams and bucket, and returns the
@@ -361,7 +363,7 @@ func (s *Store) Enqueue(channel string, d *devhook.Delivery) error {
 	if !validToken(channel) || d == nil || !validToken(d.ID) {
 		return devhook.Errorf(devhook.EINVALID, "natsrelay: enqueue: invalid channel or delivery")
 	}
-	frame, err := relay.EncodeDelivery(d)
+	frame, err := wire.EncodeDelivery(d)
 	if err != nil {
 		return fmt.Errorf("natsrelay: enqueue delivery %s: %w", d.ID, err)
 	}
@@ -445,6 +447,11 @@ func (s *Store) Queued(channel string, after string, limit int) ([]*devhook.Deli
 	return out, nil
 }
 
+// QueuedInArrivalOrder implements relay.ArrivalOrder: the queue is a
+// stream, a delivery queued later comes after those read, and the
+// relay's drain reads on from where it stopped when one is queued.
+func (s *Store) QueuedInArrivalOrder() {}
+
 // maxSeqs bounds the sequences a Store remembers.
 const maxSeqs = 1 << 16
 
@@ -482,14 +489,67 @@ func (s *Store) forget(channel, id string) {
 	s.mu.Unlock()
 }
 
-// Dequeue implements relay.Store: the entry, then its object if it has
-// one.
-func (s *Store) Dequeue(channel, id string) error {
-	if !validToken(channel) || !validToken(id) {
-		return devhook.Errorf(devhook.EINVALID, "natsrelay: dequeue: invalid channel or delivery id")
+// Dequeue implements relay.Store: for each delivery, the entry, then its
+// object if it has one. JetStream removes one subject a request, so the
+// removals of a batch are sent together (dequeueAtOnce at a time) and
+// take about one round trip, not one per delivery; the channel's usage is
+// counted down once for all those removed. On an error, those removed
+// stay removed (and counted down): the relay tries the batch again, and
+// the ids no longer queued are skipped.
+func (s *Store) Dequeue(channel string, ids ...string) error {
+	if !validToken(channel) {
+		return devhook.Errorf(devhook.EINVALID, "natsrelay: dequeue: invalid channel id")
+	}
+	for _, id := range ids {
+		if !validToken(id) {
+			return devhook.Errorf(devhook.EINVALID, "natsrelay: dequeue: invalid delivery id")
+		}
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
+	var (
+		mu    sync.Mutex
+		size  int64
+		n     int
+		first error
+		wg    sync.WaitGroup
+		slots = make(chan struct{}, dequeueAtOnce)
+	)
+	seen := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		if seen[id] {
+			continue
+		}
+		seen[id] = true
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			sz, removed, err := s.dequeueOne(ctx, channel, id)
+			mu.Lock()
+			defer mu.Unlock()
+			if removed {
+				size += sz
+				n++
+			}
+			if err != nil && first == nil {
+				first = err
+			}
+		})
+	}
+	wg.Wait()
+	if n > 0 {
+		s.releaseN(ctx, channel, size, n)
+	}
+	return first
+}
+
+// dequeueAtOnce bounds the removals of one Dequeue in flight at once.
+const dequeueAtOnce = 32
+
+// dequeueOne removes delivery id's entry, then its object if it has one.
+// It returns what the entry counted for in the quota, and whether it was
+// removed (false: it was not queued, or the removal failed).
+func (s *Store) dequeueOne(ctx context.Context, channel, id string) (size int64, removed bool, err error) {
 	s.mu.Lock()
 	q, ok := s.seqs[channel+"/"+id]
 	s.mu.Unlock()
@@ -499,16 +559,15 @@ func (s *Store) Dequeue(channel, id string) error {
 		m, err := s.queue.GetLastMsgForSubject(ctx, s.queueSubject(channel, id))
 		switch {
 		case errors.Is(err, jetstream.ErrMsgNotFound):
-			return nil
+			return 0, false, nil
 		case err != nil:
-			return fmt.Errorf("natsrelay: dequeue delivery %s of channel %s: %w", id, channel, why(ctx, err))
+			return 0, false, fmt.Errorf("natsrelay: dequeue delivery %s of channel %s: %w", id, channel, why(ctx, err))
 		}
 		q.object, q.size = isObjectEntry(m.Header), entrySize(m)
 	}
 	if err := s.removeEntry(ctx, channel, id); err != nil {
-		return err
+		return 0, false, err
 	}
-	s.release(ctx, channel, q.size)
 	if q.object {
 		h := nats.Header{hdrObject: {objectName(channel, id)}}
 		if err := s.deleteObjectOf(ctx, h); err != nil {
@@ -516,7 +575,7 @@ func (s *Store) Dequeue(channel, id string) error {
 			s.cfg.Logf("relay: channel %s: delivery %s dequeued, but: %v (the sweep removes it)", channel, id, why(ctx, err))
 		}
 	}
-	return nil
+	return q.size, true, nil
 }
 
 // removeEntry removes delivery id's entry from channel's queue, leaving
@@ -616,7 +675,7 @@ func (s *Store) Health() (string, error) {
 	if st := nc.Status(); st != nats.CONNECTED {
 		err := fmt.Errorf("nats: %s", strings.ToLower(st.String()))
 		if last := nc.LastError(); last != nil {
-			err = fmt.Errorf("%w (%v)", err, last)
+			err = fmt.Errorf("%w (%w)", err, last)
 		}
 		return "", fmt.Errorf("%w: deliveries can be neither queued nor routed to other relays", err)
 	}

@@ -3,6 +3,7 @@ package natsrelay_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -22,6 +23,8 @@ import (
 	"github.com/devhook/devhook/natsrelay"
 	"github.com/devhook/devhook/natsrelay/natstest"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // instance is one relay of a cluster: its own NATS connection, Store,
@@ -96,9 +99,9 @@ func (in *instance) stop() {
 	})
 }
 
-func openOn(t *testing.T, in *instance) relay.Credentials {
+func openOn(t *testing.T, in *instance) wire.Credentials {
 	t.Helper()
-	cr, err := relay.Open(context.Background(), http.DefaultClient, in.URL, "")
+	cr, err := relayclient.Open(context.Background(), http.DefaultClient, in.URL, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,16 +111,16 @@ func openOn(t *testing.T, in *instance) relay.Credentials {
 // agent is a minimal agent: it answers every delivery with answer and acks
 // the queued ones, reporting each delivery on got.
 type agent struct {
-	conn *relay.Conn
+	conn *relayclient.Conn
 	got  chan *devhook.Delivery
 	done chan error
 }
 
-func dialAgent(t *testing.T, url string, cr relay.Credentials, status int) *agent {
+func dialAgent(t *testing.T, url string, cr wire.Credentials, status int) *agent {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := relay.Dial(ctx, relay.DialConfig{RelayURL: url, Credentials: cr})
+	conn, err := relayclient.Dial(ctx, relayclient.DialConfig{RelayURL: url, Credentials: cr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +128,7 @@ func dialAgent(t *testing.T, url string, cr relay.Credentials, status int) *agen
 }
 
 // runAgent answers conn's deliveries as dialAgent says.
-func runAgent(t *testing.T, conn *relay.Conn, status int) *agent {
+func runAgent(t *testing.T, conn *relayclient.Conn, status int) *agent {
 	a := &agent{conn: conn, got: make(chan *devhook.Delivery, 100), done: make(chan error, 1)}
 	go func() {
 		for {
@@ -234,11 +237,11 @@ func TestDeliveryReachesAgentOnAnotherInstance(t *testing.T) {
 			}
 		}
 		// Checking credentials works on any instance.
-		if err := relay.Check(context.Background(), http.DefaultClient, b.URL, cr); err != nil {
+		if err := relayclient.Check(context.Background(), http.DefaultClient, b.URL, cr); err != nil {
 			t.Fatal(err)
 		}
 		cr.Token = "wrong"
-		if err := relay.Check(context.Background(), http.DefaultClient, b.URL, cr); !errors.Is(err, relay.ErrRejected) {
+		if err := relayclient.Check(context.Background(), http.DefaultClient, b.URL, cr); !errors.Is(err, relayclient.ErrRejected) {
 			t.Fatalf("wrong token on another instance: %v", err)
 		}
 		ag.conn.Close()
@@ -335,7 +338,7 @@ func TestNewestAgentWinsAcrossInstances(t *testing.T) {
 	second := dialAgent(t, b.URL, cr, http.StatusAccepted)
 	select {
 	case err := <-first.done:
-		if !errors.Is(err, relay.ErrReplaced) {
+		if !errors.Is(err, relayclient.ErrReplaced) {
 			t.Fatalf("first agent: %v, want replaced", err)
 		}
 		first.done <- err
@@ -350,7 +353,7 @@ func TestNewestAgentWinsAcrossInstances(t *testing.T) {
 	third := dialAgent(t, a.URL, cr, http.StatusTeapot)
 	select {
 	case err := <-second.done:
-		if !errors.Is(err, relay.ErrReplaced) {
+		if !errors.Is(err, relayclient.ErrReplaced) {
 			t.Fatalf("second agent: %v", err)
 		}
 		second.done <- err
@@ -589,7 +592,7 @@ func TestSimultaneousAgentsOneWins(t *testing.T) {
 	a, b := startInstance(t, ns), startInstance(t, ns)
 	for round := range 8 {
 		cr := openOn(t, a)
-		conns := make([]*relay.Conn, 2)
+		conns := make([]*relayclient.Conn, 2)
 		errs := make([]error, 2)
 		var wg sync.WaitGroup
 		for i, in := range []*instance{a, b} {
@@ -598,7 +601,7 @@ func TestSimultaneousAgentsOneWins(t *testing.T) {
 				defer wg.Done()
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
-				conns[i], errs[i] = relay.Dial(ctx, relay.DialConfig{RelayURL: in.URL, Credentials: cr})
+				conns[i], errs[i] = relayclient.Dial(ctx, relayclient.DialConfig{RelayURL: in.URL, Credentials: cr})
 			}()
 		}
 		wg.Wait()
@@ -625,10 +628,10 @@ func TestSimultaneousAgentsOneWins(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatalf("round %d: both agents still hold the channel", round)
 			}
-			if err := <-agents[loser].done; !errors.Is(err, relay.ErrReplaced) {
+			if err := <-agents[loser].done; !errors.Is(err, relayclient.ErrReplaced) {
 				t.Fatalf("round %d: the loser ended with %v", round, err)
 			}
-			agents[loser].done <- relay.ErrReplaced
+			agents[loser].done <- relayclient.ErrReplaced
 		}
 		if agents[winner] == nil {
 			t.Fatalf("round %d: both agents were replaced", round)
@@ -660,7 +663,7 @@ func TestDeliveryWithADeadInstanceFollowsTheAgent(t *testing.T) {
 	// delivery when it dies.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	mute, err := relay.Dial(ctx, relay.DialConfig{RelayURL: a.URL, Credentials: cr})
+	mute, err := relayclient.Dial(ctx, relayclient.DialConfig{RelayURL: a.URL, Credentials: cr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -694,10 +697,151 @@ func TestDeliveryWithADeadInstanceFollowsTheAgent(t *testing.T) {
 		if r.status != http.StatusAccepted {
 			t.Fatalf("sender got %d, want 202 (queued)", r.status)
 		}
-	case <-time.After(5 * time.Second): // the relay's timeout would be 25 s
+	case <-time.After(15 * time.Second): // the relay's timeout, and its margin, would be 25 s
 		t.Fatalf("the sender still waits %s after its agent attached on B", time.Since(start))
 	}
 	if d := ag.next(t); string(d.Body) != "follow me" || !d.Queued {
 		t.Fatalf("agent on B got %+v, want the delivery, queued", d)
+	}
+}
+
+// The watch of the agents bucket runs behind under load: a delivery sent to
+// instance B for the agent on A may leave before B's watch has seen that
+// agent's announcement. When it sees it, with the delivery in flight, it is
+// no new attachment: the sender still gets the agent's answer, not a 202
+// (the delivery queued, and delivered twice).
+func TestDeliveryOutlivesTheWatchSeeingItsOwnAgent(t *testing.T) {
+	ns := natstest.Run(t)
+	a, b := startInstance(t, ns), startInstance(t, ns)
+	cr := openOn(t, a)
+	// B's watch hands the puts of the channel to the test, which acts on
+	// them when it chooses.
+	puts := make(chan func(), 10)
+	b.router.SetWatched(func(channel string, seen func()) {
+		if channel != cr.Channel {
+			seen()
+			return
+		}
+		puts <- seen
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := relayclient.Dial(ctx, relayclient.DialConfig{RelayURL: a.URL, Credentials: cr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	type result struct {
+		status int
+		body   string
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, body := send(t, b.URL+"/c/"+cr.Channel+"/late", "late watch")
+		done <- result{resp.StatusCode, body}
+	}()
+	d, err := conn.Receive()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The delivery is with the agent, B waits for its answer: B's watch
+	// now sees the agent's announcement.
+	select {
+	case seen := <-puts:
+		seen()
+	case <-time.After(30 * time.Second):
+		t.Fatal("B's watch never saw the agent's announcement")
+	}
+	if err := conn.Respond(d.ID, http.StatusCreated, nil, []byte("answered")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.status != http.StatusCreated || r.body != "answered" {
+			t.Fatalf("sender got %d %q, want the agent's answer", r.status, r.body)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the sender got no answer")
+	}
+}
+
+// Deliveries sent to instance B while the channel's agent attaches on A
+// reach it once each: queued while B cannot reach it, passed to A once
+// A announced it; none is taken at once for a delivery that met a newer
+// agent (queued as well as delivered). Several attachments, deliveries sent
+// without pause throughout.
+func TestDeliveriesDuringAttachReachTheAgentOnce(t *testing.T) {
+	ns := natstest.Run(t)
+	// Neither taken back from A's relay, as for a newer agent, nor left
+	// unanswered by A (then queued after the relay's timeout).
+	var requeued atomic.Int32
+	cfg := natsrelay.Config{ResponseTimeout: 10 * time.Second, Logf: func(format string, args ...any) {
+		if strings.Contains(format, "attached anew") || strings.Contains(format, "did not answer") {
+			requeued.Add(1)
+		}
+		t.Logf(format, args...)
+	}}
+	a, b := startInstanceWith(t, ns, cfg), startInstanceWith(t, ns, cfg)
+	cr := openOn(t, a)
+	client := &http.Client{Timeout: 30 * time.Second}
+	for round := range 10 {
+		stop := make(chan struct{})
+		type sent struct {
+			bodies []string
+			err    error
+		}
+		done := make(chan sent, 1)
+		go func() {
+			var s sent
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					done <- s
+					return
+				default:
+				}
+				body := fmt.Sprintf("round %d delivery %d", round, i)
+				resp, err := client.Post(b.URL+"/c/"+cr.Channel+"/during", "text/plain", strings.NewReader(body))
+				if err != nil {
+					s.err = err
+					done <- s
+					return
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusAccepted {
+					s.err = fmt.Errorf("%s: %s", body, resp.Status)
+					done <- s
+					return
+				}
+				s.bodies = append(s.bodies, body)
+			}
+		}()
+		ag := dialAgent(t, a.URL, cr, http.StatusOK)
+		// Some deliveries after the attachment too.
+		got := map[string]int{}
+		for len(got) < 3 {
+			got[string(ag.next(t).Body)]++
+		}
+		close(stop)
+		s := <-done
+		if s.err != nil {
+			t.Fatalf("round %d: %v", round, s.err)
+		}
+		for _, body := range s.bodies {
+			for got[body] == 0 {
+				got[string(ag.next(t).Body)]++
+			}
+		}
+		for body, n := range got {
+			if n != 1 {
+				t.Errorf("round %d: %q reached the agent %d times", round, body, n)
+			}
+		}
+		if n := requeued.Load(); n != 0 {
+			t.Fatalf("round %d: %d deliveries taken back from the agent's relay, or not answered, and queued", round, n)
+		}
+		ag.conn.Close()
+		<-ag.done
+		ag.done <- nil // for the cleanup
 	}
 }

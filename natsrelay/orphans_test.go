@@ -20,6 +20,7 @@ import (
 	"github.com/devhook/devhook/natsrelay"
 	"github.com/devhook/devhook/natsrelay/natstest"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // bucketState is what the bucket of large deliveries holds: its visible
@@ -149,8 +150,8 @@ func TestFullQueueLeavesNoOrphans(t *testing.T) {
 	const total = 8 << 20
 	ns := natstest.Run(t)
 	in := startInstanceWith(t, ns, natsrelay.Config{ResponseTimeout: 10 * time.Second, Quota: relay.Quota{TotalBytes: total, ChannelBytes: total}})
-	small := []relay.Credentials{openOn(t, in), openOn(t, in)}
-	large := []relay.Credentials{openOn(t, in), openOn(t, in), openOn(t, in)}
+	small := []wire.Credentials{openOn(t, in), openOn(t, in)}
+	large := []wire.Credentials{openOn(t, in), openOn(t, in), openOn(t, in)}
 
 	// The queue fills with small deliveries, smaller and smaller, until
 	// even a few bytes are refused (over two channels: the channel's

@@ -16,7 +16,7 @@ import (
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/natsrelay"
 	"github.com/devhook/devhook/natsrelay/natstest"
-	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // lookup opens the cluster's Store as devhook relay parked --nats does:
@@ -40,7 +40,7 @@ func TestParkedListShowRequeueDrop(t *testing.T) {
 	a, b := startInstance(t, ns), startInstance(t, ns)
 	cr1, cr2 := openOn(t, a), openOn(t, a)
 	var ids []string
-	for i, cr := range []relay.Credentials{cr1, cr2, cr2} {
+	for i, cr := range []wire.Credentials{cr1, cr2, cr2} {
 		d := &devhook.Delivery{ID: uuid.Must(uuid.NewV7()).String(), Method: "POST", Path: "/p",
 			Header: http.Header{"X-Multi": {"a", "b"}}, Body: bytes.Repeat([]byte{'x'}, 10+i), ReceivedAt: time.Unix(1_800_000_000, 0).UTC()}
 		if err := a.store.Enqueue(cr.Channel, d); err != nil {

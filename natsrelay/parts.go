@@ -3,7 +3,7 @@ package natsrelay
 // A live delivery passed to another instance, and the agent's answer
 // passed back, in parts when larger than one NATS message.
 //
-// The request (relay.EncodeDelivery) and the answer (relay.EncodeAnswer)
+// The request (wire.EncodeDelivery) and the answer (wire.EncodeAnswer)
 // are byte strings. One that fits a message (max_payload less headroom)
 // is that message, as for any small delivery: a NATS request to
 // devhook.agent.<channel>.deliver and its reply. A larger one is cut in

@@ -176,7 +176,13 @@ func (c *usageCache) drop(channel string) {
 // release gives back what a removed entry counted, logging a failure: the
 // count then stays above what is queued until RemoveIdleChannels mends it.
 func (s *Store) release(ctx context.Context, channel string, size int64) {
-	if err := s.addUsage(ctx, channel, -size, -1, false); err != nil {
+	s.releaseN(ctx, channel, size, 1)
+}
+
+// releaseN counts n deliveries of size bytes in all out of channel's
+// usage.
+func (s *Store) releaseN(ctx context.Context, channel string, size int64, n int) {
+	if err := s.addUsage(ctx, channel, -size, -n, false); err != nil {
 		s.cfg.Logf("relay: channel %s: %v; the channel's quota counts it until its queue is empty", channel, err)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/devhook/devhook/natsrelay/natstest"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
 )
 
 // Issue 36, a real fault: removals of acknowledged deliveries while the
@@ -42,7 +43,7 @@ func TestRemovalsWhileNATSIsAway(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := relay.Dial(ctx, relay.DialConfig{RelayURL: a.URL, Credentials: cr})
+	conn, err := relayclient.Dial(ctx, relayclient.DialConfig{RelayURL: a.URL, Credentials: cr})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package natsrelay_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -18,7 +19,8 @@ import (
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/natsrelay"
 	"github.com/devhook/devhook/natsrelay/natstest"
-	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // natsEvents follows one relay's NATS connection: failed reconnects
@@ -157,17 +159,17 @@ func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) 
 
 // collector is an agent that answers 200, acks, and records the ids it got.
 type collector struct {
-	conn *relay.Conn
+	conn *relayclient.Conn
 	mu   sync.Mutex
 	got  map[string]int
 	done chan error
 }
 
-func collect(t *testing.T, url string, cr relay.Credentials) *collector {
+func collect(t *testing.T, url string, cr wire.Credentials) *collector {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	conn, err := relay.Dial(ctx, relay.DialConfig{RelayURL: url, Credentials: cr})
+	conn, err := relayclient.Dial(ctx, relayclient.DialConfig{RelayURL: url, Credentials: cr})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -436,8 +438,8 @@ func (s *natsServer) stop() { s.ns.Shutdown(); s.ns.WaitForShutdown() }
 // fakeAgent is a relay.Endpoint that records being replaced.
 type fakeAgent struct{ replaced chan struct{} }
 
-func (f *fakeAgent) Deliver(context.Context, *devhook.Delivery) (*relay.Answer, error) {
-	return &relay.Answer{Status: http.StatusOK}, nil
+func (f *fakeAgent) Deliver(context.Context, *devhook.Delivery) (*wire.Answer, error) {
+	return &wire.Answer{Status: http.StatusOK}, nil
 }
 func (f *fakeAgent) Kick()    {}
 func (f *fakeAgent) Replace() { signal(f.replaced) }
@@ -538,5 +540,51 @@ func TestNATSDroppingEachConnectionIsNotRedialledInALoop(t *testing.T) {
 	t.Logf("%d connections dropped at once in %s: %d reconnects tried (bound %d)", drops, elapsed.Round(time.Millisecond), tries, reconnectBound(elapsed)+2)
 	if tries > reconnectBound(elapsed)+2 {
 		t.Fatalf("%d reconnects in %s: faster than the backoff (at most %d)", tries, elapsed, reconnectBound(elapsed)+2)
+	}
+}
+
+// An agent that goes while its relay is cut off from NATS leaves no
+// subscription behind on the NATS server once the relay is back: the
+// channel's deliveries passed on by that relay all reach the agent that
+// attached since on another relay, none dropped by a subscription the
+// relay no longer has (then queued after the relay's timeout).
+func TestAgentGoneWhileNATSAwayLeavesNoSubscription(t *testing.T) {
+	dir := t.TempDir()
+	ns, err := natstest.Start(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ns.Addr().(*net.TCPAddr).Port
+	var current atomic.Pointer[natsServer]
+	current.Store(&natsServer{ns})
+	t.Cleanup(func() { current.Load().stop() })
+	evA := newNATSEvents()
+	a := startInstanceWith(t, ns, natsrelay.Config{ResponseTimeout: 10 * time.Second}, evA.options()...)
+	b := startInstance(t, ns)
+	channel := "0123456789abcdef0123456789abcdef"
+	first := &fakeAgent{replaced: make(chan struct{}, 1)}
+	a.router.Attach(channel, first)
+
+	current.Load().stop()
+	<-evA.lost
+	a.router.Detach(channel, first) // NATS is away
+	ns2, err := natstest.Start(dir, natstest.Port(port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	current.Store(&natsServer{ns2})
+	<-evA.back
+	waitFor(t, "the other relay back on NATS", 30*time.Second, b.nc.IsConnected)
+	b.router.Attach(channel, &fakeAgent{replaced: make(chan struct{}, 1)})
+
+	// The NATS server picks one of a channel's subscriptions for each
+	// delivery: 20 would meet a subscription left behind, but for one
+	// chance in a million.
+	for i := range 20 {
+		d := &devhook.Delivery{ID: fmt.Sprintf("delivery-%d", i), Channel: channel, Method: http.MethodPost, Path: "/"}
+		ans, err := a.router.Deliver(context.Background(), d)
+		if err != nil || ans.Status != http.StatusOK {
+			t.Fatalf("delivery %d passed on by the relay that was cut off: %v, %v", i, ans, err)
+		}
 	}
 }

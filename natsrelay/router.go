@@ -17,6 +17,7 @@ import (
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // Router is the cluster's relay.Router: local agents in a map, as
@@ -42,17 +43,53 @@ type Router struct {
 	watch   jetstream.KeyWatcher
 
 	// Tests only (export_test.go): called before part i ≥ 1 of a
-	// delivery or answer in parts is sent.
+	// delivery or answer in parts is sent; called by the watch with
+	// each put of the agents bucket, and the function acting on it.
 	beforePart func(i int)
+	watched    func(channel string, seen func())
 }
 
 // waiter is a delivery passed to the instance holding its channel's agent,
-// waiting for the answer. When the channel's agent attaches anew anywhere
-// (a put in the agents bucket), the waiter is canceled with errAgentMoved:
-// the instance it waits on may have died with the delivery, and nothing
-// would answer it before the relay's timeout (35 s by default). Deliver
-// then has it queued, and the agent gets it where it is now.
-type waiter struct{ cancel context.CancelCauseFunc }
+// waiting for the answer. When the channel's agent attaches anew on another
+// instance (a put in the agents bucket newer than at), the waiter is
+// canceled with errAgentMoved: the instance it waits on may have died with
+// the delivery, and nothing would answer it before the relay's timeout
+// (35 s by default). Deliver then has it queued, and the agent gets it
+// where it is now.
+//
+// at is the channel's entry read before the delivery was sent: the agent
+// it went to. The watch of the bucket runs behind (under load, by a second
+// or more): the put of that very agent, or of an older one, may come after
+// the delivery left, and is no new attachment. Nor is an agent attached
+// anew on the instance the delivery went to: that instance is alive, and
+// answers, from its new agent (which took over the subscription) or with
+// no-agent. With no entry when it was sent, the delivery found a
+// responder only if an agent was announced since (Attach announces before
+// it subscribes): the first one announced is taken for the agent it went
+// to.
+type waiter struct {
+	cancel context.CancelCauseFunc
+	at     agentEntry
+}
+
+// agentEntry is an entry of the agents bucket: the revision at which an
+// agent was announced, and the instance holding it. The zero agentEntry
+// is none.
+type agentEntry struct {
+	rev      uint64
+	instance string
+}
+
+func entryOf(value string, rev uint64) agentEntry {
+	instance, _, _ := strings.Cut(value, "/")
+	return agentEntry{rev: rev, instance: instance}
+}
+
+// supersedes reports whether e is an agent attached after at, on another
+// instance.
+func (e agentEntry) supersedes(at agentEntry) bool {
+	return e.rev > at.rev && e.instance != at.instance
+}
 
 var errAgentMoved = errors.New("the channel's agent attached anew while the delivery was with another relay")
 
@@ -367,7 +404,7 @@ func (r *Router) Close() error {
 	r.closed = true
 	for ch, h := range r.local {
 		if h.sub != nil {
-			h.sub.Unsubscribe()
+			r.unsubscribe(h.sub)
 		}
 		delete(r.local, ch)
 	}
@@ -403,25 +440,18 @@ func (r *Router) Attach(channel string, e relay.Endpoint) {
 	if old != nil && old.e != e {
 		old.e.Replace()
 	}
-	if h.sub == nil && validToken(channel) {
-		sub, err := r.cfg.Conn.QueueSubscribe(r.subject(channel, "*"), r.cfg.Prefix, func(m *nats.Msg) { r.serve(channel, m) })
-		if err == nil && r.cfg.Conn.IsConnected() {
-			// Kicks published after the queue is read must find the
-			// subscription in place. (While NATS is away, nats.go
-			// makes it when the connection is back.)
-			err = r.cfg.Conn.Flush()
-		}
-		if err != nil {
-			r.cfg.Logf("relay: channel %s: subscribe for deliveries from other relays: %v", channel, err)
-		}
-		r.mu.Lock()
-		if r.local[channel] == h && h.sub == nil {
-			h.sub = sub
-		} else if sub != nil {
-			sub.Unsubscribe() // detached meanwhile
-		}
-		r.mu.Unlock()
-	}
+	// Announced first, then subscribed: a delivery another instance
+	// passes on reaches this agent only once the agents bucket says where
+	// it is, so that the announcement, seen late by that instance's
+	// watch, is not taken for a newer agent (wait). Meanwhile it finds no
+	// responder and is queued, for the queue read after Attach.
+	r.announceFirst(channel, h)
+	r.subscribe(channel, h)
+}
+
+// announceFirst puts h, new holder of channel, in the agents bucket; if
+// that fails, announceLoop tries again.
+func (r *Router) announceFirst(channel string, h *holder) {
 	ctx, cancel, err := r.link.ctx(r.ctx, r.cfg.Timeout)
 	var rev uint64
 	if err == nil {
@@ -441,12 +471,59 @@ func (r *Router) Attach(channel string, e relay.Endpoint) {
 	r.announced(channel, h, rev)
 }
 
+// subscribe makes the subscription of h, holder of channel, for deliveries
+// and kicks from other instances, unless it has one already (from the
+// agent it replaced here).
+func (r *Router) subscribe(channel string, h *holder) {
+	r.mu.Lock()
+	has := h.sub != nil || r.local[channel] != h
+	r.mu.Unlock()
+	if has || !validToken(channel) {
+		return
+	}
+	sub, err := r.cfg.Conn.QueueSubscribe(r.subject(channel, "*"), r.cfg.Prefix, func(m *nats.Msg) { r.serve(channel, m) })
+	if err == nil && r.cfg.Conn.IsConnected() {
+		// Kicks published after the queue is read must find the
+		// subscription in place. (While NATS is away, nats.go
+		// makes it when the connection is back.)
+		err = r.cfg.Conn.Flush()
+	}
+	if err != nil {
+		r.cfg.Logf("relay: channel %s: subscribe for deliveries from other relays: %v", channel, err)
+	}
+	r.mu.Lock()
+	if r.local[channel] == h && h.sub == nil {
+		h.sub = sub
+	} else if sub != nil {
+		r.unsubscribe(sub) // detached or replaced meanwhile
+	}
+	r.mu.Unlock()
+}
+
 // dropLocked forgets h, the local holder of channel.
 func (r *Router) dropLocked(channel string, h *holder) {
 	if h.sub != nil {
-		h.sub.Unsubscribe()
+		r.unsubscribe(h.sub)
 	}
 	delete(r.local, channel)
+}
+
+// unsubscribe ends sub, a subscription for a channel's deliveries, by
+// draining it: the messages already on their way to it are served (serve
+// answers no-agent if the channel has no agent here any more). Dropped
+// unserved, a delivery would wait for the sender's timeout (35 s by
+// default) before being queued.
+//
+// Not while NATS is away: nats.go would not send the drain's unsubscribe,
+// and would subscribe again at the reconnect a subscription still
+// draining, whose end then forgets it here only, leaving the NATS server
+// sending deliveries to nothing. Unsubscribed at once, it is not
+// subscribed again.
+func (r *Router) unsubscribe(sub *nats.Subscription) {
+	if r.cfg.Conn.IsConnected() && sub.Drain() == nil {
+		return
+	}
+	sub.Unsubscribe()
 }
 
 // Detach implements relay.Router.
@@ -473,12 +550,13 @@ func (r *Router) Detach(channel string, e relay.Endpoint) {
 	r.agents.Delete(ctx, channel, jetstream.LastRevision(rev))
 }
 
-// wait registers a delivery of channel passed to another instance: the
-// context it returns is canceled with errAgentMoved when the channel's
-// agent attaches anew. stop unregisters it.
-func (r *Router) wait(ctx context.Context, channel string) (context.Context, func()) {
+// wait registers a delivery of channel passed to another instance, whose
+// agent is at in the agents bucket: the context it returns is canceled with
+// errAgentMoved when the channel's agent attaches anew elsewhere
+// (supersedes). stop unregisters it.
+func (r *Router) wait(ctx context.Context, channel string, at agentEntry) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
-	w := &waiter{cancel: cancel}
+	w := &waiter{cancel: cancel, at: at}
 	r.mu.Lock()
 	if r.waiting[channel] == nil {
 		r.waiting[channel] = make(map[*waiter]struct{})
@@ -505,8 +583,17 @@ func (r *Router) watchLoop() {
 		w := r.watch
 		r.mu.Unlock()
 		for e := range w.Updates() {
-			if e != nil && e.Operation() == jetstream.KeyValuePut {
-				r.seen(e.Key(), string(e.Value()), e.Revision(), true)
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			seen := func() { r.seen(e.Key(), string(e.Value()), e.Revision(), true) }
+			r.mu.Lock()
+			hook := r.watched
+			r.mu.Unlock()
+			if hook != nil {
+				hook(e.Key(), seen)
+			} else {
+				seen()
 			}
 		}
 		r.mu.Lock()
@@ -529,12 +616,18 @@ func (r *Router) watchLoop() {
 
 // seen acts on the agents bucket's entry of channel at revision rev: the
 // agent value attached there. With release, deliveries waiting on another
-// instance for the channel go (it is a put just made).
+// instance for an agent it supersedes go (it is a put just made).
 func (r *Router) seen(channel, value string, rev uint64, release bool) {
 	r.mu.Lock()
 	if release {
+		e := entryOf(value, rev)
 		for w := range r.waiting[channel] {
-			w.cancel(errAgentMoved)
+			switch {
+			case w.at.instance == "" && e.rev > w.at.rev:
+				w.at = e // the agent it went to, announced since
+			case e.supersedes(w.at):
+				w.cancel(errAgentMoved)
+			}
 		}
 	}
 	h := r.local[channel]
@@ -564,14 +657,14 @@ func (r *Router) holder(channel string) relay.Endpoint {
 
 // Deliver implements relay.Router: to the local agent, or by request to
 // the instance holding the channel (in parts when large, parts.go).
-func (r *Router) Deliver(ctx context.Context, d *devhook.Delivery) (*relay.Answer, error) {
+func (r *Router) Deliver(ctx context.Context, d *devhook.Delivery) (*wire.Answer, error) {
 	if e := r.holder(d.Channel); e != nil {
 		return e.Deliver(ctx, d)
 	}
 	if !validToken(d.Channel) {
 		return nil, relay.ErrNoAgent
 	}
-	data, err := relay.EncodeDelivery(d)
+	data, err := wire.EncodeDelivery(d)
 	if err != nil {
 		return nil, err
 	}
@@ -587,7 +680,7 @@ func (r *Router) Deliver(ctx context.Context, d *devhook.Delivery) (*relay.Answe
 		return nil, fmt.Errorf("%w: %w", relay.ErrNoAgent, err)
 	}
 	defer cancel()
-	rctx, stop := r.wait(rctx, d.Channel)
+	rctx, stop := r.wait(rctx, d.Channel, r.agentOf(rctx, d.Channel))
 	defer stop()
 	subject := r.subject(d.Channel, "deliver")
 	var reply *nats.Msg
@@ -636,11 +729,24 @@ func (r *Router) Deliver(ctx context.Context, d *devhook.Delivery) (*relay.Answe
 	default:
 		return nil, fmt.Errorf("natsrelay: the relay holding channel %s: %s", d.Channel, reply.Header.Get(hdrError))
 	}
-	a, err := relay.DecodeAnswer(answer)
+	a, err := wire.DecodeAnswer(answer)
 	if err != nil {
 		return nil, fmt.Errorf("natsrelay: answer to delivery %s from another relay: %w", d.ID, err)
 	}
 	return a, nil
+}
+
+// agentOf is channel's entry in the agents bucket, read from the bucket:
+// the watch may not have seen it yet. None when there is none or it cannot
+// be read.
+func (r *Router) agentOf(ctx context.Context, channel string) agentEntry {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.Timeout)
+	defer cancel()
+	e, err := r.agents.Get(ctx, channel)
+	if err != nil {
+		return agentEntry{}
+	}
+	return entryOf(string(e.Value()), e.Revision())
 }
 
 // Kick implements relay.Router.
@@ -696,7 +802,7 @@ func (r *Router) serve(channel string, m *nats.Msg) {
 				return
 			}
 		}
-		d, err := relay.DecodeDelivery(channel, data)
+		d, err := wire.DecodeDelivery(channel, data)
 		if err != nil {
 			replyError(m, errInternal+": "+err.Error())
 			return
@@ -712,7 +818,7 @@ func (r *Router) serve(channel string, m *nats.Msg) {
 			replyError(m, errNoAgent)
 			return
 		}
-		data, err = relay.EncodeAnswer(d.ID, a)
+		data, err = wire.EncodeAnswer(d.ID, a)
 		if err != nil {
 			replyError(m, errInternal+": "+err.Error())
 			return

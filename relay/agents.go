@@ -10,11 +10,12 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // An agent holds its channel over one WebSocket, from serveConnect to
 // closeWith: the hello is its first frame, readLoop its only reader (the
-// agent's responses and acks), a wsWriter its only writer of data frames
+// agent's responses and acks), a wire.Writer its only writer of data frames
 // (the hello and deliveries), and a timer its heartbeat. Its queued
 // deliveries are sent by its drain (drain.go).
 
@@ -32,15 +33,15 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, channel st
 	s.touch(channel, true)
 	// Frames from the agent carry answers, up to MaxAnswerBody whatever
 	// this relay's MaxBody.
-	ws.SetReadLimit(max(s.cfg.MaxBody, MaxAnswerBody) + MaxHeaderSize + 4)
+	ws.SetReadLimit(max(s.cfg.MaxBody, wire.MaxAnswerBody) + wire.MaxHeaderSize + 4)
 	c := &agentConn{
 		s: s, ws: ws, channel: channel,
-		pending:  make(map[string]chan *Answer),
+		pending:  make(map[string]chan *wire.Answer),
 		inflight: make(map[string]bool),
 		acked:    make(map[string]bool),
 		done:     make(chan struct{}),
 	}
-	c.out = newWSWriter(ws, s.cfg.ResponseTimeout, c.close) // close takes no lock a writer holds
+	c.out = wire.NewWriter(ws, s.cfg.ResponseTimeout, c.close) // close takes no lock a writer holds
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -52,10 +53,10 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, channel st
 	s.mu.Unlock()
 	// The agent holds the channel once it has its hello, and the hello is
 	// the first frame: deliveries routed to it meanwhile wait for the lock.
-	hh := &Header{Type: TypeHello, Channel: channel, PublicURL: s.PublicURL(r, channel),
+	hh := &wire.Header{Type: wire.TypeHello, Channel: channel, PublicURL: s.PublicURL(r, channel),
 		Header: http.Header{
-			HelloMaxBody:      {strconv.FormatInt(s.cfg.MaxBody, 10)},
-			HelloPingInterval: {strconv.FormatInt(max(s.cfg.PingInterval.Milliseconds(), 1), 10)},
+			wire.HelloMaxBody:      {strconv.FormatInt(s.cfg.MaxBody, 10)},
+			wire.HelloPingInterval: {strconv.FormatInt(max(s.cfg.PingInterval.Milliseconds(), 1), 10)},
 		}}
 	counted := false
 	if qc, ok := s.cfg.Store.(QueueCounter); ok {
@@ -63,14 +64,21 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, channel st
 			hh.Status, counted = n, true
 		}
 	}
-	// Live deliveries go to the agent only once its queue has been sent
-	// (drain.go): from the start when the queue is known to be empty.
+	// Live run.status deliveries go to the agent only once the earlier
+	// ones of their run in the queue have been sent (behind.go): from the
+	// start when the queue is known to be empty, else once the store has
+	// listed the queue's runs (a live run.status delivery waits for that
+	// list).
 	c.behind = hh.Status != 0 || !counted
-	hello, _ := AppendFrame(nil, hh, nil)
-	c.out.hold()
+	c.bh.blind, c.bh.count = c.behind, c.behind
+	if c.bh.count {
+		c.bh.listed = make(chan struct{})
+	}
+	hello, _ := wire.AppendFrame(nil, hh, nil)
+	c.out.Hold()
 	s.router.Attach(channel, c)
-	c.out.writeNow(hello, nil)
-	c.out.release()
+	c.out.WriteNow(hello, nil)
+	c.out.Release()
 	if c.isGone() {
 		s.router.Detach(channel, c) // closed before it was attached
 	}
@@ -88,13 +96,13 @@ type agentConn struct {
 	ws      *websocket.Conn
 	channel string
 
-	out *wsWriter // every data frame goes through it
+	out *wire.Writer // every data frame goes through it
 
 	mu       sync.Mutex
-	pending  map[string]chan *Answer // live deliveries waiting for a response
-	inflight map[string]bool         // queued deliveries sent, not yet acked and dequeued
-	acked    map[string]bool         // dequeued since the drain pass began: its batches may be older
-	stuck    map[string]bool         // queued deliveries that could be neither sent nor parked
+	pending  map[string]chan *wire.Answer // live deliveries waiting for a response
+	inflight map[string]bool              // queued deliveries sent, not yet acked and dequeued
+	acked    map[string]bool              // dequeued since the drain's last read began: its batch may be older
+	stuck    map[string]bool              // queued deliveries that could be neither sent nor parked
 	gone     bool
 	pinger   *time.Timer    // next heartbeat
 	pings    sync.WaitGroup // a heartbeat being written
@@ -102,20 +110,14 @@ type agentConn struct {
 	draining   bool // a drain goroutine runs
 	drainAgain bool // the queue may have new work since it started
 	// behind: the queue may hold deliveries not yet sent to the agent.
-	// Live run.status deliveries are queued meanwhile, behind them
-	// (Deliver).
+	// Live run.status deliveries of their runs are queued meanwhile,
+	// behind them (Deliver, behind.go).
 	behind    bool
+	bh        behindState   // the runs of the queue's unsent deliveries (behind.go)
 	kicks     uint64        // Kicks so far: a delivery may have been queued
-	passKicks uint64        // kicks when the drain pass under way began
-	dr        drainState    // the drain's retries and the removals of acknowledged deliveries (drain.go)
+	dr        drainState    // the drain's cursor, its retries and the removals of acknowledged deliveries (drain.go)
 	done      chan struct{} // closed when the connection ends
 	closeOnce sync.Once
-}
-
-func (c *agentConn) isBehind() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.behind
 }
 
 func (c *agentConn) isGone() bool {
@@ -150,24 +152,15 @@ func (c *agentConn) close() { c.closeWith(websocket.CloseGoingAway, "relay closi
 // Replace implements Endpoint.
 func (c *agentConn) Replace() {
 	c.s.cfg.Logf("relay: channel %s: a new agent connected; closing the previous one", c.channel)
-	c.closeWith(CloseReplaced, "replaced: another agent connected to this channel")
-}
-
-// Kick implements Endpoint: a delivery was queued for the channel.
-func (c *agentConn) Kick() {
-	c.mu.Lock()
-	c.behind = true
-	c.kicks++
-	c.mu.Unlock()
-	c.kickDrain()
+	c.closeWith(wire.CloseReplaced, "replaced: another agent connected to this channel")
 }
 
 // write sends one frame: hdr (a frame without payload, as AppendFrame
 // makes it) followed by payload, without copying them together. Frames
-// of concurrent callers leave together (see wsWriter); a failed write
+// of concurrent callers leave together (see wire.Writer); a failed write
 // closes the connection.
 func (c *agentConn) write(hdr, payload []byte) error {
-	return c.out.write(hdr, payload)
+	return c.out.Write(hdr, payload)
 }
 
 // startPing arms the heartbeat timer.
@@ -207,17 +200,17 @@ func (c *agentConn) ping() {
 // Deliver implements Endpoint: it sends d and waits for the agent's
 // response. It returns ErrNoAgent when the connection ends first, and
 // ErrQueueFirst for a run.status delivery while the channel's queue holds
-// deliveries not yet sent to the agent: d is queued behind them, so that
-// it cannot overtake an earlier delivery of its run.
-func (c *agentConn) Deliver(ctx context.Context, d *devhook.Delivery) (*Answer, error) {
-	if c.isBehind() && devhook.ParseEvent(d.Body).RunID != "" {
+// deliveries of its run not yet sent to the agent (behind.go): d is queued
+// behind them, so that it cannot overtake an earlier delivery of its run.
+func (c *agentConn) Deliver(ctx context.Context, d *devhook.Delivery) (*wire.Answer, error) {
+	if c.holds(ctx, d.Body) {
 		return nil, ErrQueueFirst
 	}
-	hdr, err := AppendFrame(nil, deliverHeader(d), nil)
+	hdr, err := wire.AppendFrame(nil, wire.DeliverHeader(d), nil)
 	if err != nil {
 		return nil, err
 	}
-	ch := make(chan *Answer, 1)
+	ch := make(chan *wire.Answer, 1)
 	c.mu.Lock()
 	if c.gone {
 		c.mu.Unlock()
@@ -255,21 +248,21 @@ func (c *agentConn) readLoop() {
 	wait := 2 * c.s.cfg.PingInterval
 	c.ws.SetReadDeadline(time.Now().Add(wait))
 	c.ws.SetPongHandler(func(string) error { return c.ws.SetReadDeadline(time.Now().Add(wait)) })
-	var in msgReader
+	var in wire.Reader
 	for {
-		msg, err := in.read(c.ws)
+		msg, err := in.Read(c.ws)
 		if err != nil {
 			return
 		}
 		c.ws.SetReadDeadline(time.Now().Add(wait))
-		h, body, err := DecodeFrame(msg)
+		h, body, err := wire.DecodeFrame(msg)
 		if err != nil {
 			c.s.cfg.Logf("relay: channel %s: dropping the agent: %v", c.channel, err)
-			c.closeWith(websocket.CloseProtocolError, clip(err.Error()))
+			c.closeWith(websocket.CloseProtocolError, wire.ClipReason(err.Error()))
 			return
 		}
 		switch h.Type {
-		case TypeResponse:
+		case wire.TypeResponse:
 			c.mu.Lock()
 			ch := c.pending[h.ID]
 			c.mu.Unlock()
@@ -279,11 +272,11 @@ func (c *agentConn) readLoop() {
 					status = http.StatusBadGateway
 				}
 				select {
-				case ch <- &Answer{Status: status, Header: h.Header, Body: body}:
+				case ch <- &wire.Answer{Status: status, Header: h.Header, Body: body}:
 				default:
 				}
 			}
-		case TypeAck:
+		case wire.TypeAck:
 			c.mu.Lock()
 			queued := c.inflight[h.ID]
 			c.mu.Unlock()
@@ -295,12 +288,4 @@ func (c *agentConn) readLoop() {
 			}
 		}
 	}
-}
-
-// clip keeps a close reason within the 123 bytes a control frame allows.
-func clip(s string) string {
-	if len(s) > 120 {
-		return s[:120]
-	}
-	return s
 }

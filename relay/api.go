@@ -12,23 +12,24 @@ import (
 	"strings"
 
 	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // OpenChannel creates a channel and returns its credentials. r, when not
 // nil, supplies the Host for the public URL.
-func (s *Server) OpenChannel(r *http.Request) (Credentials, error) {
+func (s *Server) OpenChannel(r *http.Request) (wire.Credentials, error) {
 	var id [16]byte
 	var tok [32]byte
 	if _, err := rand.Read(id[:]); err != nil {
-		return Credentials{}, fmt.Errorf("open channel: %w", err)
+		return wire.Credentials{}, fmt.Errorf("open channel: %w", err)
 	}
 	if _, err := rand.Read(tok[:]); err != nil {
-		return Credentials{}, fmt.Errorf("open channel: %w", err)
+		return wire.Credentials{}, fmt.Errorf("open channel: %w", err)
 	}
-	cr := Credentials{Channel: hex.EncodeToString(id[:]), Token: base64.RawURLEncoding.EncodeToString(tok[:])}
+	cr := wire.Credentials{Channel: hex.EncodeToString(id[:]), Token: base64.RawURLEncoding.EncodeToString(tok[:])}
 	sum := sha256.Sum256([]byte(cr.Token))
 	if err := s.cfg.Store.PutChannel(Channel{ID: cr.Channel, TokenHash: sum[:], CreatedAt: s.cfg.Now().UTC()}); err != nil {
-		return Credentials{}, fmt.Errorf("open channel: %w", err)
+		return wire.Credentials{}, fmt.Errorf("open channel: %w", err)
 	}
 	s.known.Store(cr.Channel, s.cfg.Now())
 	cr.PublicURL = s.PublicURL(r, cr.Channel)
@@ -72,7 +73,7 @@ func (s *Server) serveCheck(w http.ResponseWriter, r *http.Request, channel stri
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(Credentials{Channel: channel, PublicURL: s.PublicURL(r, channel)})
+	json.NewEncoder(w).Encode(wire.Credentials{Channel: channel, PublicURL: s.PublicURL(r, channel)})
 }
 
 // authorize checks the agent token of channel.

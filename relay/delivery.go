@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // serveIngress answers a delivery, the request to /c/{channel}/{path...}:
@@ -45,13 +46,13 @@ func (s *Server) serveIngress(w http.ResponseWriter, r *http.Request) {
 	}
 	d := &devhook.Delivery{
 		ID: id.String(), Channel: channel, ReceivedAt: s.cfg.Now().UTC(), Method: r.Method,
-		Path: suffix, RawQuery: r.URL.RawQuery, Header: endToEndShared(r.Header), RemoteAddr: r.RemoteAddr,
+		Path: suffix, RawQuery: r.URL.RawQuery, Header: wire.EndToEndShared(r.Header), RemoteAddr: r.RemoteAddr,
 		Queued: true, // the larger of its two frame headers
 	}
 	// Refuse what could never be framed, before reading the body.
-	if n := frameHeaderLen(deliverHeader(d)); n > MaxHeaderSize {
+	if n := wire.FrameHeaderLen(wire.DeliverHeader(d)); n > wire.MaxHeaderSize {
 		refuse(w, http.StatusRequestHeaderFieldsTooLarge, fmt.Sprintf(
-			"the request's method, path, query and headers take %d bytes in the relay's frame, over its limit of %d; send smaller headers", n, MaxHeaderSize))
+			"the request's method, path, query and headers take %d bytes in the relay's frame, over its limit of %d; send smaller headers", n, wire.MaxHeaderSize))
 		return
 	}
 	if r.ContentLength > s.cfg.MaxBody {
@@ -71,7 +72,7 @@ func (s *Server) serveIngress(w http.ResponseWriter, r *http.Request) {
 	case err == nil:
 		answeredByAgent(w)
 		h := w.Header()
-		for k, v := range endToEndShared(ans.Header) {
+		for k, v := range wire.EndToEndShared(ans.Header) {
 			h[k] = v
 		}
 		h.Del("Content-Length")
@@ -90,7 +91,7 @@ func (s *Server) serveIngress(w http.ResponseWriter, r *http.Request) {
 	case r.Context().Err() != nil:
 		// The sender went away before the answer; the agent records it anyway.
 		return
-	case errors.Is(err, ErrHeaderTooLarge): // cannot happen after the check above
+	case errors.Is(err, wire.ErrHeaderTooLarge): // cannot happen after the check above
 		httpError(w, http.StatusRequestHeaderFieldsTooLarge, err.Error())
 		return
 	case !errors.Is(err, ErrNoAgent):
@@ -143,7 +144,7 @@ func (s *Server) enqueue(w http.ResponseWriter, d *devhook.Delivery) {
 		return
 	}
 	// An agent may have connected after the delivery was routed.
-	s.router.Kick(d.Channel)
+	s.kick(d)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusAccepted)
 	fmt.Fprintf(w, "{\"queued\":true,\"id\":%q}\n", d.ID)

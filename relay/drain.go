@@ -2,25 +2,39 @@ package relay
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"time"
 
 	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // Deliveries queued while a channel had no agent reach it through its
 // connection's drain: a goroutine, running only while there is queue
 // work, that sends what the Store holds beyond what is in flight, in the
 // order the Store returns them (id order; a cluster's, the order they
-// were queued), at most Window unacknowledged at once, and parks a
+// were queued), at most Window unacknowledged at once (and at most Window
+// more acknowledged whose removal is still being made), and parks a
 // delivery that can never be sent, so that the queue behind it goes on.
+// It reads on from the last delivery it read (its cursor), a few at a
+// time, and sends each batch read in one write. The queue is read again
+// from its start only when a delivery may have been queued before the
+// cursor: after a Kick, unless the Store queues in arrival order
+// (ArrivalOrder), and when a delivery that could not be parked is tried
+// again.
+//
 // The agent forwards a run's deliveries in the order they arrive
-// (agent/order.go). So that a live delivery does not overtake an earlier
-// one of its run still in the queue, live run.status deliveries (those
-// with a run_id) are queued too (202) while the queue holds deliveries
-// not yet sent (agentConn.behind: from connect, when the queue is not
-// empty, and from each Kick, until a pass sends the queue to its end);
-// then they go to the agent after the queued ones, on the same WebSocket.
-// Other live deliveries go to the agent at once, as before.
+// (agent/order.go), different runs in parallel: the drain sends the queue
+// in its order, whatever the runs, and the window keeps as many runs in
+// flight as it holds. So that a live delivery does not overtake an
+// earlier one of its run still in the queue, live run.status deliveries
+// (those with a run_id) of the runs the queue holds are queued too (202)
+// while the queue holds deliveries not yet sent (agentConn.behind: from
+// connect, when the queue is not empty, and from each Kick, until a read
+// reaches the queue's end with no Kick while it read; which runs wait:
+// behind.go); then they go to the agent after the queued ones, on the
+// same WebSocket. Other live deliveries go to the agent at once.
 //
 // A read of the queue that fails is tried again after a backoff (RetryMin
 // doubling to RetryMax, with jitter: retry.go), counted in /metrics and
@@ -28,19 +42,23 @@ import (
 // store reads, without waiting for a new delivery, an ack or a reconnect.
 // Kicks meanwhile (acks, deliveries queued) do not read it sooner.
 //
-// An ack removes its delivery from the store on a goroutine of its own
-// (removeLoop), not on the connection's only reader: a removal waiting
-// for an fsync or a NATS round trip holds up no live answer. The
+// Acks remove their deliveries from the store on a goroutine of their
+// own (removeLoop), not on the connection's only reader: a removal
+// waiting for an fsync or a NATS round trip holds up no live answer. The
+// acks that arrive while a removal is being made are removed together by
+// the next one (Store.Dequeue of many ids: one transaction, one fsync),
+// so that removals keep up with the agent however slow one is. A
 // delivery stays in flight until its removal is done, so that a drain
-// pass meanwhile does not send it again. A removal that fails leaves the
-// delivery as it was, in the queue and in flight: it is neither sent
-// again on this connection nor forgotten; the removal is tried again
-// after a backoff (as a read), counted and logged once with a count, and
-// devhook_relay_queue_acked_total counts only what was removed. While
-// removals fail, the window fills with deliveries the agent has, so the
-// drain sends no more. When the connection ends, each removal still to
-// do is tried once more; those that fail stay queued and go to the
-// channel's next connection again (at least once, once per connection).
+// pass meanwhile does not send it again. A removal that fails leaves its
+// deliveries as they were, in the queue and in flight: they are neither
+// sent again on this connection nor forgotten; the removal is tried again
+// after a backoff (as a read), with the acks that came meanwhile, counted
+// and logged once with a count, and devhook_relay_queue_acked_total counts
+// only what was removed. While removals fail, the window fills with
+// deliveries the agent has acknowledged, so the drain sends no more.
+// When the connection ends, the removals not yet tried are tried once;
+// those that fail stay queued and go to the channel's next connection
+// again (at least once, once per connection).
 //
 // A delivery that can never be sent is parked; when the store cannot
 // park it, it is skipped on this connection (the queue behind it goes on)
@@ -56,10 +74,30 @@ type drainState struct {
 	timer     *time.Timer
 	timerAt   time.Time // when timer kicks the drain; zero when not armed
 
+	// cursor is the last delivery the drain read, in the store's order;
+	// "" before the first read. rescan: the next read starts from the
+	// queue's start, a delivery may have been queued before the cursor.
+	cursor string
+	rescan bool
+
 	removals []string        // acknowledged queued deliveries to remove, in the order of their acks
 	toRemove map[string]bool // ids in removals or being removed (true: a removal failed)
 	removing bool            // a removal goroutine runs
 	remove   retry           // removals
+}
+
+// removeBatch bounds the deliveries one removal takes from the store.
+const removeBatch = 512
+
+// ArrivalOrder is a Store whose Queued returns deliveries in the order
+// they were queued (a stream, as the cluster's): a delivery queued after
+// a read comes after every delivery that read returned. Its drain reads
+// on from its cursor after a Kick instead of reading the queue again from
+// its start. Optional: a Store without it is read in id order, where a
+// delivery queued late (its id made when it arrived, before the wait for
+// an agent) can sort before the cursor.
+type ArrivalOrder interface {
+	QueuedInArrivalOrder()
 }
 
 // stop stops the drain's timer: the connection ended. Called under
@@ -114,10 +152,11 @@ func (c *agentConn) kickDrain() {
 const drainBatch = 8
 
 // drainLoop sends queued deliveries, at most Window unacknowledged at once,
-// for as long as it is kicked: at connect, after each ack of a queued
-// delivery, after each enqueue. Whatever happens to one delivery, the
-// drain state is reset when it returns.
+// for as long as it is kicked: at connect, after each removal of
+// acknowledged deliveries, after each enqueue. Whatever happens to one
+// delivery, the drain state is reset when it returns.
 func (c *agentConn) drainLoop() {
+	c.countRuns()
 	for c.nextPass() {
 		if !c.drainPass() {
 			break // the connection failed
@@ -135,40 +174,35 @@ func (c *agentConn) nextPass() bool {
 		return false
 	}
 	c.drainAgain = false
-	c.passKicks = c.kicks
-	clear(c.acked)
 	if len(c.stuck) > 0 {
 		if time.Now().Before(c.dr.parkAfter) {
 			c.wakeAt(c.dr.parkAfter)
 		} else {
-			clear(c.stuck) // parked again as this pass meets them
+			// Parked again as this pass meets them, before the cursor.
+			clear(c.stuck)
+			c.dr.rescan = true
 		}
 	}
 	return true
 }
 
-// caughtUp is called when a drain pass has sent the queue to its end:
-// live deliveries go to the agent again, unless a delivery was queued
-// since the pass began.
-func (c *agentConn) caughtUp() {
-	c.mu.Lock()
-	if c.kicks == c.passKicks {
-		c.behind = false
-	}
-	c.mu.Unlock()
-}
-
-// drainPass sends what the queue holds beyond what is in flight. It
-// returns false when the connection failed.
+// drainPass sends what the queue holds beyond what is in flight, reading
+// on from the cursor. It returns false when the connection failed.
 func (c *agentConn) drainPass() bool {
-	after := ""
 	for {
 		c.mu.Lock()
-		room := c.s.cfg.Window - len(c.inflight)
+		room := c.room()
 		wait := time.Now().Before(c.dr.readAfter)
 		if wait {
 			c.wakeAt(c.dr.readAfter)
 		}
+		if room > 0 && !wait && c.dr.rescan {
+			c.dr.rescan, c.dr.cursor = false, ""
+		}
+		after, kicks := c.dr.cursor, c.kicks
+		// Removals done before this read are in what it reads: only
+		// those done while its batch is sent are to be skipped.
+		clear(c.acked)
 		c.mu.Unlock()
 		if room <= 0 {
 			return true // an ack's removal will kick again
@@ -184,24 +218,56 @@ func (c *agentConn) drainPass() bool {
 			return true
 		}
 		c.readOK()
-		for _, d := range batch {
-			after = d.ID
-			if !c.sendQueued(d) {
-				return false
-			}
+		if !c.sendQueued(batch) {
+			return false
 		}
 		if bad != nil {
-			after = bad.ID
+			c.setCursor(bad.ID)
 			if !c.isStuck(bad.ID) {
 				c.park(bad.ID, bad.Error())
 			}
 			continue
 		}
-		if len(batch) < limit {
-			c.caughtUp()
+		if len(batch) < limit && c.caughtUp(kicks) {
 			return true
 		}
 	}
+}
+
+// room is how many more queued deliveries the drain may send now: at most
+// Window unacknowledged, and at most Window more acknowledged whose
+// removal is still to be made, so that the agent works on as many while
+// removals commit, and while they fail the drain stops. Called under
+// c.mu.
+func (c *agentConn) room() int {
+	w := c.s.cfg.Window
+	unacked := len(c.inflight) - len(c.dr.toRemove)
+	return min(w-unacked, 2*w-len(c.inflight))
+}
+
+// setCursor moves the drain's cursor to id, unless the queue is to be read
+// again from its start. Called by the drain goroutine.
+func (c *agentConn) setCursor(id string) {
+	c.mu.Lock()
+	if !c.dr.rescan {
+		c.dr.cursor = id
+	}
+	c.mu.Unlock()
+}
+
+// caughtUp is called when a read reached the end of the queue; kicks were
+// the Kicks before it began. It reports whether the queue has been sent
+// to its end: then live deliveries go to the agent again. Not when a Kick
+// came during the read (what it queued may not be in it), nor when the
+// queue is to be read again from its start: the drain reads on.
+func (c *agentConn) caughtUp(kicks uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.kicks != kicks || c.dr.rescan {
+		return false
+	}
+	c.caughtUpLocked()
+	return true
 }
 
 // readFailed counts a failed read of the queue, logs it (once with a
@@ -240,8 +306,9 @@ func (c *agentConn) readOK() {
 	}
 }
 
-// remove has acknowledged delivery id removed from the store, in the order
-// the acks came, by a goroutine that runs only while there are removals.
+// remove has acknowledged delivery id removed from the store, by a
+// goroutine that runs only while there are removals, with the other acks
+// that come meanwhile.
 func (c *agentConn) remove(id string) {
 	c.mu.Lock()
 	d := &c.dr
@@ -254,21 +321,24 @@ func (c *agentConn) remove(id string) {
 	}
 	d.toRemove[id] = false
 	d.removals = append(d.removals, id)
-	if d.removing {
-		c.mu.Unlock()
-		return
+	start := !d.removing
+	if start {
+		d.removing = true
+		c.s.wg.Add(1) // the reader holds the Server's wg: not at zero
 	}
-	d.removing = true
-	c.s.wg.Add(1) // the reader holds the Server's wg: not at zero
 	c.mu.Unlock()
-	go func() { defer c.s.wg.Done(); c.removeLoop() }()
+	if start {
+		go func() { defer c.s.wg.Done(); c.removeLoop() }()
+	}
+	c.kickDrain() // one unacknowledged less: room in the window
 }
 
 // removeLoop removes acknowledged deliveries until there are none left,
-// kicking the drain after each: the window has room again. A removal
-// that fails is tried again after the backoff, before those behind it.
-// Removals go on after the connection ends: the agent has those
-// deliveries; but one that fails then is tried once more, not again.
+// those acknowledged so far in one call of the store, kicking the drain
+// after each: the window has room again. A removal that fails is tried
+// again after the backoff, with the acks that came meanwhile. Removals go
+// on after the connection ends: the agent has those deliveries; but one
+// that fails then is not tried again.
 func (c *agentConn) removeLoop() {
 	for {
 		c.mu.Lock()
@@ -277,14 +347,14 @@ func (c *agentConn) removeLoop() {
 			c.mu.Unlock()
 			return
 		}
-		id := c.dr.removals[0]
+		ids := slices.Clone(c.dr.removals[:min(len(c.dr.removals), removeBatch)])
 		c.mu.Unlock()
-		err := c.s.cfg.Store.Dequeue(c.channel, id)
+		err := c.s.cfg.Store.Dequeue(c.channel, ids...)
 		if err == nil {
-			c.removed(id)
+			c.removed(ids)
 			continue
 		}
-		wait, gone := c.removeFailed(id, err)
+		wait, gone := c.removeFailed(ids, err)
 		if !gone {
 			t := time.NewTimer(wait)
 			select {
@@ -294,24 +364,26 @@ func (c *agentConn) removeLoop() {
 				t.Stop()
 			}
 		}
-		c.giveUpRemovals(id, err)
+		c.giveUpRemovals(len(ids), err)
 		return
 	}
 }
 
-// removed counts delivery id, the first of the removals, removed: it
-// leaves the in-flight set, and the drain may send more.
-func (c *agentConn) removed(id string) {
-	c.s.metrics.acked.Inc()
+// removed counts deliveries ids, the first of the removals, removed: they
+// leave the in-flight set, and the drain may send more.
+func (c *agentConn) removed(ids []string) {
+	c.s.metrics.acked.Add(float64(len(ids)))
 	c.mu.Lock()
 	d := &c.dr
-	if d.toRemove[id] {
-		c.s.metrics.removalsWaiting.Dec()
+	for _, id := range ids {
+		if d.toRemove[id] {
+			c.s.metrics.removalsWaiting.Dec()
+		}
+		delete(d.toRemove, id)
+		delete(c.inflight, id)
+		c.acked[id] = true
 	}
-	d.removals = d.removals[1:]
-	delete(d.toRemove, id)
-	delete(c.inflight, id)
-	c.acked[id] = true
+	d.removals = d.removals[len(ids):]
 	fails, since := d.remove.ok()
 	c.mu.Unlock()
 	if fails > 0 {
@@ -320,17 +392,19 @@ func (c *agentConn) removed(id string) {
 	c.kickDrain()
 }
 
-// removeFailed counts a failed removal of delivery id, which stays queued
-// and in flight, and logs it (once with a count while it goes on). It
-// returns the wait before it is tried again, or gone when the connection
-// has ended.
-func (c *agentConn) removeFailed(id string, err error) (wait time.Duration, gone bool) {
+// removeFailed counts a failed removal of deliveries ids, which stay
+// queued and in flight, and logs it (once with a count while it goes
+// on). It returns the wait before it is tried again, or gone when the
+// connection has ended.
+func (c *agentConn) removeFailed(ids []string, err error) (wait time.Duration, gone bool) {
 	c.s.metrics.removeErrors.Inc()
 	c.mu.Lock()
 	d := &c.dr
-	if !d.toRemove[id] {
-		d.toRemove[id] = true
-		c.s.metrics.removalsWaiting.Inc()
+	for _, id := range ids {
+		if !d.toRemove[id] {
+			d.toRemove[id] = true
+			c.s.metrics.removalsWaiting.Inc()
+		}
 	}
 	now := time.Now()
 	wait, log := d.remove.fail(now)
@@ -340,47 +414,50 @@ func (c *agentConn) removeFailed(id string, err error) (wait time.Duration, gone
 	switch {
 	case !log || gone:
 	case fails == 1:
-		c.s.cfg.Logf("relay: channel %s: remove acknowledged delivery %s from the queue: %v; it is not sent again meanwhile; trying again in %s, then less and less often (at most every %s) until it works",
-			c.channel, id, err, wait.Round(time.Millisecond), RetryMax)
+		c.s.cfg.Logf("relay: channel %s: remove acknowledged %s from the queue: %v; not sent again meanwhile; trying again in %s, then less and less often (at most every %s) until it works",
+			c.channel, deliveries(ids), err, wait.Round(time.Millisecond), RetryMax)
 	default:
 		c.s.cfg.Logf("relay: channel %s: remove acknowledged deliveries from the queue: still failing: %d failures in %s: %v", c.channel, fails, now.Sub(since).Round(time.Second), err)
 	}
 	return wait, gone
 }
 
+// deliveries names ids in a log line: the delivery, or how many and the
+// first.
+func deliveries(ids []string) string {
+	if len(ids) == 1 {
+		return "delivery " + ids[0]
+	}
+	return fmt.Sprintf("%d deliveries (%s first)", len(ids), ids[0])
+}
+
 // giveUpRemovals is called when the connection has ended and the removal
-// of delivery id, the first of the removals, failed with err: each other
-// removal still to do is tried once more, and the deliveries that could
-// not be removed stay queued, for the channel's next connection.
-func (c *agentConn) giveUpRemovals(id string, err error) {
+// of the first failed of the removals failed with err: the removals not
+// yet tried are tried once, together, and the deliveries that could not
+// be removed stay queued, for the channel's next connection.
+func (c *agentConn) giveUpRemovals(failed int, err error) {
 	c.mu.Lock()
 	d := &c.dr
 	ids := d.removals
 	d.removals = nil
 	c.mu.Unlock()
-	left := 0
-	for _, rid := range ids {
-		removed := false
-		if rid != id {
-			if err2 := c.s.cfg.Store.Dequeue(c.channel, rid); err2 == nil {
-				removed = true
-				c.s.metrics.acked.Inc()
-			} else {
-				err = err2
-				c.s.metrics.removeErrors.Inc()
-			}
+	left := failed
+	if rest := ids[failed:]; len(rest) > 0 {
+		if err2 := c.s.cfg.Store.Dequeue(c.channel, rest...); err2 == nil {
+			c.s.metrics.acked.Add(float64(len(rest)))
+		} else {
+			err = err2
+			c.s.metrics.removeErrors.Inc()
+			left += len(rest)
 		}
-		if !removed {
-			left++
-		}
-		c.mu.Lock()
-		if d.toRemove[rid] {
-			c.s.metrics.removalsWaiting.Dec()
-		}
-		delete(d.toRemove, rid)
-		c.mu.Unlock()
 	}
 	c.mu.Lock()
+	for _, id := range ids {
+		if d.toRemove[id] {
+			c.s.metrics.removalsWaiting.Dec()
+		}
+		delete(d.toRemove, id)
+	}
 	fails, _ := d.remove.ok()
 	if len(d.removals) > 0 {
 		// Acks read as the connection ended.
@@ -402,33 +479,53 @@ func (c *agentConn) isStuck(id string) bool {
 	return c.stuck[id]
 }
 
-// sendQueued sends queued delivery d unless it is in flight already. A
-// delivery that cannot be framed is parked, never retried: the queue
-// behind it goes on. It returns false when the connection failed.
-func (c *agentConn) sendQueued(d *devhook.Delivery) bool {
-	c.mu.Lock()
-	skip := c.inflight[d.ID] || c.acked[d.ID] || c.stuck[d.ID]
-	gone := c.gone
-	if !skip && !gone {
-		c.inflight[d.ID] = true
+// sendQueued sends the queued deliveries of batch not in flight, in one
+// write, and moves the cursor past them. A delivery that cannot be framed
+// is parked, never retried: the queue behind it goes on. It returns
+// false when the connection failed.
+func (c *agentConn) sendQueued(batch []*devhook.Delivery) bool {
+	if len(batch) == 0 {
+		return true
 	}
-	c.mu.Unlock()
-	if gone {
+	send := make([]*devhook.Delivery, 0, len(batch))
+	c.mu.Lock()
+	if c.gone {
+		c.mu.Unlock()
 		return false
 	}
-	if skip {
+	for _, d := range batch {
+		if !c.inflight[d.ID] && !c.acked[d.ID] && !c.stuck[d.ID] {
+			c.inflight[d.ID] = true
+			send = append(send, d)
+		}
+	}
+	if !c.dr.rescan {
+		c.dr.cursor = batch[len(batch)-1].ID
+	}
+	c.mu.Unlock()
+	msgs := make([]wire.Msg, 0, len(send))
+	framed := send[:0]
+	for _, d := range send {
+		d.Queued = true
+		hdr, err := wire.AppendFrame(nil, wire.DeliverHeader(d), nil)
+		if err != nil {
+			c.mu.Lock()
+			delete(c.inflight, d.ID)
+			c.mu.Unlock()
+			c.park(d.ID, "it cannot be sent to the agent: "+err.Error())
+			continue
+		}
+		msgs = append(msgs, wire.Msg{A: hdr, B: d.Body})
+		framed = append(framed, d)
+	}
+	if len(msgs) == 0 {
 		return true
 	}
-	d.Queued = true
-	hdr, err := AppendFrame(nil, deliverHeader(d), nil)
-	if err != nil {
-		c.mu.Lock()
-		delete(c.inflight, d.ID)
-		c.mu.Unlock()
-		c.park(d.ID, "it cannot be sent to the agent: "+err.Error())
-		return true
+	if c.out.WriteAll(msgs) != nil {
+		return false
 	}
-	return c.write(hdr, d.Body) == nil
+	c.sent(framed) // written: a live delivery of their runs comes after them
+	return true
 }
 
 // park moves delivery id aside, saying why in the log. When the store

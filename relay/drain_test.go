@@ -16,6 +16,8 @@ import (
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
+	"github.com/devhook/devhook/relay/relaytest"
 )
 
 // faultyStore is a relay.Store whose queue reads fail while failReads is
@@ -42,18 +44,18 @@ func (s *faultyStore) Queued(channel, after string, limit int) ([]*devhook.Deliv
 	return s.Store.Queued(channel, after, limit)
 }
 
-func (s *faultyStore) Dequeue(channel, id string) error {
+func (s *faultyStore) Dequeue(channel string, ids ...string) error {
 	s.removes.Add(1)
 	if s.failRemovals.Load() {
 		return errNoSpace
 	}
 	if s.removing != nil {
-		s.removing <- id
+		s.removing <- ids[0]
 	}
 	if s.unblock != nil {
 		<-s.unblock
 	}
-	return s.Store.Dequeue(channel, id)
+	return s.Store.Dequeue(channel, ids...)
 }
 
 // newFaultyRelay is newRelay over a faultyStore.
@@ -70,7 +72,7 @@ func newFaultyRelay(t *testing.T, cfg relay.Config, fs *faultyStore) (*relay.Ser
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	hs := serveRelay(t, srv)
+	hs := relaytest.Serve(t, srv)
 	t.Cleanup(func() { srv.Close() })
 	return srv, hs.URL
 }
@@ -98,10 +100,10 @@ func TestDrainRetriesAFailedQueueRead(t *testing.T) {
 	ids = queuedIDs(t, fs.Store, cr.Channel)
 	const failures = 3
 	fs.failReads.Store(failures)
-	conn := dialWith(t, relay.DialConfig{RelayURL: u, Credentials: cr})
+	conn := relaytest.DialWith(t, relayclient.DialConfig{RelayURL: u, Credentials: cr})
 	// Not acknowledged: no ack kicks the drain.
 	for _, id := range ids {
-		if d := receive(t, conn, 20*time.Second); d.ID != id {
+		if d := relaytest.Receive(t, conn, 20*time.Second); d.ID != id {
 			t.Fatalf("got %s, want %s", d.ID, id)
 		}
 	}
@@ -132,14 +134,14 @@ func TestDrainReadBackoffIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	pub := u + "/c/" + cr.Channel + "/"
-	if st, _ := post(t, pub, "first"); st != http.StatusAccepted {
+	if st, _ := post(t, pub, runBody(t, "r1", "first")); st != http.StatusAccepted {
 		t.Fatalf("with no agent: %d", st)
 	}
 	fs.failReads.Store(1 << 30)
 	start := time.Now()
-	dialWith(t, relay.DialConfig{RelayURL: u, Credentials: cr})
-	// The queue is not sent: run.status deliveries are queued behind it,
-	// and each queued one kicks the drain.
+	relaytest.DialWith(t, relayclient.DialConfig{RelayURL: u, Credentials: cr})
+	// The queue is not sent: run.status deliveries of its run are queued
+	// behind it, and each queued one kicks the drain.
 	const kicks = 40
 	for i := range kicks {
 		if st, _ := post(t, pub, runBody(t, "r1", fmt.Sprint("s", i))); st != http.StatusAccepted {
@@ -174,7 +176,7 @@ func TestFailedRemovalIsNotResent(t *testing.T) {
 	}
 	fs.failRemovals.Store(true)
 	start := time.Now()
-	conn := dialWith(t, relay.DialConfig{RelayURL: u, Credentials: cr})
+	conn := relaytest.DialWith(t, relayclient.DialConfig{RelayURL: u, Credentials: cr})
 	var got atomic.Int32
 	go func() {
 		for {
@@ -186,7 +188,7 @@ func TestFailedRemovalIsNotResent(t *testing.T) {
 			conn.Ack(d.ID)
 		}
 	}()
-	waitFor(t, "four failed removals", func() bool { return fs.removes.Load() >= 4 })
+	relaytest.WaitFor(t, "four failed removals", func() bool { return fs.removes.Load() >= 4 })
 	removes, elapsed := fs.removes.Load(), time.Since(start)
 	if n := got.Load(); n != 1 {
 		t.Fatalf("the agent got the delivery %d times while its removal failed, want once", n)
@@ -244,19 +246,19 @@ func TestFailedRemovalsWhenTheConnectionEnds(t *testing.T) {
 	fs.failRemovals.Store(true)
 	got := map[string]int{}
 	for round := range 2 {
-		conn := dialWith(t, relay.DialConfig{RelayURL: u, Credentials: cr})
+		conn := relaytest.DialWith(t, relayclient.DialConfig{RelayURL: u, Credentials: cr})
 		before := fs.removes.Load()
 		for range 2 {
-			d := receive(t, conn, 20*time.Second)
+			d := relaytest.Receive(t, conn, 20*time.Second)
 			got[d.ID]++
 			conn.Ack(d.ID)
 		}
-		waitFor(t, "a failed removal", func() bool { return fs.removes.Load() > before })
+		relaytest.WaitFor(t, "a failed removal", func() bool { return fs.removes.Load() > before })
 		if round == 1 {
 			break
 		}
 		conn.Close()
-		waitFor(t, "the removals given up", func() bool { return strings.Contains(logs.String(), "2 stay queued") })
+		relaytest.WaitFor(t, "the removals given up", func() bool { return strings.Contains(logs.String(), "2 stay queued") })
 		if n, _ := fs.QueueLen(cr.Channel); n != 2 {
 			t.Fatalf("queue holds %d, want the 2 whose removal failed", n)
 		}
@@ -324,8 +326,8 @@ func TestLiveAnswerNotBlockedByAStuckRemoval(t *testing.T) {
 	if st, _ := post(t, pub+"/", "queued"); st != http.StatusAccepted {
 		t.Fatalf("with no agent: %d", st)
 	}
-	conn := dialWith(t, relay.DialConfig{RelayURL: u, Credentials: cr})
-	q := receive(t, conn, 10*time.Second)
+	conn := relaytest.DialWith(t, relayclient.DialConfig{RelayURL: u, Credentials: cr})
+	q := relaytest.Receive(t, conn, 10*time.Second)
 	conn.Respond(q.ID, 200, nil, nil)
 	conn.Ack(q.ID)
 	select {
@@ -350,7 +352,7 @@ func TestLiveAnswerNotBlockedByAStuckRemoval(t *testing.T) {
 		n, _ := resp.Body.Read(b)
 		done <- result{resp.StatusCode, string(b[:n])}
 	}()
-	d := receive(t, conn, 10*time.Second)
+	d := relaytest.Receive(t, conn, 10*time.Second)
 	if string(d.Body) != "live" {
 		t.Fatalf("got %q, want the live delivery", d.Body)
 	}
@@ -367,7 +369,7 @@ func TestLiveAnswerNotBlockedByAStuckRemoval(t *testing.T) {
 		t.Fatalf("queue holds %d while the removal is stuck, want 1", n)
 	}
 	release()
-	waitFor(t, "the removal", func() bool { n, _ := fs.QueueLen(cr.Channel); return n == 0 })
+	relaytest.WaitFor(t, "the removal", func() bool { n, _ := fs.QueueLen(cr.Channel); return n == 0 })
 }
 
 // queuedIDs returns the ids queued for channel, in order.
@@ -399,8 +401,8 @@ func runBody(t *testing.T, run, status string) string {
 // agent after them; a live delivery without a run goes at once; once the
 // queue is sent, live ones go to the agent again.
 func TestLiveRunDeliveryQueuedBehindUnsentQueue(t *testing.T) {
-	_, hs, db := newRelay(t, relay.Config{Window: 1})
-	cr := open(t, hs)
+	_, hs, db := relaytest.New(t, relay.Config{Window: 1})
+	cr := relaytest.Open(t, hs)
 	var want []string
 	for _, st := range []string{"queued", "running"} {
 		body := runBody(t, "r1", st)
@@ -409,8 +411,8 @@ func TestLiveRunDeliveryQueuedBehindUnsentQueue(t *testing.T) {
 		}
 		want = append(want, body)
 	}
-	conn := dial(t, hs, cr)
-	first := receive(t, conn, 10*time.Second) // the window is full: the rest waits for its ack
+	conn := relaytest.Dial(t, hs, cr)
+	first := relaytest.Receive(t, conn, 10*time.Second) // the window is full: the rest waits for its ack
 	if string(first.Body) != want[0] {
 		t.Fatalf("first queued delivery %s", first.Body)
 	}
@@ -431,7 +433,7 @@ func TestLiveRunDeliveryQueuedBehindUnsentQueue(t *testing.T) {
 		resp.Body.Close()
 		plain <- resp.StatusCode
 	}()
-	d := receive(t, conn, 10*time.Second)
+	d := relaytest.Receive(t, conn, 10*time.Second)
 	if d.Queued || string(d.Body) != "no run" {
 		t.Fatalf("got %q (queued %v), want the live delivery without a run", d.Body, d.Queued)
 	}
@@ -443,7 +445,7 @@ func TestLiveRunDeliveryQueuedBehindUnsentQueue(t *testing.T) {
 	got := []string{string(first.Body)}
 	conn.Ack(first.ID)
 	for len(got) < len(want) {
-		d := receive(t, conn, 10*time.Second)
+		d := relaytest.Receive(t, conn, 10*time.Second)
 		got = append(got, string(d.Body))
 		conn.Ack(d.ID)
 	}
@@ -452,7 +454,7 @@ func TestLiveRunDeliveryQueuedBehindUnsentQueue(t *testing.T) {
 			t.Fatalf("agent got %d: %s, want %s", i, got[i], want[i])
 		}
 	}
-	waitFor(t, "the queue to empty", func() bool { n, _ := db.QueueLen(cr.Channel); return n == 0 })
+	relaytest.WaitFor(t, "the queue to empty", func() bool { n, _ := db.QueueLen(cr.Channel); return n == 0 })
 
 	// Caught up: live run.status deliveries go to the agent again (one
 	// sent as the last removal commits may still be queued, and comes
@@ -469,7 +471,7 @@ func TestLiveRunDeliveryQueuedBehindUnsentQueue(t *testing.T) {
 			resp.Body.Close()
 			done <- resp.StatusCode
 		}()
-		d = receive(t, conn, 10*time.Second)
+		d = relaytest.Receive(t, conn, 10*time.Second)
 		if d.Queued {
 			conn.Ack(d.ID)
 			if st := <-done; st != http.StatusAccepted {

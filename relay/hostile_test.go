@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
+	"github.com/devhook/devhook/relay/relaytest"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // What the relay answers to a sender on the open internet that means it
@@ -108,8 +111,8 @@ func TestHostile_StalledSendersHoldWhatTheySent(t *testing.T) {
 			for i := range 16 {
 				stall(t, r.addr, channels[i%4], 8<<20)
 			}
-			waitFor(t, "160 bytes held", func() bool { _, n := r.srv.Inflight(""); return n == 160 })
-			for _, n := range []int{1500, 1 << 20, relay.DefaultMaxBody} {
+			relaytest.WaitFor(t, "160 bytes held", func() bool { _, n := r.srv.Inflight(""); return n == 160 })
+			for _, n := range []int{1500, 1 << 20, wire.DefaultMaxBody} {
 				body := bytes.Repeat([]byte("h"), n)
 				for i, ch := range channels {
 					want := http.StatusAccepted // no agent: queued
@@ -201,7 +204,7 @@ func TestHostile_StalledSendersCut(t *testing.T) {
 					t.Fatalf("408 without Connection: close: %v", resp.Header)
 				}
 			}
-			waitFor(t, "no bytes held", func() bool { _, n := r.srv.Inflight(""); return n == 0 })
+			relaytest.WaitFor(t, "no bytes held", func() bool { _, n := r.srv.Inflight(""); return n == 0 })
 			if resp := postRaw(t, r.addr, "/c/"+r.cr.Channel+"/hook", bytes.Repeat([]byte("h"), 1500)); resp.StatusCode != http.StatusOK {
 				t.Fatalf("an honest delivery after the stalled senders were cut: %s, want 200", resp.Status)
 			}
@@ -286,7 +289,7 @@ func TestHostile_CrawlingSendersCut(t *testing.T) {
 			if resp := <-honest; resp == nil || resp.StatusCode != http.StatusOK {
 				t.Fatalf("the honest slow sender got %v, want 200", resp)
 			}
-			waitFor(t, "no bytes held", func() bool { _, n := r.srv.Inflight(""); return n == 0 })
+			relaytest.WaitFor(t, "no bytes held", func() bool { _, n := r.srv.Inflight(""); return n == 0 })
 		})
 	}
 }
@@ -300,9 +303,13 @@ func TestHostile_TricklingHeaderCut(t *testing.T) {
 	for _, m := range modes {
 		t.Run(m.name, func(t *testing.T) {
 			r := newIngressRelay(t, testRelay{plain: m.plain, lc: relay.ListenerConfig{ReadHeaderTimeout: headerTimeout}})
+			// Before the dial: the relay's header clock starts when it
+			// accepts the connection, which may be before the dial
+			// returns (a loaded machine cut it 5 ms short of the dial's
+			// return plus a second).
+			start := time.Now()
 			c, br := r.dial(t)
 			c.SetDeadline(time.Now().Add(2 * time.Minute))
-			start := time.Now()
 			stop := make(chan struct{})
 			trickled := make(chan int)
 			go func() {
@@ -444,7 +451,7 @@ func TestHostile_FloodMeetsTheBudgets(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			conn2, err := relay.Dial(t.Context(), relay.DialConfig{RelayURL: r.hs.URL, Credentials: cr2})
+			conn2, err := relayclient.Dial(t.Context(), relayclient.DialConfig{RelayURL: r.hs.URL, Credentials: cr2})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -489,7 +496,7 @@ func TestHostile_FloodMeetsTheBudgets(t *testing.T) {
 			// 8 bodies at once into a channel bounded at 3000 bytes: 3 wait
 			// for the agent, 5 are refused 429.
 			expect(flood(r.cr.Channel, 8), 5, http.StatusTooManyRequests)
-			waitFor(t, "3000 bytes held", func() bool { n, _ := r.srv.Inflight(r.cr.Channel); return n == 3000 })
+			relaytest.WaitFor(t, "3000 bytes held", func() bool { n, _ := r.srv.Inflight(r.cr.Channel); return n == 3000 })
 			if resp := postRaw(t, r.addr, "/c/"+cr3.Channel+"/hook", []byte("x")); resp.StatusCode != http.StatusAccepted {
 				t.Fatalf("another channel beside a full one: %s, want 202", resp.Status)
 			}
@@ -497,7 +504,7 @@ func TestHostile_FloodMeetsTheBudgets(t *testing.T) {
 			// bytes are held; the third is refused 503, and so is any
 			// other channel's delivery.
 			expect(flood(cr2.Channel, 3), 1, http.StatusServiceUnavailable)
-			waitFor(t, "5000 bytes held", func() bool { _, n := r.srv.Inflight(""); return n == 5000 })
+			relaytest.WaitFor(t, "5000 bytes held", func() bool { _, n := r.srv.Inflight(""); return n == 5000 })
 			if resp := postRaw(t, r.addr, "/c/"+cr3.Channel+"/hook", []byte("x")); resp.StatusCode != http.StatusServiceUnavailable {
 				t.Fatalf("a delivery to a relay full of bodies: %s, want 503", resp.Status)
 			}
@@ -531,7 +538,7 @@ func TestHostile_BodiesOverMaxBodyRefusedAtOnce(t *testing.T) {
 					if _, err := br.ReadByte(); err != io.EOF {
 						t.Fatalf("the connection is still open after 413: %v", err)
 					}
-					waitFor(t, "no bytes held", func() bool { _, n := r.srv.Inflight(""); return n == 0 })
+					relaytest.WaitFor(t, "no bytes held", func() bool { _, n := r.srv.Inflight(""); return n == 0 })
 				})
 			}
 		})

@@ -250,6 +250,9 @@ type handedConn struct {
 	br *bufio.Reader
 }
 
+// NetConn returns the connection c wraps (wire.Inner).
+func (c *handedConn) NetConn() net.Conn { return c.Conn }
+
 // LocalAddr marks the connection as handed over (handedAddr): net/http
 // puts it in each request's context (http.LocalAddrContextKey).
 func (c *handedConn) LocalAddr() net.Addr {

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/devhook/devhook/relay/wire"
 	"golang.org/x/net/http/httpguts"
 )
 
@@ -316,7 +317,7 @@ func (ic *ingressConn) closeWriteAndWait() {
 
 // closeWriter finds the TCP connection under c's wrappers.
 func closeWriter(c net.Conn) interface{ CloseWrite() error } {
-	for ; c != nil; c = innerConn(c) {
+	for ; c != nil; c = wire.Inner(c) {
 		if cw, ok := c.(interface{ CloseWrite() error }); ok {
 			return cw
 		}

@@ -17,6 +17,8 @@ import (
 
 	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // ingressRelay is a relay served as devhook relay serves it (behind
@@ -27,7 +29,7 @@ type ingressRelay struct {
 	hs   *httptest.Server
 	il   *relay.IngressListener // nil when plain
 	addr string
-	cr   relay.Credentials
+	cr   wire.Credentials
 }
 
 // testRelay configures newIngressRelay. Zero values mean defaults.
@@ -76,7 +78,7 @@ func newIngressRelay(tb testing.TB, o testRelay) *ingressRelay {
 	if r.cr, err = srv.OpenChannel(nil); err != nil {
 		tb.Fatal(err)
 	}
-	conn, err := relay.Dial(context.Background(), relay.DialConfig{RelayURL: hs.URL, Credentials: r.cr})
+	conn, err := relayclient.Dial(context.Background(), relayclient.DialConfig{RelayURL: hs.URL, Credentials: r.cr})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -308,7 +310,7 @@ func TestIngress_Timeouts(t *testing.T) {
 	c, br = r.dial(t)
 	io.WriteString(c, r.post("y"))
 	readAnswer(t, br, "POST")
-	time.Sleep(400 * time.Millisecond) // idle: under IdleTimeout, over ReadHeaderTimeout
+	time.Sleep(400 * time.Millisecond) // idle: under IdleTimeout (700 ms); with the 300 ms below, over ReadHeaderTimeout (500 ms)
 	req := r.post("z")
 	io.WriteString(c, req[:10])
 	time.Sleep(300 * time.Millisecond) // the header: under ReadHeaderTimeout

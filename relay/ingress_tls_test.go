@@ -17,6 +17,7 @@ import (
 
 	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // Over the relay's own TLS, deliveries are served by the IngressListener
@@ -63,7 +64,7 @@ func TestIngress_TLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cr relay.Credentials
+	var cr wire.Credentials
 	err = json.NewDecoder(resp.Body).Decode(&cr)
 	resp.Body.Close()
 	if err != nil || resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {

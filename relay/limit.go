@@ -3,6 +3,8 @@ package relay
 import (
 	"net"
 	"sync"
+
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // LimitListener returns a listener that keeps at most n connections open
@@ -34,8 +36,8 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	// The corkConn lets a WebSocket taken over on this connection send
-	// the frames of many deliveries in one write(2) (see wsWriter).
-	return &limitConn{Conn: newCorkConn(c), release: func() { <-l.sem }}, nil
+	// the frames of many deliveries in one write(2) (see Writer).
+	return &limitConn{Conn: wire.NewCorkConn(c), release: func() { <-l.sem }}, nil
 }
 
 func (l *limitListener) Close() error {
@@ -48,6 +50,9 @@ type limitConn struct {
 	once    sync.Once
 	release func()
 }
+
+// NetConn returns the connection c wraps (wire.Inner).
+func (c *limitConn) NetConn() net.Conn { return c.Conn }
 
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()

@@ -14,6 +14,8 @@ import (
 
 	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
+	"github.com/devhook/devhook/relay/relaytest"
 )
 
 func get(t *testing.T, u string) (int, string) {
@@ -52,7 +54,7 @@ func post(t *testing.T, u, body string) (int, string) {
 // devhook_relay_parked_deliveries counts the parked deliveries of every
 // channel, and goes down when one is requeued or dropped.
 func TestMetricsCountParked(t *testing.T) {
-	_, hs, db := newRelay(t, relay.Config{})
+	_, hs, db := relaytest.New(t, relay.Config{})
 	parked := func() string {
 		t.Helper()
 		_, m := get(t, hs.URL+"/metrics")
@@ -63,7 +65,7 @@ func TestMetricsCountParked(t *testing.T) {
 	}
 	var ids []string
 	for range 3 {
-		cr := open(t, hs)
+		cr := relaytest.Open(t, hs)
 		st, _ := post(t, cr.PublicURL+"/hook", "x")
 		if st != http.StatusAccepted {
 			t.Fatalf("queued delivery: %d", st)
@@ -95,9 +97,9 @@ func TestMetricsCountParked(t *testing.T) {
 // latency of each outcome, connected agents, channels, queue depth and
 // acknowledgements; each Server has its own registry.
 func TestMetrics(t *testing.T) {
-	_, hs, _ := newRelay(t, relay.Config{ResponseTimeout: 10 * time.Second})
-	_, other, _ := newRelay(t, relay.Config{})
-	cr := open(t, hs)
+	_, hs, _ := relaytest.New(t, relay.Config{ResponseTimeout: 10 * time.Second})
+	_, other, _ := relaytest.New(t, relay.Config{})
+	cr := relaytest.Open(t, hs)
 
 	for _, body := range []string{"q1", "q2"} {
 		if st, _ := post(t, cr.PublicURL+"/hook", body); st != http.StatusAccepted {
@@ -125,7 +127,7 @@ func TestMetrics(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	conn, err := relay.Dial(ctx, relay.DialConfig{RelayURL: hs.URL, Credentials: cr})
+	conn, err := relayclient.Dial(ctx, relayclient.DialConfig{RelayURL: hs.URL, Credentials: cr})
 	if err != nil {
 		t.Fatal(err)
 	}

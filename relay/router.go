@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"sync"
 
 	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // Errors of Router.Deliver and Endpoint.Deliver.
@@ -25,13 +25,6 @@ var (
 	ErrQueueFirst = fmt.Errorf("%w yet: its queue is being sent first", ErrNoAgent)
 )
 
-// Answer is an agent's response to a live delivery.
-type Answer struct {
-	Status int
-	Header http.Header
-	Body   []byte
-}
-
 // Router knows which agent holds each channel, delivers to it and waits
 // for its answer. Hub is the implementation for a single relay process; a
 // cluster of relays would implement it with request/reply over a message
@@ -45,7 +38,7 @@ type Router interface {
 	// Deliver sends d to the agent holding d.Channel and returns its
 	// answer. Errors: ErrNoAgent (queue d), ErrTimeout, ctx's error (the
 	// sender went away), or another error when d cannot be sent at all.
-	Deliver(ctx context.Context, d *devhook.Delivery) (*Answer, error)
+	Deliver(ctx context.Context, d *devhook.Delivery) (*wire.Answer, error)
 	// Kick tells the agent holding channel, if any, that its queue has
 	// new deliveries.
 	Kick(channel string)
@@ -63,7 +56,7 @@ type AgentLocator interface {
 // Endpoint is an agent connection as a Router sees it. The relay Server's
 // WebSocket connections are Endpoints.
 type Endpoint interface {
-	Deliver(ctx context.Context, d *devhook.Delivery) (*Answer, error)
+	Deliver(ctx context.Context, d *devhook.Delivery) (*wire.Answer, error)
 	Kick()
 	// Replace disconnects the agent because another one took its channel.
 	Replace()
@@ -106,7 +99,7 @@ func (h *Hub) holder(channel string) Endpoint {
 }
 
 // Deliver implements Router.
-func (h *Hub) Deliver(ctx context.Context, d *devhook.Delivery) (*Answer, error) {
+func (h *Hub) Deliver(ctx context.Context, d *devhook.Delivery) (*wire.Answer, error) {
 	e := h.holder(d.Channel)
 	if e == nil {
 		return nil, ErrNoAgent

@@ -1,3 +1,40 @@
+// Package relay is devhook's public relay server: it takes deliveries at
+// a public URL (its own IngressListener reads them), streams them to the
+// channel's agent over a WebSocket in the protocol of package wire, passes
+// the agent's answer back, and queues what no agent can take (a Store:
+// boltrelay on one machine, natsrelay for a cluster) until one does.
+//
+// # Ingress
+//
+// A delivery's answer to its sender:
+//
+//	the agent's status   the agent answered (an agent that cannot frame the
+//	                     receiver's answer sends 502 at once)
+//	202                  no agent, or it went away before answering, or a
+//	                     run.status delivery while the channel's queue holds
+//	                     deliveries not yet sent to the agent (drain.go): the
+//	                     delivery is on disk (synced) and will be delivered
+//	400                  a path with a dot segment (devhook.HasDotSegment), or
+//	                     framing that is ambiguous (IngressListener: both
+//	                     Content-Length and Transfer-Encoding, bare LF, obs-fold,
+//	                     ...): nothing was kept; the connection is closed
+//	404                  unknown channel
+//	408                  the body did not arrive within BodyTimeout (default 30 s),
+//	                     or it stalled (no byte for BodyStall, 5 s) or crawled
+//	                     (under BodyMinRate over a BodyRateWindow): nothing was
+//	                     kept, its bytes freed at once
+//	413                  body over MaxBody (default 10 MiB): declared, at once;
+//	                     chunked, as soon as it passes it
+//	429 + Retry-After    the channel holds MaxChannelInflight body bytes already,
+//	                     counted as they arrived
+//	                     (default 32 MiB): nothing was kept, send again later
+//	431                  method, path, query, remote address and headers would
+//	                     make a deliver frame header over wire.MaxHeaderSize (1 MiB),
+//	                     as wire.FrameHeaderLen computes it: nothing was kept
+//	503 + Retry-After    the relay holds MaxInflight body bytes (default 128 MiB),
+//	                     or the queue could not be written: nothing was kept
+//	504                  the agent has the delivery but did not answer within
+//	                     ResponseTimeout (default 30 s)
 package relay
 
 import (
@@ -12,13 +49,12 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // Defaults of Config.
 const (
-	DefaultMaxBody            = 10 << 20
 	DefaultResponseTimeout    = 30 * time.Second
-	DefaultPingInterval       = 15 * time.Second
 	DefaultWindow             = 64
 	DefaultBodyTimeout        = 30 * time.Second
 	DefaultBodyStall          = 5 * time.Second
@@ -74,7 +110,9 @@ type Config struct {
 	ResponseTimeout time.Duration
 	// PingInterval is the heartbeat period.
 	PingInterval time.Duration
-	// Window bounds the queued deliveries in flight to one agent.
+	// Window bounds the queued deliveries in flight to one agent, sent
+	// and not yet acknowledged; as many more, acknowledged, may wait for
+	// their removal from the store (drain.go).
 	Window int
 	// OpenToken, when set, is required (as a bearer token) to open a
 	// channel. At least MinOpenToken bytes.
@@ -130,7 +168,7 @@ func NewServer(cfg Config) (*Server, error) {
 		cfg.PublicURL = strings.TrimRight(cfg.PublicURL, "/")
 	}
 	if cfg.MaxBody <= 0 {
-		cfg.MaxBody = DefaultMaxBody
+		cfg.MaxBody = wire.DefaultMaxBody
 	}
 	if cfg.BodyTimeout <= 0 {
 		cfg.BodyTimeout = DefaultBodyTimeout
@@ -160,7 +198,7 @@ func NewServer(cfg Config) (*Server, error) {
 		cfg.ResponseTimeout = DefaultResponseTimeout
 	}
 	if cfg.PingInterval <= 0 {
-		cfg.PingInterval = DefaultPingInterval
+		cfg.PingInterval = wire.DefaultPingInterval
 	}
 	if cfg.Window <= 0 {
 		cfg.Window = DefaultWindow

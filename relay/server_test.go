@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -18,61 +17,19 @@ import (
 
 	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
+	"github.com/devhook/devhook/relay/relaytest"
 )
 
-func newRelay(t *testing.T, cfg relay.Config) (*relay.Server, *httptest.Server, *boltrelay.Store) {
-	t.Helper()
-	db, err := boltrelay.Open(filepath.Join(t.TempDir(), "relay.db"), boltrelay.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Store = db
-	srv, err := relay.NewServer(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() }) // cleanups run last to first
-	hs := serveRelay(t, srv)
-	t.Cleanup(func() { srv.Close() })
-	return srv, hs, db
-}
-
-// serveRelay serves srv as devhook relay does: deliveries through a
-// relay.IngressListener, the rest through the httptest.Server's
-// http.Server. Closing the httptest.Server also waits for the deliveries
-// in progress, and ends those that take longer than 5 seconds.
-func serveRelay(t testing.TB, srv *relay.Server) *httptest.Server {
-	hs := httptest.NewUnstartedServer(srv)
-	il := relay.NewIngressListener(srv, relay.LimitListener(hs.Listener, 1<<16), relay.ListenerConfig{})
-	hs.Listener = il
-	hs.Start()
-	t.Cleanup(func() {
-		hs.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		il.Shutdown(ctx)
-	})
-	return hs
-}
-
-func open(t *testing.T, hs *httptest.Server) relay.Credentials {
-	t.Helper()
-	cr, err := relay.Open(context.Background(), hs.Client(), hs.URL, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cr
-}
-
 func TestOpenChannel(t *testing.T) {
-	_, hs, db := newRelay(t, relay.Config{OpenToken: "open-token-0123456789"})
-	if _, err := relay.Open(context.Background(), hs.Client(), hs.URL, ""); err == nil || !strings.Contains(err.Error(), "401") {
+	_, hs, db := relaytest.New(t, relay.Config{OpenToken: "open-token-0123456789"})
+	if _, err := relayclient.Open(context.Background(), hs.Client(), hs.URL, ""); err == nil || !strings.Contains(err.Error(), "401") {
 		t.Fatalf("open without token: %v", err)
 	}
-	if _, err := relay.Open(context.Background(), hs.Client(), hs.URL, "nope"); err == nil {
+	if _, err := relayclient.Open(context.Background(), hs.Client(), hs.URL, "nope"); err == nil {
 		t.Fatal("open with a wrong token succeeded")
 	}
-	cr, err := relay.Open(context.Background(), hs.Client(), hs.URL, "open-token-0123456789")
+	cr, err := relayclient.Open(context.Background(), hs.Client(), hs.URL, "open-token-0123456789")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,8 +56,8 @@ func TestOpenChannel(t *testing.T) {
 // A malformed frame from an agent ends its connection; the delivery it was
 // given stays for the next agent.
 func TestMalformedFrameDropsAgent(t *testing.T) {
-	_, hs, db := newRelay(t, relay.Config{ResponseTimeout: 5 * time.Second})
-	cr := open(t, hs)
+	_, hs, db := relaytest.New(t, relay.Config{ResponseTimeout: 5 * time.Second})
+	cr := relaytest.Open(t, hs)
 	ws, _, err := websocket.DefaultDialer.Dial("ws"+strings.TrimPrefix(hs.URL, "http")+"/v1/channels/"+cr.Channel+"/connect",
 		http.Header{"Authorization": {"Bearer " + cr.Token}})
 	if err != nil {
@@ -155,7 +112,7 @@ func TestManyAgentsNoLeak(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := serveRelay(t, srv)
+	hs := relaytest.Serve(t, srv)
 
 	const agents, each = 20, 5
 	var wg, senders sync.WaitGroup
@@ -165,7 +122,7 @@ func TestManyAgentsNoLeak(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		conn, err := relay.Dial(context.Background(), relay.DialConfig{RelayURL: hs.URL, Credentials: cr})
+		conn, err := relayclient.Dial(context.Background(), relayclient.DialConfig{RelayURL: hs.URL, Credentials: cr})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -223,30 +180,30 @@ func TestManyAgentsNoLeak(t *testing.T) {
 func TestCheckDoesNotTakeTheChannel(t *testing.T) {
 	var logs strings.Builder
 	var mu sync.Mutex
-	_, hs, _ := newRelay(t, relay.Config{Logf: func(f string, a ...any) {
+	_, hs, _ := relaytest.New(t, relay.Config{Logf: func(f string, a ...any) {
 		mu.Lock()
 		defer mu.Unlock()
 		fmt.Fprintf(&logs, f+"\n", a...)
 	}})
-	cr := open(t, hs)
+	cr := relaytest.Open(t, hs)
 	ctx := context.Background()
-	conn, err := relay.Dial(ctx, relay.DialConfig{RelayURL: hs.URL, Credentials: cr})
+	conn, err := relayclient.Dial(ctx, relayclient.DialConfig{RelayURL: hs.URL, Credentials: cr})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
 
-	if err := relay.Check(ctx, hs.Client(), hs.URL, cr); err != nil {
+	if err := relayclient.Check(ctx, hs.Client(), hs.URL, cr); err != nil {
 		t.Fatalf("check of good credentials: %v", err)
 	}
 	bad := cr
 	bad.Token = "wrong"
-	if err := relay.Check(ctx, hs.Client(), hs.URL, bad); !errors.Is(err, relay.ErrRejected) {
+	if err := relayclient.Check(ctx, hs.Client(), hs.URL, bad); !errors.Is(err, relayclient.ErrRejected) {
 		t.Fatalf("check with a wrong token: %v, want ErrRejected", err)
 	}
 	gone := cr
 	gone.Channel = strings.Repeat("0", 32)
-	if err := relay.Check(ctx, hs.Client(), hs.URL, gone); !errors.Is(err, relay.ErrRejected) {
+	if err := relayclient.Check(ctx, hs.Client(), hs.URL, gone); !errors.Is(err, relayclient.ErrRejected) {
 		t.Fatalf("check of an unknown channel: %v, want ErrRejected", err)
 	}
 

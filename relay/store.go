@@ -28,6 +28,16 @@ type Channel struct {
 // Enqueue returns only once the delivery is durable: the sender gets 202 on
 // the strength of it. Dequeue likewise. The same id enqueued twice is kept
 // once; dequeuing an id not in the queue is not an error.
+//
+// Dequeue removes many deliveries in one call, the acknowledgements the
+// relay gathered while the previous removal was being made: a store makes
+// them one write where it can (bbolt: one transaction, one fsync; NATS:
+// the purges sent together, the channel's usage counted down once), so
+// that a queue drains at many deliveries per fsync or round trip. An
+// error means that any of them may or may not have been removed: the
+// relay counts none of them removed and tries them all again after a
+// backoff, which removes no delivery twice (an id no longer queued is
+// skipped, and counted down nowhere).
 type Store interface {
 	PutChannel(ch Channel) error
 	// Channel returns an error with code devhook.ENOTFOUND for an unknown id.
@@ -40,7 +50,7 @@ type Store interface {
 	// are returned with an error wrapping *UnreadableError, so that the
 	// relay can park it and go on.
 	Queued(channel string, after string, limit int) ([]*devhook.Delivery, error)
-	Dequeue(channel, id string) error
+	Dequeue(channel string, ids ...string) error
 	// Park moves delivery id out of channel's queue into a place kept for
 	// deliveries the relay can never send, with the reason, so that it no
 	// longer holds up the ones behind it. There it waits for an operator
@@ -83,6 +93,17 @@ func IDTime(id string) time.Time {
 // (the hello's status field). Optional: a Store without it says nothing.
 type QueueCounter interface {
 	QueueLen(channel string) (int, error)
+}
+
+// QueueRunCounter is a Store that can list the run (the run_id of a
+// run.status body) of each delivery in a channel's queue, by delivery id
+// (deliveries that are not a run's left out). The relay then knows, from
+// an agent's connect, which runs the queue holds, and queues only their
+// live run.status deliveries behind it (behind.go). Optional: with a
+// Store without it, every run.status delivery of the channel waits until
+// the queue is sent. An entry that cannot be read is left out.
+type QueueRunCounter interface {
+	QueuedRuns(channel string) (map[string]string, error)
 }
 
 // UnreadableError names a queued entry that cannot be decoded.

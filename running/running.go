@@ -122,7 +122,7 @@ func readFile(path string) (Listen, error) {
 		return l, fmt.Errorf("read %s: %w", path, err)
 	}
 	if err := json.Unmarshal(b, &l); err != nil {
-		return Listen{}, fmt.Errorf("%s: %w (%v); the next devhook listen writes over it", path, ErrDamaged, err)
+		return Listen{}, fmt.Errorf("%s: %w (%w); the next devhook listen writes over it", path, ErrDamaged, err)
 	}
 	if l.PID <= 0 {
 		return Listen{}, fmt.Errorf("%s: %w (no pid); the next devhook listen writes over it", path, ErrDamaged)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/devhook/devhook/junit/junittest"
 	"github.com/devhook/devhook/scenario"
 )
 
@@ -115,7 +116,7 @@ func TestPlay_InterruptedBetweenDeliveries(t *testing.T) {
 	if err := rep.JUnit("run.json").WriteFile(file); err != nil {
 		t.Fatal(err)
 	}
-	suites := junitparser(t, file)
+	suites := junittest.Read(t, file)
 	if len(suites) != 1 {
 		t.Fatalf("junitparser reads %d suites", len(suites))
 	}

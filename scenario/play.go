@@ -15,6 +15,7 @@ import (
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/check"
+	"github.com/devhook/devhook/hint"
 	"github.com/devhook/devhook/signature"
 )
 
@@ -416,7 +417,7 @@ func judge(res *Result, cfg Config, e *Entry, verifier signature.Verifier, sig s
 	d := &devhook.Delivery{ID: strconv.Itoa(res.N), Verdict: verifier.Verify(cfg.Secret, sig, e.Body)}
 	a := &devhook.Attempt{Status: res.Status, Target: res.Target, StartedAt: res.At, Body: answer,
 		Request: &devhook.Request{Resigned: true}}
-	res.Hint = check.Hint(d, a)
+	res.Hint = hint.Text(d, a)
 }
 
 // label names e's event when its body is one: run.status queued run-….

@@ -302,11 +302,11 @@ func Parse(name string, data []byte) (*Scenario, error) {
 		case len(bytes.TrimSpace(data)) == 0:
 			return nil, fail(0, "the file is empty; a scenario is JSON that devhook scenario save writes")
 		case errors.As(err, &syn) && syn.Offset >= int64(len(data)) || strings.Contains(err.Error(), "unexpected end"):
-			return nil, fail(0, "the JSON ends early (a truncated file?): %v", err)
+			return nil, fail(0, "the JSON ends early (a truncated file?): %w", err)
 		case errors.As(err, &syn):
-			return nil, fail(0, "not valid JSON at byte %d: %v", syn.Offset, err)
+			return nil, fail(0, "not valid JSON at byte %d: %w", syn.Offset, err)
 		}
-		return nil, fail(0, "not valid JSON: %v", err)
+		return nil, fail(0, "not valid JSON: %w", err)
 	}
 	if _, ok := probe.(map[string]any); !ok {
 		return nil, fail(0, "not a devhook scenario: the file is not a JSON object")
@@ -333,7 +333,7 @@ func Parse(name string, data []byte) (*Scenario, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&f); err != nil {
-		return nil, fail(0, "%v", err)
+		return nil, fail(0, "%w", err)
 	}
 	if len(f.Deliveries) == 0 {
 		return nil, fail(0, "it has no deliveries")
@@ -342,7 +342,7 @@ func Parse(name string, data []byte) (*Scenario, error) {
 	for i, raw := range f.Deliveries {
 		e, err := parseEntry(raw)
 		if err != nil {
-			return nil, fail(i+1, "%v", err)
+			return nil, fail(i+1, "%w", err)
 		}
 		if e.Signature != "" && v < 2 {
 			return nil, fail(i+1, "\"signature\" is a field of version 2; the file says version %d", v)
@@ -439,7 +439,7 @@ func decodeBody(raw json.RawMessage, encoding string) ([]byte, error) {
 	case EncodingBase64:
 		b, err := base64.StdEncoding.Strict().DecodeString(s)
 		if err != nil {
-			return nil, fmt.Errorf("\"body_encoding\" is base64 but the body is not standard padded base64: %v", err)
+			return nil, fmt.Errorf("\"body_encoding\" is base64 but the body is not standard padded base64: %w", err)
 		}
 		return b, nil
 	}

@@ -2,6 +2,7 @@ package scenario_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"math/rand/v2"
 	"net/http"
@@ -198,5 +199,16 @@ func TestParse_Refuses(t *testing.T) {
 				t.Errorf("the error does not name the delivery: %q", err)
 			}
 		})
+	}
+}
+
+// A scenario file that is not JSON keeps the decoder's error in its
+// chain: a caller can find where the file is broken (errors.As).
+func TestParseKeepsTheDecodersError(t *testing.T) {
+	_, err := scenario.Parse("broken.json", []byte(`{"devhook_scenario": 1, "deliveries": [}, "x": 2}`))
+	var syn *json.SyntaxError
+	var fe *scenario.FormatError
+	if !errors.As(err, &fe) || !errors.As(err, &syn) || syn.Offset == 0 {
+		t.Fatalf("err %v, want a *FormatError with a *json.SyntaxError in its chain", err)
 	}
 }

@@ -9,11 +9,10 @@ import (
 	"os"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/devhook/devhook/check"
+	"github.com/devhook/devhook/junit"
 	"github.com/devhook/devhook/receiver"
-	"github.com/devhook/devhook/scenario"
+	"github.com/spf13/cobra"
 )
 
 type checkOptions struct {
@@ -108,8 +107,8 @@ func (o *checkOptions) run(ctx context.Context) error {
 	switch {
 	case errors.As(err, &unreachable):
 		if o.junit != "" {
-			if jerr := scenario.ErrorJUnit("devhook check "+o.url, "reach the handler", err).WriteFile(o.junit); jerr != nil {
-				err = fmt.Errorf("%w; and writing --junit: %v", err, jerr)
+			if jerr := junit.Error("devhook check "+o.url, "reach the handler", err).WriteFile(o.junit); jerr != nil {
+				err = fmt.Errorf("%w; and writing --junit: %w", err, jerr)
 			}
 		}
 		return &exitError{code: 2, err: err}
@@ -117,7 +116,7 @@ func (o *checkOptions) run(ctx context.Context) error {
 		return err
 	}
 	if o.junit != "" {
-		if err := scenario.CheckJUnit(rep).WriteFile(o.junit); err != nil {
+		if err := rep.JUnit().WriteFile(o.junit); err != nil {
 			return err
 		}
 	}

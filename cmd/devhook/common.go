@@ -46,31 +46,18 @@ func ensureDir(dir string) error {
 	return nil
 }
 
-// serveRelay adds to g the serving of srv on ln: deliveries through a
-// relay.IngressListener, everything else through hs (whose handler is
-// srv). When g stops, it stops taking connections and gives deliveries in
-// progress grace to be answered; those still waiting for their agent then
-// get queued (202) as the relay disconnects its agents, and the stop
-// returns once they are, so that the store is closed after them.
-func serveRelay(g *lifecycle.Group, name string, hs *http.Server, srv *relay.Server, ln net.Listener, logf func(string, ...any), grace time.Duration) {
-	il := relay.NewIngressListener(srv, ln, relay.ListenerConfig{
-		ReadHeaderTimeout: hs.ReadHeaderTimeout, IdleTimeout: hs.IdleTimeout, Logf: logf})
+// serveRelay adds srv, served on ln, to g: relay.Server.Serve serves it
+// until g stops, then stops it gracefully (see Serve).
+func serveRelay(g *lifecycle.Group, name string, srv *relay.Server, ln net.Listener, cfg relay.ServeConfig) {
 	closeListener(g, name, ln) // should it never serve
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
 	g.Go(name, func(context.Context) error {
-		return hs.Serve(il)
+		defer close(done)
+		return srv.Serve(ctx, ln, cfg)
 	}, func(context.Context) error {
-		sctx, cancel := context.WithTimeout(context.Background(), grace)
-		defer cancel()
-		err := hs.Shutdown(sctx) // closes il too
-		if il.Wait(sctx) != nil || err != nil {
-			srv.Close()
-			qctx, cancel := context.WithTimeout(context.Background(), grace)
-			defer cancel()
-			hs.Shutdown(qctx)
-			if il.Wait(qctx) != nil {
-				il.Abort()
-			}
-		}
+		cancel() // Serve bounds its own stop (twice cfg.Grace)
+		<-done
 		return nil
 	})
 }

@@ -16,15 +16,14 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/agent"
-	"github.com/devhook/devhook/check"
+	"github.com/devhook/devhook/hint"
 	"github.com/devhook/devhook/inspector"
 	"github.com/devhook/devhook/running"
 	"github.com/devhook/devhook/scenario"
 	"github.com/devhook/devhook/storage"
+	"github.com/spf13/cobra"
 )
 
 // historyOptions find the recorded deliveries: through the inspector of
@@ -384,7 +383,7 @@ func printDelivery(w io.Writer, d *devhook.Delivery) {
 			printHeader(w, a.Header)
 			printBody(w, a.Body)
 		}
-		if h := check.Hint(d, &a); h != "" {
+		if h := hint.Text(d, &a); h != "" {
 			fmt.Fprintf(w, "  hint: %s\n", h)
 		}
 	}

@@ -10,13 +10,15 @@ import (
 	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/jsonfile"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // channel returns the saved channel for this relay, or opens a new one.
-func (o *listenOptions) channel(ctx context.Context, relayURL, relayKey string, local *relay.Server, rdb *boltrelay.Store) (relay.Credentials, error) {
+func (o *listenOptions) channel(ctx context.Context, relayURL, relayKey string, local *relay.Server, rdb *boltrelay.Store) (wire.Credentials, error) {
 	// The channel per relay, so that the public URL stays the same from
 	// one start to the next.
-	saved := jsonfile.New[relay.Credentials](filepath.Join(o.dataDir, "channels.json"))
+	saved := jsonfile.New[wire.Credentials](filepath.Join(o.dataDir, "channels.json"))
 	cr, ok, err := saved.Get(relayKey)
 	if err != nil {
 		return cr, savedChannelsError(err)
@@ -32,13 +34,13 @@ func (o *listenOptions) channel(ctx context.Context, relayURL, relayKey string, 
 	if local != nil {
 		cr, err = local.OpenChannel(nil)
 	} else {
-		cr, err = relay.Open(ctx, o.network.HTTPClient(15*time.Second), relayURL, o.relayToken)
+		cr, err = relayclient.Open(ctx, o.network.HTTPClient(15*time.Second), relayURL, o.relayToken)
 	}
-	var unreachable *relay.UnreachableError
+	var unreachable *relayclient.UnreachableError
 	switch {
-	case errors.Is(err, relay.ErrOpenRefused) && o.relayToken == "":
+	case errors.Is(err, relayclient.ErrOpenRefused) && o.relayToken == "":
 		return cr, fmt.Errorf("%w; this relay needs its open token: pass it with --relay-token (or DEVHOOK_RELAY_TOKEN)", err)
-	case errors.Is(err, relay.ErrOpenRefused):
+	case errors.Is(err, relayclient.ErrOpenRefused):
 		return cr, fmt.Errorf("%w; check the token given with --relay-token (or DEVHOOK_RELAY_TOKEN)", err)
 	case errors.As(err, &unreachable) && unreachable.UnknownAuthority:
 		return cr, fmt.Errorf("%w; trust the relay's CA with --relay-ca FILE (a PEM file)", err)
@@ -69,7 +71,7 @@ func savedChannelsError(err error) error {
 // it means no; any other outcome (relay down too) keeps the channel. It
 // does not connect: that would take the channel over from a running agent
 // and draw the queue to a connection about to close.
-func (o *listenOptions) usable(ctx context.Context, relayURL string, cr relay.Credentials) bool {
-	err := relay.Check(ctx, o.network.HTTPClient(5*time.Second), relayURL, cr)
-	return !errors.Is(err, relay.ErrRejected)
+func (o *listenOptions) usable(ctx context.Context, relayURL string, cr wire.Credentials) bool {
+	err := relayclient.Check(ctx, o.network.HTTPClient(5*time.Second), relayURL, cr)
+	return !errors.Is(err, relayclient.ErrRejected)
 }

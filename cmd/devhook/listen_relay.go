@@ -10,17 +10,21 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
+	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/inspector"
+	"github.com/devhook/devhook/lifecycle"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
 )
 
 // relayNetwork is how listen reaches its relay, for the channel's HTTP
 // calls and the WebSocket alike: the environment's proxy, and --relay-ca.
-func (o *listenOptions) relayNetwork() (relay.Network, error) {
-	var n relay.Network
+func (o *listenOptions) relayNetwork() (relayclient.Network, error) {
+	var n relayclient.Network
 	if o.relayCA == "" {
 		return n, nil
 	}
@@ -109,7 +113,7 @@ func relayURL(part string) (string, error) {
 	}
 	switch {
 	case err != nil:
-		return "", fmt.Errorf("is not a relay's address (%v): %s", err, give)
+		return "", fmt.Errorf("is not a relay's address (%w): %s", err, give)
 	case u.Scheme == "ws" || u.Scheme == "wss":
 		return "", fmt.Errorf("is a WebSocket URL: give the relay's http:// or https:// URL; devhook opens the WebSocket itself")
 	case u.Scheme != "http" && u.Scheme != "https":
@@ -160,4 +164,58 @@ func newOpenToken() (string, error) {
 		return "", fmt.Errorf("make the built-in relay's open token: %w", err)
 	}
 	return base64.RawURLEncoding.EncodeToString(b[:]), nil
+}
+
+// listenRelay is the relay listen connects to.
+type listenRelay struct {
+	url       string
+	fallbacks []string // other instances of the same relay cluster
+	key       string   // the relay's name in channels.json
+	local     *relay.Server
+	store     *boltrelay.Store // the built-in relay's
+	localOnly bool             // the built-in relay, without --public-url
+}
+
+// startRelay returns --relay's first URL and the others, or, without
+// --relay, starts a relay inside this process on --relay-addr.
+func (o *listenOptions) startRelay(g *lifecycle.Group) (listenRelay, error) {
+	var rl listenRelay
+	var err error
+	if rl.url, rl.fallbacks, err = relayURLs(o.relayURL); err != nil {
+		return rl, err
+	}
+	rl.key = rl.url
+	public, err := o.builtinPublic()
+	if err != nil || rl.url != "" {
+		return rl, err
+	}
+	rdb, err := boltrelay.Open(filepath.Join(o.dataDir, "relay.db"), boltrelay.Config{})
+	if err != nil {
+		return rl, err
+	}
+	g.Close("the built-in relay's store", rdb.Close)
+	ln, err := net.Listen("tcp", o.relayAddr)
+	if err != nil {
+		return rl, fmt.Errorf("start the built-in relay on %s: %w (choose another with --relay-addr)", o.relayAddr, err)
+	}
+	cfg := relay.Config{Store: rdb, PublicURL: "http://" + ln.Addr().String()}
+	if public != "" {
+		// Reachable by anyone through the tunnel: deliveries to this
+		// listen's channel, and nothing else of use.
+		cfg.PublicURL, cfg.PrivateMetrics = public, true
+		if cfg.OpenToken, err = newOpenToken(); err != nil {
+			ln.Close()
+			return rl, err
+		}
+	}
+	local, err := relay.NewServer(cfg)
+	if err != nil {
+		ln.Close()
+		return rl, err
+	}
+	g.Close("the built-in relay", local.Close)
+	serveRelay(g, "the built-in relay", local, ln, relay.ServeConfig{})
+	rl.url, rl.key, rl.local, rl.store = "http://"+ln.Addr().String(), "local", local, rdb
+	rl.localOnly = public == ""
+	return rl, nil
 }

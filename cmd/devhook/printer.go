@@ -14,14 +14,14 @@ import (
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/agent"
-	"github.com/devhook/devhook/check"
+	"github.com/devhook/devhook/hint"
 )
 
 // The terminal output of devhook listen: a ready block (or line), then a
 // line per delivery, retry, replay and connection change, as human text
 // with colours on a terminal or as one JSON object a line with --json
-// (jsonline.go writes the delivery line by hand). The lines' formats are
-// described in docs/LISTEN.md.
+// (encoding/json's, the fields in their structs' order). The lines'
+// formats are described in docs/LISTEN.md.
 
 // readyInfo is what the ready line says.
 type readyInfo struct {
@@ -80,10 +80,10 @@ func (p *printer) setWebhook(id string) {
 
 // advice is the hint on attempt a of d, and whether the human lines
 // showed its kind already.
-func (p *printer) advice(d *devhook.Delivery, a *devhook.Attempt) (adv check.Advice, shown bool) {
+func (p *printer) advice(d *devhook.Delivery, a *devhook.Attempt) (adv hint.Advice, shown bool) {
 	p.hintMu.Lock()
 	defer p.hintMu.Unlock()
-	adv = check.Advise(d, a, check.HintContext{Webhook: p.webhook})
+	adv = hint.Advise(d, a, hint.Context{Webhook: p.webhook})
 	if adv.Text == "" {
 		return adv, false
 	}
@@ -212,7 +212,7 @@ func (p *printer) result(r agent.Result) {
 		l := deliveryLine{"delivery", d.ID, d.Method, d.Path, d.Event.RunID, d.Event.StatusV2, d.Verdict.Result, status, receiverStatus(r.Attempt),
 			float64(dur) / float64(time.Millisecond), d.Queued, r.Cut, r.Duplicate, r.Owed && p.retryFor > 0, dropped(r.Attempt),
 			cmp.Or(r.Error, attemptError(r.Attempt)), adv.Text, failedCopies(r.Copies), resultRoute(r)}
-		p.write(l.appendJSON(make([]byte, 0, 256)))
+		p.write(jsonLine(l))
 		return
 	}
 	p.write(p.humanLine(r))
@@ -502,6 +502,30 @@ func clip(s string, n int) string {
 		return s[:n-1] + "…"
 	}
 	return s
+}
+
+// deliveryLine is the --json line of a delivery handled from the relay.
+type deliveryLine struct {
+	Event     string     `json:"event"`
+	ID        string     `json:"id"`
+	Method    string     `json:"method"`
+	Path      string     `json:"path"`
+	RunID     string     `json:"run_id,omitempty"`
+	StatusV2  string     `json:"status_v2,omitempty"`
+	Verdict   string     `json:"verdict"`
+	Status    int        `json:"status"`
+	Receiver  *int       `json:"receiver_status"`
+	Duration  float64    `json:"duration_ms"`
+	Queued    bool       `json:"queued,omitempty"`
+	Cut       bool       `json:"cut,omitempty"`
+	Duplicate bool       `json:"duplicate,omitempty"`
+	Owed      bool       `json:"owed,omitempty"`
+	Dropped   bool       `json:"dropped,omitempty"`
+	Error     string     `json:"error,omitempty"`
+	Hint      string     `json:"hint,omitempty"`
+	Copies    []copyLine `json:"failed_copies,omitempty"`
+	// Route took the delivery (listen --route): nil without routes.
+	Route *devhook.Route `json:"route,omitempty"`
 }
 
 // copyLine is a copy target that did not take a delivery, for --json.

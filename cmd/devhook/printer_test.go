@@ -167,3 +167,22 @@ func TestUseColor(t *testing.T) {
 		t.Errorf("coloured line %q: want a green verdict and a red 500", buf.String())
 	}
 }
+
+// The --json delivery line: its fields, their order and their escaping are
+// encoding/json's for deliveryLine (it was written by hand until the saving
+// fell under the 5 % rule of docs/ARCHITECTURE.md).
+func TestDeliveryLineJSON(t *testing.T) {
+	st := 401
+	l := deliveryLine{Event: "delivery", ID: "0195-abc", Method: "POST", Path: "/hook?a=1&b=<2>", RunID: "run-1", StatusV2: "running",
+		Verdict: "ok", Status: 401, Receiver: &st, Duration: 1.5, Queued: true, Owed: true, Error: "bad \xff", Hint: "line\u2028sep",
+		Copies: []copyLine{{Target: "http://b"}}, Route: &devhook.Route{Index: 2, Text: "path=/x", Target: "http://a"}}
+	want := `{"event":"delivery","id":"0195-abc","method":"POST","path":"/hook?a=1\u0026b=\u003c2\u003e","run_id":"run-1","status_v2":"running",` +
+		`"verdict":"ok","status":401,"receiver_status":401,"duration_ms":1.5,"queued":true,"owed":true,"error":"bad \ufffd","hint":"line\u2028sep",` +
+		`"failed_copies":[{"target":"http://b","receiver_status":null}],"route":{"index":2,"text":"path=/x","target":"http://a"}}` + "\n"
+	if got := string(jsonLine(l)); got != want {
+		t.Fatalf("delivery line:\n got %s\nwant %s", got, want)
+	}
+	if got := string(jsonLine(deliveryLine{Event: "delivery"})); got != `{"event":"delivery","id":"","method":"","path":"","verdict":"","status":0,"receiver_status":null,"duration_ms":0}`+"\n" {
+		t.Fatalf("empty delivery line: %s", got)
+	}
+}

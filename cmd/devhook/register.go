@@ -103,7 +103,7 @@ func registerWebhook(ctx context.Context, c *cloud.Client, dataDir string, write
 	if err != nil {
 		err = fmt.Errorf("get the secret of webhook %s: %w", r.id, err)
 		if derr := r.undo(context.WithoutCancel(ctx)); derr != nil {
-			err = fmt.Errorf("%w; and %v", err, derr)
+			err = fmt.Errorf("%w; and %w", err, derr)
 		}
 		return nil, err
 	}
@@ -131,7 +131,7 @@ func useWebhook(ctx context.Context, c *cloud.Client, id, publicURL string, upda
 	if err != nil {
 		err = fmt.Errorf("get the secret of webhook %s: %w", id, err)
 		if derr := r.undo(context.WithoutCancel(ctx)); derr != nil {
-			err = fmt.Errorf("%w; and %v", err, derr)
+			err = fmt.Errorf("%w; and %w", err, derr)
 		}
 		return nil, err
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/devhook/devhook/lifecycle"
 	"github.com/devhook/devhook/natsrelay"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 type relayOptions struct {
@@ -149,7 +150,7 @@ at any instance reaches the agent wherever it is connected. See docs/DEPLOY.md.`
 	f.StringVar(&o.addr, "addr", "127.0.0.1:4041", "address to listen on (use :4041 to accept from other machines)")
 	f.StringVar(&o.publicURL, "public-url", "", "base URL senders reach this relay at (default: from each request's Host)")
 	f.StringVar(&o.dataDir, "data", filepath.Join(defaultDataDir(), "relay"), "directory for channels and the queue")
-	f.Int64Var(&o.maxBody, "max-body", relay.DefaultMaxBody, "largest delivery body in bytes (larger: 413)")
+	f.Int64Var(&o.maxBody, "max-body", wire.DefaultMaxBody, "largest delivery body in bytes (larger: 413)")
 	f.DurationVar(&o.timeout, "timeout", relay.DefaultResponseTimeout, "how long a sender waits for the agent's answer (then 504)")
 	f.DurationVar(&o.bodyTimeout, "body-timeout", relay.DefaultBodyTimeout, "how long a sender may take to send a body, after its headers (then 408)")
 	f.DurationVar(&o.bodyStall, "body-stall", relay.DefaultBodyStall, "a body from which no byte arrives for this long is cut with 408 and the bytes it held are freed (0: none)")
@@ -277,15 +278,12 @@ func (o *relayOptions) wire(ctx context.Context, g *lifecycle.Group, quota relay
 		g.Serve("the metrics server", newHTTPServer(mux), mln)
 	}
 	o.printSettings()
-	hs := newHTTPServer(srv)
-	hs.ErrorLog = logger // failed handshakes, certificates that could not be obtained
 	main := ls.main
 	if ls.tls != nil {
 		main = tls.NewListener(main, ls.tls.config)
 	}
-	// Deliveries are served by the IngressListener; the API, agents'
-	// WebSockets and TLS connections by hs.
-	serveRelay(g, "the relay's server", hs, srv, main, logger.Printf, 5*time.Second)
+	// ErrorLog: failed handshakes, certificates that could not be obtained.
+	serveRelay(g, "the relay's server", srv, main, relay.ServeConfig{ErrorLog: logger})
 	if ls.plain != nil {
 		g.Serve("the relay's plain HTTP server", newHTTPServer(ls.tls.httpHandler), ls.plain)
 	}

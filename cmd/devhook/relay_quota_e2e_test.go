@@ -6,7 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // A real devhook relay process with small quotas, flooded: one channel
@@ -18,8 +19,8 @@ func TestRelay_QueueQuotas(t *testing.T) {
 	if line := p.nextLine(t, "  queue "); !strings.Contains(line, "97.7 KiB and 10000 deliveries a channel, 146.5 KiB in all") {
 		t.Fatalf("the relay says of its queue: %q", line)
 	}
-	open := func() relay.Credentials {
-		cr, err := relay.Open(context.Background(), http.DefaultClient, base, "")
+	open := func() wire.Credentials {
+		cr, err := relayclient.Open(context.Background(), http.DefaultClient, base, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -27,7 +28,7 @@ func TestRelay_QueueQuotas(t *testing.T) {
 	}
 	a, b := open(), open()
 	body := strings.Repeat("q", 20000)
-	post := func(cr relay.Credentials) *http.Response {
+	post := func(cr wire.Credentials) *http.Response {
 		resp, err := http.Post(base+"/c/"+cr.Channel+"/hook", "application/json", strings.NewReader(body))
 		if err != nil {
 			t.Fatal(err)
@@ -35,7 +36,7 @@ func TestRelay_QueueQuotas(t *testing.T) {
 		resp.Body.Close()
 		return resp
 	}
-	flood := func(cr relay.Credentials) (int, *http.Response) {
+	flood := func(cr wire.Credentials) (int, *http.Response) {
 		for n := 0; n < 20; n++ {
 			if resp := post(cr); resp.StatusCode != http.StatusAccepted {
 				return n, resp

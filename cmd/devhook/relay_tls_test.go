@@ -29,7 +29,7 @@ import (
 	"github.com/letsencrypt/pebble/v2/wfe"
 	"github.com/miekg/dns"
 
-	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
 )
 
 const acmeTestDomain = "relay.devhook.test"
@@ -237,16 +237,16 @@ func TestRelay_ACME(t *testing.T) {
 			client := httpsTo(httpsAddr, pebble.roots())
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			cr, err := relay.Open(ctx, client, wantPublic, "")
+			cr, err := relayclient.Open(ctx, client, wantPublic, "")
 			if err != nil {
 				t.Fatalf("open a channel over HTTPS (the certificate is obtained now): %v", err)
 			}
 			if !strings.HasPrefix(cr.PublicURL, wantPublic+"/c/") {
 				t.Fatalf("channel's public URL %s", cr.PublicURL)
 			}
-			conn, err := relay.Dial(ctx, relay.DialConfig{
+			conn, err := relayclient.Dial(ctx, relayclient.DialConfig{
 				RelayURL: wantPublic, Credentials: cr,
-				Network: relay.Network{TLS: &tls.Config{RootCAs: pebble.roots()}, DialContext: client.Transport.(*http.Transport).DialContext},
+				Network: relayclient.Network{TLS: &tls.Config{RootCAs: pebble.roots()}, DialContext: client.Transport.(*http.Transport).DialContext},
 			})
 			if err != nil {
 				t.Fatalf("agent over wss: %v", err)

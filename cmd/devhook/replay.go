@@ -14,12 +14,11 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/spf13/cobra"
-
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/agent"
-	"github.com/devhook/devhook/check"
+	"github.com/devhook/devhook/hint"
 	"github.com/devhook/devhook/signature"
+	"github.com/spf13/cobra"
 )
 
 // replayOptions are devhook replay's flags.
@@ -358,7 +357,7 @@ func replayOutcome(ctx context.Context, errw io.Writer, hist history, d *devhook
 	if d == nil && (!ok || a.Edited()) {
 		d, _ = hist.Delivery(ctx, ref) // for the hint: none when it cannot be read
 	}
-	adv := check.Advise(d, a, check.HintContext{})
+	adv := hint.Advise(d, a, hint.Context{})
 	if ok {
 		if adv.Text != "" {
 			fmt.Fprintf(errw, "devhook: hint: %s\n", adv.Text)

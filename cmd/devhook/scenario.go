@@ -9,12 +9,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spf13/cobra"
-
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/agent"
 	"github.com/devhook/devhook/check"
+	"github.com/devhook/devhook/junit"
 	"github.com/devhook/devhook/scenario"
+	"github.com/spf13/cobra"
 )
 
 func newScenarioCmd() *cobra.Command {
@@ -243,8 +243,8 @@ func (o *scenarioPlayOptions) interrupted(ctx context.Context, rep *scenario.Rep
 // file, when asked for, says why.
 func (o *scenarioPlayOptions) stopped(suite, what string, err error) error {
 	if o.junit != "" {
-		if jerr := scenario.ErrorJUnit(suite, what, err).WriteFile(o.junit); jerr != nil {
-			err = fmt.Errorf("%w; and writing --junit: %v", err, jerr)
+		if jerr := junit.Error(suite, what, err).WriteFile(o.junit); jerr != nil {
+			err = fmt.Errorf("%w; and writing --junit: %w", err, jerr)
 		}
 	}
 	return &exitError{code: 2, err: err}

@@ -7,7 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // agent is a minimal agent on one connection, over the relay's real
@@ -15,7 +16,7 @@ import (
 // the queued ones (as an agent does once it recorded them), and keeps
 // count of the deliveries it got.
 type agent struct {
-	conn *relay.Conn
+	conn *relayclient.Conn
 	done chan struct{}
 	got  *received
 }
@@ -44,10 +45,10 @@ func (r *received) count(id string) int {
 
 // connect connects an agent to channel cr of the relay at url, counting
 // its deliveries in got.
-func connect(url string, cr relay.Credentials, got *received) (*agent, error) {
+func connect(url string, cr wire.Credentials, got *received) (*agent, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	conn, err := relay.Dial(ctx, relay.DialConfig{RelayURL: url, Credentials: cr})
+	conn, err := relayclient.Dial(ctx, relayclient.DialConfig{RelayURL: url, Credentials: cr})
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +72,7 @@ func connect(url string, cr relay.Credentials, got *received) (*agent, error) {
 
 // mustConnect is connect, failing t on an error; the agent is closed
 // when t ends.
-func mustConnect(t *testing.T, url string, cr relay.Credentials, got *received) *agent {
+func mustConnect(t *testing.T, url string, cr wire.Credentials, got *received) *agent {
 	t.Helper()
 	a, err := connect(url, cr, got)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // The fault suite: a store whose every method fails in turn, under a real
@@ -128,11 +129,11 @@ func (f *faultStore) Queued(channel, after string, limit int) ([]*devhook.Delive
 	return ds, err
 }
 
-func (f *faultStore) Dequeue(channel, id string) error {
+func (f *faultStore) Dequeue(channel string, ids ...string) error {
 	if err := f.fault("Dequeue"); err != nil {
 		return err
 	}
-	return f.Store.Dequeue(channel, id)
+	return f.Store.Dequeue(channel, ids...)
 }
 
 func (f *faultStore) Park(channel, id, reason string) error {
@@ -323,7 +324,7 @@ func testFault(t *testing.T, open Open, method string, ferr error) {
 
 // setupFaults opens channels A and B through a Server over fs before any
 // fault, queues deliveries for A, and marks one of them unreadable.
-func setupFaults(t *testing.T, fs *faultStore, acked *sync.Map) (a, b relay.Credentials) {
+func setupFaults(t *testing.T, fs *faultStore, acked *sync.Map) (a, b wire.Credentials) {
 	t.Helper()
 	srv, err := relay.NewServer(relay.Config{Store: fs, Router: relay.NewHub(), Logf: t.Logf})
 	if err != nil {
@@ -352,7 +353,7 @@ func setupFaults(t *testing.T, fs *faultStore, acked *sync.Map) (a, b relay.Cred
 
 // postRun posts a run.status delivery of run to channel cr and returns
 // the status and the delivery's id.
-func postRun(t *testing.T, url string, cr relay.Credentials, run string) (int, string) {
+func postRun(t *testing.T, url string, cr wire.Credentials, run string) (int, string) {
 	body, err := json.Marshal(devhook.NewRunStatus(run, "app", "running", time.Now()))
 	if err != nil {
 		t.Fatal(err)
@@ -383,7 +384,7 @@ func postID(url string, body []byte) (int, string, string) {
 
 // sendDuringFault posts run.status deliveries to A and B in turn until
 // stop, keeping those acknowledged: 202, or the agent's own answer.
-func sendDuringFault(url string, a, b relay.Credentials, acked *sync.Map, ev *faultEvents, stop chan struct{}) {
+func sendDuringFault(url string, a, b wire.Credentials, acked *sync.Map, ev *faultEvents, stop chan struct{}) {
 	for i := 0; ; i++ {
 		select {
 		case <-stop:
@@ -410,7 +411,7 @@ func sendDuringFault(url string, a, b relay.Credentials, acked *sync.Map, ev *fa
 // 100 ms) when a dial fails, as an agent does.
 type agentKeeper struct {
 	url    string
-	cr     relay.Credentials
+	cr     wire.Credentials
 	got    *received
 	ev     *faultEvents
 	redial chan struct{}
@@ -418,7 +419,7 @@ type agentKeeper struct {
 	done   chan struct{}
 }
 
-func keepAgent(t *testing.T, url string, cr relay.Credentials, got *received, ev *faultEvents) *agentKeeper {
+func keepAgent(t *testing.T, url string, cr wire.Credentials, got *received, ev *faultEvents) *agentKeeper {
 	k := &agentKeeper{url: url, cr: cr, got: got, ev: ev, redial: make(chan struct{}, 1), quit: make(chan struct{}), done: make(chan struct{})}
 	go k.run()
 	t.Cleanup(k.stop)

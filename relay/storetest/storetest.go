@@ -25,6 +25,8 @@ import (
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // Store is what the suite tests: a relay.Store with its sweeps and queue
@@ -57,6 +59,8 @@ func Run(t *testing.T, open Open) {
 		{"ChannelDeliveries", testChannelDeliveries},
 		{"ConcurrentSenders", testConcurrentSenders},
 		{"TotalBytes", testTotalBytes},
+		{"DequeueMany", testDequeueMany},
+		{"DequeueFails", testDequeueFails},
 		{"Expire", testExpire},
 		{"IdleChannels", testIdleChannels},
 		{"DiskFull", testDiskFull},
@@ -494,7 +498,7 @@ func testServerAnswers(t *testing.T, open Open) {
 	hs := httptest.NewServer(srv)
 	t.Cleanup(func() { hs.Close(); srv.Close() })
 	body := bytes.Repeat([]byte("x"), 8<<10)
-	var chans []relay.Credentials
+	var chans []wire.Credentials
 	for range 4 {
 		cr, err := srv.OpenChannel(nil)
 		if err != nil {
@@ -682,7 +686,7 @@ func testServerSweeps(t *testing.T, open Open) {
 		t.Fatalf("%d %q", code, msg)
 	}
 	clk.add(23 * 24 * time.Hour)
-	conn, err := relay.Dial(t.Context(), relay.DialConfig{RelayURL: hs.URL, Credentials: kept})
+	conn, err := relayclient.Dial(t.Context(), relayclient.DialConfig{RelayURL: hs.URL, Credentials: kept})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,8 @@
-// Package relay is devhook's tunnel: the public relay Server that accepts
-// deliveries and streams them to agents, and the agent-side Dial.
-//
-// # Protocol
+// Package wire is the protocol between devhook's relay and its agents,
+// which the relay's server (package relay) and the agent's side of it
+// (package relayclient) share: the HTTP endpoints, the frames on the
+// WebSocket and their encoding, the rules for additions without a flag
+// day, and the WebSocket writer and reader both sides use (batch.go).
 //
 // HTTP endpoints of the relay:
 //
@@ -103,39 +104,7 @@
 // twice PingInterval; the agent, told the period by the hello
 // (Devhook-Ping-Interval), after three times it, so that a relay with a
 // long heartbeat keeps its idle agents.
-//
-// # Ingress
-//
-// A delivery's answer to its sender:
-//
-//	the agent's status   the agent answered (an agent that cannot frame the
-//	                     receiver's answer sends 502 at once)
-//	202                  no agent, or it went away before answering, or a
-//	                     run.status delivery while the channel's queue holds
-//	                     deliveries not yet sent to the agent (drain.go): the
-//	                     delivery is on disk (synced) and will be delivered
-//	400                  a path with a dot segment (devhook.HasDotSegment), or
-//	                     framing that is ambiguous (IngressListener: both
-//	                     Content-Length and Transfer-Encoding, bare LF, obs-fold,
-//	                     ...): nothing was kept; the connection is closed
-//	404                  unknown channel
-//	408                  the body did not arrive within BodyTimeout (default 30 s),
-//	                     or it stalled (no byte for BodyStall, 5 s) or crawled
-//	                     (under BodyMinRate over a BodyRateWindow): nothing was
-//	                     kept, its bytes freed at once
-//	413                  body over MaxBody (default 10 MiB): declared, at once;
-//	                     chunked, as soon as it passes it
-//	429 + Retry-After    the channel holds MaxChannelInflight body bytes already,
-//	                     counted as they arrived
-//	                     (default 32 MiB): nothing was kept, send again later
-//	431                  method, path, query, remote address and headers would
-//	                     make a deliver frame header over MaxHeaderSize (1 MiB),
-//	                     as frameHeaderLen computes it: nothing was kept
-//	503 + Retry-After    the relay holds MaxInflight body bytes (default 128 MiB),
-//	                     or the queue could not be written: nothing was kept
-//	504                  the agent has the delivery but did not answer within
-//	                     ResponseTimeout (default 30 s)
-package relay
+package wire
 
 import (
 	"encoding/binary"
@@ -154,6 +123,14 @@ const (
 	TypeDeliver  = "deliver"
 	TypeResponse = "response"
 	TypeAck      = "ack"
+)
+
+// Defaults of the relay that the hello does not announce to an older
+// agent, which then assumes them: the largest body, and the interval of
+// the relay's pings.
+const (
+	DefaultMaxBody      = 10 << 20
+	DefaultPingInterval = 15 * time.Second
 )
 
 // MaxHeaderSize bounds a frame's header (the bytes after the length
@@ -255,7 +232,7 @@ func AppendFrame(dst []byte, h *Header, payload []byte) ([]byte, error) {
 	if !ok {
 		return nil, fmt.Errorf("encode frame: unknown type %q", h.Type)
 	}
-	n := frameHeaderLen(h)
+	n := FrameHeaderLen(h)
 	if n > MaxHeaderSize {
 		return nil, fmt.Errorf("encode %s frame: %w: %d bytes, over %d", h.Type, ErrHeaderTooLarge, n, MaxHeaderSize)
 	}
@@ -305,9 +282,9 @@ func appendField(dst []byte, tag byte, v string) []byte {
 	return append(dst, v...)
 }
 
-// frameHeaderLen is the length of h's encoding by AppendFrame, without the
+// FrameHeaderLen is the length of h's encoding by AppendFrame, without the
 // length prefix, computed without encoding it.
-func frameHeaderLen(h *Header) int {
+func FrameHeaderLen(h *Header) int {
 	n := 2 // version, type
 	str := func(v string) {
 		if v != "" {
@@ -519,14 +496,14 @@ func DecodeFrame(msg []byte) (Header, []byte, error) {
 	return h, msg[4+n:], nil
 }
 
-// deliverHeader is the frame header of d.
-func deliverHeader(d *devhook.Delivery) *Header {
+// DeliverHeader is the frame header of d.
+func DeliverHeader(d *devhook.Delivery) *Header {
 	return &Header{Type: TypeDeliver, ID: d.ID, Method: d.Method, Path: d.Path, Query: d.RawQuery,
 		Header: d.Header, ReceivedAt: d.ReceivedAt, RemoteAddr: d.RemoteAddr, Queued: d.Queued}
 }
 
-// deliveryOf rebuilds the delivery a deliver frame carries.
-func deliveryOf(h *Header, channel string, body []byte) *devhook.Delivery {
+// DeliveryOf rebuilds the delivery a deliver frame carries.
+func DeliveryOf(h *Header, channel string, body []byte) *devhook.Delivery {
 	return &devhook.Delivery{ID: h.ID, Channel: channel, ReceivedAt: h.ReceivedAt, Method: h.Method,
 		Path: h.Path, RawQuery: h.Query, Header: h.Header, Body: body, RemoteAddr: h.RemoteAddr, Queued: h.Queued}
 }
@@ -550,10 +527,10 @@ func HasHopByHop(h http.Header) bool {
 	return false
 }
 
-// endToEndShared is EndToEnd(h), but h itself when it has no hop-by-hop
+// EndToEndShared is EndToEnd(h), but h itself when it has no hop-by-hop
 // header (the common case: no copy), for a caller that owns h and does
 // not change what it returns.
-func endToEndShared(h http.Header) http.Header {
+func EndToEndShared(h http.Header) http.Header {
 	if HasHopByHop(h) {
 		return EndToEnd(h)
 	}
@@ -575,4 +552,13 @@ func EndToEnd(h http.Header) http.Header {
 		delete(out, k)
 	}
 	return out
+}
+
+// ClipReason keeps a close reason within the 123 bytes a control frame
+// allows.
+func ClipReason(s string) string {
+	if len(s) > 120 {
+		return s[:120]
+	}
+	return s
 }

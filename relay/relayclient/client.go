@@ -1,4 +1,9 @@
-package relay
+// Package relayclient is the agent's side of devhook's relay: it opens and
+// checks a channel, connects to it over a WebSocket (Dial) and speaks the
+// protocol of package wire on it; network.go reaches the relay through the
+// environment's proxy or a private CA, and says what to check when it
+// cannot (UnreachableError).
+package relayclient
 
 import (
 	"bytes"
@@ -19,6 +24,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // ErrRejected wraps errors where the relay refused the credentials: the
@@ -40,10 +46,10 @@ var ErrReplaced = errors.New("another agent connected to this channel and took i
 // not empty. client should come from Network.HTTPClient, so that it
 // reaches the relay as Dial does; when it cannot, the error wraps an
 // *UnreachableError.
-func Open(ctx context.Context, client *http.Client, relayURL, openToken string) (Credentials, error) {
+func Open(ctx context.Context, client *http.Client, relayURL, openToken string) (wire.Credentials, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(relayURL, "/")+"/v1/channels", nil)
 	if err != nil {
-		return Credentials{}, fmt.Errorf("open a channel on %s: %w", relayURL, err)
+		return wire.Credentials{}, fmt.Errorf("open a channel on %s: %w", relayURL, err)
 	}
 	if openToken != "" {
 		req.Header.Set("Authorization", "Bearer "+openToken)
@@ -51,21 +57,21 @@ func Open(ctx context.Context, client *http.Client, relayURL, openToken string) 
 	resp, err := client.Do(req)
 	if err != nil {
 		if ue := unreachable(relayURL, err); ue != err {
-			return Credentials{}, fmt.Errorf("open a channel: %w", ue)
+			return wire.Credentials{}, fmt.Errorf("open a channel: %w", ue)
 		}
-		return Credentials{}, fmt.Errorf("open a channel on %s: %w", relayURL, err)
+		return wire.Credentials{}, fmt.Errorf("open a channel on %s: %w", relayURL, err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
-		return Credentials{}, fmt.Errorf("open a channel on %s: %w: %s: %s", relayURL, ErrOpenRefused, resp.Status, bytes.TrimSpace(body))
+		return wire.Credentials{}, fmt.Errorf("open a channel on %s: %w: %s: %s", relayURL, ErrOpenRefused, resp.Status, bytes.TrimSpace(body))
 	}
 	if resp.StatusCode != http.StatusCreated {
-		return Credentials{}, fmt.Errorf("open a channel on %s: %s: %s", relayURL, resp.Status, bytes.TrimSpace(body))
+		return wire.Credentials{}, fmt.Errorf("open a channel on %s: %s: %s", relayURL, resp.Status, bytes.TrimSpace(body))
 	}
-	var cr Credentials
+	var cr wire.Credentials
 	if err := json.Unmarshal(body, &cr); err != nil || cr.Channel == "" || cr.Token == "" {
-		return Credentials{}, fmt.Errorf("open a channel on %s: unexpected answer %q", relayURL, clip(string(body)))
+		return wire.Credentials{}, fmt.Errorf("open a channel on %s: unexpected answer %q", relayURL, wire.ClipReason(string(body)))
 	}
 	return cr, nil
 }
@@ -74,7 +80,7 @@ func Open(ctx context.Context, client *http.Client, relayURL, openToken string) 
 // connecting to it (a connection would take the channel over from its
 // agent). It returns an error wrapping ErrRejected when the relay refuses
 // the credentials; any other error says the relay could not be asked.
-func Check(ctx context.Context, client *http.Client, relayURL string, cr Credentials) error {
+func Check(ctx context.Context, client *http.Client, relayURL string, cr wire.Credentials) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
 		strings.TrimRight(relayURL, "/")+"/v1/channels/"+url.PathEscape(cr.Channel), nil)
 	if err != nil {
@@ -104,20 +110,20 @@ func Check(ctx context.Context, client *http.Client, relayURL string, cr Credent
 type Conn struct {
 	ws      *websocket.Conn
 	channel string
-	hello   Header
+	hello   wire.Header
 	maxBody int64
 	ping    time.Duration // the relay's heartbeat period
 	wait    time.Duration // silence after which the connection is dropped
 
-	out       *wsWriter
-	in        msgReader // Receive's
+	out       *wire.Writer
+	in        wire.Reader // Receive's
 	closeOnce sync.Once
 }
 
 // DialConfig configures Dial.
 type DialConfig struct {
 	RelayURL    string // http(s) base URL of the relay
-	Credentials Credentials
+	Credentials wire.Credentials
 	// PingTimeout: the connection is dropped when the relay has sent
 	// nothing (not even a ping) for this long. Default: three times the
 	// heartbeat period the relay's hello announces (HelloPingInterval), at
@@ -150,13 +156,13 @@ func Dial(ctx context.Context, cfg DialConfig) (*Conn, error) {
 	d := websocket.Dialer{HandshakeTimeout: 10 * time.Second, ReadBufferSize: 64 << 10, WriteBufferSize: 64 << 10,
 		TLSClientConfig: tlsConfig,
 		// Under the TLS of a wss relay: the responses and acks of many
-		// deliveries leave in one write(2) (see wsWriter).
+		// deliveries leave in one write(2) (see Writer).
 		NetDialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
 			c, err := cfg.Network.dial(ctx, scheme, addr)
 			if err != nil {
 				return nil, err
 			}
-			return newCorkConn(c), nil
+			return wire.NewCorkConn(c), nil
 		}}
 	ws, resp, err := d.DialContext(ctx, u.String(), http.Header{"Authorization": {"Bearer " + cfg.Credentials.Token}})
 	if err != nil {
@@ -173,12 +179,12 @@ func Dial(ctx context.Context, cfg DialConfig) (*Conn, error) {
 		}
 		return nil, fmt.Errorf("connect to relay %s: %w", cfg.RelayURL, err)
 	}
-	ws.SetReadLimit(4 + MaxHeaderSize) // the hello; deliveries once it says how large
+	ws.SetReadLimit(4 + wire.MaxHeaderSize) // the hello; deliveries once it says how large
 	c := &Conn{ws: ws, channel: cfg.Credentials.Channel, wait: cfg.PingTimeout}
 	if c.wait <= 0 {
-		c.wait = 2 * DefaultPingInterval // until the hello says
+		c.wait = 2 * wire.DefaultPingInterval // until the hello says
 	}
-	c.out = newWSWriter(ws, 30*time.Second, nil)
+	c.out = wire.NewWriter(ws, 30*time.Second, nil)
 	ws.SetPingHandler(func(data string) error {
 		ws.SetReadDeadline(time.Now().Add(c.wait))
 		err := ws.WriteControl(websocket.PongMessage, []byte(data), time.Now().Add(5*time.Second))
@@ -195,18 +201,18 @@ func Dial(ctx context.Context, cfg DialConfig) (*Conn, error) {
 		ws.Close()
 		return nil, fmt.Errorf("connect to relay %s: waiting for hello: %w", cfg.RelayURL, err)
 	}
-	h, _, err := DecodeFrame(msg)
-	if err != nil || h.Type != TypeHello {
+	h, _, err := wire.DecodeFrame(msg)
+	if err != nil || h.Type != wire.TypeHello {
 		ws.Close()
-		return nil, fmt.Errorf("connect to relay %s: expected hello, got %q (%v)", cfg.RelayURL, h.Type, err)
+		return nil, fmt.Errorf("connect to relay %s: expected hello, got %q (%w)", cfg.RelayURL, h.Type, err)
 	}
 	c.hello = h
 	c.maxBody = cfg.MaxBody
 	if c.maxBody <= 0 {
 		c.maxBody = announcedMaxBody(&h)
 	}
-	ws.SetReadLimit(4 + MaxHeaderSize + c.maxBody)
-	c.ping = DefaultPingInterval
+	ws.SetReadLimit(4 + wire.MaxHeaderSize + c.maxBody)
+	c.ping = wire.DefaultPingInterval
 	if p, ok := announcedPingInterval(&h); ok {
 		c.ping = p
 		if cfg.PingTimeout <= 0 {
@@ -227,8 +233,8 @@ const maxAnnouncedPing = 24 * time.Hour
 
 // announcedPingInterval is the heartbeat period a relay's hello
 // announces, and whether it announces a usable one.
-func announcedPingInterval(h *Header) (time.Duration, bool) {
-	vs := h.Header[HelloPingInterval]
+func announcedPingInterval(h *wire.Header) (time.Duration, bool) {
+	vs := h.Header[wire.HelloPingInterval]
 	if len(vs) == 0 {
 		return 0, false
 	}
@@ -245,14 +251,14 @@ const maxAnnouncedBody = 1 << 40
 
 // announcedMaxBody is the largest body a relay's hello announces, or
 // DefaultMaxBody when it says nothing (an older relay) or nothing usable.
-func announcedMaxBody(h *Header) int64 {
-	vs := h.Header[HelloMaxBody]
+func announcedMaxBody(h *wire.Header) int64 {
+	vs := h.Header[wire.HelloMaxBody]
 	if len(vs) == 0 {
-		return DefaultMaxBody
+		return wire.DefaultMaxBody
 	}
 	n, err := strconv.ParseInt(vs[0], 10, 64)
 	if err != nil || n <= 0 {
-		return DefaultMaxBody
+		return wire.DefaultMaxBody
 	}
 	return min(n, maxAnnouncedBody)
 }
@@ -283,27 +289,27 @@ func (c *Conn) Queued() int { return max(c.hello.Status, 0) }
 func (c *Conn) Receive() (*devhook.Delivery, error) {
 	for {
 		c.ws.SetReadDeadline(time.Now().Add(c.wait))
-		msg, err := c.in.read(c.ws)
+		msg, err := c.in.Read(c.ws)
 		if err != nil {
-			if websocket.IsCloseError(err, CloseReplaced) {
-				return nil, fmt.Errorf("read from relay: %w (%v)", ErrReplaced, err)
+			if websocket.IsCloseError(err, wire.CloseReplaced) {
+				return nil, fmt.Errorf("read from relay: %w (%w)", ErrReplaced, err)
 			}
 			return nil, fmt.Errorf("read from relay: %w", err)
 		}
-		h, body, err := DecodeFrame(msg)
+		h, body, err := wire.DecodeFrame(msg)
 		if err != nil {
 			return nil, fmt.Errorf("read from relay: %w", err)
 		}
-		if h.Type != TypeDeliver {
+		if h.Type != wire.TypeDeliver {
 			continue
 		}
-		return deliveryOf(&h, c.channel, body), nil
+		return wire.DeliveryOf(&h, c.channel, body), nil
 	}
 }
 
 // Respond sends the answer to delivery id.
 func (c *Conn) Respond(id string, status int, header http.Header, body []byte) error {
-	frame, err := AppendFrame(make([]byte, 0, len(body)+256), &Header{Type: TypeResponse, ID: id, Status: status, Header: header}, body)
+	frame, err := wire.AppendFrame(make([]byte, 0, len(body)+256), &wire.Header{Type: wire.TypeResponse, ID: id, Status: status, Header: header}, body)
 	if err != nil {
 		return err
 	}
@@ -312,7 +318,7 @@ func (c *Conn) Respond(id string, status int, header http.Header, body []byte) e
 
 // Ack tells the relay that delivery id is recorded.
 func (c *Conn) Ack(id string) error {
-	frame, err := AppendFrame(nil, &Header{Type: TypeAck, ID: id}, nil)
+	frame, err := wire.AppendFrame(nil, &wire.Header{Type: wire.TypeAck, ID: id}, nil)
 	if err != nil {
 		return err
 	}
@@ -320,9 +326,9 @@ func (c *Conn) Ack(id string) error {
 }
 
 // write sends one frame; frames of concurrent callers leave together
-// (see wsWriter).
+// (see Writer).
 func (c *Conn) write(frame []byte) error {
-	if err := c.out.write(frame, nil); err != nil {
+	if err := c.out.Write(frame, nil); err != nil {
 		return fmt.Errorf("write to relay: %w", err)
 	}
 	return nil

@@ -1,4 +1,4 @@
-package relay
+package wire
 
 import (
 	"bytes"
@@ -92,7 +92,7 @@ func dialCorked(t *testing.T, url string, tlsConfig *tls.Config) (*websocket.Con
 			return nil, err
 		}
 		cc = &countConn{Conn: c}
-		return newCorkConn(cc), nil
+		return NewCorkConn(cc), nil
 	}}
 	ws, _, err := d.Dial(url, nil)
 	if err != nil {
@@ -107,7 +107,7 @@ func TestWSWriterSendsQueuedFramesInOneWrite(t *testing.T) {
 	srv := httptest.NewServer(col)
 	defer srv.Close()
 	ws, cc := dialCorked(t, "ws"+strings.TrimPrefix(srv.URL, "http"), nil)
-	w := newWSWriter(ws, 10*time.Second, nil)
+	w := NewWriter(ws, 10*time.Second, nil)
 	if w.cork == nil {
 		t.Fatal("the writer did not find the corkConn under the WebSocket")
 	}
@@ -115,7 +115,7 @@ func TestWSWriterSendsQueuedFramesInOneWrite(t *testing.T) {
 	// While a write is in progress (hold stands for it), 50 callers
 	// queue; release writes them in one write(2).
 	const n = 50
-	w.hold()
+	w.Hold()
 	before := cc.writes.Load()
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
@@ -123,7 +123,7 @@ func TestWSWriterSendsQueuedFramesInOneWrite(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- w.write([]byte(fmt.Sprintf("frame %03d:", i)), bytes.Repeat([]byte{byte(i)}, 100+i))
+			errs <- w.Write([]byte(fmt.Sprintf("frame %03d:", i)), bytes.Repeat([]byte{byte(i)}, 100+i))
 		}()
 	}
 	for {
@@ -135,7 +135,7 @@ func TestWSWriterSendsQueuedFramesInOneWrite(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	w.release()
+	w.Release()
 	wg.Wait()
 	close(errs)
 	for err := range errs {
@@ -164,7 +164,7 @@ func TestWSWriterSendsQueuedFramesInOneWrite(t *testing.T) {
 
 	// A lone write goes out at once, in one write(2).
 	before = cc.writes.Load()
-	if err := w.write([]byte("alone"), nil); err != nil {
+	if err := w.Write([]byte("alone"), nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := cc.writes.Load() - before; got != 1 {
@@ -181,7 +181,7 @@ func TestWSWriterUnderTLSKeepsOrder(t *testing.T) {
 	defer srv.Close()
 	tc := srv.Client().Transport.(*http.Transport).TLSClientConfig
 	ws, cc := dialCorked(t, "wss"+strings.TrimPrefix(srv.URL, "https"), tc)
-	w := newWSWriter(ws, 10*time.Second, nil)
+	w := NewWriter(ws, 10*time.Second, nil)
 	if w.cork == nil {
 		t.Fatal("the writer did not find the corkConn under TLS")
 	}
@@ -214,7 +214,7 @@ func TestWSWriterUnderTLSKeepsOrder(t *testing.T) {
 				if i%25 == 0 {
 					size = corkMax + 1000
 				}
-				if err := w.write([]byte(fmt.Sprintf("%02d-%03d|", s, i)), bytes.Repeat([]byte{'x'}, size)); err != nil {
+				if err := w.Write([]byte(fmt.Sprintf("%02d-%03d|", s, i)), bytes.Repeat([]byte{'x'}, size)); err != nil {
 					t.Error(err)
 					return
 				}
@@ -265,7 +265,7 @@ func TestCorkConnWaitIsBoundedByTheDeadline(t *testing.T) {
 	defer raw.Close()
 	peer := <-accepted
 	defer peer.Close()
-	c := newCorkConn(raw)
+	c := NewCorkConn(raw).(*corkConn)
 
 	stuck := make(chan error, 1)
 	go func() {

@@ -1,4 +1,4 @@
-package relay_test
+package wire_test
 
 import (
 	"bytes"
@@ -10,14 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 func TestFrameRoundTrip(t *testing.T) {
 	body := []byte{0, 1, 2, 0xff, '{', '}'}
-	h := &relay.Header{Type: relay.TypeDeliver, ID: "id-1", Method: "POST", Path: "/a%2Fb", Query: "x=1&x=2",
+	h := &wire.Header{Type: wire.TypeDeliver, ID: "id-1", Method: "POST", Path: "/a%2Fb", Query: "x=1&x=2",
 		Header: http.Header{"X-Multi": {"a", "b"}}, ReceivedAt: time.UnixMilli(1_800_000_000_123).UTC(), Queued: true}
-	frame, err := relay.AppendFrame(nil, h, body)
+	frame, err := wire.AppendFrame(nil, h, body)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +25,7 @@ func TestFrameRoundTrip(t *testing.T) {
 	if !bytes.HasSuffix(frame, body) || len(frame) > len(body)+300 {
 		t.Fatalf("frame of %d bytes for a %d-byte body", len(frame), len(body))
 	}
-	got, payload, err := relay.DecodeFrame(frame)
+	got, payload, err := wire.DecodeFrame(frame)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestDecodeFrameRejects(t *testing.T) {
 	}
 	for name, msg := range cases {
 		t.Run(name, func(t *testing.T) {
-			if _, _, err := relay.DecodeFrame(msg); !errors.Is(err, relay.ErrMalformed) {
+			if _, _, err := wire.DecodeFrame(msg); !errors.Is(err, wire.ErrMalformed) {
 				t.Fatalf("err = %v, want ErrMalformed", err)
 			}
 		})
@@ -71,7 +71,7 @@ func TestEndToEnd(t *testing.T) {
 		"Transfer-Encoding": {"chunked"}, "Upgrade": {"h2c"}, "Te": {"trailers"},
 		"X-Keep": {"a", "b"}, "Content-Type": {"application/json"},
 	}
-	got := relay.EndToEnd(h)
+	got := wire.EndToEnd(h)
 	for _, k := range []string{"Connection", "X-Private", "Keep-Alive", "Transfer-Encoding", "Upgrade", "Te"} {
 		if _, ok := got[k]; ok {
 			t.Errorf("%s kept", k)
@@ -86,11 +86,11 @@ func TestEndToEnd(t *testing.T) {
 }
 
 func FuzzDecodeFrame(f *testing.F) {
-	seed, _ := relay.AppendFrame(nil, &relay.Header{Type: relay.TypeResponse, ID: "x", Status: 200}, []byte("body"))
+	seed, _ := wire.AppendFrame(nil, &wire.Header{Type: wire.TypeResponse, ID: "x", Status: 200}, []byte("body"))
 	f.Add(seed)
 	f.Add([]byte{0, 0, 0, 2, '{', '}'})
 	f.Fuzz(func(t *testing.T, msg []byte) {
-		h, payload, err := relay.DecodeFrame(msg)
+		h, payload, err := wire.DecodeFrame(msg)
 		if err != nil {
 			return
 		}
@@ -101,11 +101,11 @@ func FuzzDecodeFrame(f *testing.F) {
 			return // a type this devhook does not know, to ignore
 		}
 		// What decodes re-encodes and decodes the same.
-		again, err := relay.AppendFrame(nil, &h, payload)
+		again, err := wire.AppendFrame(nil, &h, payload)
 		if err != nil {
 			t.Fatal(err)
 		}
-		h2, p2, err := relay.DecodeFrame(again)
+		h2, p2, err := wire.DecodeFrame(again)
 		if err != nil || !reflect.DeepEqual(h2, h) || !bytes.Equal(p2, payload) {
 			t.Fatalf("re-encoding changed the frame: %v\n%+v\n%+v", err, h, h2)
 		}

@@ -1,4 +1,4 @@
-package relay_test
+package wire_test
 
 // The relay's heartbeat period reaches its agents in the hello
 // (Devhook-Ping-Interval), and the agent's silence timeout follows it; an
@@ -14,6 +14,9 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
+	"github.com/devhook/devhook/relay/relaytest"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // This devhook's relay announces its heartbeat in a hello that agents
@@ -22,25 +25,25 @@ import (
 func TestRelayAnnouncesItsHeartbeat(t *testing.T) {
 	for _, ping := range []time.Duration{0, 40 * time.Second} {
 		t.Run(ping.String(), func(t *testing.T) {
-			_, hs, _ := newRelay(t, relay.Config{PingInterval: ping})
+			_, hs, _ := relaytest.New(t, relay.Config{PingInterval: ping})
 			want := ping
 			if want == 0 {
-				want = relay.DefaultPingInterval
+				want = wire.DefaultPingInterval
 			}
-			cr := open(t, hs)
-			ws := dialRaw(t, hs, cr)
+			cr := relaytest.Open(t, hs)
+			ws := relaytest.DialRaw(t, hs, cr)
 			_, msg, err := ws.ReadMessage()
 			if err != nil {
 				t.Fatal(err)
 			}
 			strictTags(t, msg) // an older agent reads this hello
-			hello, _, err := relay.DecodeFrame(msg)
-			if err != nil || hello.Header.Get(relay.HelloPingInterval) != strconv.FormatInt(want.Milliseconds(), 10) {
-				t.Fatalf("hello %+v, %v; want %s: %d", hello, err, relay.HelloPingInterval, want.Milliseconds())
+			hello, _, err := wire.DecodeFrame(msg)
+			if err != nil || hello.Header.Get(wire.HelloPingInterval) != strconv.FormatInt(want.Milliseconds(), 10) {
+				t.Fatalf("hello %+v, %v; want %s: %d", hello, err, wire.HelloPingInterval, want.Milliseconds())
 			}
 			ws.Close()
 
-			c := dial(t, hs, cr)
+			c := relaytest.Dial(t, hs, cr)
 			if c.PingInterval() != want || c.PingTimeout() != 3*want {
 				t.Fatalf("agent of a relay pinging every %s: interval %s, timeout %s; want %s and %s", want, c.PingInterval(), c.PingTimeout(), want, 3*want)
 			}
@@ -59,25 +62,25 @@ func TestAgentTakesTheRelaysHeartbeat(t *testing.T) {
 		timeout    time.Duration
 		configured time.Duration // DialConfig.PingTimeout
 	}{
-		{"older relay", "", relay.DefaultPingInterval, 30 * time.Second, 0},
+		{"older relay", "", wire.DefaultPingInterval, 30 * time.Second, 0},
 		{"40 s", "40000", 40 * time.Second, 120 * time.Second, 0},
 		{"15 s", "15000", 15 * time.Second, 45 * time.Second, 0},
-		{"fast", "10", 10 * time.Millisecond, relay.MinPingTimeout, 0},
-		{"nonsense", "-5", relay.DefaultPingInterval, 30 * time.Second, 0},
-		{"not a number", "15s", relay.DefaultPingInterval, 30 * time.Second, 0},
+		{"fast", "10", 10 * time.Millisecond, relayclient.MinPingTimeout, 0},
+		{"nonsense", "-5", wire.DefaultPingInterval, 30 * time.Second, 0},
+		{"not a number", "15s", wire.DefaultPingInterval, 30 * time.Second, 0},
 		{"a week", strconv.FormatInt((7 * 24 * time.Hour).Milliseconds(), 10), 24 * time.Hour, 72 * time.Hour, 0},
 		{"the caller's", "40000", 40 * time.Second, 7 * time.Second, 7 * time.Second},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			hs, cr := fakeRelay(t, func(ws *websocket.Conn) {
-				hello := &relay.Header{Type: relay.TypeHello, Channel: "c", PublicURL: "https://x/c/c"}
+				hello := &wire.Header{Type: wire.TypeHello, Channel: "c", PublicURL: "https://x/c/c"}
 				if tt.announce != "" {
-					hello.Header = http.Header{relay.HelloPingInterval: {tt.announce}}
+					hello.Header = http.Header{wire.HelloPingInterval: {tt.announce}}
 				}
 				writeFrame(t, ws, encode(t, hello, nil))
 				ws.ReadMessage() // until the agent closes
 			})
-			c := dialWith(t, relay.DialConfig{RelayURL: hs.URL, Credentials: cr, PingTimeout: tt.configured})
+			c := relaytest.DialWith(t, relayclient.DialConfig{RelayURL: hs.URL, Credentials: cr, PingTimeout: tt.configured})
 			if c.PingInterval() != tt.interval || c.PingTimeout() != tt.timeout {
 				t.Fatalf("interval %s, timeout %s; want %s, %s", c.PingInterval(), c.PingTimeout(), tt.interval, tt.timeout)
 			}
@@ -93,11 +96,11 @@ func TestAgentDropsASilentRelayByItsHeartbeat(t *testing.T) {
 		t.Skip("waits for a connection to go silent for 6 s")
 	}
 	hs, cr := fakeRelay(t, func(ws *websocket.Conn) {
-		writeFrame(t, ws, encode(t, &relay.Header{Type: relay.TypeHello, Channel: "c", PublicURL: "https://x/c/c",
-			Header: http.Header{relay.HelloPingInterval: {"2000"}}}, nil))
+		writeFrame(t, ws, encode(t, &wire.Header{Type: wire.TypeHello, Channel: "c", PublicURL: "https://x/c/c",
+			Header: http.Header{wire.HelloPingInterval: {"2000"}}}, nil))
 		ws.ReadMessage() // no ping, no frame: until the agent closes
 	})
-	c := dialWith(t, relay.DialConfig{RelayURL: hs.URL, Credentials: cr})
+	c := relaytest.DialWith(t, relayclient.DialConfig{RelayURL: hs.URL, Credentials: cr})
 	start := time.Now()
 	done := make(chan error, 1)
 	go func() {

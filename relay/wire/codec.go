@@ -1,7 +1,8 @@
-package relay
+package wire
 
 import (
 	"fmt"
+	"net/http"
 
 	"github.com/devhook/devhook"
 )
@@ -9,8 +10,15 @@ import (
 // EncodeDelivery returns d, body included, in the protocol's deliver frame
 // encoding: for a Store or Router that keeps or passes deliveries as bytes
 // (the NATS cluster's queue and its request/reply between relays).
+// Answer is an agent's response to a live delivery.
+type Answer struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
 func EncodeDelivery(d *devhook.Delivery) ([]byte, error) {
-	return AppendFrame(make([]byte, 0, len(d.Body)+512), deliverHeader(d), d.Body)
+	return AppendFrame(make([]byte, 0, len(d.Body)+512), DeliverHeader(d), d.Body)
 }
 
 // DecodeDelivery reverses EncodeDelivery for a delivery of channel. The
@@ -23,7 +31,7 @@ func DecodeDelivery(channel string, b []byte) (*devhook.Delivery, error) {
 	if h.Type != TypeDeliver {
 		return nil, fmt.Errorf("%w: a %q frame where a delivery was expected", ErrMalformed, h.Type)
 	}
-	d := deliveryOf(&h, channel, body)
+	d := DeliveryOf(&h, channel, body)
 	if d.Body == nil {
 		d.Body = []byte{}
 	}

@@ -1,8 +1,7 @@
-package relay
+package wire
 
 import (
 	"bytes"
-	"crypto/tls"
 	"io"
 	"net"
 	"os"
@@ -17,15 +16,15 @@ import (
 // relay's ingress handlers their deliveries, the agent's deliveries their
 // responses. Writing each frame with its own write(2) cost each side a
 // system call per delivery, and the other side a wake-up per frame. So
-// frames go through a wsWriter, which gathers the frames of callers that
+// frames go through a Writer, which gathers the frames of callers that
 // arrive while a write is in progress and sends them together: each is
 // still its own WebSocket message (the protocol does not change), but the
 // messages of one batch leave in one write(2) when the connection is a
-// corkConn. An idle wsWriter writes at once: nothing waits for a timer or
+// corkConn. An idle Writer writes at once: nothing waits for a timer or
 // for another goroutine, so a lone frame leaves as soon as before.
 
-// wsWriter sends binary messages on ws for many goroutines.
-type wsWriter struct {
+// Writer sends binary messages on ws for many goroutines.
+type Writer struct {
 	ws      *websocket.Conn
 	cork    *corkConn     // nil: each message is its own write(2)
 	timeout time.Duration // write deadline of a batch
@@ -33,13 +32,13 @@ type wsWriter struct {
 
 	mu      sync.Mutex
 	writing bool // a caller is writing batches
-	queue   []outMsg
-	spare   []outMsg
+	queue   []Msg
+	spare   []Msg
 	batch   *writeBatch // the batch the queued messages belong to
 }
 
-// outMsg is one message: a then b, written without copying them together.
-type outMsg struct{ a, b []byte }
+// Msg is one message: A then B, written without copying them together.
+type Msg struct{ A, B []byte }
 
 // writeBatch is the outcome of one batch, for the callers whose messages
 // were in it.
@@ -48,17 +47,35 @@ type writeBatch struct {
 	err  error
 }
 
-func newWSWriter(ws *websocket.Conn, timeout time.Duration, onError func()) *wsWriter {
-	return &wsWriter{ws: ws, cork: findCork(ws.NetConn()), timeout: timeout, onError: onError}
+// NewWriter returns a Writer of ws whose batches must be written within
+// timeout; onError, when not nil, is called after a failed write.
+func NewWriter(ws *websocket.Conn, timeout time.Duration, onError func()) *Writer {
+	return &Writer{ws: ws, cork: findCork(ws.NetConn()), timeout: timeout, onError: onError}
 }
 
-// write sends one message, a followed by b, and returns once it is written
+// Write sends one message, a followed by b, and returns once it is written
 // (or the write failed). A caller that finds no write in progress writes
 // its message and every one queued meanwhile; the others wait for the
 // batch that carries theirs.
-func (w *wsWriter) write(a, b []byte) error {
+func (w *Writer) Write(a, b []byte) error {
 	w.mu.Lock()
-	w.queue = append(w.queue, outMsg{a, b})
+	w.queue = append(w.queue, Msg{a, b})
+	return w.join()
+}
+
+// WriteAll sends msgs, in their order, and returns once they are written
+// (or the write failed): the drain's batch of queued deliveries leaves in
+// one write(2), as if each were written by a caller of its own.
+func (w *Writer) WriteAll(msgs []Msg) error {
+	w.mu.Lock()
+	w.queue = append(w.queue, msgs...)
+	return w.join()
+}
+
+// join has the messages just queued written: by the caller, when no write
+// is in progress, else by the caller writing. w.mu is held on entry and
+// released on return.
+func (w *Writer) join() error {
 	if w.batch == nil {
 		w.batch = &writeBatch{done: make(chan struct{})}
 	}
@@ -72,28 +89,28 @@ func (w *wsWriter) write(a, b []byte) error {
 	return w.drain(mine)
 }
 
-// hold makes the writes of a new w, before any was made, wait until
-// release; the caller may write with writeNow first (the relay's hello).
-func (w *wsWriter) hold() {
+// Hold makes the writes of a new w, before any was made, wait until
+// Release; the caller may write with WriteNow first (the relay's hello).
+func (w *Writer) Hold() {
 	w.mu.Lock()
 	w.writing = true
 	w.mu.Unlock()
 }
 
-// writeNow writes one message while w is held.
-func (w *wsWriter) writeNow(a, b []byte) error {
-	return w.send([]outMsg{{a, b}})
+// WriteNow writes one message while w is held.
+func (w *Writer) WriteNow(a, b []byte) error {
+	return w.send([]Msg{{a, b}})
 }
 
-// release ends a hold, writing what was queued meanwhile.
-func (w *wsWriter) release() {
+// Release ends a hold, writing what was queued meanwhile.
+func (w *Writer) Release() {
 	w.mu.Lock()
 	w.drain(nil)
 }
 
 // drain writes batches until the queue is empty. w.mu is held on entry
 // and released on return. It returns the error of mine's batch.
-func (w *wsWriter) drain(mine *writeBatch) error {
+func (w *Writer) drain(mine *writeBatch) error {
 	var myErr error
 	for len(w.queue) > 0 {
 		msgs, b := w.queue, w.batch
@@ -117,7 +134,7 @@ func (w *wsWriter) drain(mine *writeBatch) error {
 }
 
 // send writes msgs, in one write(2) when the connection can gather them.
-func (w *wsWriter) send(msgs []outMsg) error {
+func (w *Writer) send(msgs []Msg) error {
 	w.ws.SetWriteDeadline(time.Now().Add(w.timeout))
 	if w.cork != nil {
 		if err := w.cork.cork(); err != nil {
@@ -133,9 +150,9 @@ func (w *wsWriter) send(msgs []outMsg) error {
 		if mw, err = w.ws.NextWriter(websocket.BinaryMessage); err != nil {
 			break
 		}
-		_, err = mw.Write(m.a)
-		if err == nil && len(m.b) > 0 {
-			_, err = mw.Write(m.b)
+		_, err = mw.Write(m.A)
+		if err == nil && len(m.B) > 0 {
+			_, err = mw.Write(m.B)
 		}
 		if cerr := mw.Close(); err == nil {
 			err = cerr
@@ -184,7 +201,12 @@ type corkConn struct {
 // corkMax bounds the bytes gathered before they are written.
 const corkMax = 64 << 10
 
-func newCorkConn(c net.Conn) *corkConn { return &corkConn{Conn: c, lock: make(chan struct{}, 1)} }
+// NewCorkConn wraps c so that a Writer over it sends each batch of
+// messages in one write(2).
+func NewCorkConn(c net.Conn) net.Conn { return &corkConn{Conn: c, lock: make(chan struct{}, 1)} }
+
+// NetConn returns the connection c wraps.
+func (c *corkConn) NetConn() net.Conn { return c.Conn }
 
 func (c *corkConn) SetWriteDeadline(t time.Time) error {
 	c.deadline.Store(unixNano(t))
@@ -297,7 +319,7 @@ func (c *corkConn) flushLocked() error {
 // findCork returns the corkConn under c: c itself, or under a TLS
 // connection or a LimitListener's connection. nil when there is none.
 func findCork(c net.Conn) *corkConn {
-	for ; c != nil; c = innerConn(c) {
+	for ; c != nil; c = Inner(c) {
 		if cc, ok := c.(*corkConn); ok {
 			return cc
 		}
@@ -305,35 +327,30 @@ func findCork(c net.Conn) *corkConn {
 	return nil
 }
 
-// innerConn returns the connection c wraps, among the relay's wrappers
-// and TLS; nil for any other.
-func innerConn(c net.Conn) net.Conn {
-	switch t := c.(type) {
-	case *tls.Conn:
-		return t.NetConn()
-	case *limitConn:
-		return t.Conn
-	case *corkConn:
-		return t.Conn
-	case *handedConn:
-		return t.Conn
+// Inner returns the connection c wraps: what its NetConn method returns,
+// as for a *tls.Conn and every wrapper of the relay and the agent (which
+// must have one for the writes under them to be corked); nil when c wraps
+// none.
+func Inner(c net.Conn) net.Conn {
+	if w, ok := c.(interface{ NetConn() net.Conn }); ok {
+		return w.NetConn()
 	}
 	return nil
 }
 
-// msgReader reads whole WebSocket messages for one reading goroutine.
+// Reader reads whole WebSocket messages for one reading goroutine.
 // gorilla's ReadMessage grows its buffer from 512 bytes, allocating and
-// copying four or five times for a 2 KB delivery; msgReader reads into a
+// copying four or five times for a 2 KB delivery; Reader reads into a
 // buffer it keeps and returns an exactly sized copy: one allocation. A
 // message over msgKeep is handed over as read, without the copy.
-type msgReader struct {
+type Reader struct {
 	scratch []byte
 }
 
-// msgKeep bounds the buffer a msgReader keeps between messages.
+// msgKeep bounds the buffer a Reader keeps between messages.
 const msgKeep = 64 << 10
 
-func (m *msgReader) read(ws *websocket.Conn) ([]byte, error) {
+func (m *Reader) Read(ws *websocket.Conn) ([]byte, error) {
 	_, r, err := ws.NextReader()
 	if err != nil {
 		return nil, err

@@ -1,4 +1,4 @@
-package relay_test
+package relayclient_test
 
 import (
 	"context"
@@ -19,6 +19,8 @@ import (
 	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/internal/testnet"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // relayName is a host name nothing resolves but the test's proxy (Go
@@ -64,18 +66,18 @@ func clearProxyEnv(t *testing.T) {
 
 // roundTrip opens a channel on relayURL, connects to it and has one
 // delivery posted to the relay at addr answered by the agent.
-func roundTrip(t *testing.T, n relay.Network, relayURL, addr string, ca *testnet.CA) {
+func roundTrip(t *testing.T, n relayclient.Network, relayURL, addr string, ca *testnet.CA) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cr, err := relay.Open(ctx, n.HTTPClient(10*time.Second), relayURL, "")
+	cr, err := relayclient.Open(ctx, n.HTTPClient(10*time.Second), relayURL, "")
 	if err != nil {
 		t.Fatalf("open a channel: %v", err)
 	}
-	if err := relay.Check(ctx, n.HTTPClient(10*time.Second), relayURL, cr); err != nil {
+	if err := relayclient.Check(ctx, n.HTTPClient(10*time.Second), relayURL, cr); err != nil {
 		t.Fatalf("check the channel: %v", err)
 	}
-	conn, err := relay.Dial(ctx, relay.DialConfig{RelayURL: relayURL, Credentials: cr, Network: n})
+	conn, err := relayclient.Dial(ctx, relayclient.DialConfig{RelayURL: relayURL, Credentials: cr, Network: n})
 	if err != nil {
 		t.Fatalf("connect to the channel: %v", err)
 	}
@@ -119,7 +121,7 @@ func TestNetwork_ThroughTheEnvironmentsProxy(t *testing.T) {
 		t.Run(scheme, func(t *testing.T) {
 			clearProxyEnv(t)
 			var ca *testnet.CA
-			var n relay.Network
+			var n relayclient.Network
 			if scheme == "https" {
 				ca = testnet.NewCA(t, "devhook test CA")
 				n.TLS = &tls.Config{RootCAs: ca.Pool()}
@@ -151,13 +153,13 @@ func TestNetwork_ThroughASOCKS5Proxy(t *testing.T) {
 	relayURL, addr := namedRelay(t, ca)
 	p := testnet.StartSOCKS5(t, testnet.ProxyConfig{User: "dev", Password: "pw", Hosts: map[string]string{relayName: "127.0.0.1"}})
 	t.Setenv("HTTPS_PROXY", p.URL("dev", "pw"))
-	roundTrip(t, relay.Network{TLS: &tls.Config{RootCAs: ca.Pool()}}, relayURL, addr, ca)
+	roundTrip(t, relayclient.Network{TLS: &tls.Config{RootCAs: ca.Pool()}}, relayURL, addr, ca)
 	if got := p.Connects(); len(got) < 3 || !strings.HasPrefix(got[0], relayName+":") {
 		t.Fatalf("the SOCKS5 proxy opened %v", got)
 	}
 	t.Setenv("HTTPS_PROXY", p.URL("dev", "wrong"))
-	_, err := relay.Open(context.Background(), relay.Network{}.HTTPClient(10*time.Second), relayURL, "")
-	var ue *relay.UnreachableError
+	_, err := relayclient.Open(context.Background(), relayclient.Network{}.HTTPClient(10*time.Second), relayURL, "")
+	var ue *relayclient.UnreachableError
 	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "SOCKS5 proxy refused") || strings.Contains(err.Error(), "wrong") {
 		t.Fatalf("open with wrong SOCKS5 credentials: %v", err)
 	}
@@ -172,7 +174,7 @@ func TestNetwork_NoProxyGoesDirect(t *testing.T) {
 	t.Setenv("NO_PROXY", "example.com,"+relayName)
 	var mu sync.Mutex
 	var direct []string
-	n := relay.Network{DialContext: func(ctx context.Context, network, a string) (net.Conn, error) {
+	n := relayclient.Network{DialContext: func(ctx context.Context, network, a string) (net.Conn, error) {
 		mu.Lock()
 		direct = append(direct, a)
 		mu.Unlock()
@@ -193,8 +195,8 @@ func TestNetwork_NoProxyGoesDirect(t *testing.T) {
 
 	// Without a resolver for the name, NO_PROXY means a DNS failure,
 	// said as such.
-	_, err := relay.Open(context.Background(), relay.Network{}.HTTPClient(10*time.Second), relayURL, "")
-	var ue *relay.UnreachableError
+	_, err := relayclient.Open(context.Background(), relayclient.Network{}.HTTPClient(10*time.Second), relayURL, "")
+	var ue *relayclient.UnreachableError
 	if !errors.As(err, &ue) || ue.Proxy != "" || !strings.Contains(err.Error(), "the name "+relayName+" does not resolve") {
 		t.Fatalf("open with the relay in NO_PROXY and no DNS for it: %v", err)
 	}
@@ -216,10 +218,10 @@ func TestNetwork_ProxyRefusesTheCredentials(t *testing.T) {
 		{"", "", "needs credentials"},
 	} {
 		t.Setenv("HTTP_PROXY", p.URL(tt.user, tt.password))
-		_, openErr := relay.Open(ctx, relay.Network{}.HTTPClient(10*time.Second), relayURL, "")
-		_, dialErr := relay.Dial(ctx, relay.DialConfig{RelayURL: relayURL, Credentials: relay.Credentials{Channel: "c", Token: "t"}})
+		_, openErr := relayclient.Open(ctx, relayclient.Network{}.HTTPClient(10*time.Second), relayURL, "")
+		_, dialErr := relayclient.Dial(ctx, relayclient.DialConfig{RelayURL: relayURL, Credentials: wire.Credentials{Channel: "c", Token: "t"}})
 		for _, err := range []error{openErr, dialErr} {
-			var ue *relay.UnreachableError
+			var ue *relayclient.UnreachableError
 			if !errors.As(err, &ue) {
 				t.Fatalf("proxy user %q: %v, want an UnreachableError", tt.user, err)
 			}
@@ -261,24 +263,24 @@ func TestNetwork_UnreachableSaysWhatToCheck(t *testing.T) {
 		name     string
 		relayURL string
 		proxy    string // HTTPS_PROXY and HTTP_PROXY
-		n        relay.Network
+		n        relayclient.Network
 		want     []string
 		lacks    []string
 	}{
 		// A relay on this machine is never reached through a proxy: no
 		// word of one (issue 37).
-		{"refused", "http://" + closed, "", relay.Network{}, []string{"nothing accepts connections at " + closed, "Is the relay running"}, []string{"PROXY", "proxy"}},
-		{"refused beyond this machine", "http://" + relayName + ":4041", "", relay.Network{DialContext: refused},
+		{"refused", "http://" + closed, "", relayclient.Network{}, []string{"nothing accepts connections at " + closed, "Is the relay running"}, []string{"PROXY", "proxy"}},
+		{"refused beyond this machine", "http://" + relayName + ":4041", "", relayclient.Network{DialContext: refused},
 			[]string{"nothing accepts connections at " + relayName + ":4041", "Is the relay running", "HTTP_PROXY"}, nil},
-		{"timeout on this machine", "http://127.0.0.1:4041", "", relay.Network{DialContext: blackHole}, []string{"no answer from 127.0.0.1:4041", "Is the relay running"}, []string{"PROXY", "proxy"}},
-		{"dns", "https://" + relayName, "", relay.Network{}, []string{"the name " + relayName + " does not resolve", "HTTPS_PROXY"}, nil},
-		{"timeout", "https://" + relayName + ":" + tlsPort, "", relay.Network{DialContext: blackHole}, []string{"no answer from", "firewall"}, nil},
-		{"unknown authority", tlsRelay, p.URL("", ""), relay.Network{}, []string{"authority this machine does not trust", "devhook private CA", "trust that CA"}, nil},
-		{"other name", strings.Replace(tlsRelay, relayName, "127.0.0.1", 1), "", relay.Network{TLS: &tls.Config{RootCAs: ca.Pool()}},
+		{"timeout on this machine", "http://127.0.0.1:4041", "", relayclient.Network{DialContext: blackHole}, []string{"no answer from 127.0.0.1:4041", "Is the relay running"}, []string{"PROXY", "proxy"}},
+		{"dns", "https://" + relayName, "", relayclient.Network{}, []string{"the name " + relayName + " does not resolve", "HTTPS_PROXY"}, nil},
+		{"timeout", "https://" + relayName + ":" + tlsPort, "", relayclient.Network{DialContext: blackHole}, []string{"no answer from", "firewall"}, nil},
+		{"unknown authority", tlsRelay, p.URL("", ""), relayclient.Network{}, []string{"authority this machine does not trust", "devhook private CA", "trust that CA"}, nil},
+		{"other name", strings.Replace(tlsRelay, relayName, "127.0.0.1", 1), "", relayclient.Network{TLS: &tls.Config{RootCAs: ca.Pool()}},
 			[]string{"certificate is not for 127.0.0.1 but for " + relayName}, nil},
-		{"not TLS", "https://" + plainAddr, "", relay.Network{}, []string{"does not speak TLS", "http://"}, nil},
-		{"proxy down", plainRelay, "http://" + closed, relay.Network{}, []string{"through the proxy http://" + closed, "nothing accepts connections at the proxy's address", "HTTP_PROXY"}, nil},
-		{"proxy cannot reach", "https://other.devhook.test:443", p.URL("", ""), relay.Network{}, []string{"502 Bad Gateway", "CONNECT other.devhook.test:443", "NO_PROXY=other.devhook.test"}, nil},
+		{"not TLS", "https://" + plainAddr, "", relayclient.Network{}, []string{"does not speak TLS", "http://"}, nil},
+		{"proxy down", plainRelay, "http://" + closed, relayclient.Network{}, []string{"through the proxy http://" + closed, "nothing accepts connections at the proxy's address", "HTTP_PROXY"}, nil},
+		{"proxy cannot reach", "https://other.devhook.test:443", p.URL("", ""), relayclient.Network{}, []string{"502 Bad Gateway", "CONNECT other.devhook.test:443", "NO_PROXY=other.devhook.test"}, nil},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv("HTTPS_PROXY", tt.proxy)
@@ -289,13 +291,13 @@ func TestNetwork_UnreachableSaysWhatToCheck(t *testing.T) {
 			if strings.HasPrefix(tt.name, "timeout") {
 				timeout = 200 * time.Millisecond
 			}
-			_, openErr := relay.Open(ctx, tt.n.HTTPClient(timeout), tt.relayURL, "")
+			_, openErr := relayclient.Open(ctx, tt.n.HTTPClient(timeout), tt.relayURL, "")
 			dctx, dcancel := context.WithTimeout(ctx, timeout)
 			defer dcancel()
-			_, dialErr := relay.Dial(dctx, relay.DialConfig{RelayURL: tt.relayURL, Credentials: relay.Credentials{Channel: "c", Token: "t"}, Network: tt.n})
+			_, dialErr := relayclient.Dial(dctx, relayclient.DialConfig{RelayURL: tt.relayURL, Credentials: wire.Credentials{Channel: "c", Token: "t"}, Network: tt.n})
 			for what, err := range map[string]error{"open": openErr, "dial": dialErr} {
 				t.Logf("%s: %v", what, err)
-				var ue *relay.UnreachableError
+				var ue *relayclient.UnreachableError
 				if !errors.As(err, &ue) {
 					t.Fatalf("%s: %v, want an UnreachableError", what, err)
 				}
@@ -336,7 +338,7 @@ func TestNetwork_BadProxySetting(t *testing.T) {
 	clearProxyEnv(t)
 	relayURL, _ := namedRelay(t, nil)
 	t.Setenv("HTTP_PROXY", "ftp://proxy.devhook.test:21")
-	_, err := relay.Open(context.Background(), relay.Network{}.HTTPClient(5*time.Second), relayURL, "")
+	_, err := relayclient.Open(context.Background(), relayclient.Network{}.HTTPClient(5*time.Second), relayURL, "")
 	if err == nil || !strings.Contains(err.Error(), "HTTP_PROXY") || !strings.Contains(err.Error(), "http://, https:// or socks5://") {
 		t.Fatalf("open with HTTP_PROXY=ftp://…: %v", err)
 	}
@@ -348,10 +350,10 @@ func TestNetwork_CancelledIsNotUnreachable(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	addr := closedAddr(t)
-	_, openErr := relay.Open(ctx, relay.Network{}.HTTPClient(5*time.Second), "http://"+addr, "")
-	_, dialErr := relay.Dial(ctx, relay.DialConfig{RelayURL: "http://" + addr, Credentials: relay.Credentials{Channel: "c", Token: "t"}})
+	_, openErr := relayclient.Open(ctx, relayclient.Network{}.HTTPClient(5*time.Second), "http://"+addr, "")
+	_, dialErr := relayclient.Dial(ctx, relayclient.DialConfig{RelayURL: "http://" + addr, Credentials: wire.Credentials{Channel: "c", Token: "t"}})
 	for _, err := range []error{openErr, dialErr} {
-		var ue *relay.UnreachableError
+		var ue *relayclient.UnreachableError
 		if !errors.Is(err, context.Canceled) || errors.As(err, &ue) {
 			t.Errorf("with a cancelled context: %v, want context.Canceled and no UnreachableError", err)
 		}

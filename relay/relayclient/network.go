@@ -1,4 +1,4 @@
-package relay
+package relayclient
 
 // How an agent reaches its relay: one way for the HTTP calls (Open,
 // Check) and the WebSocket (Dial), so that a network where one works and

@@ -1,4 +1,4 @@
-package relay_test
+package wire_test
 
 // Each side ignores what it does not know (protocol.go, "Additions
 // without a flag day"). A newer relay and a newer agent are simulated by
@@ -23,6 +23,9 @@ import (
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relayclient"
+	"github.com/devhook/devhook/relay/relaytest"
+	"github.com/devhook/devhook/relay/wire"
 )
 
 // withFields adds encoded fields at the end of frame's header, as a
@@ -91,16 +94,16 @@ func strictTags(t *testing.T, frame []byte) {
 }
 
 func TestDecodeFrameSkipsWhatItDoesNotKnow(t *testing.T) {
-	frame, err := relay.AppendFrame(nil, &relay.Header{Type: relay.TypeResponse, ID: "d1", Status: 201,
+	frame, err := wire.AppendFrame(nil, &wire.Header{Type: wire.TypeResponse, ID: "d1", Status: 201,
 		Header: http.Header{"X-A": {"1"}}}, []byte("body"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, body, err := relay.DecodeFrame(withFields(frame, futureFields...))
-	if err != nil || h.Type != relay.TypeResponse || h.ID != "d1" || h.Status != 201 || h.Header.Get("X-A") != "1" || string(body) != "body" {
+	h, body, err := wire.DecodeFrame(withFields(frame, futureFields...))
+	if err != nil || h.Type != wire.TypeResponse || h.ID != "d1" || h.Status != 201 || h.Header.Get("X-A") != "1" || string(body) != "body" {
 		t.Fatalf("with fields of the future: %+v %q %v", h, body, err)
 	}
-	h, body, err = relay.DecodeFrame(futureFrame())
+	h, body, err = wire.DecodeFrame(futureFrame())
 	if err != nil || h.Type != "" || string(body) != "payload of the future" {
 		t.Fatalf("a frame of the future: %+v %q %v, want an empty Type to ignore", h, body, err)
 	}
@@ -108,7 +111,7 @@ func TestDecodeFrameSkipsWhatItDoesNotKnow(t *testing.T) {
 		"no length":         {40},
 		"value past header": {40, 9, 'x'},
 	} {
-		if _, _, err := relay.DecodeFrame(withFields(frame, fields...)); err == nil {
+		if _, _, err := wire.DecodeFrame(withFields(frame, fields...)); err == nil {
 			t.Errorf("%s: decoded", name)
 		}
 	}
@@ -116,7 +119,7 @@ func TestDecodeFrameSkipsWhatItDoesNotKnow(t *testing.T) {
 
 // fakeRelay serves one agent connection with serve, as a relay of another
 // devhook version would.
-func fakeRelay(t *testing.T, serve func(ws *websocket.Conn)) (*httptest.Server, relay.Credentials) {
+func fakeRelay(t *testing.T, serve func(ws *websocket.Conn)) (*httptest.Server, wire.Credentials) {
 	t.Helper()
 	up := websocket.Upgrader{}
 	done := make(chan struct{})
@@ -137,7 +140,7 @@ func fakeRelay(t *testing.T, serve func(ws *websocket.Conn)) (*httptest.Server, 
 			t.Error("the fake relay's handler did not end")
 		}
 	})
-	return hs, relay.Credentials{Channel: "0123456789abcdef0123456789abcdef", Token: "tok"}
+	return hs, wire.Credentials{Channel: "0123456789abcdef0123456789abcdef", Token: "tok"}
 }
 
 func writeFrame(t *testing.T, ws *websocket.Conn, frame []byte) {
@@ -147,9 +150,9 @@ func writeFrame(t *testing.T, ws *websocket.Conn, frame []byte) {
 	}
 }
 
-func encode(t *testing.T, h *relay.Header, payload []byte) []byte {
+func encode(t *testing.T, h *wire.Header, payload []byte) []byte {
 	t.Helper()
-	frame, err := relay.AppendFrame(nil, h, payload)
+	frame, err := wire.AppendFrame(nil, h, payload)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,12 +163,12 @@ func encode(t *testing.T, h *relay.Header, payload []byte) []byte {
 // a frame of unknown type carry what it does not know; it gets the
 // delivery and answers in frames an older relay decodes.
 func TestAgentWithANewerRelay(t *testing.T) {
-	answers := make(chan relay.Header, 2)
+	answers := make(chan wire.Header, 2)
 	hs, cr := fakeRelay(t, func(ws *websocket.Conn) {
-		writeFrame(t, ws, withFields(encode(t, &relay.Header{Type: relay.TypeHello, Channel: "c", PublicURL: "https://x/c/c", Status: 1,
-			Header: http.Header{relay.HelloMaxBody: {"1048576"}, "Devhook-Future-Setting": {"on"}}}, nil), futureFields...))
+		writeFrame(t, ws, withFields(encode(t, &wire.Header{Type: wire.TypeHello, Channel: "c", PublicURL: "https://x/c/c", Status: 1,
+			Header: http.Header{wire.HelloMaxBody: {"1048576"}, "Devhook-Future-Setting": {"on"}}}, nil), futureFields...))
 		writeFrame(t, ws, futureFrame())
-		writeFrame(t, ws, withFields(encode(t, &relay.Header{Type: relay.TypeDeliver, ID: "d1", Method: "POST", Path: "/p", Queued: true}, []byte("hello")), futureFields...))
+		writeFrame(t, ws, withFields(encode(t, &wire.Header{Type: wire.TypeDeliver, ID: "d1", Method: "POST", Path: "/p", Queued: true}, []byte("hello")), futureFields...))
 		for range 2 {
 			_, msg, err := ws.ReadMessage()
 			if err != nil {
@@ -173,7 +176,7 @@ func TestAgentWithANewerRelay(t *testing.T) {
 				return
 			}
 			strictTags(t, msg)
-			h, _, err := relay.DecodeFrame(msg)
+			h, _, err := wire.DecodeFrame(msg)
 			if err != nil {
 				t.Error(err)
 				return
@@ -182,11 +185,11 @@ func TestAgentWithANewerRelay(t *testing.T) {
 		}
 		ws.ReadMessage() // until the agent closes
 	})
-	c := dialWith(t, relay.DialConfig{RelayURL: hs.URL, Credentials: cr})
+	c := relaytest.DialWith(t, relayclient.DialConfig{RelayURL: hs.URL, Credentials: cr})
 	if c.PublicURL() != "https://x/c/c" || c.Queued() != 1 || c.MaxBody() != 1<<20 {
 		t.Fatalf("hello: public URL %q, queued %d, max body %d", c.PublicURL(), c.Queued(), c.MaxBody())
 	}
-	d := receive(t, c, 10*time.Second)
+	d := relaytest.Receive(t, c, 10*time.Second)
 	if d.ID != "d1" || d.Path != "/p" || string(d.Body) != "hello" || !d.Queued {
 		t.Fatalf("delivery %+v", d)
 	}
@@ -196,7 +199,7 @@ func TestAgentWithANewerRelay(t *testing.T) {
 	if err := c.Ack(d.ID); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{relay.TypeResponse, relay.TypeAck} {
+	for _, want := range []string{wire.TypeResponse, wire.TypeAck} {
 		select {
 		case h := <-answers:
 			if h.Type != want || h.ID != "d1" {
@@ -212,29 +215,29 @@ func TestAgentWithANewerRelay(t *testing.T) {
 // announce a largest body means 10 MiB; one that does is believed, for
 // deliveries larger than 10 MiB.
 func TestAgentTakesTheRelaysMaxBody(t *testing.T) {
-	big := bytes.Repeat([]byte("b"), relay.DefaultMaxBody+1<<20)
+	big := bytes.Repeat([]byte("b"), wire.DefaultMaxBody+1<<20)
 	for _, tt := range []struct {
 		name     string
 		announce string // "" = an older relay
 		want     int64
 	}{
-		{"older relay", "", relay.DefaultMaxBody},
+		{"older relay", "", wire.DefaultMaxBody},
 		{"16 MiB", strconv.Itoa(16 << 20), 16 << 20},
-		{"nonsense", "-5", relay.DefaultMaxBody},
+		{"nonsense", "-5", wire.DefaultMaxBody},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			hs, cr := fakeRelay(t, func(ws *websocket.Conn) {
-				hello := &relay.Header{Type: relay.TypeHello, Channel: "c", PublicURL: "https://x/c/c"}
+				hello := &wire.Header{Type: wire.TypeHello, Channel: "c", PublicURL: "https://x/c/c"}
 				if tt.announce != "" {
-					hello.Header = http.Header{relay.HelloMaxBody: {tt.announce}}
+					hello.Header = http.Header{wire.HelloMaxBody: {tt.announce}}
 				}
 				writeFrame(t, ws, encode(t, hello, nil))
 				// An agent that takes less drops the connection while
 				// this is written.
-				ws.WriteMessage(websocket.BinaryMessage, encode(t, &relay.Header{Type: relay.TypeDeliver, ID: "big", Method: "POST", Path: "/"}, big))
+				ws.WriteMessage(websocket.BinaryMessage, encode(t, &wire.Header{Type: wire.TypeDeliver, ID: "big", Method: "POST", Path: "/"}, big))
 				ws.ReadMessage()
 			})
-			c := dialWith(t, relay.DialConfig{RelayURL: hs.URL, Credentials: cr})
+			c := relaytest.DialWith(t, relayclient.DialConfig{RelayURL: hs.URL, Credentials: cr})
 			if c.MaxBody() != tt.want {
 				t.Fatalf("max body %d, want %d", c.MaxBody(), tt.want)
 			}
@@ -255,41 +258,41 @@ func TestAgentTakesTheRelaysMaxBody(t *testing.T) {
 // fields it does not know are ignored; the agent's answers and acks
 // count. Its hello decodes by the rules of older agents.
 func TestRelayWithANewerAgent(t *testing.T) {
-	_, hs, db := newRelay(t, relay.Config{ResponseTimeout: 10 * time.Second, MaxBody: 16 << 20})
-	cr := open(t, hs)
+	_, hs, db := relaytest.New(t, relay.Config{ResponseTimeout: 10 * time.Second, MaxBody: 16 << 20})
+	cr := relaytest.Open(t, hs)
 	queued := &devhook.Delivery{ID: "0190a000-0000-7000-8000-000000000001", Method: "POST", Path: "/q", Body: []byte("queued")}
 	if err := db.Enqueue(cr.Channel, queued); err != nil {
 		t.Fatal(err)
 	}
-	ws := dialRaw(t, hs, cr)
+	ws := relaytest.DialRaw(t, hs, cr)
 	_, msg, err := ws.ReadMessage()
 	if err != nil {
 		t.Fatal(err)
 	}
 	strictTags(t, msg) // an older agent reads the hello
-	hello, _, err := relay.DecodeFrame(msg)
-	if err != nil || hello.Type != relay.TypeHello || hello.Header.Get(relay.HelloMaxBody) != strconv.Itoa(16<<20) || hello.Status != 1 {
+	hello, _, err := wire.DecodeFrame(msg)
+	if err != nil || hello.Type != wire.TypeHello || hello.Header.Get(wire.HelloMaxBody) != strconv.Itoa(16<<20) || hello.Status != 1 {
 		t.Fatalf("hello %+v, %v", hello, err)
 	}
-	read := func() relay.Header {
+	read := func() wire.Header {
 		t.Helper()
 		_, msg, err := ws.ReadMessage()
 		if err != nil {
 			t.Fatal(err)
 		}
-		h, _, err := relay.DecodeFrame(msg)
+		h, _, err := wire.DecodeFrame(msg)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return h
 	}
-	if h := read(); h.Type != relay.TypeDeliver || h.ID != queued.ID {
+	if h := read(); h.Type != wire.TypeDeliver || h.ID != queued.ID {
 		t.Fatalf("got %+v, want the queued delivery", h)
 	}
 	writeFrame(t, ws, futureFrame())
-	writeFrame(t, ws, withFields(encode(t, &relay.Header{Type: relay.TypeResponse, ID: queued.ID, Status: 200}, nil), futureFields...))
-	writeFrame(t, ws, withFields(encode(t, &relay.Header{Type: relay.TypeAck, ID: queued.ID}, nil), futureFields...))
-	waitFor(t, "the acked delivery to leave the queue", func() bool { n, _ := db.QueueLen(cr.Channel); return n == 0 })
+	writeFrame(t, ws, withFields(encode(t, &wire.Header{Type: wire.TypeResponse, ID: queued.ID, Status: 200}, nil), futureFields...))
+	writeFrame(t, ws, withFields(encode(t, &wire.Header{Type: wire.TypeAck, ID: queued.ID}, nil), futureFields...))
+	relaytest.WaitFor(t, "the acked delivery to leave the queue", func() bool { n, _ := db.QueueLen(cr.Channel); return n == 0 })
 
 	type result struct {
 		status int
@@ -308,11 +311,11 @@ func TestRelayWithANewerAgent(t *testing.T) {
 		done <- result{status: resp.StatusCode, body: string(b)}
 	}()
 	h := read()
-	if h.Type != relay.TypeDeliver || h.Path != "/live" {
+	if h.Type != wire.TypeDeliver || h.Path != "/live" {
 		t.Fatalf("got %+v, want the live delivery", h)
 	}
 	writeFrame(t, ws, futureFrame())
-	writeFrame(t, ws, withFields(encode(t, &relay.Header{Type: relay.TypeResponse, ID: h.ID, Status: 201}, []byte("made")), futureFields...))
+	writeFrame(t, ws, withFields(encode(t, &wire.Header{Type: wire.TypeResponse, ID: h.ID, Status: 201}, []byte("made")), futureFields...))
 	select {
 	case r := <-done:
 		if r.err != nil || r.status != 201 || r.body != "made" {
@@ -325,7 +328,7 @@ func TestRelayWithANewerAgent(t *testing.T) {
 
 func ExampleDecodeFrame_unknownType() {
 	frame := []byte{0, 0, 0, 2, 1, 77} // version 1, a type from the future
-	h, _, err := relay.DecodeFrame(frame)
+	h, _, err := wire.DecodeFrame(frame)
 	fmt.Printf("type %q, error %v\n", h.Type, err)
 	// Output: type "", error <nil>
 }
