@@ -2,9 +2,10 @@
 // relay, verifies their signature, records them, forwards them byte-exact to
 // the local receiver, passes the receiver's answer back and acknowledges.
 //
-// For each delivery, in this order:
+// For each delivery, in this order, on the goroutine that read it from
+// the relay:
 //
-//	verify → record delivery → forward → record attempt → respond → ack
+//	receive → verify → record → order → forward → owe → answer (and ack)
 //
 // The ack comes only after the delivery is recorded, so the relay keeps a
 // delivery until it is on disk here. A delivery that arrives again (same id)
@@ -20,27 +21,37 @@
 // owed to the receiver: its retry state is recorded, the relay is
 // acknowledged, and the agent retries it with backoff until the receiver
 // takes it or Config.RetryFor has passed, when it gives up loudly. See
-// retry.go.
+// owe.go and retry.go.
 //
-// The files, in the order a delivery from the relay meets them, then the
-// rest:
+// The files: agent.go (the Agent, Config, Result, Health), which the
+// others use, then from the top down, each using only files below it; the
+// stages of a delivery's path, from verify.go to acks.go, come in the
+// order it meets them. agent.go uses owed.go, route.go, target.go,
+// health.go and, the one reference that runs back up, httpclient.go, whose
+// connection pool the Agent holds:
 //
-//	agent.go       the Agent: Config, New, Run's lifecycle
-//	conn.go        the connection to the relay: dial, reconnect, backoff
-//	workers.go     one connection's deliveries, each on a worker of a pool
-//	order.go       a run's deliveries one after the other, in the order they came
-//	live.go        a delivery: verify → record → forward → the sender's answer
-//	queued.go      what differs for a queued one: held writes, owed forwards
-//	forward.go     one forward to a receiver, and its record
-//	httpclient.go  the agent's own HTTP/1.1 client, for plain-http receivers
-//	acks.go        the answer and the ack that go back to the relay
-//	health.go      whether recording works
+//	conn.go        Run; the connection to the relay: dial, reconnect, backoff
+//	workers.go     receive: one connection's deliveries, each run on the worker that read it
 //	retry.go       retries of the deliveries owed to the receiver
 //	replay.go      Agent.Replay
+//	live.go        a delivery's path, top to bottom: the stages below, in turn
+//	verify.go      verify: the signature
+//	record.go      record: on disk first; a duplicate answered from the record
+//	order.go       order: a run's deliveries one after the other, in the order they came
+//	forward.go     forward: to the receivers, each attempt recorded; the HTTP request
+//	httpclient.go  the agent's own HTTP/1.1 client, for plain-http receivers
+//	request.go     what both clients share: the header as sent, the answer as recorded
+//	owe.go         owe: a queued delivery the receiver did not take
+//	queued.go      what differs for a queued one: a write that fails is held
+//	acks.go        answer: what goes back to the relay, and the ack
+//	owed.go        the table of the owed deliveries
+//	routefile.go   a file of routes; route.go: routes (listen --route)
+//	replay_edit.go a replay's header edit
+//	target.go      a receiver's address
+//	health.go      whether recording works
 package agent
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -48,7 +59,6 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -217,6 +227,17 @@ type Result struct {
 	Replay bool
 }
 
+// Connection is a connection to the relay that just opened, for output.
+type Connection struct {
+	PublicURL string
+	// Queued is how many deliveries waited in the relay's queue; they
+	// follow now. 0 from a relay that does not say.
+	Queued int
+	// Reconnect: an earlier connection of this Run was lost, Down ago.
+	Reconnect bool
+	Down      time.Duration
+}
+
 // Agent forwards and records deliveries.
 type Agent struct {
 	cfg     Config
@@ -292,6 +313,7 @@ func New(cfg Config) (*Agent, error) {
 	if a.cfg.Logf == nil {
 		a.cfg.Logf = func(string, ...any) {}
 	}
+	a.health.now, a.health.logf, a.health.changed = a.cfg.Now, a.cfg.Logf, a.publishHealth
 	a.client = cfg.Client
 	if a.client == nil {
 		a.client = NewClient(a.cfg.Concurrency, a.cfg.TLS)
@@ -315,31 +337,6 @@ func NewClient(conns int, tlsConfig *tls.Config) *http.Client {
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		Transport:     tr,
 	}
-}
-
-// ParseTarget turns a receiver's address (localhost:8080, :8080, 8080,
-// http://host:port/base), as a user gives it, into a URL. Its errors say
-// what is wrong with the address; the caller names where it came from.
-func ParseTarget(s string) (*url.URL, error) {
-	raw := strings.TrimSpace(s)
-	switch {
-	case raw == "":
-		return nil, errors.New("the receiver's address is empty; give one such as localhost:8080")
-	case strings.Trim(raw, "0123456789") == "":
-		raw = "http://localhost:" + raw
-	case strings.HasPrefix(raw, ":"):
-		raw = "http://localhost" + raw
-	case !strings.Contains(raw, "://"):
-		raw = "http://" + raw
-	}
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, fmt.Errorf("%q is not a receiver address; use host:port or an http(s) URL", s)
-	}
-	// The query is kept: each delivery's own query follows it
-	// (devhook.TargetURL).
-	u.Fragment, u.RawFragment = "", ""
-	return u, nil
 }
 
 // SetSecret sets the signing secret; it may arrive after start-up.
@@ -406,39 +403,33 @@ func (a *Agent) targetsOf(rt *devhook.Route) []*url.URL {
 	return a.targets
 }
 
-// Run connects to the relay and handles deliveries until ctx ends,
-// reconnecting with capped, jittered exponential backoff. It returns an
-// error only when the relay rejects the credentials (relayclient.ErrRejected) or
-// another agent took the channel over (relayclient.ErrReplaced): reconnecting
-// would not help, or would take the channel back and forth. See conn.go.
-//
-// Run also retries the deliveries owed to the receiver, those recorded by
-// an earlier Run included, and waits for those retries before it returns.
-func (a *Agent) Run(ctx context.Context) error {
-	if a.cfg.RelayURL == "" || a.cfg.Credentials.Channel == "" {
-		return errors.New("agent: no relay or channel to connect to")
-	}
-	if len(a.targets) == 0 {
-		return errors.New("agent: no forward target (Config.Forward is empty)")
-	}
-	defer a.CloseIdleConnections() // the receiver's kept-alive connections
-	a.resume()
-	retryCtx, stopRetries := context.WithCancel(ctx)
-	retriesDone := make(chan struct{})
-	go func() {
-		defer close(retriesDone)
-		a.retryLoop(retryCtx)
-	}()
-	defer func() {
-		stopRetries()
-		<-retriesDone
-	}()
+// Health returns whether recording works and how many deliveries are
+// held, owed and given up.
+func (a *Agent) Health() devhook.Health {
+	h := a.health.state()
+	h.Owed, h.Failed = a.owed.counts()
+	return h
+}
 
-	return a.stayConnected(ctx)
+// publishHealth tells live views the agent's Health.
+func (a *Agent) publishHealth() {
+	if a.cfg.OnChange == nil {
+		return
+	}
+	h := a.Health()
+	a.cfg.OnChange(devhook.Change{Kind: devhook.ChangeHealth, Health: &h})
 }
 
 func (a *Agent) publish(c devhook.Change) {
 	if a.cfg.OnChange != nil {
 		a.cfg.OnChange(c)
 	}
+}
+
+// jitter returns a random wait between d/2 and 3d/2.
+func (a *Agent) jitter(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	return time.Duration(a.cfg.Rand(int64(d))) + d/2
 }

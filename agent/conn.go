@@ -10,7 +10,7 @@ package agent
 // channel was down when it is a reconnection. The relay rejecting the
 // credentials, or another agent taking the channel over, ends Run. While
 // the store cannot take a write (a full disk), the agent does not connect
-// (health.go: waitWritable). The deliveries of a connection are served by
+// (health.go: health.waitWritable). The deliveries of a connection are served by
 // workers.go.
 //
 // A connection holds once it has lived Config.HealthyAfter (by default
@@ -57,15 +57,36 @@ const (
 // its count, at most this often.
 const repeatEvery = time.Minute
 
-// Connection is a connection to the relay that just opened, for output.
-type Connection struct {
-	PublicURL string
-	// Queued is how many deliveries waited in the relay's queue; they
-	// follow now. 0 from a relay that does not say.
-	Queued int
-	// Reconnect: an earlier connection of this Run was lost, Down ago.
-	Reconnect bool
-	Down      time.Duration
+// Run connects to the relay and handles deliveries until ctx ends,
+// reconnecting with capped, jittered exponential backoff. It returns an
+// error only when the relay rejects the credentials (relayclient.ErrRejected) or
+// another agent took the channel over (relayclient.ErrReplaced): reconnecting
+// would not help, or would take the channel back and forth. See the top
+// of this file.
+//
+// Run also retries the deliveries owed to the receiver, those recorded by
+// an earlier Run included, and waits for those retries before it returns.
+func (a *Agent) Run(ctx context.Context) error {
+	if a.cfg.RelayURL == "" || a.cfg.Credentials.Channel == "" {
+		return errors.New("agent: no relay or channel to connect to")
+	}
+	if len(a.targets) == 0 {
+		return errors.New("agent: no forward target (Config.Forward is empty)")
+	}
+	defer a.CloseIdleConnections() // the receiver's kept-alive connections
+	a.resume()
+	retryCtx, stopRetries := context.WithCancel(ctx)
+	retriesDone := make(chan struct{})
+	go func() {
+		defer close(retriesDone)
+		a.retryLoop(retryCtx)
+	}()
+	defer func() {
+		stopRetries()
+		<-retriesDone
+	}()
+
+	return a.stayConnected(ctx)
 }
 
 // stayConnected connects to the relay and serves each connection until
@@ -76,7 +97,7 @@ func (a *Agent) stayConnected(ctx context.Context) error {
 	r := redial{a: a, backoff: a.cfg.MinBackoff}
 	at := 0 // the relay tried next
 	for {
-		if !a.waitWritable(ctx) {
+		if !a.health.waitWritable(ctx, a.cfg.Store, a.cfg.MinBackoff) {
 			return nil
 		}
 		conn, err := relayclient.Dial(ctx, relayclient.DialConfig{RelayURL: relays[at], Credentials: a.cfg.Credentials, Network: a.cfg.RelayNetwork})
@@ -95,7 +116,7 @@ func (a *Agent) stayConnected(ctx context.Context) error {
 			continue
 		}
 		opened := a.cfg.Now()
-		held, err := r.serve(ctx, conn, opened)
+		held, err := r.use(ctx, conn, opened, a.serve)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -206,16 +227,17 @@ func (r *redial) recovered() {
 	r.fails = 0
 }
 
-// serve serves conn until it ends, reporting it (OnConnect) at once or,
-// while flapping, once it holds or brings a delivery, whichever comes
-// first (so that "reconnected, N queued deliveries follow" precedes
-// them). It returns whether it held, and why it ended.
-func (r *redial) serve(ctx context.Context, conn *relayclient.Conn, opened time.Time) (held bool, err error) {
+// use serves conn with serve (Agent.serve, workers.go) until it ends,
+// reporting it (OnConnect) at once or, while flapping, once it holds or
+// brings a delivery, whichever comes first (so that "reconnected, N queued
+// deliveries follow" precedes them). It returns whether it held, and why
+// it ended.
+func (r *redial) use(ctx context.Context, conn *relayclient.Conn, opened time.Time, serve func(context.Context, *relayclient.Conn, func()) error) (held bool, err error) {
 	a := r.a
 	deferred := r.flapping && r.reported
 	// announce and holds run at most once each, from the timer's
 	// goroutine or this one; their Onces order what they do before what
-	// follows serve's return.
+	// follows use's return.
 	var announceOnce, holdOnce sync.Once
 	announced := false
 	announce := func() {
@@ -244,7 +266,7 @@ func (r *redial) serve(ctx context.Context, conn *relayclient.Conn, opened time.
 		})
 	}
 	t := time.AfterFunc(a.healthyAfter(conn), holds)
-	err = a.serve(ctx, conn, announce)
+	err = serve(ctx, conn, announce)
 	t.Stop()
 	holdOnce.Do(func() {})     // holds ran, or never will
 	announceOnce.Do(func() {}) // likewise
@@ -287,12 +309,4 @@ func (a *Agent) shuffled(urls []string) []string {
 		out[i], out[j] = out[j], out[i]
 	}
 	return out
-}
-
-// jitter returns a random wait between d/2 and 3d/2.
-func (a *Agent) jitter(d time.Duration) time.Duration {
-	if d <= 0 {
-		return 0
-	}
-	return time.Duration(a.cfg.Rand(int64(d))) + d/2
 }

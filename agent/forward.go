@@ -3,23 +3,111 @@ package agent
 import (
 	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
-	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
+	"sync"
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/relay/wire"
 	"github.com/devhook/devhook/signature"
 )
+
+// Forward: the stage of a delivery's path (live.go) that sends it to the
+// receivers its route chose and records each attempt; the first target's
+// answer goes back to the sender (acks.go), the others get a copy at the
+// same time. A route that drops the delivery records that instead.
+// retry.go and replay.go forward through here too. The HTTP request
+// itself: send, below; for plain-http receivers, httpclient.go; what both
+// share, request.go.
+
+// forwardTo forwards p's delivery to the targets of its route rt and
+// records the attempts. It returns false when the path ends here: a queued
+// delivery's attempt could not be recorded, and was held until the
+// connection ended, or the delivery was deleted meanwhile.
+func (a *Agent) forwardTo(ctx context.Context, h holder, p *processed, rt *devhook.Route) bool {
+	d := p.Delivery
+	kind := devhook.AttemptForward
+	var resign bool
+	if d.Queued {
+		kind = devhook.AttemptRedelivery
+		// It waited: the receiver's 5-minute window may have closed on it.
+		resign = d.Verdict.OK() && a.getSecret() != ""
+	}
+	targets := a.targetsOf(rt) // a route has one
+	ats := make([]devhook.Attempt, len(targets))
+	var wg sync.WaitGroup
+	for i := 1; i < len(targets); i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ats[i] = a.forward(ctx, d, targets[i], kind, resign, nil, "")
+		}()
+	}
+	ats[0] = a.forward(ctx, d, targets[0], kind, resign, nil, "")
+	if !d.Queued && ats[0].Status != 0 {
+		if reason := unframable(d.ID, ats[0].Status, ats[0].Header); reason != "" {
+			ats[0].Error = reason + "; the sender got 502"
+			p.unframed = reason
+		}
+	}
+	if ats[0].Status != 0 {
+		a.receiverAnswered(targetKey(rt))
+	}
+	wg.Wait()
+	for i := range ats {
+		ats[i].Route = rt
+		rec := a.recordAttempt(d, ats[i])
+		if i == 0 {
+			p.Attempt, p.answer = rec, rec
+		} else {
+			p.Copies = append(p.Copies, rec)
+		}
+	}
+	return a.attemptRecorded(h, p)
+}
+
+// drop records that p's route dropped it: an attempt of kind drop, not
+// forwarded; the sender gets 202 (acks.go).
+func (a *Agent) drop(h holder, p *processed) {
+	d := p.Delivery
+	at := devhook.Attempt{Kind: devhook.AttemptDrop, Target: devhook.RouteDrop, StartedAt: a.cfg.Now().UTC(), Route: d.Route}
+	p.Attempt = a.recordAttempt(d, at)
+	p.answer = p.Attempt
+	a.attemptRecorded(h, p)
+}
+
+// attemptRecorded holds a queued delivery whose attempt p.Attempt could
+// not be recorded until it is: the relay is acknowledged once it is
+// (queued.go). It returns false when the connection ended first, or the
+// delivery was deleted meanwhile.
+func (a *Agent) attemptRecorded(h holder, p *processed) bool {
+	d := p.Delivery
+	if !d.Queued || p.Attempt.Seq != 0 {
+		return true
+	}
+	deleted := false
+	if !a.hold(h, func() error {
+		rec, err := a.cfg.Store.AddAttempt(d.ID, *p.Attempt)
+		switch {
+		case devhook.ErrorCode(err) == devhook.ENOTFOUND:
+			deleted = true // nothing to hold it for
+		case err != nil:
+			return err
+		default:
+			a.published(d, &rec)
+			p.Attempt, p.answer = &rec, &rec
+		}
+		return nil
+	}) {
+		p.ended = true
+		return false
+	}
+	return !deleted
+}
 
 // attempt forwards d (or edit, a replay's request in its place) to target
 // and records the attempt, with the route rt that chose target. It returns
@@ -27,7 +115,7 @@ import (
 func (a *Agent) attempt(ctx context.Context, d *devhook.Delivery, target *url.URL, kind string, resign bool, edit *devhook.Request, to string, rt *devhook.Route) *devhook.Attempt {
 	at := a.forward(ctx, d, target, kind, resign, edit, to)
 	at.Route = rt
-	return a.record(d, at)
+	return a.recordAttempt(d, at)
 }
 
 // forward sends d to target, or to the URL to when it is not empty, and
@@ -108,9 +196,9 @@ func edited(d *devhook.Delivery, edit *devhook.Request, resign bool) bool {
 	return false
 }
 
-// record stores attempt at of d and tells live views. On failure it logs
-// and returns the attempt unrecorded.
-func (a *Agent) record(d *devhook.Delivery, at devhook.Attempt) *devhook.Attempt {
+// recordAttempt stores attempt at of d and tells live views. On failure it
+// logs and returns the attempt unrecorded.
+func (a *Agent) recordAttempt(d *devhook.Delivery, at devhook.Attempt) *devhook.Attempt {
 	rec, err := a.cfg.Store.AddAttempt(d.ID, at)
 	if devhook.ErrorCode(err) == devhook.ENOTFOUND {
 		// Deleted while it was forwarded: the store is fine, and
@@ -121,7 +209,7 @@ func (a *Agent) record(d *devhook.Delivery, at devhook.Attempt) *devhook.Attempt
 	if err != nil {
 		// The receiver has had it: say so, and carry on without the
 		// record of this attempt.
-		a.storeFailed(err)
+		a.health.failed(err)
 		if d.Queued {
 			a.cfg.Logf("delivery %s: the receiver got it (%s) but devhook could not record the attempt: %v; it is recorded before the relay is acknowledged", d.ID, outcome(&at), err)
 		} else {
@@ -129,7 +217,7 @@ func (a *Agent) record(d *devhook.Delivery, at devhook.Attempt) *devhook.Attempt
 		}
 		return &at
 	}
-	a.storeOK()
+	a.health.ok()
 	a.published(d, &rec)
 	return &rec
 }
@@ -198,83 +286,4 @@ func (a *Agent) send(ctx context.Context, at *devhook.Attempt, method string, he
 	}
 	b, err := io.ReadAll(io.LimitReader(resp.Body, a.cfg.MaxResponse+1))
 	a.setAnswer(at, resp, b, err)
-}
-
-// hasBody reports whether a request sends a body, if only an empty one
-// (Content-Length: 0).
-func hasBody(method string, body []byte) bool {
-	return len(body) > 0 || method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch
-}
-
-// outHeader is header as sent: without hop-by-hop headers, and with an
-// empty User-Agent, which sends none, rather than Go's own. It is header
-// itself when that needs neither change, as most do: the relay strips
-// hop-by-hop headers already, and the request only reads it.
-func outHeader(header http.Header) http.Header {
-	if _, ok := header["User-Agent"]; ok && !wire.HasHopByHop(header) {
-		return header
-	}
-	// The header map is used as is: every value of repeated headers, in order.
-	h := wire.EndToEnd(header)
-	if _, ok := h["User-Agent"]; !ok {
-		h["User-Agent"] = []string{""}
-	}
-	return h
-}
-
-// setAnswer fills at with the receiver's answer resp, whose body is b, read
-// up to MaxResponse+1 bytes until err.
-func (a *Agent) setAnswer(at *devhook.Attempt, resp *http.Response, b []byte, err error) {
-	if err != nil {
-		at.Error = "reading the receiver's answer: " + err.Error()
-	}
-	if int64(len(b)) > a.cfg.MaxResponse {
-		b = b[:a.cfg.MaxResponse]
-		at.Error = fmt.Sprintf("the receiver's answer is over %d bytes; the rest was dropped", a.cfg.MaxResponse)
-	}
-	at.Status, at.Header, at.Body = resp.StatusCode, resp.Header, b
-}
-
-// describe says in words why a forward failed.
-func describe(err error, target string) string {
-	switch {
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return "connection refused: is your receiver running at " + target + "?"
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded):
-		return "timeout: the receiver did not answer in time"
-	case errors.Is(err, context.Canceled):
-		return "canceled: devhook is stopping"
-	case isTLSVerifyError(err):
-		return "TLS: " + tlsCause(err) + " (trust the receiver's CA with --forward-ca FILE, or skip the check with --forward-insecure)"
-	}
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err.Error()
-	}
-	return err.Error()
-}
-
-// isTLSVerifyError reports whether err is a receiver's certificate that
-// did not verify.
-func isTLSVerifyError(err error) bool {
-	var (
-		unknown  x509.UnknownAuthorityError
-		invalid  x509.CertificateInvalidError
-		hostname x509.HostnameError
-		verify   *tls.CertificateVerificationError
-	)
-	return errors.As(err, &unknown) || errors.As(err, &invalid) || errors.As(err, &hostname) || errors.As(err, &verify)
-}
-
-// tlsCause is the innermost message of a TLS error.
-func tlsCause(err error) string {
-	var verify *tls.CertificateVerificationError
-	if errors.As(err, &verify) && verify.Err != nil {
-		return verify.Err.Error()
-	}
-	var ue *url.Error
-	if errors.As(err, &ue) {
-		return ue.Err.Error()
-	}
-	return err.Error()
 }

@@ -15,10 +15,15 @@ import (
 // forwarded and queued ones are held. A success ends that once no write is
 // held: on a disk with a little room a small write may succeed while larger
 // ones still fail. Each change is said in a log line and a
-// devhook.ChangeHealth, not once per delivery; an episode that starts
-// within quietAfter of the end of the last one is not logged, so that a
-// disk at the edge does not fill the terminal.
+// devhook.ChangeHealth (changed: Agent.publishHealth), not once per
+// delivery; an episode that starts within quietAfter of the end of the
+// last one is not logged, so that a disk at the edge does not fill the
+// terminal.
 type health struct {
+	now     func() time.Time
+	logf    func(format string, args ...any)
+	changed func()
+
 	failing atomic.Bool  // read on every record: the only cost when all is well
 	held    atomic.Int64 // queued deliveries waiting for a write
 
@@ -32,13 +37,12 @@ type health struct {
 // quietAfter: see health.
 const quietAfter = 10 * time.Second
 
-// storeFailed notes that a write failed.
-func (a *Agent) storeFailed(err error) {
-	h := &a.health
+// failed notes that a write failed.
+func (h *health) failed(err error) {
 	h.mu.Lock()
 	first := !h.failing.Load()
 	if first {
-		h.since = a.cfg.Now()
+		h.since = h.now()
 		h.failing.Store(true)
 		h.quiet = !h.ended.IsZero() && h.since.Sub(h.ended) < quietAfter
 	}
@@ -46,16 +50,15 @@ func (a *Agent) storeFailed(err error) {
 	quiet := h.quiet
 	h.mu.Unlock()
 	if first {
-		a.publishHealth()
+		h.changed()
 	}
 	if first && !quiet {
-		a.cfg.Logf("recording failed: %v; live deliveries are answered 503 and not forwarded, queued ones are held and retried until recording works again", err)
+		h.logf("recording failed: %v; live deliveries are answered 503 and not forwarded, queued ones are held and retried until recording works again", err)
 	}
 }
 
-// storeOK notes that a write succeeded.
-func (a *Agent) storeOK() {
-	h := &a.health
+// ok notes that a write succeeded.
+func (h *health) ok() {
 	if !h.failing.Load() || h.held.Load() > 0 {
 		return
 	}
@@ -67,33 +70,24 @@ func (a *Agent) storeOK() {
 	h.failing.Store(false)
 	since, quiet := h.since, h.quiet
 	h.err = ""
-	h.ended = a.cfg.Now()
+	h.ended = h.now()
 	h.mu.Unlock()
 	if !quiet {
-		a.cfg.Logf("recording works again after %s", FormatDuration(h.ended.Sub(since)))
+		h.logf("recording works again after %s", FormatDuration(h.ended.Sub(since)))
 	}
-	a.publishHealth()
+	h.changed()
 }
 
-// Health returns whether recording works and how many deliveries are
-// held, owed and given up.
-func (a *Agent) Health() devhook.Health {
-	h := devhook.Health{Held: int(a.health.held.Load())}
-	a.health.mu.Lock()
-	if a.health.failing.Load() {
-		h.StorageError, h.Since = a.health.err, a.health.since.UTC()
+// state returns whether recording works and how many deliveries are held
+// (Agent.Health adds the owed ones).
+func (h *health) state() devhook.Health {
+	s := devhook.Health{Held: int(h.held.Load())}
+	h.mu.Lock()
+	if h.failing.Load() {
+		s.StorageError, s.Since = h.err, h.since.UTC()
 	}
-	a.health.mu.Unlock()
-	h.Owed, h.Failed = a.owed.counts()
-	return h
-}
-
-func (a *Agent) publishHealth() {
-	if a.cfg.OnChange == nil {
-		return
-	}
-	h := a.Health()
-	a.cfg.OnChange(devhook.Change{Kind: devhook.ChangeHealth, Health: &h})
+	h.mu.Unlock()
+	return s
 }
 
 // FormatDuration writes d rounded to the second, without zero units:
@@ -121,15 +115,15 @@ type writeChecker interface{ CheckWrite() error }
 // take writes.
 const maxSpacePoll = 5 * time.Second
 
-// waitWritable returns true once the store can take a write, false if ctx
+// waitWritable returns true once store can take a write, false if ctx
 // ends first. Until then the agent does not connect: a delivery it takes
 // it must record before it answers or acknowledges, so it takes none, and
 // the relay keeps the channel's deliveries queued (a sender gets 202). The
-// store is checked again after MinBackoff, then twice as long each time,
+// store is checked again after minBackoff, then twice as long each time,
 // up to maxSpacePoll; the history stays readable meanwhile. Each change is
 // a log line and a devhook.ChangeHealth.
-func (a *Agent) waitWritable(ctx context.Context) bool {
-	wc, ok := a.cfg.Store.(writeChecker)
+func (h *health) waitWritable(ctx context.Context, store any, minBackoff time.Duration) bool {
+	wc, ok := store.(writeChecker)
 	if !ok {
 		return true
 	}
@@ -137,21 +131,20 @@ func (a *Agent) waitWritable(ctx context.Context) bool {
 	if err == nil {
 		return true
 	}
-	h := &a.health
 	h.mu.Lock()
 	first := !h.failing.Load()
 	if first {
-		h.since = a.cfg.Now()
+		h.since = h.now()
 		h.failing.Store(true)
 		h.quiet = false
 	}
 	h.err = err.Error()
 	h.mu.Unlock()
 	if first {
-		a.publishHealth()
+		h.changed()
 	}
-	a.cfg.Logf("cannot record deliveries: %v; taking none until there is room again: not connected to the relay, which keeps this channel's deliveries queued meanwhile; recorded deliveries stay readable", err)
-	wait := a.cfg.MinBackoff
+	h.logf("cannot record deliveries: %v; taking none until there is room again: not connected to the relay, which keeps this channel's deliveries queued meanwhile; recorded deliveries stay readable", err)
+	wait := minBackoff
 	for {
 		select {
 		case <-ctx.Done():
@@ -159,7 +152,7 @@ func (a *Agent) waitWritable(ctx context.Context) bool {
 		case <-time.After(wait):
 		}
 		if wc.CheckWrite() == nil {
-			a.storeOK()
+			h.ok()
 			return true
 		}
 		wait = min(2*wait, maxSpacePoll)

@@ -1,6 +1,7 @@
 package agent
 
-// The order of a run's deliveries.
+// Order: a run's deliveries one after the other, in the order they came;
+// different runs in parallel.
 //
 // The service never sends a run's next status before the previous one's
 // first attempt finished, and receivers rely on it. Deliveries that waited
@@ -21,16 +22,50 @@ package agent
 //     A live delivery with no run_id is never held: its sender is
 //     waiting, and the relay does not queue it behind a backlog either
 //     (relay/drain.go); the path orders only queued ones.
-//   - A delivery the agent owes the receiver (retry.go) holds its run's
+//   - A delivery the agent owes the receiver (owe.go) holds its run's
 //     place: a later delivery of the run is not forwarded before it, but
-//     owed behind it (oweBehind), and the retries of a run go in order,
-//     one at a time.
+//     owed behind it (oweBehind, the stage of a delivery's path after its
+//     record), and the retries of a run go in order, one at a time
+//     (retry.go).
 
 import (
 	"sync"
 
 	"github.com/devhook/devhook"
 )
+
+// oweBehind is the order stage of d's path (live.go): a delivery of a run
+// that has one owed to the receiver is not forwarded before it, but owed
+// behind it, recorded so (its retry state), and its sender, when it is a
+// live one, gets 202 as from the relay's queue: devhook keeps it. It
+// returns whether d was kept back, or its place could not be recorded: a
+// live one is then answered 503, a queued one held (queued.go). It sets
+// p.key, d's run, for the stages after it.
+func (a *Agent) oweBehind(h holder, p *processed) bool {
+	d := p.Delivery
+	if !d.Queued && d.Event.RunID == "" {
+		return false // a live delivery of no run goes as its sender sent it
+	}
+	p.key = orderKey(d)
+	now := a.cfg.Now()
+	if !a.owed.reserve(d.ID, p.key, now) {
+		return false
+	}
+	st := devhook.RetryState{State: devhook.RetryOwed, Since: now, Route: d.Route}
+	if err := a.writeOrHold(h, p, func() error { return a.cfg.Store.PutRetry(d.ID, st) }); err != nil {
+		a.owed.unreserve(d.ID)
+		if !p.ended {
+			p.failure = "devhook could not record the delivery's place behind an earlier one of its run: " + shortCause(err) + "; not forwarded"
+			p.Error = "could not record that the delivery is owed behind an earlier one of its run: " + err.Error() + "; answered 503, not forwarded"
+		}
+		return true
+	}
+	p.Owed, p.Behind, p.behind = true, true, true
+	a.owed.add(d.ID, p.key, st.Route, now, now, false)
+	a.publishRetry(d, nil, &st)
+	a.publishHealth()
+	return true
+}
 
 // orderKey is what orders d among the deliveries of its channel: its run,
 // or without one its path; and the target its route chose (d.Route), when

@@ -1,12 +1,30 @@
 package agent
 
-// The deliveries of one connection to the relay, each handled on a worker
-// of a pool: see serve.
+// Receive: the deliveries of one connection to the relay, each run on the
+// worker that read it.
+//
+// The workers of a connection take turns at reading it. The one whose
+// turn it is reads until a delivery is to run now (order.go keeps the
+// others back), takes a slot for it, hands its turn on (to an idle worker,
+// or to a new one while the pool has fewer than Config.Concurrency), and
+// runs the delivery itself (live.go: process, then finish), then the next
+// ones of its run; then it waits for its turn again. So a delivery stays
+// on the goroutine that read it, from the WebSocket to its answer: only
+// the turn to read passes from one goroutine to another.
+//
+// Bounds: at most Concurrency deliveries under way, a slot each; at most
+// Concurrency workers in the pool, and when every one runs a delivery,
+// nobody reads until one is done; one reader at a time (relayclient.Conn's
+// Receive: each turn handed on through the pool's lock or channel, which
+// orders one reader's calls before the next one's); workers that outlive
+// their delivery, so that a worker's stack, grown by the first delivery,
+// is not grown again; all of them gone when serve returns. A worker that
+// must hold a queued delivery until the disk takes it (queued.go) frees
+// its slot and leaves the pool; one starts in its place if nobody reads.
 
 import (
 	"context"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/devhook/devhook/relay/relayclient"
@@ -21,20 +39,10 @@ func (a *Agent) InFlight() int {
 	return 0
 }
 
-// serve handles one connection until it ends. It waits for the deliveries
-// it started.
-//
-// Deliveries run on workers that outlive them: a worker that finished one
-// waits for the next, so that its stack, grown by the first delivery, is
-// not grown again (a goroutine per delivery copied its stack once per
-// delivery). There are at most Concurrency workers; one that must hold a
-// queued delivery until the disk takes it leaves the pool. The deliveries
-// of one run go one after the other (order.go): those waiting behind one
-// under way take no slot, and the worker that finishes one goes on with
-// the next of its run. received, when not nil, is called when the first
+// serve handles one connection until it ends, and waits for the
+// deliveries under way. received, when not nil, is called when the first
 // delivery has arrived, before it is handled.
 func (a *Agent) serve(ctx context.Context, conn *relayclient.Conn, received func()) error {
-	var wg sync.WaitGroup
 	sem := make(chan struct{}, a.cfg.Concurrency)
 	a.slots.Store(&sem)
 	// Deliveries under way when ctx ends get a grace period to finish, so
@@ -48,113 +56,205 @@ func (a *Agent) serve(ctx context.Context, conn *relayclient.Conn, received func
 		conn.Close()
 		time.AfterFunc(ShutdownGrace, cancelWork)
 	})
-	lines := orderLines{route: a.routeOf}
-	next := make(chan job)      // to an idle worker
-	quit := make(chan struct{}) // idle workers leave
-	var pooled atomic.Int32     // workers in the pool
-	defer func() {
-		stop()
-		conn.Close()
-		dropHeld()
-		lines.close()
-		close(quit)
-		wg.Wait()
-		cancelWork()
-	}()
-	// handle runs j, whose slot of sem is taken. It returns false when it
-	// freed the slot to hold j's delivery, leaving the pool if *inPool.
-	handle := func(j job, inPool *bool) bool {
-		d := j.d
-		res := a.process(work, d)
-		if res.hold != 0 {
-			// Waiting for the disk must not take a slot from live
-			// deliveries, which are answered 503 meanwhile; nor a
-			// worker, which the slot would wait for.
-			if *inPool {
-				*inPool = false
-				pooled.Add(-1)
-			}
-			<-sem
-			if a.hold(work, held, d, &res) {
-				a.finish(conn, d, &res)
-			} else {
-				a.owed.unreserve(d.ID) // sent again on the next connection
-			}
-			return false
-		}
-		a.finish(conn, d, &res)
-		return true
+	p := &pool{a: a, conn: conn, work: work, held: held, received: received,
+		lines: orderLines{route: a.routeOf}, sem: sem,
+		turn: make(chan struct{}, 1), quit: make(chan struct{}), end: make(chan error, 1)}
+	var wg sync.WaitGroup
+	p.start = func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.runWorker()
+		}()
 	}
-	worker := func(j job) {
-		defer wg.Done()
-		inPool := true
-		for {
-			kept := handle(j, &inPool)
-			if nj, ok := lines.next(j); ok {
-				// The next delivery of j's run, on this worker.
-				if !kept {
-					select {
-					case sem <- struct{}{}:
-					case <-held.Done():
-						lines.next(nj) // the connection ended: the rest is dropped
-						return
-					}
-				}
-				j = nj
-				continue
-			}
-			if kept {
-				<-sem
-			}
-			if !inPool {
-				return
-			}
-			select {
-			case j = <-next:
-			case <-quit:
-				pooled.Add(-1)
-				return
-			}
-		}
+	p.n = 1
+	p.start()
+	var err error
+	select {
+	case err = <-p.end:
+	case <-ctx.Done():
+		err = ctx.Err()
 	}
+	stop()
+	conn.Close()
+	dropHeld()
+	p.lines.close()
+	close(p.quit)
+	wg.Wait()
+	cancelWork()
+	return err
+}
+
+// pool is the workers of one connection.
+type pool struct {
+	a        *Agent
+	conn     *relayclient.Conn
+	work     context.Context // the deliveries': outlives ctx by ShutdownGrace
+	held     context.Context // the connection's: a held delivery is dropped when it ends
+	received func()          // see serve; read only by the worker whose turn it is
+	lines    orderLines
+	sem      chan struct{} // a slot per delivery under way
+	start    func()        // starts a worker, whose turn it is
+
+	mu   sync.Mutex
+	n    int  // workers in the pool
+	idle int  // of them, waiting for their turn
+	free bool // nobody reads: the pool was full and no worker idle; the next one done reads
+	turn chan struct{}
+	quit chan struct{} // closed once the connection ended: idle workers leave
+
+	end chan error // why the connection ended: the first error, the rest are dropped
+}
+
+// runWorker is a worker: it reads, runs what it read, and waits for its turn
+// again, until the connection ends or it leaves the pool.
+func (p *pool) runWorker() {
+	w := &worker{p: p, inPool: true}
 	for {
-		d, err := conn.Receive()
+		j, ok := p.read()
+		if !ok {
+			return
+		}
+		p.handOn()
+		if !p.a.runLine(w, j) || !p.await() {
+			return
+		}
+	}
+}
+
+// read reads the connection, its turn to, until a delivery is to run now,
+// and takes a slot for it. It returns false when the connection ended.
+func (p *pool) read() (job, bool) {
+	for {
+		d, err := p.conn.Receive()
 		if err != nil {
-			return err
+			p.ended(err)
+			return job{}, false
 		}
-		if received != nil {
-			received()
-			received = nil
+		if p.received != nil {
+			p.received()
+			p.received = nil
 		}
-		j, now := lines.admit(d)
+		j, now := p.lines.admit(d)
 		if !now {
 			continue // behind an earlier delivery of its run
 		}
 		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			lines.next(j)
-			return ctx.Err()
-		}
-		select {
-		case next <- j:
-			continue
-		default:
-		}
-		if pooled.Load() < int32(a.cfg.Concurrency) {
-			pooled.Add(1)
-			wg.Add(1)
-			go worker(j)
-			continue
-		}
-		// Every worker is taken, and one of them freed the slot just
-		// taken: it is on its way back.
-		select {
-		case next <- j:
-		case <-ctx.Done():
-			<-sem
-			lines.next(j)
-			return ctx.Err()
+		case p.sem <- struct{}{}:
+			return j, true
+		case <-p.held.Done():
+			p.lines.next(j)
+			p.ended(p.held.Err())
+			return job{}, false
 		}
 	}
 }
+
+func (p *pool) ended(err error) {
+	select {
+	case p.end <- err:
+	default:
+	}
+}
+
+// handOn hands the turn to read on: to an idle worker, or to a new one
+// while the pool has room; with neither, the next worker done takes it.
+func (p *pool) handOn() {
+	p.mu.Lock()
+	switch {
+	case p.idle > 0:
+		p.idle--
+		p.mu.Unlock()
+		p.turn <- struct{}{} // one turn only: never more than one waits here
+	case p.n < cap(p.sem):
+		p.n++
+		p.mu.Unlock()
+		p.start()
+	default:
+		p.free = true
+		p.mu.Unlock()
+	}
+}
+
+// await waits for the worker's turn to read: at once when nobody reads.
+// It returns false when the connection ended.
+func (p *pool) await() bool {
+	p.mu.Lock()
+	if p.free {
+		p.free = false
+		p.mu.Unlock()
+		return true
+	}
+	p.idle++
+	p.mu.Unlock()
+	select {
+	case <-p.turn:
+		return true
+	case <-p.quit:
+		return false
+	}
+}
+
+// runLine runs j, whose slot is taken, on worker w, then the next
+// deliveries of its run (order.go), each answered (finish). It returns
+// false when w left the pool to hold a delivery.
+func (a *Agent) runLine(w *worker, j job) bool {
+	p := w.p
+	w.slot = true
+	for {
+		if res := a.process(p.work, w, j.d); !res.ended {
+			a.finish(p.conn, j.d, &res)
+		}
+		nj, ok := p.lines.next(j)
+		if !ok {
+			break
+		}
+		if !w.slot {
+			select {
+			case p.sem <- struct{}{}:
+				w.slot = true
+			case <-p.held.Done():
+				p.lines.next(nj) // the connection ended: the rest is dropped
+				return false
+			}
+		}
+		j = nj
+	}
+	if w.slot {
+		<-p.sem
+	}
+	return w.inPool
+}
+
+// worker is a worker's state, and the holder (queued.go) of the delivery
+// it runs.
+type worker struct {
+	p      *pool
+	inPool bool // it may leave the pool once only: then it ends with its run's line
+	slot   bool // the delivery it runs holds a slot
+}
+
+func (w *worker) leave() {
+	if w.slot {
+		<-w.p.sem
+		w.slot = false
+	}
+	if !w.inPool {
+		return
+	}
+	w.inPool = false
+	p := w.p
+	p.mu.Lock()
+	if p.free {
+		// Nobody reads, and every worker may be held: one starts in this
+		// one's place, and reads.
+		p.free = false
+		p.mu.Unlock()
+		p.start()
+		return
+	}
+	p.n--
+	p.mu.Unlock()
+}
+
+func (w *worker) connEnded() <-chan struct{} { return w.p.held.Done() }

@@ -148,3 +148,46 @@ func TestServe_IdleAgentKeepsNoBody(t *testing.T) {
 	}
 	eventually(t, "the answer freed", func() bool { return heap() < base+size/2 })
 }
+
+// Stopping the agent while every worker waits for a slow receiver that
+// does not answer, with more deliveries behind them than Concurrency and
+// nobody reading: the forwards under way are cut after ShutdownGrace, Run
+// returns, no worker is left, and every sender gets 202 from the relay,
+// which keeps what the agent did not answer.
+func TestServe_StopWhileEveryWorkerWaitsForASlowReceiver(t *testing.T) {
+	const conc, senders = 32, 40
+	var mu sync.Mutex
+	inFlight := 0
+	release := make(chan struct{})
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		inFlight++
+		mu.Unlock()
+		<-release
+	}))
+	defer recv.Close()
+	defer close(release) // before recv.Close, which waits for its handlers
+	tn := newTunnel(t, recv.URL, func(c *agent.Config) { c.Concurrency = conc })
+	tn.startAgent()
+
+	statuses := make(chan int, senders)
+	for i := range senders {
+		go func() {
+			// Each on a path of its own: no run's line keeps one back.
+			resp, _ := tn.post("/slow/"+strings.Repeat("x", i+1), []byte(`{}`), nil)
+			statuses <- resp.StatusCode
+		}()
+	}
+	eventually(t, "every worker waiting for the receiver", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return inFlight == conc
+	})
+	tn.stopAgent()
+	eventually(t, "no workers left after Run returned", func() bool { return workers() == 0 })
+	for range senders {
+		if st := <-statuses; st != http.StatusAccepted {
+			t.Errorf("a sender got %d, want 202", st)
+		}
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"runtime/pprof"
 	"syscall"
 )
@@ -87,22 +86,6 @@ func interrupted(err error) bool {
 		return interrupted(inner)
 	}
 	return false
-}
-
-// tuneGC trades a little memory for CPU unless GOGC says otherwise: the
-// relay and the agent allocate per delivery but keep little, so the default
-// collector runs more often than their small heaps need. 200 rather than
-// more: in the load harness 400 saved no measurable CPU next to 200 (the
-// collector is about 2% of the agent's time) but added 8 MiB of RSS to
-// each process. The soft limit keeps the heap from growing without bound.
-func tuneGC() {
-	if os.Getenv("GOGC") != "" {
-		return
-	}
-	debug.SetGCPercent(200)
-	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(48 << 20)
-	}
 }
 
 // profileCPU writes a CPU profile of this process to
