@@ -247,9 +247,10 @@ func outcome(at *devhook.Attempt) string {
 // A plain http:// target, with Config.Client nil, goes through the agent's
 // own client (sendDirect, httpclient.go): this goroutine writes the
 // request and reads the answer itself, on a kept-alive connection. That
-// client needs to see that a receiver closed an idle connection before it
-// reuses it (peekWorks): a request written whole on a closed one is not
-// sent again. Where it cannot, and for the rest, a.client sends it.
+// client needs to be able to see that a receiver closed an idle
+// connection (peekWorks): a request the receiver may have read is never
+// sent again, only one it cannot have read (httpclient.go, retryable).
+// Where it cannot, and for the rest, a.client sends it.
 func (a *Agent) send(ctx context.Context, at *devhook.Attempt, method string, header http.Header, body []byte) {
 	start := a.cfg.Now()
 	defer func() { at.Duration = devhook.Duration(a.cfg.Now().Sub(start)) }()
