@@ -12,13 +12,12 @@ package export
 
 import (
 	"cmp"
-	"fmt"
 	"net/url"
-	"os"
 	"path/filepath"
 	"slices"
 
 	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/internal/atomicfile"
 )
 
 // NoTargetError is the error of a delivery that has no receiver to send
@@ -56,40 +55,15 @@ func inOrder(ds []*devhook.Delivery) []*devhook.Delivery {
 	return ds
 }
 
-// WriteFile writes b to path whole: to a temporary file beside it, then
-// renamed over it, so that a reader never sees half of it and a failure
-// leaves what was there. perm is the file's mode.
-func WriteFile(path string, b []byte, perm os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	_, err = f.Write(b)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(f.Name(), perm)
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
-}
-
 // WriteFiles writes the script to path (executable) and its body files
 // beside it, the bodies first, so that a script never names a file that
 // is not there yet.
 func (s *Script) WriteFiles(path string) error {
 	dir := filepath.Dir(path)
 	for _, f := range s.Files {
-		if err := WriteFile(filepath.Join(dir, f.Name), f.Data, 0o644); err != nil {
+		if err := atomicfile.Write(filepath.Join(dir, f.Name), f.Data, 0o644); err != nil {
 			return err
 		}
 	}
-	return WriteFile(path, s.Text, 0o755)
+	return atomicfile.Write(path, s.Text, 0o755)
 }

@@ -13,10 +13,10 @@ package junit
 import (
 	"encoding/xml"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"time"
+
+	"github.com/devhook/devhook/internal/atomicfile"
 )
 
 // Suite is one test suite.
@@ -134,31 +134,7 @@ func (s *Suite) WriteFile(path string) error {
 	if err != nil {
 		return err
 	}
-	return writeFile(path, b)
-}
-
-// writeFile replaces path whole with b: a temporary file beside it,
-// renamed over it, so a CI never reads half a report.
-func writeFile(path string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	_, err = f.Write(b)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(f.Name(), 0o644)
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
+	return atomicfile.Write(path, b, 0o644)
 }
 
 // Error is a suite whose one case is the error that stopped the run

@@ -73,12 +73,12 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"unicode/utf8"
 
 	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/internal/atomicfile"
 )
 
 // Version is the newest version of the file format this package reads;
@@ -230,38 +230,13 @@ func encodeBody(b []byte) (json.RawMessage, string, error) {
 	return raw, EncodingBase64, err
 }
 
-// WriteFile writes a file's bytes (a scenario from Export, a JUnit
-// report) to a temporary file beside path and renames it over path, so
-// that a reader never sees half a file.
-func WriteFile(path string, b []byte) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	_, err = f.Write(b)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Chmod(f.Name(), 0o644)
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		os.Remove(f.Name())
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
-}
-
 // WriteFile writes the scenario to path, replacing the file whole.
 func (s *Scenario) WriteFile(path string) error {
 	b, err := s.Marshal()
 	if err != nil {
 		return err
 	}
-	return WriteFile(path, b)
+	return atomicfile.Write(path, b, 0o644)
 }
 
 // FormatError is a scenario file that cannot be read. Entry is the

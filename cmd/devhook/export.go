@@ -13,6 +13,7 @@ import (
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/agent"
 	"github.com/devhook/devhook/export"
+	"github.com/devhook/devhook/internal/atomicfile"
 	"github.com/devhook/devhook/scenario"
 )
 
@@ -204,7 +205,7 @@ func (o *exportOptions) write(cmd *cobra.Command, b []byte, what, next string) e
 		_, err := cmd.OutOrStdout().Write(b)
 		return err
 	}
-	if err := export.WriteFile(o.out, b, 0o644); err != nil {
+	if err := atomicfile.Write(o.out, b, 0o644); err != nil {
 		return err
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "wrote %s to %s\n", what, o.out)

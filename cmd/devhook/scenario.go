@@ -9,12 +9,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/agent"
 	"github.com/devhook/devhook/check"
+	"github.com/devhook/devhook/internal/atomicfile"
 	"github.com/devhook/devhook/junit"
 	"github.com/devhook/devhook/scenario"
-	"github.com/spf13/cobra"
 )
 
 func newScenarioCmd() *cobra.Command {
@@ -110,7 +112,7 @@ func (o *scenarioSaveOptions) run(cmd *cobra.Command, file string) error {
 		_, err := cmd.OutOrStdout().Write(b)
 		return err
 	}
-	if err := scenario.WriteFile(file, b); err != nil {
+	if err := atomicfile.Write(file, b, 0o644); err != nil {
 		return err
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "saved %d deliveries to %s (play them: devhook scenario play %s --to URL)\n", len(ids), file, file)
