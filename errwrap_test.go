@@ -21,8 +21,7 @@ import (
 // packages (import path relative to the module, a trailing "/..." for the
 // tree under it) and single files (relative to the module's root) whose
 // owners change them in this round. Empty it, entry by entry, as they land.
-var errwrapSkip = []string{
-}
+var errwrapSkip = []string{}
 
 // TestNoErrorFormattedWithV fails where an error is formatted into another
 // error with %v or %s (the error itself, or its Error()) by fmt.Errorf or
