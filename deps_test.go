@@ -1,0 +1,35 @@
+package devhook_test
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// The agent speaks the relay's protocol through its client and never
+// depends on the relay's server or stores (docs/ARCHITECTURE.md): a
+// change that makes it import one fails here.
+func TestAgentDependsOnNoRelayServer(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "./agent").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	deps := strings.Fields(string(out))
+	if !containsLine(deps, "github.com/devhook/devhook/relay/wire") || !containsLine(deps, "github.com/devhook/devhook/relay/relayclient") {
+		t.Fatalf("the agent no longer imports the relay's protocol and client: %v", deps)
+	}
+	for _, server := range []string{"github.com/devhook/devhook/relay", "github.com/devhook/devhook/boltrelay", "github.com/devhook/devhook/natsrelay"} {
+		if containsLine(deps, server) {
+			t.Errorf("the agent depends on %s", server)
+		}
+	}
+}
+
+func containsLine(lines []string, s string) bool {
+	for _, l := range lines {
+		if l == s {
+			return true
+		}
+	}
+	return false
+}
