@@ -2,6 +2,7 @@ package devhook_test
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -15,21 +16,12 @@ func TestAgentDependsOnNoRelayServer(t *testing.T) {
 		t.Fatalf("go list: %v\n%s", err, out)
 	}
 	deps := strings.Fields(string(out))
-	if !containsLine(deps, "github.com/devhook/devhook/relay/wire") || !containsLine(deps, "github.com/devhook/devhook/relay/relayclient") {
+	if !slices.Contains(deps, "github.com/devhook/devhook/relay/wire") || !slices.Contains(deps, "github.com/devhook/devhook/relay/relayclient") {
 		t.Fatalf("the agent no longer imports the relay's protocol and client: %v", deps)
 	}
 	for _, server := range []string{"github.com/devhook/devhook/relay", "github.com/devhook/devhook/boltrelay", "github.com/devhook/devhook/natsrelay"} {
-		if containsLine(deps, server) {
+		if slices.Contains(deps, server) {
 			t.Errorf("the agent depends on %s", server)
 		}
 	}
-}
-
-func containsLine(lines []string, s string) bool {
-	for _, l := range lines {
-		if l == s {
-			return true
-		}
-	}
-	return false
 }
