@@ -71,6 +71,42 @@ function headerLines(header) {
   return out.join('\n');
 }
 
+// parseHeaderLines reads "Name: value" lines into a map from the name in
+// lower case to the name as written and its values in order; a line
+// without a colon is returned as a string, to be said.
+function parseHeaderLines(text) {
+  const m = new Map();
+  for (const line of text.split('\n')) {
+    if (!line.trim()) continue;
+    const i = line.indexOf(':');
+    if (i <= 0) return line;
+    const name = line.slice(0, i).trim();
+    const key = name.toLowerCase();
+    if (!m.has(key)) m.set(key, { name, values: [] });
+    m.get(key).values.push(line.slice(i + 1).trim());
+  }
+  return m;
+}
+
+// headerEdit turns the editor's headers into an edit of the delivery's:
+// set_header for the names whose values changed or that are new,
+// remove_header for those gone. The headers the user did not touch are
+// not sent back: the agent sends them as recorded, byte for byte (a value
+// that is not UTF-8 shows here with U+FFFD, and would not survive a trip
+// through the page).
+function headerEdit(orig, edited) {
+  const set = {}, remove = [];
+  for (const [key, e] of edited) {
+    const o = orig.get(key);
+    if (!o || o.values.length !== e.values.length || o.values.some((v, i) => v !== e.values[i])) set[e.name] = e.values;
+  }
+  for (const [key, o] of orig) if (!edited.has(key)) remove.push(o.name);
+  const out = {};
+  if (Object.keys(set).length) out.set_header = set;
+  if (remove.length) out.remove_header = remove;
+  return out;
+}
+
 function buildEditor(D, editor, reload) {
   const d = D.data;
   const s = state.settings || {};
@@ -99,15 +135,9 @@ function buildEditor(D, editor, reload) {
             const req = { resign: resign.checked };
             if (to.value.trim() && to.value.trim() !== base) req.to = to.value.trim();
             if (hdrs.value !== origHeaders) {
-              const header = {};
-              for (const line of hdrs.value.split('\n')) {
-                if (!line.trim()) continue;
-                const i = line.indexOf(':');
-                if (i <= 0) { toast('Header line without a colon: ' + line, 'bad'); return; }
-                const k = line.slice(0, i).trim();
-                (header[k] = header[k] || []).push(line.slice(i + 1).trim());
-              }
-              req.header = header;
+              const edited = parseHeaderLines(hdrs.value);
+              if (typeof edited === 'string') { toast('Header line without a colon: ' + edited, 'bad'); return; }
+              Object.assign(req, headerEdit(parseHeaderLines(origHeaders), edited));
             }
             if (body.value !== origBody) {
               if (binary) req.body_base64 = body.value.replace(/\s+/g, '');
