@@ -308,7 +308,7 @@ func Parse(name string, data []byte) (*Scenario, error) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&f); err != nil {
-		return nil, fail(0, "%w", err)
+		return nil, fail(0, "%w", inFileTerms(err))
 	}
 	if len(f.Deliveries) == 0 {
 		return nil, fail(0, "it has no deliveries")
@@ -332,7 +332,7 @@ func parseEntry(raw json.RawMessage) (*Entry, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&w); err != nil {
-		return nil, err
+		return nil, inFileTerms(err)
 	}
 	switch {
 	case w.OffsetMS == nil:

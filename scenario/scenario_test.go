@@ -181,6 +181,10 @@ func TestParse_Refuses(t *testing.T) {
 		{"a bad path", edit(`"path": "/hook"`, `"path": "hook"`), 1, `"path" "hook" is not a request path`},
 		{"a bad method", edit(`"method": "POST"`, `"method": "PO ST"`), 1, "not an HTTP method"},
 		{"a bad recorded status", edit(`"status": 200`, `"status": 42`), 1, "recorded status 42"},
+		// Said in the file's terms, never Go's type names.
+		{"an offset that is a string", edit(`"offset_ms": 1250`, `"offset_ms": "1250"`), 2, `"offset_ms" is a string, not a whole number`},
+		{"an about that is a number", edit(`"deliveries": [`, `"about": 5, "deliveries": [`), 0, `"about" is a number, not a string`},
+		{"headers that are a list", edit(`"X-Trace"`, `"X-Trace": 1, "Y"`), 1, `is a number, not a list`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -191,6 +195,9 @@ func TestParse_Refuses(t *testing.T) {
 			}
 			if fe.File != "play.json" || fe.Entry != tt.entry || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err %q (delivery %d), want delivery %d and %q", err, fe.Entry, tt.entry, tt.want)
+			}
+			if strings.Contains(err.Error(), "Go struct") || strings.Contains(err.Error(), " json: ") {
+				t.Errorf("the error speaks of Go, not of the file: %q", err)
 			}
 			if !strings.HasPrefix(err.Error(), "scenario play.json: ") {
 				t.Errorf("the error does not name the file first: %q", err)
