@@ -249,7 +249,7 @@ func outcome(at *devhook.Attempt) string {
 // request and reads the answer itself, on a kept-alive connection. That
 // client needs to be able to see that a receiver closed an idle
 // connection (peekWorks): a request the receiver may have read is never
-// sent again, only one it cannot have read (httpclient.go, retryable).
+// sent again, only one it cannot have read (httpclient.go, resendable).
 // Where it cannot, and for the rest, a.client sends it.
 func (a *Agent) send(ctx context.Context, at *devhook.Attempt, method string, header http.Header, body []byte) {
 	start := a.cfg.Now()

@@ -33,7 +33,7 @@ package agent
 // call), unless it has been idle under uncheckedIdle (a second, on Linux)
 // after a reuse that found it open. A request written on a connection
 // the receiver had dropped meanwhile is sent again on a new connection
-// when the receiver cannot have read it (retryable), never otherwise.
+// when the receiver cannot have read it (resendable), never otherwise.
 
 import (
 	"bufio"
@@ -408,7 +408,7 @@ func switchesProtocol(h http.Header) bool {
 	return false
 }
 
-// retryable reports whether a request that failed with err on e may be
+// resendable reports whether a request that failed with err on e may be
 // sent again on a new connection. It is a webhook delivery, most often a
 // POST that is not idempotent: it may be sent again only when the
 // receiver cannot have acted on it, so that a receiver never gets one
@@ -435,7 +435,7 @@ func switchesProtocol(h http.Header) bool {
 // any delivery the receiver did not answer. A reset after the request was
 // written is not sent again either: a reset carries no acknowledgement
 // that counts, so it cannot show the receiver did not read the request.
-func (e *exchange) retryable(err error) bool {
+func (e *exchange) resendable(err error) bool {
 	if !e.c.reused || e.answered {
 		return false
 	}
@@ -532,7 +532,7 @@ func (a *Agent) roundTrip(ctx context.Context, method string, u *url.URL, header
 		e := exchange{c: c}
 		ans, err := e.roundTrip(method, u, header, withBody, body)
 		if err != nil {
-			retry := !retried && e.retryable(err) // before the close: it may look at the socket
+			retry := !retried && e.resendable(err) // before the close: it may look at the socket
 			c.close()
 			if cerr := ctx.Err(); cerr != nil {
 				return directResult{}, cerr
