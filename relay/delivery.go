@@ -68,7 +68,7 @@ func (s *Server) serveIngress(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.Body, d.Queued = body, false
-	w.Header().Set("Devhook-Delivery", d.ID)
+	setDeliveryID(w, d.ID)
 	ans, err := s.router.Deliver(r.Context(), d)
 	switch {
 	case err == nil:

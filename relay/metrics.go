@@ -258,6 +258,19 @@ type statusWriter struct {
 	http.ResponseWriter
 	status  int
 	byAgent bool
+	id      [1]string // the Devhook-Delivery header's value (setDeliveryID)
+}
+
+// setDeliveryID sets w's Devhook-Delivery header to id: behind
+// observeIngress, to a slice of its statusWriter, which saves a delivery
+// an allocation of its own.
+func setDeliveryID(w http.ResponseWriter, id string) {
+	if sw, ok := w.(*statusWriter); ok {
+		sw.id[0] = id
+		w.Header()["Devhook-Delivery"] = sw.id[:]
+		return
+	}
+	w.Header().Set("Devhook-Delivery", id)
 }
 
 func (w *statusWriter) WriteHeader(code int) {
