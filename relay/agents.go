@@ -219,34 +219,66 @@ func (c *agentConn) Deliver(ctx context.Context, d *devhook.Delivery) (*wire.Ans
 	if err != nil {
 		return nil, err
 	}
-	ch := make(chan *wire.Answer, 1)
+	wt := c.s.waiter()
 	c.mu.Lock()
 	if c.gone {
 		c.mu.Unlock()
+		c.s.waiters.Put(wt)
 		return nil, ErrNoAgent
 	}
-	c.pending[d.ID] = ch
+	c.pending[d.ID] = wt.ch
 	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		delete(c.pending, d.ID)
-		c.mu.Unlock()
-	}()
+	defer c.unwait(d.ID, wt)
 	if c.write(hdr, d.Body) != nil {
 		return nil, ErrNoAgent
 	}
-	t := time.NewTimer(c.s.cfg.ResponseTimeout)
-	defer t.Stop()
+	wt.t.Reset(c.s.cfg.ResponseTimeout)
 	select {
-	case a := <-ch:
+	case a := <-wt.ch:
 		return a, nil
-	case <-t.C:
+	case <-wt.t.C:
 		return nil, ErrTimeout
 	case <-c.done:
 		return nil, ErrNoAgent
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// answerWait is what a live delivery waits on: the channel its answer
+// comes on and the timer of ResponseTimeout. A Server reuses them from
+// one delivery to the next (waiter, unwait): a channel and a timer were
+// five allocations per delivery.
+type answerWait struct {
+	ch chan *wire.Answer
+	t  *time.Timer // stopped while it is not in use
+}
+
+// waiter returns an unused answerWait.
+func (s *Server) waiter() *answerWait {
+	if wt, ok := s.waiters.Get().(*answerWait); ok {
+		return wt
+	}
+	t := time.NewTimer(time.Hour)
+	t.Stop()
+	return &answerWait{ch: make(chan *wire.Answer, 1), t: t}
+}
+
+// unwait ends the wait for id's answer and keeps wt for another delivery.
+// readLoop sends on a pending channel only under c.mu, so that once id
+// is no longer pending nothing can send on wt.ch: what it may hold (an
+// answer that came as the wait ended) is taken out, and the timer is
+// stopped (since Go 1.23, no value of it can be received after Stop).
+func (c *agentConn) unwait(id string, wt *answerWait) {
+	c.mu.Lock()
+	delete(c.pending, id)
+	c.mu.Unlock()
+	wt.t.Stop()
+	select {
+	case <-wt.ch:
+	default:
+	}
+	c.s.waiters.Put(wt)
 }
 
 func (c *agentConn) readLoop() {
@@ -272,19 +304,21 @@ func (c *agentConn) readLoop() {
 		}
 		switch h.Type {
 		case wire.TypeResponse:
+			status := h.Status
+			if status < 100 || status > 999 {
+				status = http.StatusBadGateway
+			}
+			a := &wire.Answer{Status: status, Header: h.Header, Body: body}
+			// Sent under c.mu: a channel no longer pending may be
+			// reused by another delivery at once (unwait).
 			c.mu.Lock()
-			ch := c.pending[h.ID]
-			c.mu.Unlock()
-			if ch != nil {
-				status := h.Status
-				if status < 100 || status > 999 {
-					status = http.StatusBadGateway
-				}
+			if ch := c.pending[h.ID]; ch != nil {
 				select {
-				case ch <- &wire.Answer{Status: status, Header: h.Header, Body: body}:
+				case ch <- a:
 				default:
 				}
 			}
+			c.mu.Unlock()
 		case wire.TypeAck:
 			c.mu.Lock()
 			queued := c.inflight[h.ID]

@@ -70,14 +70,13 @@ const minBodyBuffer = 16 << 10
 // BodyTimeout, BodyStall, BodyMinRate), charging the in-flight budgets
 // with each byte as it arrives. A declared Content-Length over MaxBody is
 // refused by the caller before this reads; a chunked body is refused
-// (413) as soon as its total passes MaxBody. release gives the bytes
-// back; it must be called when the body is no longer used. A non-zero
+// (413) as soon as its total passes MaxBody. held is what the budgets
+// were charged, on error too: the caller gives it back (budget.give) when
+// the body is no longer used. A non-zero
 // code is the status to refuse the delivery with: a body that stalls or
 // crawls gets 408, and its bytes are given back as soon as the caller
 // answers, not at BodyTimeout.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request, channel string) (body []byte, release func(), code int, msg string) {
-	var held int64
-	release = func() { s.budget.give(channel, held) }
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, channel string) (body []byte, held int64, code int, msg string) {
 	cl := r.ContentLength
 	rc := http.NewResponseController(w)
 	pace := newBodyPace(time.Now(), &s.cfg)
@@ -99,13 +98,13 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, channel string
 		n, err := src.Read(buf[len(buf):cap(buf)])
 		if n > 0 {
 			if code := s.budget.take(channel, int64(n)); code != 0 {
-				return nil, release, code, s.busy(code)
+				return nil, held, code, s.busy(code)
 			}
 			held += int64(n)
 			buf = buf[:len(buf)+n]
 			// A window that fell short cuts the body, unless it is in.
 			if !pace.arrived(time.Now(), n) && err == nil && int64(len(buf)) < limit {
-				return nil, release, http.StatusRequestTimeout, pace.crawled(pace.got)
+				return nil, held, http.StatusRequestTimeout, pace.crawled(pace.got)
 			}
 			if d, moved := pace.next(); moved && err == nil {
 				rc.SetReadDeadline(d)
@@ -119,17 +118,17 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, channel string
 			var ne net.Error
 			switch {
 			case errors.As(err, &mbe):
-				return nil, release, http.StatusRequestEntityTooLarge, fmt.Sprintf("body is over the relay's limit of %d bytes", s.cfg.MaxBody)
+				return nil, held, http.StatusRequestEntityTooLarge, fmt.Sprintf("body is over the relay's limit of %d bytes", s.cfg.MaxBody)
 			case errors.As(err, &ne) && ne.Timeout():
-				return nil, release, http.StatusRequestTimeout, pace.why()
+				return nil, held, http.StatusRequestTimeout, pace.why()
 			}
-			return nil, release, http.StatusBadRequest, "could not read the request body: " + err.Error()
+			return nil, held, http.StatusBadRequest, "could not read the request body: " + err.Error()
 		}
 	}
 	// Cleared once the body is in: a deadline left in place would cancel
 	// the request's context while the sender waits for the agent.
 	rc.SetReadDeadline(time.Time{})
-	return buf, release, 0, ""
+	return buf, held, 0, ""
 }
 
 // bodyPace says when the sender of a body is to be cut, from the times

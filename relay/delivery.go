@@ -23,8 +23,10 @@ import (
 // IngressListener alike.
 func (s *Server) serveIngress(w http.ResponseWriter, r *http.Request) {
 	rest := strings.TrimPrefix(r.URL.EscapedPath(), "/c/")
-	channel, suffix, _ := strings.Cut(rest, "/")
-	suffix = "/" + suffix
+	channel, suffix := rest, "/"
+	if i := strings.IndexByte(rest, '/'); i >= 0 {
+		channel, suffix = rest[:i], rest[i:] // the slash and what follows
+	}
 	if channel == "" {
 		httpError(w, http.StatusNotFound, "no channel in the path; deliveries go to /c/<channel>/...")
 		return
@@ -59,14 +61,14 @@ func (s *Server) serveIngress(w http.ResponseWriter, r *http.Request) {
 		refuse(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body of %d bytes is over the relay's limit of %d bytes", r.ContentLength, s.cfg.MaxBody))
 		return
 	}
-	body, release, code, msg := s.readBody(w, r, channel)
-	defer release()
+	body, held, code, msg := s.readBody(w, r, channel)
+	defer s.budget.give(channel, held)
 	if code != 0 {
 		refuse(w, code, msg)
 		return
 	}
 	d.Body, d.Queued = body, false
-	w.Header().Set("Devhook-Delivery", d.ID)
+	setDeliveryID(w, d.ID)
 	ans, err := s.router.Deliver(r.Context(), d)
 	switch {
 	case err == nil:

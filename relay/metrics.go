@@ -3,6 +3,7 @@ package relay
 import (
 	"net/http"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -66,6 +67,39 @@ type metrics struct {
 	expired, expiredBytes prometheus.Counter
 	channelsRemoved       prometheus.Counter
 	handler               http.Handler
+	// counted is, for each outcome (its index: observeIngress), the series the last
+	// delivery of that outcome was counted in: a delivery counted like
+	// the one before it (as under load) does not look its series up by
+	// their labels again, which hashes them and takes the vectors'
+	// locks. The vectors' children are never deleted, so a cached one
+	// stays the one /metrics shows.
+	counted [outcomes]atomic.Pointer[countedAs]
+}
+
+// countedAs is where a delivery with this status is counted.
+type countedAs struct {
+	status int
+	count  prometheus.Counter
+	dur    prometheus.Observer
+}
+
+// outcomes is the number of outcomes (OutcomeAnswered and the others).
+const outcomes = 5
+
+// countDelivery counts a delivery that took d, with its status (0: none
+// written) and its outcome, whose index in counted is i.
+func (m *metrics) countDelivery(status, i int, outcome string, d time.Duration) {
+	c := m.counted[i].Load()
+	if c == nil || c.status != status {
+		label := "none"
+		if status != 0 {
+			label = strconv.Itoa(status)
+		}
+		c = &countedAs{status: status, count: m.deliveries.WithLabelValues(label, outcome), dur: m.duration.WithLabelValues(outcome)}
+		m.counted[i].Store(c)
+	}
+	c.count.Inc()
+	c.dur.Observe(d.Seconds())
 }
 
 func newMetrics(s *Server) *metrics {
@@ -197,23 +231,18 @@ func (s *Server) observeIngress(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	sw := &statusWriter{ResponseWriter: w}
 	s.serveIngress(sw, r)
-	outcome := OutcomeRefused
+	i, outcome := 0, OutcomeRefused
 	switch {
 	case sw.byAgent:
-		outcome = OutcomeAnswered
+		i, outcome = 1, OutcomeAnswered
 	case sw.status == http.StatusAccepted:
-		outcome = OutcomeQueued
+		i, outcome = 2, OutcomeQueued
 	case sw.status == http.StatusGatewayTimeout:
-		outcome = OutcomeTimeout
+		i, outcome = 3, OutcomeTimeout
 	case sw.status == 0:
-		outcome = OutcomeGone
+		i, outcome = 4, OutcomeGone
 	}
-	status := "none"
-	if sw.status != 0 {
-		status = strconv.Itoa(sw.status)
-	}
-	s.metrics.deliveries.WithLabelValues(status, outcome).Inc()
-	s.metrics.duration.WithLabelValues(outcome).Observe(time.Since(start).Seconds())
+	s.metrics.countDelivery(sw.status, i, outcome, time.Since(start))
 }
 
 // answeredByAgent marks w's answer as the agent's.
@@ -229,6 +258,19 @@ type statusWriter struct {
 	http.ResponseWriter
 	status  int
 	byAgent bool
+	id      [1]string // the Devhook-Delivery header's value (setDeliveryID)
+}
+
+// setDeliveryID sets w's Devhook-Delivery header to id: behind
+// observeIngress, to a slice of its statusWriter, which saves a delivery
+// an allocation of its own.
+func setDeliveryID(w http.ResponseWriter, id string) {
+	if sw, ok := w.(*statusWriter); ok {
+		sw.id[0] = id
+		w.Header()["Devhook-Delivery"] = sw.id[:]
+		return
+	}
+	w.Header().Set("Devhook-Delivery", id)
 }
 
 func (w *statusWriter) WriteHeader(code int) {

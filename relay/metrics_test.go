@@ -241,3 +241,25 @@ func TestHealthzAndPrivateMetrics(t *testing.T) {
 		t.Errorf("Metrics(): %d %.200q", rec.Code, rec.Body.String())
 	}
 }
+
+// Deliveries of one outcome with different statuses, one after the
+// other, are each counted under their own status.
+func TestMetricsCountEachStatus(t *testing.T) {
+	_, hs, _ := relaytest.New(t, relay.Config{})
+	cr := relaytest.Open(t, hs)
+	unknown := hs.URL + "/c/0123456789abcdef0123456789abcdef/x"
+	dotted := cr.PublicURL + "/x/%2e%2e/y"
+	for _, u := range []string{unknown, dotted, unknown, unknown, dotted} {
+		post(t, u, "refused")
+	}
+	_, m := get(t, hs.URL+"/metrics")
+	for name, want := range map[string]string{
+		`devhook_relay_deliveries_total{outcome="refused",status="404"}`:   "3",
+		`devhook_relay_deliveries_total{outcome="refused",status="400"}`:   "2",
+		`devhook_relay_delivery_duration_seconds_count{outcome="refused"}`: "5",
+	} {
+		if got := metricValue(m, name); got != want {
+			t.Errorf("%s = %q, want %s", name, got, want)
+		}
+	}
+}

@@ -138,8 +138,9 @@ type Server struct {
 	upgrader websocket.Upgrader
 	budget   budget
 	metrics  *metrics
-	known    sync.Map // id of a channel known to exist → when it was read (knownFor)
-	touched  sync.Map // channel id → when this Server last marked it opened
+	known    sync.Map  // id of a channel known to exist → when it was read (knownFor)
+	waiters  sync.Pool // *answerWait not in use (agentConn.Deliver)
+	touched  sync.Map  // channel id → when this Server last marked it opened
 
 	sweepMu   sync.Mutex // one Sweep at a time
 	sw        sweepState // under sweepMu (sweep.go)

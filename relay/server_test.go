@@ -248,3 +248,42 @@ func TestShortOpenTokenRefused(t *testing.T) {
 	}
 	srv.Close()
 }
+
+// An agent that answers a delivery twice: the second answer goes
+// nowhere, and every later delivery gets its own answer (the relay
+// reuses what a delivery waits on).
+func TestRepeatedAnswerReachesNoOtherDelivery(t *testing.T) {
+	_, hs, _ := relaytest.New(t, relay.Config{ResponseTimeout: time.Minute})
+	cr := relaytest.Open(t, hs)
+	conn, err := relayclient.Dial(context.Background(), relayclient.DialConfig{RelayURL: hs.URL, Credentials: cr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			d, err := conn.Receive()
+			if err != nil {
+				return
+			}
+			conn.Respond(d.ID, 200, nil, d.Body)
+			conn.Respond(d.ID, 500, nil, []byte("again: "+string(d.Body)))
+		}
+	}()
+	defer func() { conn.Close(); wg.Wait() }()
+	client := &http.Client{Timeout: time.Minute}
+	for i := range 200 {
+		body := fmt.Sprintf("delivery %d", i)
+		resp, err := client.Post(cr.PublicURL+"/x", "text/plain", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(got) != body {
+			t.Fatalf("delivery %d: answered %d %q, want 200 %q", i, resp.StatusCode, got, body)
+		}
+	}
+}

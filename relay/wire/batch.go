@@ -34,7 +34,10 @@ type Writer struct {
 	writing bool // a caller is writing batches
 	queue   []Msg
 	spare   []Msg
-	batch   *writeBatch // the batch the queued messages belong to
+	// batch is the outcome of the queued messages, for the callers that
+	// wait for it; nil while none waits (the caller writing does not: it
+	// learns its outcome from its own write).
+	batch *writeBatch
 }
 
 // Msg is one message: A then B, written without copying them together.
@@ -76,17 +79,19 @@ func (w *Writer) WriteAll(msgs []Msg) error {
 // is in progress, else by the caller writing. w.mu is held on entry and
 // released on return.
 func (w *Writer) join() error {
-	if w.batch == nil {
-		w.batch = &writeBatch{done: make(chan struct{})}
-	}
-	mine := w.batch
 	if w.writing {
+		if w.batch == nil {
+			w.batch = &writeBatch{done: make(chan struct{})}
+		}
+		mine := w.batch
 		w.mu.Unlock()
 		<-mine.done
 		return mine.err
 	}
+	// No write in progress, so the queue held no other message (Hold
+	// aside, which Release writes): the caller's are the first batch.
 	w.writing = true
-	return w.drain(mine)
+	return w.drain(true)
 }
 
 // Hold makes the writes of a new w, before any was made, wait until
@@ -105,22 +110,25 @@ func (w *Writer) WriteNow(a, b []byte) error {
 // Release ends a hold, writing what was queued meanwhile.
 func (w *Writer) Release() {
 	w.mu.Lock()
-	w.drain(nil)
+	w.drain(false)
 }
 
 // drain writes batches until the queue is empty. w.mu is held on entry
-// and released on return. It returns the error of mine's batch.
-func (w *Writer) drain(mine *writeBatch) error {
+// and released on return. It returns the error of the first batch when
+// mine, the caller's messages being in it.
+func (w *Writer) drain(mine bool) error {
 	var myErr error
-	for len(w.queue) > 0 {
+	for first := true; len(w.queue) > 0; first = false {
 		msgs, b := w.queue, w.batch
 		w.queue, w.spare, w.batch = w.spare[:0], nil, nil
 		w.mu.Unlock()
 		err := w.send(msgs)
 		clear(msgs) // no references to bodies kept
-		b.err = err
-		close(b.done)
-		if b == mine {
+		if b != nil {
+			b.err = err
+			close(b.done)
+		}
+		if first && mine {
 			myErr = err
 		}
 		w.mu.Lock()

@@ -298,3 +298,49 @@ func TestCorkConnWaitIsBoundedByTheDeadline(t *testing.T) {
 		t.Fatal("a write after a failed one succeeded")
 	}
 }
+
+// A write that fails is said to the caller that wrote alone and to the
+// callers whose messages were in its batch, and onError hears of it.
+func TestWSWriterSaysAFailedWrite(t *testing.T) {
+	e := &echoCollector{got: make(chan struct{}, 1)}
+	srv := httptest.NewServer(e)
+	defer srv.Close()
+	ws, cc := dialCorked(t, "ws"+strings.TrimPrefix(srv.URL, "http"), nil)
+	var failed atomic.Int64
+	w := NewWriter(ws, 10*time.Second, func() { failed.Add(1) })
+	if err := w.Write([]byte("first"), nil); err != nil {
+		t.Fatal(err)
+	}
+	e.wait(t, 1)
+	cc.Conn.Close() // writes fail from now on
+	if err := w.Write([]byte("alone"), nil); err == nil {
+		t.Error("a write alone on a closed connection returned no error")
+	}
+	// Callers queued behind a held Writer are one batch.
+	w = NewWriter(ws, 10*time.Second, func() { failed.Add(1) })
+	w.Hold()
+	errs := make(chan error, 3)
+	for i := range 3 {
+		go func() { errs <- w.Write(fmt.Appendf(nil, "queued %d", i), nil) }()
+	}
+	for deadline := time.Now().Add(20 * time.Second); !queued(w, 3); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("3 callers did not queue their messages within 20 s")
+		}
+	}
+	w.Release()
+	for range 3 {
+		if err := <-errs; err == nil {
+			t.Error("a caller whose batch failed got no error")
+		}
+	}
+	if failed.Load() < 2 {
+		t.Errorf("onError called %d times, want one for each failed batch (2)", failed.Load())
+	}
+}
+
+func queued(w *Writer, n int) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.queue) == n
+}
