@@ -45,10 +45,15 @@ func Sign(secret string, t time.Time, body []byte) string {
 // SignMillis returns the header value for body signed at tms Unix milliseconds.
 func SignMillis(secret string, tms int64, body []byte) string {
 	ts := strconv.FormatInt(tms, 10)
-	return "t=" + ts + ",v1=" + hex.EncodeToString(mac(secret, ts, body))
+	k := mac(secret, ts, body)
+	v := "t=" + ts + ",v1=" + hex.EncodeToString(k.sum[:])
+	keyed.Put(k)
+	return v
 }
 
-func mac(secret, ts string, body []byte) []byte {
+// mac computes the MAC of ts and body with secret into the k.sum of a
+// keyed MAC from the pool, which the caller puts back once it has read it.
+func mac(secret, ts string, body []byte) *keyedMAC {
 	k, _ := keyed.Get().(*keyedMAC)
 	if k == nil || k.secret != secret {
 		// Keying costs two SHA-256 blocks and the allocation of both
@@ -61,9 +66,46 @@ func mac(secret, ts string, body []byte) []byte {
 	k.buf = append(append(k.buf[:0], ts...), '.')
 	k.h.Write(k.buf)
 	k.h.Write(body)
-	sum := k.h.Sum(nil)
+	k.h.Sum(k.sum[:0]) // fits: no allocation
+	return k
+}
+
+// macEqual reports whether got is the MAC of ts and body with secret.
+func macEqual(secret, ts string, body, got []byte) bool {
+	k := mac(secret, ts, body)
+	eq := hmac.Equal(got, k.sum[:])
 	keyed.Put(k)
-	return sum
+	return eq
+}
+
+// decodeMAC decodes v1, hexadecimal of a MAC's length in either case, into
+// sum, as hex.DecodeString would but without allocating; it returns false
+// when v1 is not hexadecimal.
+func decodeMAC(sum *[sha256.Size]byte, v1 string) bool {
+	if len(v1) != 2*len(sum) {
+		return false
+	}
+	for i := range sum {
+		hi, ok1 := unhex(v1[2*i])
+		lo, ok2 := unhex(v1[2*i+1])
+		if !ok1 || !ok2 {
+			return false
+		}
+		sum[i] = hi<<4 | lo
+	}
+	return true
+}
+
+func unhex(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
 }
 
 // keyedMAC is an HMAC-SHA256 keyed with secret, ready for Reset and reuse.
@@ -71,6 +113,7 @@ type keyedMAC struct {
 	secret string
 	h      hash.Hash
 	buf    []byte
+	sum    [sha256.Size]byte // the last MAC computed
 }
 
 // keyed keeps keyed MACs between calls: a cache, not state, since a MAC
@@ -158,14 +201,22 @@ func (v Verifier) Verify(secret, header string, body []byte) devhook.Verdict {
 		return devhook.Verdict{Result: devhook.VerdictNoSecret, Status: 500, Text: TextNoSecret, T: p.T,
 			Reason: "no signing secret is configured, so the signature cannot be checked"}
 	}
-	got, err := hex.DecodeString(p.V1)
-	if p.V1 == "" || err != nil || p.V1 != strings.ToLower(p.V1) ||
-		!hmac.Equal(got, mac(secret, p.TRaw, body)) {
+	// v1 of a MAC's length, the common case, is decoded without
+	// allocating; another length cannot match, and only whether it is
+	// hexadecimal is needed for the reason.
+	var got [sha256.Size]byte
+	isHex := decodeMAC(&got, p.V1)
+	if !isHex && len(p.V1) != 2*len(got) {
+		_, err := hex.DecodeString(p.V1)
+		isHex = err == nil
+	}
+	if p.V1 == "" || !isHex || p.V1 != strings.ToLower(p.V1) ||
+		len(p.V1) != 2*len(got) || !macEqual(secret, p.TRaw, body, got[:]) {
 		reason := "the signature does not match this body and secret (wrong secret, or the body changed on the way)"
 		switch {
 		case p.V1 == "":
 			reason = "v1 is empty"
-		case err != nil:
+		case !isHex:
 			reason = "v1 is not hexadecimal"
 		case p.V1 != strings.ToLower(p.V1):
 			reason = "v1 must be lowercase hexadecimal"

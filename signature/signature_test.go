@@ -194,8 +194,10 @@ func TestVerifyWithChangingSecrets(t *testing.T) {
 	wg.Wait()
 }
 
-// Verifying a delivery allocates only the verdict's parts: a regression
-// here costs every delivery.
+// Verifying a delivery does not allocate: the MAC is computed into the
+// pooled keyed MAC and v1 decoded on the stack (2 allocations, 64 bytes,
+// before: the decoded v1 and the MAC's sum). A regression here costs every
+// delivery.
 func TestVerifyAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are checked without -race")
@@ -205,7 +207,7 @@ func TestVerifyAllocations(t *testing.T) {
 	h := signature.Sign("whsec_alloc", now, body)
 	v := signature.Verifier{Now: func() time.Time { return now }}
 	v.Verify("whsec_alloc", h, body) // keys the MAC
-	if n := testing.AllocsPerRun(200, func() { v.Verify("whsec_alloc", h, body) }); n > 3 {
-		t.Errorf("Verify allocates %.0f times, want at most 3", n)
+	if n := testing.AllocsPerRun(200, func() { v.Verify("whsec_alloc", h, body) }); n > 0 {
+		t.Errorf("Verify allocates %.0f times, want none", n)
 	}
 }
