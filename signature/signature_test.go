@@ -211,3 +211,35 @@ func TestVerifyAllocations(t *testing.T) {
 		t.Errorf("Verify allocates %.0f times, want none", n)
 	}
 }
+
+// The reason a v1 is refused is the same whether v1 has a MAC's length
+// (decoded without allocating) or not (decoded by encoding/hex).
+func TestVerifyV1Reasons(t *testing.T) {
+	const secret = "whsec_reasons"
+	body := []byte(`{"a":1}`)
+	now := time.Now()
+	ts := strconv.FormatInt(now.UnixMilli(), 10)
+	v1 := strings.TrimPrefix(signature.Sign(secret, now, body), "t="+ts+",v1=")
+	other := strings.TrimPrefix(signature.Sign("whsec_other", now, body), "t="+ts+",v1=")
+	tests := []struct{ name, v1, reason string }{
+		{"valid", v1, "signature valid"},
+		{"empty", "", "v1 is empty"},
+		{"upper case", strings.ToUpper(v1), "v1 must be lowercase hexadecimal"},
+		{"one upper case digit", v1[:63] + "F", "v1 must be lowercase hexadecimal"},
+		{"not hex at a MAC's length", v1[:62] + "zz", "v1 is not hexadecimal"},
+		{"not hex at the start", "g" + v1[1:], "v1 is not hexadecimal"},
+		{"odd length", v1[:63], "v1 is not hexadecimal"},
+		{"shorter", v1[:62], "the signature does not match"},
+		{"longer", v1 + "00", "the signature does not match"},
+		{"another secret's", other, "the signature does not match"},
+	}
+	vf := signature.Verifier{Now: func() time.Time { return now }}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := vf.Verify(secret, "t="+ts+",v1="+tt.v1, body)
+			if !strings.HasPrefix(got.Reason, tt.reason) {
+				t.Fatalf("v1 %q: got %s (%s), want a reason starting %q", tt.v1, got.Result, got.Reason, tt.reason)
+			}
+		})
+	}
+}
