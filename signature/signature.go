@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/devhook/devhook"
 )
@@ -78,34 +79,15 @@ func macEqual(secret, ts string, body, got []byte) bool {
 	return eq
 }
 
-// decodeMAC decodes v1, hexadecimal of a MAC's length in either case, into
-// sum, as hex.DecodeString would but without allocating; it returns false
-// when v1 is not hexadecimal.
-func decodeMAC(sum *[sha256.Size]byte, v1 string) bool {
-	if len(v1) != 2*len(sum) {
-		return false
+// decodeV1 decodes v1 as hex.DecodeString does, into buf when it fits:
+// a v1 of a MAC's length, the common case, costs no allocation. hex.Decode
+// reads v1's bytes in place (it does not write its source).
+func decodeV1(buf *[sha256.Size]byte, v1 string) ([]byte, error) {
+	if hex.DecodedLen(len(v1)) > len(buf) {
+		return hex.DecodeString(v1) // longer than a MAC: it cannot match
 	}
-	for i := range sum {
-		hi, ok1 := unhex(v1[2*i])
-		lo, ok2 := unhex(v1[2*i+1])
-		if !ok1 || !ok2 {
-			return false
-		}
-		sum[i] = hi<<4 | lo
-	}
-	return true
-}
-
-func unhex(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
-	case 'A' <= c && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
+	n, err := hex.Decode(buf[:], unsafe.Slice(unsafe.StringData(v1), len(v1)))
+	return buf[:n], err
 }
 
 // keyedMAC is an HMAC-SHA256 keyed with secret, ready for Reset and reuse.
@@ -201,22 +183,15 @@ func (v Verifier) Verify(secret, header string, body []byte) devhook.Verdict {
 		return devhook.Verdict{Result: devhook.VerdictNoSecret, Status: 500, Text: TextNoSecret, T: p.T,
 			Reason: "no signing secret is configured, so the signature cannot be checked"}
 	}
-	// v1 of a MAC's length, the common case, is decoded without
-	// allocating; another length cannot match, and only whether it is
-	// hexadecimal is needed for the reason.
-	var got [sha256.Size]byte
-	isHex := decodeMAC(&got, p.V1)
-	if !isHex && len(p.V1) != 2*len(got) {
-		_, err := hex.DecodeString(p.V1)
-		isHex = err == nil
-	}
-	if p.V1 == "" || !isHex || p.V1 != strings.ToLower(p.V1) ||
-		len(p.V1) != 2*len(got) || !macEqual(secret, p.TRaw, body, got[:]) {
+	var buf [sha256.Size]byte
+	got, err := decodeV1(&buf, p.V1)
+	if p.V1 == "" || err != nil || p.V1 != strings.ToLower(p.V1) ||
+		!macEqual(secret, p.TRaw, body, got) {
 		reason := "the signature does not match this body and secret (wrong secret, or the body changed on the way)"
 		switch {
 		case p.V1 == "":
 			reason = "v1 is empty"
-		case !isHex:
+		case err != nil:
 			reason = "v1 is not hexadecimal"
 		case p.V1 != strings.ToLower(p.V1):
 			reason = "v1 must be lowercase hexadecimal"
