@@ -389,13 +389,12 @@ func Errorf(code, format string, args ...any) *Error {
 // ErrorCode returns the code of the first *Error in err's chain, EINTERNAL
 // for any other error, and "" for nil.
 func ErrorCode(err error) string {
-	var e *Error
-	switch {
-	case err == nil:
-		return ""
-	case errors.As(err, &e):
-		return e.Code
-	default:
-		return EINTERNAL
+	if err == nil {
+		return "" // before e, which errors.As makes escape: no allocation
 	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return EINTERNAL
 }

@@ -302,7 +302,13 @@ func cutAfterHello(c net.Conn, upstream string) {
 		return
 	}
 	defer u.Close()
-	go io.Copy(u, c) // ends when both are closed
+	go func() {
+		// The agent's side ended (it stopped, maybe mid-upgrade): so does
+		// the upstream one, or the read below waits for a relay that
+		// waits for the rest of the request, and the cleanup for both.
+		io.Copy(u, c)
+		u.Close()
+	}()
 	var seen []byte
 	buf := make([]byte, 32<<10)
 	for {

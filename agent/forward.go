@@ -38,36 +38,49 @@ func (a *Agent) forwardTo(ctx context.Context, h holder, p *processed, rt *devho
 		resign = d.Verdict.OK() && a.getSecret() != ""
 	}
 	targets := a.targetsOf(rt) // a route has one
-	ats := make([]devhook.Attempt, len(targets))
-	var wg sync.WaitGroup
-	for i := 1; i < len(targets); i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ats[i] = a.forward(ctx, d, targets[i], kind, resign, nil, "")
-		}()
+	// The copies, sent at the same time as the first target's forward;
+	// none, the common case, costs no goroutine and no allocation.
+	var copies []devhook.Attempt
+	var wg *sync.WaitGroup
+	if len(targets) > 1 {
+		copies, wg = a.forwardCopies(ctx, d, targets[1:], kind, resign)
 	}
-	ats[0] = a.forward(ctx, d, targets[0], kind, resign, nil, "")
-	if !d.Queued && ats[0].Status != 0 {
-		if reason := unframable(d.ID, ats[0].Status, ats[0].Header); reason != "" {
-			ats[0].Error = reason + "; the sender got 502"
+	at := a.forward(ctx, d, targets[0], kind, resign, nil, "")
+	if !d.Queued && at.Status != 0 {
+		if reason := unframable(d.ID, at.Status, at.Header); reason != "" {
+			at.Error = reason + "; the sender got 502"
 			p.unframed = reason
 		}
 	}
-	if ats[0].Status != 0 {
+	if at.Status != 0 {
 		a.receiverAnswered(targetKey(rt))
 	}
-	wg.Wait()
-	for i := range ats {
-		ats[i].Route = rt
-		rec := a.recordAttempt(d, ats[i])
-		if i == 0 {
-			p.Attempt, p.answer = rec, rec
-		} else {
-			p.Copies = append(p.Copies, rec)
-		}
+	if wg != nil {
+		wg.Wait()
+	}
+	at.Route = rt
+	p.Attempt = a.recordAttempt(d, at)
+	p.answer = p.Attempt
+	for i := range copies {
+		copies[i].Route = rt
+		p.Copies = append(p.Copies, a.recordAttempt(d, copies[i]))
 	}
 	return a.attemptRecorded(h, p)
+}
+
+// forwardCopies starts the forwards of d to targets, each on its own
+// goroutine; it returns the attempts they fill, filled once wg is done.
+func (a *Agent) forwardCopies(ctx context.Context, d *devhook.Delivery, targets []*url.URL, kind string, resign bool) ([]devhook.Attempt, *sync.WaitGroup) {
+	ats := make([]devhook.Attempt, len(targets))
+	wg := new(sync.WaitGroup)
+	for i, t := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ats[i] = a.forward(ctx, d, t, kind, resign, nil, "")
+		}()
+	}
+	return ats, wg
 }
 
 // drop records that p's route dropped it: an attempt of kind drop, not
@@ -200,26 +213,35 @@ func edited(d *devhook.Delivery, edit *devhook.Request, resign bool) bool {
 // logs and returns the attempt unrecorded.
 func (a *Agent) recordAttempt(d *devhook.Delivery, at devhook.Attempt) *devhook.Attempt {
 	rec, err := a.cfg.Store.AddAttempt(d.ID, at)
+	out := new(devhook.Attempt) // the one copy on the heap
+	if err != nil {
+		a.attemptNotRecorded(d, &at, err)
+		*out = at
+		return out
+	}
+	a.health.ok()
+	*out = rec
+	a.published(d, out)
+	return out
+}
+
+// attemptNotRecorded says that attempt at of d was made but could not be
+// recorded (err).
+func (a *Agent) attemptNotRecorded(d *devhook.Delivery, at *devhook.Attempt, err error) {
 	if devhook.ErrorCode(err) == devhook.ENOTFOUND {
 		// Deleted while it was forwarded: the store is fine, and
 		// there is nothing to record the attempt in.
-		a.cfg.Logf("delivery %s: the receiver got it (%s) after it was deleted; the attempt is not recorded", d.ID, outcome(&at))
-		return &at
+		a.cfg.Logf("delivery %s: the receiver got it (%s) after it was deleted; the attempt is not recorded", d.ID, outcome(at))
+		return
 	}
-	if err != nil {
-		// The receiver has had it: say so, and carry on without the
-		// record of this attempt.
-		a.health.failed(err)
-		if d.Queued {
-			a.cfg.Logf("delivery %s: the receiver got it (%s) but devhook could not record the attempt: %v; it is recorded before the relay is acknowledged", d.ID, outcome(&at), err)
-		} else {
-			a.cfg.Logf("delivery %s: the receiver got it (%s) but devhook could not record the attempt: %v", d.ID, outcome(&at), err)
-		}
-		return &at
+	// The receiver has had it: say so, and carry on without the
+	// record of this attempt.
+	a.health.failed(err)
+	if d.Queued {
+		a.cfg.Logf("delivery %s: the receiver got it (%s) but devhook could not record the attempt: %v; it is recorded before the relay is acknowledged", d.ID, outcome(at), err)
+	} else {
+		a.cfg.Logf("delivery %s: the receiver got it (%s) but devhook could not record the attempt: %v", d.ID, outcome(at), err)
 	}
-	a.health.ok()
-	a.published(d, &rec)
-	return &rec
 }
 
 // published tells live views that attempt rec of d is recorded.

@@ -40,11 +40,15 @@ import (
 // live one, gets 202 as from the relay's queue: devhook keeps it. It
 // returns whether d was kept back, or its place could not be recorded: a
 // live one is then answered 503, a queued one held (queued.go). It sets
-// p.key, d's run, for the stages after it.
+// p.key, d's run, for the stages after it, when any delivery is owed (with
+// none, owe.go takes it when it needs it).
 func (a *Agent) oweBehind(h holder, p *processed) bool {
 	d := p.Delivery
 	if !d.Queued && d.Event.RunID == "" {
 		return false // a live delivery of no run goes as its sender sent it
+	}
+	if a.owed.empty() {
+		return false // nothing owed to wait behind: no key built
 	}
 	p.key = orderKey(d)
 	now := a.cfg.Now()

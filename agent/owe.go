@@ -38,6 +38,9 @@ func (a *Agent) oweIfRetryable(h holder, p *processed) {
 		a.gaveUp(d, at, st)
 		return
 	}
+	if p.key == "" { // oweBehind found nothing owed and left it
+		p.key = orderKey(d)
+	}
 	a.owed.add(d.ID, p.key, st.Route, st.Since, a.cfg.Now().Add(a.retryWait(0)), connRefused(at))
 	a.publishRetry(d, at, &st)
 	a.publishHealth()

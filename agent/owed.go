@@ -95,12 +95,15 @@ func (r *retrier) insert(e *owedEntry) {
 	}
 }
 
+// empty reports whether nothing is owed: reserve would return false.
+func (r *retrier) empty() bool { return r.n.Load() == 0 }
+
 // reserve makes id owed behind the deliveries of run key that are owed
 // already, and reports whether there are any. A reserved entry is not
 // tried until add releases it, once its state is recorded, or unreserve
 // drops it.
 func (r *retrier) reserve(id, key string, now time.Time) bool {
-	if r.n.Load() == 0 {
+	if r.empty() {
 		return false
 	}
 	r.mu.Lock()

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/devhook/devhook"
 )
@@ -45,10 +46,15 @@ func Sign(secret string, t time.Time, body []byte) string {
 // SignMillis returns the header value for body signed at tms Unix milliseconds.
 func SignMillis(secret string, tms int64, body []byte) string {
 	ts := strconv.FormatInt(tms, 10)
-	return "t=" + ts + ",v1=" + hex.EncodeToString(mac(secret, ts, body))
+	k := mac(secret, ts, body)
+	v := "t=" + ts + ",v1=" + hex.EncodeToString(k.sum[:])
+	keyed.Put(k)
+	return v
 }
 
-func mac(secret, ts string, body []byte) []byte {
+// mac computes the MAC of ts and body with secret into the k.sum of a
+// keyed MAC from the pool, which the caller puts back once it has read it.
+func mac(secret, ts string, body []byte) *keyedMAC {
 	k, _ := keyed.Get().(*keyedMAC)
 	if k == nil || k.secret != secret {
 		// Keying costs two SHA-256 blocks and the allocation of both
@@ -61,9 +67,27 @@ func mac(secret, ts string, body []byte) []byte {
 	k.buf = append(append(k.buf[:0], ts...), '.')
 	k.h.Write(k.buf)
 	k.h.Write(body)
-	sum := k.h.Sum(nil)
+	k.h.Sum(k.sum[:0]) // fits: no allocation
+	return k
+}
+
+// macEqual reports whether got is the MAC of ts and body with secret.
+func macEqual(secret, ts string, body, got []byte) bool {
+	k := mac(secret, ts, body)
+	eq := hmac.Equal(got, k.sum[:])
 	keyed.Put(k)
-	return sum
+	return eq
+}
+
+// decodeV1 decodes v1 as hex.DecodeString does, into buf when it fits:
+// a v1 of a MAC's length, the common case, costs no allocation. hex.Decode
+// reads v1's bytes in place (it does not write its source).
+func decodeV1(buf *[sha256.Size]byte, v1 string) ([]byte, error) {
+	if hex.DecodedLen(len(v1)) > len(buf) {
+		return hex.DecodeString(v1) // longer than a MAC: it cannot match
+	}
+	n, err := hex.Decode(buf[:], unsafe.Slice(unsafe.StringData(v1), len(v1)))
+	return buf[:n], err
 }
 
 // keyedMAC is an HMAC-SHA256 keyed with secret, ready for Reset and reuse.
@@ -71,6 +95,7 @@ type keyedMAC struct {
 	secret string
 	h      hash.Hash
 	buf    []byte
+	sum    [sha256.Size]byte // the last MAC computed
 }
 
 // keyed keeps keyed MACs between calls: a cache, not state, since a MAC
@@ -158,9 +183,10 @@ func (v Verifier) Verify(secret, header string, body []byte) devhook.Verdict {
 		return devhook.Verdict{Result: devhook.VerdictNoSecret, Status: 500, Text: TextNoSecret, T: p.T,
 			Reason: "no signing secret is configured, so the signature cannot be checked"}
 	}
-	got, err := hex.DecodeString(p.V1)
+	var buf [sha256.Size]byte
+	got, err := decodeV1(&buf, p.V1)
 	if p.V1 == "" || err != nil || p.V1 != strings.ToLower(p.V1) ||
-		!hmac.Equal(got, mac(secret, p.TRaw, body)) {
+		!macEqual(secret, p.TRaw, body, got) {
 		reason := "the signature does not match this body and secret (wrong secret, or the body changed on the way)"
 		switch {
 		case p.V1 == "":
