@@ -47,10 +47,17 @@ func runInProcess(ctx context.Context, o options, rep *report, recv *receiverSer
 		rln.Close()
 		return err
 	}
-	// Behind relay.LimitListener, as devhook relay serves (its connections
-	// let the relay gather frames into one write(2)).
-	stopRelay := serveHTTP(rs, relay.LimitListener(rln, 1<<16))
-	defer func() { rs.Close(); stopRelay() }()
+	// Served as devhook relay serves it: Serve (deliveries through the
+	// relay's own ingress) behind relay.LimitListener (whose connections
+	// let the relay gather frames into one write(2)), so that a profile
+	// holds the relay's live path.
+	relayCtx, stopRelay := context.WithCancel(context.Background())
+	relayDone := make(chan struct{})
+	go func() {
+		defer close(relayDone)
+		rs.Serve(relayCtx, relay.LimitListener(rln, 1<<16), relay.ServeConfig{Grace: time.Second})
+	}()
+	defer func() { stopRelay(); <-relayDone; rs.Close() }()
 	relayURL := "http://" + rln.Addr().String()
 	creds, err := rs.OpenChannel(&http.Request{Host: rln.Addr().String()})
 	if err != nil {
