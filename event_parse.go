@@ -202,36 +202,7 @@ func (s *scanner) object(member func(key []byte, plain bool) bool) bool {
 }
 
 func (s *scanner) array() bool {
-	if s.depth++; s.depth > maxDepth {
-		return false
-	}
-	s.i++ // '['
-	s.space()
-	if s.i < len(s.b) && s.b[s.i] == ']' {
-		s.i++
-		s.depth--
-		return true
-	}
-	for {
-		if !s.value() {
-			return false
-		}
-		s.space()
-		if s.i >= len(s.b) {
-			return false
-		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-			s.space()
-		case ']':
-			s.i++
-			s.depth--
-			return true
-		default:
-			return false
-		}
-	}
+	return s.elements(func(int) bool { return s.value() })
 }
 
 // value scans any value at s.i.
@@ -399,4 +370,39 @@ func (s *scanner) digits() int {
 		n++
 	}
 	return n
+}
+
+// elements scans the array at s.i, calling element with the index of each
+// element, with s.i at it; element must scan it.
+func (s *scanner) elements(element func(n int) bool) bool {
+	if s.depth++; s.depth > maxDepth {
+		return false
+	}
+	s.i++ // '['
+	s.space()
+	if s.i < len(s.b) && s.b[s.i] == ']' {
+		s.i++
+		s.depth--
+		return true
+	}
+	for n := 0; ; n++ {
+		if !element(n) {
+			return false
+		}
+		s.space()
+		if s.i >= len(s.b) {
+			return false
+		}
+		switch s.b[s.i] {
+		case ',':
+			s.i++
+			s.space()
+		case ']':
+			s.i++
+			s.depth--
+			return true
+		default:
+			return false
+		}
+	}
 }

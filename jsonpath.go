@@ -191,41 +191,6 @@ func (s *scanner) find(paths []JSONPath, depth int, active uint64, out []JSONVal
 	return ok
 }
 
-// elements scans the array at s.i, calling element with the index of each
-// element, with s.i at it; element must scan it.
-func (s *scanner) elements(element func(n int) bool) bool {
-	if s.depth++; s.depth > maxDepth {
-		return false
-	}
-	s.i++ // '['
-	s.space()
-	if s.i < len(s.b) && s.b[s.i] == ']' {
-		s.i++
-		s.depth--
-		return true
-	}
-	for n := 0; ; n++ {
-		if !element(n) {
-			return false
-		}
-		s.space()
-		if s.i >= len(s.b) {
-			return false
-		}
-		switch s.b[s.i] {
-		case ',':
-			s.i++
-			s.space()
-		case ']':
-			s.i++
-			s.depth--
-			return true
-		default:
-			return false
-		}
-	}
-}
-
 // verbatim reports whether the inside of a JSON string is its value: no
 // escape, valid UTF-8 (encoding/json turns invalid bytes into U+FFFD).
 func verbatim(inner []byte) bool {
