@@ -15,6 +15,16 @@ import (
 
 func main() {
 	tuneGC()
+	code := run()
+	if code != 0 {
+		os.Exit(code)
+	}
+}
+
+// run is the command line's work; its status is the process's. It returns
+// rather than exit, so that its deferred work (the CPU profile's end) is
+// done on every way out but the second signal's.
+func run() int {
 	if stop := profileCPU(); stop != nil {
 		defer stop()
 	}
@@ -30,9 +40,7 @@ func main() {
 	if msg != "" {
 		fmt.Fprintln(os.Stderr, "devhook:", msg)
 	}
-	if code != 0 {
-		os.Exit(code)
-	}
+	return code
 }
 
 // exitStatus is the process's status for a command's error, and what main
