@@ -34,6 +34,7 @@
 package storage
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -87,7 +88,7 @@ type Config struct {
 	// alone decides.
 	NoSpace func() error
 
-	pageSize int // bbolt's page size for a new file; 0 = the OS's (tests make small fixtures)
+	pageSize int // bbolt's page size for a new file; 0 = newFilePageSize (tests make small fixtures)
 }
 
 const (
@@ -102,6 +103,15 @@ const (
 	maxIDLen = 200
 	// initialMmap is how much of the bbolt file is mapped at first.
 	initialMmap = 64 << 20
+
+	// newFilePageSize is bbolt's page size in a file Open creates. bbolt
+	// writes each page a commit changed with a pwrite of its own; with
+	// the OS's 4 KiB pages a flush of recorded 1.5 KB deliveries made
+	// 0.77 writes a delivery, with 64 KiB 0.05, and cost 2-3 µs less CPU
+	// a delivery (BenchmarkRecordDelivery, BenchmarkRecordAt100k). A
+	// file keeps the page size it was created with: an older one opens
+	// with its own.
+	newFilePageSize = 64 << 10
 )
 
 // The names of the buckets and keys, converted to []byte where they are
@@ -219,7 +229,7 @@ func Open(path string, cfg Config) (*DB, error) {
 		NoGrowSync:   true,
 		FreelistType: bolt.FreelistMapType,
 		ReadOnly:     cfg.ReadOnly,
-		PageSize:     cfg.pageSize,
+		PageSize:     cmp.Or(cfg.pageSize, newFilePageSize),
 		// Address space, not memory: a page is in RSS once read. bbolt
 		// maps the file again each time it outgrows its mapping, and a
 		// commit that does copies every key and value of the nodes it
