@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,6 +23,17 @@ import (
 // messages of one batch leave in one write(2) when the connection is a
 // corkConn. An idle Writer writes at once: nothing waits for a timer or
 // for another goroutine, so a lone frame leaves as soon as before.
+//
+// On two cores the callers seldom overlap by themselves: the goroutines
+// the network poller made ready run one after the other, and each would
+// find no write in progress and make its own. So a Writer that has lately
+// sent a batch of several messages (there is company) yields once before
+// it writes: the callers already ready to run queue their messages behind
+// its own, and leave in its write(2). At 32 senders this took the relay's
+// write(2)s from 2.0 to 1.4 a delivery and the agent's from 2.1 to 1.5
+// (go run ./bench). A Writer whose batches are lone messages (one sender
+// at a time) stops yielding after gatherFor of them: a yield with nobody
+// to wait for costs a scheduling round and wakes an idle processor.
 
 // Writer sends binary messages on ws for many goroutines.
 type Writer struct {
@@ -38,7 +50,14 @@ type Writer struct {
 	// wait for it; nil while none waits (the caller writing does not: it
 	// learns its outcome from its own write).
 	batch *writeBatch
+	// gather is how many more batches yield first (see above): set to
+	// gatherFor by a batch of several messages, lowered by a lone one.
+	gather int
 }
+
+// gatherFor is how many lone batches a Writer still yields before, after
+// a batch of several messages.
+const gatherFor = 16
 
 // Msg is one message: A then B, written without copying them together.
 type Msg struct{ A, B []byte }
@@ -91,6 +110,12 @@ func (w *Writer) join() error {
 	// No write in progress, so the queue held no other message (Hold
 	// aside, which Release writes): the caller's are the first batch.
 	w.writing = true
+	if w.gather > 0 {
+		// Let the callers that are ready join this batch.
+		w.mu.Unlock()
+		runtime.Gosched()
+		w.mu.Lock()
+	}
 	return w.drain(true)
 }
 
@@ -120,6 +145,11 @@ func (w *Writer) drain(mine bool) error {
 	var myErr error
 	for first := true; len(w.queue) > 0; first = false {
 		msgs, b := w.queue, w.batch
+		if len(msgs) > 1 {
+			w.gather = gatherFor
+		} else if w.gather > 0 {
+			w.gather--
+		}
 		w.queue, w.spare, w.batch = w.spare[:0], nil, nil
 		w.mu.Unlock()
 		err := w.send(msgs)

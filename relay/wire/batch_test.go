@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -343,4 +344,78 @@ func queued(w *Writer, n int) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.queue) == n
+}
+
+// Callers that are ready to run when a write starts join it, once the
+// Writer has seen company (a batch of several messages); a Writer with
+// one caller at a time writes each message at once and never yields.
+func TestWSWriterGathersTheCallersReadyToRun(t *testing.T) {
+	// One processor: the callers run one after the other, as on a busy
+	// machine, and none overlaps another's write by itself.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	col := &echoCollector{got: make(chan struct{}, 1)}
+	srv := httptest.NewServer(col)
+	defer srv.Close()
+	ws, cc := dialCorked(t, "ws"+strings.TrimPrefix(srv.URL, "http"), nil)
+	w := NewWriter(ws, 10*time.Second, nil)
+
+	// Lone callers: a write(2) each, and no yield to come.
+	before := cc.writes.Load()
+	for i := range 40 {
+		if err := w.Write([]byte(fmt.Sprintf("lone %02d", i)), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := cc.writes.Load() - before; got != 40 {
+		t.Errorf("40 lone frames took %d write(2)s, want 40", got)
+	}
+	if w.gather != 0 {
+		t.Errorf("after lone frames the writer still yields (gather %d)", w.gather)
+	}
+
+	// 20 callers made ready together, by one close: without company seen
+	// yet they may each write; once a batch of two has left, they gather.
+	burst := func(tag string) int64 {
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range 20 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				if err := w.Write([]byte(fmt.Sprintf("%s %02d", tag, i)), nil); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		before := cc.writes.Load()
+		close(start)
+		wg.Wait()
+		return cc.writes.Load() - before
+	}
+	w.Hold() // a batch of two: company
+	for i := range 2 {
+		go w.Write([]byte(fmt.Sprintf("pair %d", i)), nil)
+	}
+	for {
+		w.mu.Lock()
+		q := len(w.queue)
+		w.mu.Unlock()
+		if q == 2 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	w.Release()
+	col.wait(t, 42)
+	if w.gather == 0 {
+		t.Fatal("a batch of two did not set the writer yielding")
+	}
+	if got := burst("burst"); got > 4 {
+		t.Errorf("20 callers ready together took %d write(2)s, want a few", got)
+	}
+	msgs := col.wait(t, 62)
+	if len(msgs) != 62 {
+		t.Fatalf("%d messages, want 62", len(msgs))
+	}
 }
