@@ -43,6 +43,7 @@ func (a *Agent) forwardTo(ctx context.Context, h holder, p *processed, rt *devho
 	var copies []devhook.Attempt
 	var wg *sync.WaitGroup
 	if len(targets) > 1 {
+		handTurnOn(ctx) // the copies' goroutines take a while to start
 		copies, wg = a.forwardCopies(ctx, d, targets[1:], kind, resign)
 	}
 	at := a.forward(ctx, d, targets[0], kind, resign, nil, "")
@@ -279,6 +280,7 @@ func (a *Agent) send(ctx context.Context, at *devhook.Attempt, method string, he
 	if peekWorks && a.cfg.Client == nil && strings.HasPrefix(at.Target, "http://") && a.sendDirect(ctx, at, method, header, body) {
 		return
 	}
+	handTurnOn(ctx) // net/http's client may dial, and writes in its own time
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.ForwardTimeout)
 	defer cancel()
 	var rd io.Reader

@@ -300,7 +300,14 @@ type exchange struct {
 	c        *hconn
 	written  bool // the whole request went out
 	answered bool // some byte of an answer came back
+	// turn: the worker whose turn to read is handed on once the request
+	// is written (or before, when its write may wait); nil: none.
+	turn *worker
 }
+
+// smallWrite bounds the request a socket takes at once: its write does
+// not wait for the receiver to read.
+const smallWrite = 16 << 10
 
 // directAnswer is the head of a final answer, read by hand (readAnswerHead) or
 // by http.ReadResponse (resp).
@@ -314,7 +321,13 @@ type directAnswer struct {
 func (e *exchange) roundTrip(method string, u *url.URL, header http.Header, withBody bool, body []byte) (directAnswer, error) {
 	c := e.c
 	c.cr.n, c.cr.limit = 0, maxHeaderResponse
+	if e.turn != nil && len(body) > smallWrite {
+		e.turn.handOnce()
+	}
 	werr := c.write(method, u, header, withBody, body)
+	if e.turn != nil {
+		e.turn.handOnce()
+	}
 	e.written = werr == nil
 	// Even when the write failed, the receiver may have answered
 	// before it stopped reading (a 413, say): read what it said.
@@ -510,6 +523,7 @@ func (a *Agent) roundTrip(ctx context.Context, method string, u *url.URL, header
 			c = a.conns.get(host, a.conns.clock(), deadline)
 		}
 		if c == nil {
+			handTurnOn(ctx) // a dial may take its time
 			var err error
 			if c, err = dial(ctx, u, deadline); err != nil {
 				if cerr := ctx.Err(); cerr != nil {
@@ -529,7 +543,7 @@ func (a *Agent) roundTrip(ctx context.Context, method string, u *url.URL, header
 			c.close()
 			return directResult{}, err
 		}
-		e := exchange{c: c}
+		e := exchange{c: c, turn: turnOf(ctx)}
 		ans, err := e.roundTrip(method, u, header, withBody, body)
 		if err != nil {
 			retry := !retried && e.resendable(err) // before the close: it may look at the socket

@@ -25,6 +25,7 @@ package agent
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/devhook/devhook/relay/relayclient"
@@ -108,14 +109,23 @@ type pool struct {
 
 // runWorker is a worker: it reads, runs what it read, and waits for its turn
 // again, until the connection ends or it leaves the pool.
+//
+// The turn to read is handed on once per delivery read (handOnce), as
+// late as it can be: after the forward's request is written, before
+// anything that may wait (a dial, a large body's write, a held write, the
+// answer to the relay). Handing it on wakes another worker, and the
+// processor it runs on: done at once, that wake-up was 9.5 µs of the 180
+// on the agent's path of a lone delivery (go run ./bench at c=1); after the
+// write, the receiver is at work meanwhile.
 func (p *pool) runWorker() {
 	w := &worker{p: p, inPool: true}
+	w.ctx = context.WithValue(p.work, turnKey{}, w)
 	for {
 		j, ok := p.read()
 		if !ok {
 			return
 		}
-		p.handOn()
+		w.handed.Store(false)
 		if !p.a.runLine(w, j) || !p.await() {
 			return
 		}
@@ -202,7 +212,9 @@ func (a *Agent) runLine(w *worker, j job) bool {
 	p := w.p
 	w.slot = true
 	for {
-		if res := a.process(p.work, w, j.d); !res.ended {
+		res := a.process(w.ctx, w, j.d)
+		w.handOnce() // before the answer's write, and the wait for a slot
+		if !res.ended {
 			a.finish(p.conn, j.d, &res)
 		}
 		nj, ok := p.lines.next(j)
@@ -230,11 +242,43 @@ func (a *Agent) runLine(w *worker, j job) bool {
 // it runs.
 type worker struct {
 	p      *pool
-	inPool bool // it may leave the pool once only: then it ends with its run's line
-	slot   bool // the delivery it runs holds a slot
+	ctx    context.Context // the pool's work, carrying the worker under turnKey
+	inPool bool            // it may leave the pool once only: then it ends with its run's line
+	slot   bool            // the delivery it runs holds a slot
+	// handed: the turn to read was handed on since the worker read. A
+	// delivery's copies may hand it on from their own goroutines.
+	handed atomic.Bool
+}
+
+// handOnce hands the turn to read on, the first time it is called after
+// the worker read a delivery.
+func (w *worker) handOnce() {
+	if !w.handed.Swap(true) {
+		w.p.handOn()
+	}
+}
+
+// turnKey is the context key of the worker running a delivery: the
+// forward hands its turn to read on (handTurnOn) once the request is
+// written.
+type turnKey struct{}
+
+// turnOf returns the worker running the delivery ctx is for; nil when it
+// is not a worker's (a replay, a retry).
+func turnOf(ctx context.Context) *worker {
+	w, _ := ctx.Value(turnKey{}).(*worker)
+	return w
+}
+
+// handTurnOn hands on the turn to read of the worker ctx carries, if any.
+func handTurnOn(ctx context.Context) {
+	if w := turnOf(ctx); w != nil {
+		w.handOnce()
+	}
 }
 
 func (w *worker) leave() {
+	w.handOnce() // it is going to wait
 	if w.slot {
 		<-w.p.sem
 		w.slot = false

@@ -1,15 +1,20 @@
 package agent_test
 
 import (
+	"bufio"
+	"bytes"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/devhook/devhook/agent"
+	"github.com/devhook/devhook/relay"
 )
 
 // workers counts the goroutines running the agent's delivery workers.
@@ -188,6 +193,76 @@ func TestServe_StopWhileEveryWorkerWaitsForASlowReceiver(t *testing.T) {
 	for range senders {
 		if st := <-statuses; st != http.StatusAccepted {
 			t.Errorf("a sender got %d, want 202", st)
+		}
+	}
+}
+
+// A worker hands the turn to read on before a write that may wait: a large
+// body that the receiver does not read, on a kept-alive connection (no
+// dial to hand it on before), holds its worker only, and the next
+// deliveries are read and forwarded meanwhile.
+func TestServe_StalledLargeBodyDoesNotHoldTheReading(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var conns sync.WaitGroup
+	t.Cleanup(func() { close(stop); ln.Close(); conns.Wait() })
+	stalled := make(chan struct{}, 1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func() { // a receiver as few lines of HTTP as it takes
+				defer conns.Done()
+				defer c.Close()
+				go func() { <-stop; c.Close() }()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					if req.URL.Path == "/stall" {
+						stalled <- struct{}{}
+						<-stop // reads nothing more
+						return
+					}
+					io.Copy(io.Discard, req.Body)
+					io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+				}
+			}()
+		}
+	}()
+	tn := newTunnelRelay(t, "http://"+ln.Addr().String(), func(c *relay.Config) {
+		c.MaxBody, c.MaxChannelInflight, c.MaxInflight = 64<<20, 64<<20, 64<<20
+	}, func(c *agent.Config) { c.Concurrency = 4; c.ForwardTimeout = time.Minute })
+	tn.startAgent()
+
+	// One kept-alive connection to the receiver, which the large body
+	// takes next.
+	if resp, _ := tn.post("/warm", []byte(`{}`), nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("first delivery: %s", resp.Status)
+	}
+	big := bytes.Repeat([]byte("x"), 32<<20) // beyond the sockets' buffers
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, tn.url("/stall"), bytes.NewReader(big))
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	select {
+	case <-stalled:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the large body never reached the receiver")
+	}
+	for i := range 3 {
+		if resp, _ := tn.post("/after", []byte(`{}`), nil); resp.StatusCode != http.StatusOK {
+			t.Fatalf("delivery %d after the stalled one: %s", i, resp.Status)
 		}
 	}
 }
