@@ -14,12 +14,14 @@ const (
 	// per delivery but keep little, so the default collector runs more
 	// often than their small heaps need.
 	gcPercent = 200
-	// listenGCPercent is listen's: the agent's live heap is about 2 MiB
-	// under load, and at 400 it collects 1.1 times per 1,000 deliveries
-	// against 2.8 at 200, about 3 µs of CPU per delivery against 10-15,
-	// for about 7 MiB more RSS (51 MiB at the store's retention, under the
-	// 64 MiB target; 800 would not be). Measured: docs/PERFORMANCE.md.
-	listenGCPercent = 400
+	// listenGCPercent is listen's: the agent's live heap is 2 to 7 MiB
+	// under load, and collections are few. At 300 the agent's peak RSS
+	// at concurrency 32 was 54-55 MiB against 61-64.5 at 400 (the bbolt
+	// pages of 64 KiB and the journal's batches grew what is in flight),
+	// its CPU per delivery the same within the noise; 200 cost 10-15 µs
+	// of collections a delivery before the allocations were cut, 400
+	// left no room under the 64 MiB target. Measured: docs/PERFORMANCE.md.
+	listenGCPercent = 300
 	// memoryLimit is the soft limit of the Go heap and runtime: it keeps
 	// the heap of a larger GOGC from growing without bound, so that the
 	// agent stays within 64 MiB of RSS with the store at its retention.
