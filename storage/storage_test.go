@@ -2,6 +2,7 @@ package storage_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -615,5 +616,61 @@ func TestPutDelivery_HostileRunID(t *testing.T) {
 	}
 	if rs, err := db.RunDeliveries("a"); err != nil || len(rs) != 0 {
 		t.Errorf(`RunDeliveries("a") = %v, %v; want none`, rs, err)
+	}
+}
+
+// bboltPageSize reads the page size in the first meta page of a bbolt
+// file: after the page header (16 bytes), the magic and the version.
+func bboltPageSize(t *testing.T, path string) int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 28 {
+		t.Fatalf("%s: %d bytes", path, len(b))
+	}
+	return int(binary.LittleEndian.Uint32(b[24:]))
+}
+
+// A new store has bbolt pages of 64 KiB (a commit writes each page it
+// changed with a pwrite of its own); a store made with other pages, as
+// earlier versions made them, opens with its own, takes new deliveries
+// and keeps them.
+func TestOpen_PageSizeOfNewAndOlderFiles(t *testing.T) {
+	dir := t.TempDir()
+	fresh := filepath.Join(dir, "new.db")
+	db := MustOpenPath(t, fresh, storage.Config{})
+	mustPut(t, db, newDelivery(1))
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := bboltPageSize(t, fresh); got != 64<<10 {
+		t.Errorf("a new store has pages of %d bytes, want %d", got, 64<<10)
+	}
+
+	older := filepath.Join(dir, "older.db")
+	db, err := storage.Open(older, storage.WithPageSize(storage.Config{}, 4096))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, db, newDelivery(1))
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = MustOpenPath(t, older, storage.Config{})
+	mustPut(t, db, newDelivery(2))
+	for i := 1; i <= 2; i++ {
+		got, err := db.Delivery(newDelivery(i).ID)
+		if err != nil {
+			t.Fatalf("delivery %d: %v", i, err)
+		}
+		sameDelivery(t, got, newDelivery(i))
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := bboltPageSize(t, older); got != 4096 {
+		t.Errorf("a store of 4 KiB pages has pages of %d bytes after a reopen", got)
 	}
 }
