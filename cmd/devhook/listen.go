@@ -67,6 +67,7 @@ func (o *listenOptions) connectService(ctx context.Context, c *cloud.Client, pub
 
 func (o *listenOptions) run(ctx context.Context) error {
 	defer listenGC(os.LookupEnv)()
+	defer listenProcs(os.LookupEnv)()
 	if err := ensureDir(o.dataDir); err != nil {
 		return err
 	}
