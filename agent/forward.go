@@ -43,7 +43,6 @@ func (a *Agent) forwardTo(ctx context.Context, h holder, p *processed, rt *devho
 	var copies []devhook.Attempt
 	var wg *sync.WaitGroup
 	if len(targets) > 1 {
-		handTurnOn(ctx) // the copies' goroutines take a while to start
 		copies, wg = a.forwardCopies(ctx, d, targets[1:], kind, resign)
 	}
 	at := a.forward(ctx, d, targets[0], kind, resign, nil, "")

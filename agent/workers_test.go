@@ -266,3 +266,37 @@ func TestServe_StalledLargeBodyDoesNotHoldTheReading(t *testing.T) {
 		}
 	}
 }
+
+// A forward through net/http's client (Config.Client set: the agent's own
+// connections are not used) hands the turn to read on before it: a
+// receiver that holds one delivery's answer holds that delivery only.
+func TestServe_ClientForwardDoesNotHoldTheReading(t *testing.T) {
+	release := make(chan struct{})
+	held := make(chan struct{}, 1)
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			held <- struct{}{}
+			<-release
+		}
+	}))
+	defer recv.Close()
+	defer close(release)
+	tn := newTunnel(t, recv.URL, func(c *agent.Config) { c.Client = recv.Client(); c.ForwardTimeout = 2 * time.Minute })
+	tn.startAgent()
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, tn.url("/hold"), strings.NewReader(`{}`))
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	select {
+	case <-held:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the held delivery never reached the receiver")
+	}
+	for i := range 3 {
+		if resp, _ := tn.post("/after", []byte(`{}`), nil); resp.StatusCode != http.StatusOK {
+			t.Fatalf("delivery %d after the held one: %s", i, resp.Status)
+		}
+	}
+}
