@@ -361,3 +361,26 @@ func TestSend_InterruptedWaitingForTheAnswer(t *testing.T) {
 		t.Errorf("exit status %d, want 143\n%s\n%s", p.code, p.stdout, p.stderr)
 	}
 }
+
+// $DEVHOOK_CPUPROFILE gets a whole profile from a command stopped by
+// Ctrl-C, as the load harness stops relay and agent: the exit status of
+// the signal did not skip the profile's end, which left an empty file.
+func TestCPUProfile_WrittenWhenInterrupted(t *testing.T) {
+	prefix := filepath.Join(t.TempDir(), "cpu")
+	p := runAndSignal(t, []string{"HOME=" + t.TempDir(), "DEVHOOK_CPUPROFILE=" + prefix}, says("reference receiver on"), syscall.SIGINT,
+		"receive", "--addr", "127.0.0.1:0", "--secret", "s")
+	if p.code != 130 {
+		t.Fatalf("exit status %d, want 130\n%s", p.code, p.stderr)
+	}
+	files, _ := filepath.Glob(prefix + ".receive.*")
+	if len(files) != 1 {
+		t.Fatalf("profiles %v, want one", files)
+	}
+	b, err := os.ReadFile(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b { // a profile is gzipped protobuf
+		t.Fatalf("the profile is %d bytes, not a gzipped profile", len(b))
+	}
+}
