@@ -419,3 +419,26 @@ func TestWSWriterGathersTheCallersReadyToRun(t *testing.T) {
 		t.Fatalf("%d messages, want 62", len(msgs))
 	}
 }
+
+// The messages of one caller are no company, however many: after the
+// drain's WriteAll of a batch, a lone caller writes at once, without the
+// yield meant for callers ready to join it.
+func TestWSWriterTakesOneCallersBatchForNoCompany(t *testing.T) {
+	col := &echoCollector{got: make(chan struct{}, 1)}
+	srv := httptest.NewServer(col)
+	defer srv.Close()
+	ws, _ := dialCorked(t, "ws"+strings.TrimPrefix(srv.URL, "http"), nil)
+	w := NewWriter(ws, 10*time.Second, nil)
+	if err := w.WriteAll([]Msg{{A: []byte("queued 0")}, {A: []byte("queued 1")}, {A: []byte("queued 2")}}); err != nil {
+		t.Fatal(err)
+	}
+	if w.gather != 0 {
+		t.Errorf("after one caller's batch of 3 messages the writer yields (gather %d), want 0", w.gather)
+	}
+	if err := w.Write([]byte("lone"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if msgs := col.wait(t, 4); len(msgs) != 4 {
+		t.Fatalf("%d messages, want 4", len(msgs))
+	}
+}
