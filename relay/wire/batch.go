@@ -41,8 +41,9 @@ import (
 type Writer struct {
 	ws      *websocket.Conn
 	cork    *corkConn     // nil: each message is its own write(2)
-	timeout time.Duration // write deadline of a batch
-	onError func()        // called after a failed write (the connection is then useless)
+	timeout time.Duration // write deadline of each message of a batch
+	now     func() time.Time
+	onError func() // called after a failed write (the connection is then useless)
 
 	mu      sync.Mutex
 	writing bool // a caller is writing batches
@@ -74,10 +75,10 @@ type writeBatch struct {
 	err  error
 }
 
-// NewWriter returns a Writer of ws whose batches must be written within
-// timeout; onError, when not nil, is called after a failed write.
+// NewWriter returns a Writer of ws each of whose messages must be written
+// within timeout; onError, when not nil, is called after a failed write.
 func NewWriter(ws *websocket.Conn, timeout time.Duration, onError func()) *Writer {
-	return &Writer{ws: ws, cork: findCork(ws.NetConn()), timeout: timeout, onError: onError}
+	return &Writer{ws: ws, cork: findCork(ws.NetConn()), timeout: timeout, onError: onError, now: time.Now}
 }
 
 // Write sends one message, a followed by b, and returns once it is written
@@ -179,8 +180,13 @@ func (w *Writer) drain(mine bool) error {
 }
 
 // send writes msgs, in one write(2) when the connection can gather them.
+// Each message gets the timeout from when its turn comes, as if written
+// alone: a batch of large ones (the drain's WriteAll of queued
+// deliveries) on a slow link is not cut where each alone would pass.
+// (gorilla sets the connection's deadline at each frame it writes; the
+// deadline set here is a field, not a system call.)
 func (w *Writer) send(msgs []Msg) error {
-	w.ws.SetWriteDeadline(time.Now().Add(w.timeout))
+	w.ws.SetWriteDeadline(w.now().Add(w.timeout))
 	if w.cork != nil {
 		if err := w.cork.cork(); err != nil {
 			if w.onError != nil {
@@ -190,7 +196,10 @@ func (w *Writer) send(msgs []Msg) error {
 		}
 	}
 	var err error
-	for _, m := range msgs {
+	for i, m := range msgs {
+		if i > 0 {
+			w.ws.SetWriteDeadline(w.now().Add(w.timeout))
+		}
 		var mw writerCloser
 		if mw, err = w.ws.NextWriter(websocket.BinaryMessage); err != nil {
 			break
