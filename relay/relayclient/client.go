@@ -307,13 +307,14 @@ func (c *Conn) Receive() (*devhook.Delivery, error) {
 	}
 }
 
-// Respond sends the answer to delivery id.
+// Respond sends the answer to delivery id: the frame's header, then body
+// as it is, not copied behind it (as the relay sends a delivery).
 func (c *Conn) Respond(id string, status int, header http.Header, body []byte) error {
-	frame, err := wire.AppendFrame(make([]byte, 0, len(body)+256), &wire.Header{Type: wire.TypeResponse, ID: id, Status: status, Header: header}, body)
+	hdr, err := wire.AppendFrame(nil, &wire.Header{Type: wire.TypeResponse, ID: id, Status: status, Header: header}, nil)
 	if err != nil {
 		return err
 	}
-	return c.write(frame)
+	return c.write(hdr, body)
 }
 
 // Ack tells the relay that delivery id is recorded.
@@ -322,13 +323,13 @@ func (c *Conn) Ack(id string) error {
 	if err != nil {
 		return err
 	}
-	return c.write(frame)
+	return c.write(frame, nil)
 }
 
-// write sends one frame; frames of concurrent callers leave together
-// (see Writer).
-func (c *Conn) write(frame []byte) error {
-	if err := c.out.Write(frame, nil); err != nil {
+// write sends one frame, hdr followed by payload; frames of concurrent
+// callers leave together (see wire.Writer).
+func (c *Conn) write(hdr, payload []byte) error {
+	if err := c.out.Write(hdr, payload); err != nil {
 		return fmt.Errorf("write to relay: %w", err)
 	}
 	return nil

@@ -27,36 +27,42 @@ import (
 // On two cores the callers seldom overlap by themselves: the goroutines
 // the network poller made ready run one after the other, and each would
 // find no write in progress and make its own. So a Writer that has lately
-// sent a batch of several messages (there is company) yields once before
-// it writes: the callers already ready to run queue their messages behind
-// its own, and leave in its write(2). At 32 senders this took the relay's
-// write(2)s from 2.0 to 1.4 a delivery and the agent's from 2.1 to 1.5
-// (go run ./bench). A Writer whose batches are lone messages (one sender
-// at a time) stops yielding after gatherFor of them: a yield with nobody
-// to wait for costs a scheduling round and wakes an idle processor.
+// sent a batch of several callers' messages (there is company) yields
+// once before it writes: the callers already ready to run queue their
+// messages behind its own, and leave in its write(2). At 32 senders this
+// took the relay's write(2)s from 2.0 to 1.4 a delivery and the agent's
+// from 2.1 to 1.5 (go run ./bench). A Writer whose batches are one
+// caller's (one sender at a time; the drain's WriteAll of many messages
+// is one caller too) stops yielding after gatherFor of them: a yield with
+// nobody to wait for costs a scheduling round and wakes an idle
+// processor.
 
 // Writer sends binary messages on ws for many goroutines.
 type Writer struct {
 	ws      *websocket.Conn
 	cork    *corkConn     // nil: each message is its own write(2)
-	timeout time.Duration // write deadline of a batch
-	onError func()        // called after a failed write (the connection is then useless)
+	timeout time.Duration // write deadline of each message of a batch
+	now     func() time.Time
+	onError func() // called after a failed write (the connection is then useless)
 
 	mu      sync.Mutex
 	writing bool // a caller is writing batches
 	queue   []Msg
+	callers int // the calls of Write and WriteAll whose messages are in queue
 	spare   []Msg
 	// batch is the outcome of the queued messages, for the callers that
 	// wait for it; nil while none waits (the caller writing does not: it
 	// learns its outcome from its own write).
 	batch *writeBatch
 	// gather is how many more batches yield first (see above): set to
-	// gatherFor by a batch of several messages, lowered by a lone one.
+	// gatherFor by a batch of several callers' messages, lowered by a
+	// batch of one caller's (a lone message, or the drain's WriteAll of
+	// many: no company for the next caller to wait for).
 	gather int
 }
 
-// gatherFor is how many lone batches a Writer still yields before, after
-// a batch of several messages.
+// gatherFor is how many batches of one caller a Writer still yields
+// before, after a batch of several callers.
 const gatherFor = 16
 
 // Msg is one message: A then B, written without copying them together.
@@ -69,10 +75,10 @@ type writeBatch struct {
 	err  error
 }
 
-// NewWriter returns a Writer of ws whose batches must be written within
-// timeout; onError, when not nil, is called after a failed write.
+// NewWriter returns a Writer of ws each of whose messages must be written
+// within timeout; onError, when not nil, is called after a failed write.
 func NewWriter(ws *websocket.Conn, timeout time.Duration, onError func()) *Writer {
-	return &Writer{ws: ws, cork: findCork(ws.NetConn()), timeout: timeout, onError: onError}
+	return &Writer{ws: ws, cork: findCork(ws.NetConn()), timeout: timeout, onError: onError, now: time.Now}
 }
 
 // Write sends one message, a followed by b, and returns once it is written
@@ -82,6 +88,7 @@ func NewWriter(ws *websocket.Conn, timeout time.Duration, onError func()) *Write
 func (w *Writer) Write(a, b []byte) error {
 	w.mu.Lock()
 	w.queue = append(w.queue, Msg{a, b})
+	w.callers++
 	return w.join()
 }
 
@@ -91,6 +98,7 @@ func (w *Writer) Write(a, b []byte) error {
 func (w *Writer) WriteAll(msgs []Msg) error {
 	w.mu.Lock()
 	w.queue = append(w.queue, msgs...)
+	w.callers++
 	return w.join()
 }
 
@@ -145,12 +153,12 @@ func (w *Writer) drain(mine bool) error {
 	var myErr error
 	for first := true; len(w.queue) > 0; first = false {
 		msgs, b := w.queue, w.batch
-		if len(msgs) > 1 {
+		if w.callers > 1 {
 			w.gather = gatherFor
 		} else if w.gather > 0 {
 			w.gather--
 		}
-		w.queue, w.spare, w.batch = w.spare[:0], nil, nil
+		w.queue, w.spare, w.batch, w.callers = w.spare[:0], nil, nil, 0
 		w.mu.Unlock()
 		err := w.send(msgs)
 		clear(msgs) // no references to bodies kept
@@ -172,8 +180,13 @@ func (w *Writer) drain(mine bool) error {
 }
 
 // send writes msgs, in one write(2) when the connection can gather them.
+// Each message gets the timeout from when its turn comes, as if written
+// alone: a batch of large ones (the drain's WriteAll of queued
+// deliveries) on a slow link is not cut where each alone would pass.
+// (gorilla sets the connection's deadline at each frame it writes; the
+// deadline set here is a field, not a system call.)
 func (w *Writer) send(msgs []Msg) error {
-	w.ws.SetWriteDeadline(time.Now().Add(w.timeout))
+	w.ws.SetWriteDeadline(w.now().Add(w.timeout))
 	if w.cork != nil {
 		if err := w.cork.cork(); err != nil {
 			if w.onError != nil {
@@ -183,7 +196,10 @@ func (w *Writer) send(msgs []Msg) error {
 		}
 	}
 	var err error
-	for _, m := range msgs {
+	for i, m := range msgs {
+		if i > 0 {
+			w.ws.SetWriteDeadline(w.now().Add(w.timeout))
+		}
 		var mw writerCloser
 		if mw, err = w.ws.NextWriter(websocket.BinaryMessage); err != nil {
 			break

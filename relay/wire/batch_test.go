@@ -24,6 +24,19 @@ import (
 type countConn struct {
 	net.Conn
 	writes atomic.Int64
+
+	mu        sync.Mutex
+	deadlines map[time.Time]bool // the write deadlines set
+}
+
+func (c *countConn) SetWriteDeadline(t time.Time) error {
+	c.mu.Lock()
+	if c.deadlines == nil {
+		c.deadlines = make(map[time.Time]bool)
+	}
+	c.deadlines[t] = true
+	c.mu.Unlock()
+	return c.Conn.SetWriteDeadline(t)
 }
 
 func (c *countConn) Write(p []byte) (int, error) {
@@ -417,5 +430,57 @@ func TestWSWriterGathersTheCallersReadyToRun(t *testing.T) {
 	msgs := col.wait(t, 62)
 	if len(msgs) != 62 {
 		t.Fatalf("%d messages, want 62", len(msgs))
+	}
+}
+
+// The messages of one caller are no company, however many: after the
+// drain's WriteAll of a batch, a lone caller writes at once, without the
+// yield meant for callers ready to join it.
+func TestWSWriterTakesOneCallersBatchForNoCompany(t *testing.T) {
+	col := &echoCollector{got: make(chan struct{}, 1)}
+	srv := httptest.NewServer(col)
+	defer srv.Close()
+	ws, _ := dialCorked(t, "ws"+strings.TrimPrefix(srv.URL, "http"), nil)
+	w := NewWriter(ws, 10*time.Second, nil)
+	if err := w.WriteAll([]Msg{{A: []byte("queued 0")}, {A: []byte("queued 1")}, {A: []byte("queued 2")}}); err != nil {
+		t.Fatal(err)
+	}
+	if w.gather != 0 {
+		t.Errorf("after one caller's batch of 3 messages the writer yields (gather %d), want 0", w.gather)
+	}
+	if err := w.Write([]byte("lone"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if msgs := col.wait(t, 4); len(msgs) != 4 {
+		t.Fatalf("%d messages, want 4", len(msgs))
+	}
+}
+
+// Each message of a batch has the Writer's timeout from when its turn
+// comes, not one deadline for the whole batch: the drain's batch of large
+// queued deliveries on a slow link is written as they would be alone.
+// The clock moves a timeout at each look, as if each message took that
+// long.
+func TestWSWriterGivesEachMessageItsTimeout(t *testing.T) {
+	col := &echoCollector{got: make(chan struct{}, 1)}
+	srv := httptest.NewServer(col)
+	defer srv.Close()
+	ws, cc := dialCorked(t, "ws"+strings.TrimPrefix(srv.URL, "http"), nil)
+	const timeout = 10 * time.Second
+	w := NewWriter(ws, timeout, nil)
+	start := time.Now()
+	var looks int
+	w.now = func() time.Time { looks++; return start.Add(time.Duration(looks-1) * timeout) }
+	msgs := []Msg{{A: []byte("queued 0")}, {A: []byte("queued 1")}, {A: []byte("queued 2")}}
+	if err := w.WriteAll(msgs); err != nil {
+		t.Fatal(err)
+	}
+	col.wait(t, 3)
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	for i := range msgs {
+		if d := start.Add(time.Duration(i+1) * timeout); !cc.deadlines[d] {
+			t.Errorf("message %d was not written with its own deadline (%s after the first look); deadlines set: %v", i, d.Sub(start), cc.deadlines)
+		}
 	}
 }
