@@ -62,7 +62,12 @@ func Open(ctx context.Context, client *http.Client, relayURL, openToken string) 
 		return wire.Credentials{}, fmt.Errorf("open a channel on %s: %w", relayURL, err)
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if err != nil {
+		// The connection was cut in the answer (a proxy, a relay that
+		// died): not an answer to judge by the half of it that came.
+		return wire.Credentials{}, fmt.Errorf("open a channel on %s: read the answer (%s): %w", relayURL, resp.Status, err)
+	}
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
 		return wire.Credentials{}, fmt.Errorf("open a channel on %s: %w: %s: %s", relayURL, ErrOpenRefused, resp.Status, bytes.TrimSpace(body))
 	}
