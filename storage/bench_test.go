@@ -67,24 +67,32 @@ func storeBench(b *testing.B, db *storage.DB, n int) {
 }
 
 // recordTimed records each of ds, put then attempt, and flushes the
-// journal, on the clock; it reports the process's CPU time a delivery
-// (cpu-ns/op) and its system calls.
+// journal, on the clock (onTheClock).
 func recordTimed(b *testing.B, db *storage.DB, ds []*devhook.Delivery,
 	put func(*storage.DB, *devhook.Delivery) (bool, error),
 	attempt func(*storage.DB, string, devhook.Attempt) (devhook.Attempt, error)) {
 	a := benchAttempt()
+	onTheClock(b, db, func() {
+		for _, d := range ds {
+			if _, err := put(db, d); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := attempt(db, d.ID, a); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// onTheClock times record, which records b.N bench deliveries in db, and
+// the flush of the journal after it; it reports the process's CPU time a
+// delivery (cpu-ns/op) and its system calls.
+func onTheClock(b *testing.B, db *storage.DB, record func()) {
 	b.SetBytes(int64(len(benchBody)))
 	b.ReportAllocs()
 	cpu, counts := cpuTime(b), countOS(b)
 	b.ResetTimer()
-	for _, d := range ds {
-		if _, err := put(db, d); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := attempt(db, d.ID, a); err != nil {
-			b.Fatal(err)
-		}
-	}
+	record()
 	if err := db.Flush(); err != nil {
 		b.Fatal(err)
 	}
@@ -318,9 +326,10 @@ func (start osCounts) report(b *testing.B) {
 func BenchmarkRecord(b *testing.B) {
 	run := func(b *testing.B, parallel bool) {
 		db := MustOpenDB(b, storage.Config{MaxDeliveries: -1, MaxAge: -1})
-		ds := make([]*devhook.Delivery, b.N)
-		for i := range ds {
-			ds[i] = benchDelivery(i, devhook.VerdictOK)
+		ds := benchDeliveries(0, b.N)
+		if !parallel {
+			recordTimed(b, db, ds, (*storage.DB).PutDelivery, (*storage.DB).AddAttempt)
+			return
 		}
 		a := benchAttempt()
 		record := func(d *devhook.Delivery) error {
@@ -330,11 +339,7 @@ func BenchmarkRecord(b *testing.B) {
 			_, err := db.AddAttempt(d.ID, a)
 			return err
 		}
-		b.SetBytes(int64(len(benchBody)))
-		b.ReportAllocs()
-		cpu, counts := cpuTime(b), countOS(b)
-		b.ResetTimer()
-		if parallel {
+		onTheClock(b, db, func() {
 			var next atomic.Int64
 			b.SetParallelism(16) // with GOMAXPROCS 2: 32 writers, as the profile
 			b.RunParallel(func(pb *testing.PB) {
@@ -345,19 +350,7 @@ func BenchmarkRecord(b *testing.B) {
 					}
 				}
 			})
-		} else {
-			for i := range b.N {
-				if err := record(ds[i]); err != nil {
-					b.Fatal(err)
-				}
-			}
-		}
-		if err := db.Flush(); err != nil {
-			b.Fatal(err)
-		}
-		b.StopTimer()
-		b.ReportMetric(float64(cpuTime(b)-cpu)/float64(b.N), "cpu-ns/op")
-		counts.report(b)
+		})
 	}
 	b.Run("serial", func(b *testing.B) { run(b, false) })
 	b.Run("parallel", func(b *testing.B) { run(b, true) })
