@@ -176,6 +176,24 @@ func drainBody(run string, seq int) []byte {
 	return append(b[:len(b)-1], `,"seq":`+strconv.Itoa(seq)+`}`...)
 }
 
+// postSigned posts body to url as the service sends a delivery, signed
+// with secret, and returns the answer's status once its body is read.
+func postSigned(ctx context.Context, client *http.Client, url, secret string, body []byte) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(devhook.SignatureHeader, signature.Sign(secret, time.Now(), body))
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
 // drainPhase queues o.drain deliveries over o.drainRuns runs at a relay of
 // its own while the agent is away, then starts the agent and measures how
 // fast the backlog reaches the receiver, and whether in each run's order.
@@ -214,21 +232,13 @@ func drainPhase(ctx context.Context, o options, rep *report, kids *children, bin
 		// Run k takes deliveries k, k+runs, k+2·runs… of the backlog.
 		for seq, i := 0, run; i < o.drain && ctx.Err() == nil; seq, i = seq+1, i+runs {
 			body := drainBody(fmt.Sprintf("drain-%05d", run), seq)
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, ready.PublicURL+"/hook", bytes.NewReader(body))
+			code, err := postSigned(ctx, client, ready.PublicURL+"/hook", o.secret, body)
 			if err != nil {
 				fail(err)
 				return
 			}
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set(devhook.SignatureHeader, signature.Sign(o.secret, time.Now(), body))
-			resp, err := client.Do(req)
-			if err != nil {
-				fail(err)
-				return
-			}
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusAccepted {
-				fail(fmt.Errorf("queuing: the relay answered %s, not 202", resp.Status))
+			if code != http.StatusAccepted {
+				fail(fmt.Errorf("queuing: the relay answered %d %s, not 202", code, http.StatusText(code)))
 				return
 			}
 			queued.Add(1)

@@ -2,20 +2,15 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/devhook/devhook"
-	"github.com/devhook/devhook/signature"
 )
 
 // Live load during the drain (-drain-live RATE): while the backlog drains,
@@ -152,20 +147,7 @@ func (l *liveLoad) part(t time.Time) *liveMix {
 }
 
 func (l *liveLoad) post(i int) (int, error) {
-	body := drainBody(fmt.Sprintf("live-%06d", i), 0)
-	req, err := http.NewRequest(http.MethodPost, l.url, bytes.NewReader(body))
-	if err != nil {
-		return 0, err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(devhook.SignatureHeader, signature.Sign(l.secret, time.Now(), body))
-	resp, err := l.client.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode, nil
+	return postSigned(context.Background(), l.client, l.url, l.secret, drainBody(fmt.Sprintf("live-%06d", i), 0))
 }
 
 // empty records when the queue was first read empty.

@@ -1,15 +1,8 @@
 package check_test
 
 import (
-	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,12 +15,7 @@ import (
 // devhook check's report as JUnit: a case per case of the suite, failures
 // for those that differ from the reference, skipped for those not sent.
 func TestJUnit_CheckReadByJunitparser(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(secondsHandler))
-	defer srv.Close()
-	rep, err := check.Run(context.Background(), check.Config{URL: srv.URL, Secret: secret})
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := run(t, handler{secret: secret, seconds: true}, check.Config{})
 	file := filepath.Join(t.TempDir(), "check.xml")
 	if err := rep.JUnit().WriteFile(file); err != nil {
 		t.Fatal(err)
@@ -69,16 +57,11 @@ func TestJUnit_CheckReadByJunitparser(t *testing.T) {
 // 30 ms a request has no case at 0.000.
 func TestJUnit_CheckCasesHaveTheirTimes(t *testing.T) {
 	const slow = 30 * time.Millisecond
-	ref := receiver.New(receiver.Config{Secret: secret})
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	ref := receiver.New(receiver.Config{Secret: secret, Now: clock})
+	rep := run(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(slow) // the handler's own pace, which the times must show
 		ref.ServeHTTP(w, r)
-	}))
-	defer srv.Close()
-	rep, err := check.Run(context.Background(), check.Config{URL: srv.URL, Secret: secret})
-	if err != nil {
-		t.Fatal(err)
-	}
+	}), check.Config{})
 	file := filepath.Join(t.TempDir(), "check.xml")
 	if err := rep.JUnit().WriteFile(file); err != nil {
 		t.Fatal(err)
@@ -99,28 +82,4 @@ func TestJUnit_CheckCasesHaveTheirTimes(t *testing.T) {
 	if s.Time+0.0005*float64(len(s.Cases)) < sum || sum == 0 {
 		t.Errorf("the suite's time %.3f is less than its cases' %.3f", s.Time, sum)
 	}
-}
-
-// secondsHandler makes the commonest mistake: it compares t with a clock
-// in seconds.
-func secondsHandler(w http.ResponseWriter, r *http.Request) {
-	body, _ := io.ReadAll(r.Body)
-	ts, v1, _ := strings.Cut(strings.TrimPrefix(r.Header.Get("service-signature"), "t="), ",v1=")
-	t, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil {
-		http.Error(w, "Unauthorized: Invalid Signature Format", 401)
-		return
-	}
-	if now := time.Now().Unix(); t <= now-300 || t >= now+60 {
-		http.Error(w, "Unauthorized: Invalid Time Value", 401)
-		return
-	}
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write([]byte(ts + "."))
-	m.Write(body)
-	if !hmac.Equal([]byte(v1), []byte(hex.EncodeToString(m.Sum(nil)))) {
-		http.Error(w, "Unauthorized: Invalid signature", 401)
-		return
-	}
-	io.WriteString(w, "ok")
 }

@@ -232,15 +232,7 @@ func reconnectBound(d time.Duration) int {
 // removes.
 func TestNATSKilledAndRestarted(t *testing.T) {
 	const bound = 3 * time.Second // LostWait, 1 s, with slack for a loaded machine
-	dir := t.TempDir()
-	ns, err := natstest.Start(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ns.Addr().(*net.TCPAddr).Port
-	var current atomic.Pointer[natsServer]
-	current.Store(&natsServer{ns})
-	t.Cleanup(func() { current.Load().stop() })
+	natsd, ns := startRestartable(t)
 
 	logs := &logBook{t: t}
 	evA, evB := newNATSEvents(), newNATSEvents()
@@ -265,7 +257,7 @@ func TestNATSKilledAndRestarted(t *testing.T) {
 	a.store.SetBeforePart(nil, func(object string) {
 		if object != "" && armed.CompareAndSwap(true, false) {
 			killedAt = time.Now()
-			current.Load().stop()
+			natsd.stop()
 			close(killed)
 		}
 	})
@@ -307,12 +299,8 @@ func TestNATSKilledAndRestarted(t *testing.T) {
 		return evA.attempts.Load() >= 5 && evB.attempts.Load() >= 5
 	})
 	attempts := [2]int64{evA.attempts.Load(), evB.attempts.Load()}
-	ns2, err := natstest.Start(dir, natstest.Port(port))
-	if err != nil {
-		t.Fatal(err)
-	}
+	natsd.restart()
 	restartedAt := time.Now()
-	current.Store(&natsServer{ns2})
 	outage := restartedAt.Sub(killedAt)
 
 	// Recovery, by itself.
@@ -404,7 +392,7 @@ func TestNATSKilledAndRestarted(t *testing.T) {
 			cut = s
 		}
 	}
-	before := bucket(t, current.Load().ns)
+	before := bucket(t, natsd.running())
 	orphan := strings.Contains(strings.Join(before.objects, " "), queued.Channel+"."+cut.id)
 	delivered := cut.id != "" && len(late.missing([]string{cut.id})) == 0
 	t.Logf("the write NATS was killed in: delivery %s, its object an orphan: %v, delivered: %v; the bucket: objects %v, %d sets of chunks",
@@ -416,7 +404,7 @@ func TestNATSKilledAndRestarted(t *testing.T) {
 	// deliveries on their way out): the queues are empty.
 	a.later(natsrelay.DefaultOrphanGrace + time.Minute)
 	a.srv.Sweep()
-	after := bucket(t, current.Load().ns)
+	after := bucket(t, natsd.running())
 	if len(after.objects) != 0 || after.chunks != 0 {
 		t.Fatalf("after the sweep: objects %v, %d sets of chunks; were %v, %d", after.objects, after.chunks, before.objects, before.chunks)
 	}
@@ -430,10 +418,50 @@ func TestNATSKilledAndRestarted(t *testing.T) {
 	}
 }
 
-// natsServer is a NATS server stopped once.
-type natsServer struct{ ns *server.Server }
+// restartable is a NATS server that a test stops and starts again, on
+// the same port and with the same JetStream store; the one running when
+// the test ends is stopped then.
+type restartable struct {
+	t       *testing.T
+	dir     string
+	port    int
+	current atomic.Pointer[server.Server]
+}
 
-func (s *natsServer) stop() { s.ns.Shutdown(); s.ns.WaitForShutdown() }
+// startRestartable starts a restartable NATS server, and returns it and
+// the server as first started.
+func startRestartable(t *testing.T) (*restartable, *server.Server) {
+	t.Helper()
+	r := &restartable{t: t, dir: t.TempDir()}
+	ns, err := natstest.Start(r.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.port = ns.Addr().(*net.TCPAddr).Port
+	r.current.Store(ns)
+	t.Cleanup(r.stop)
+	return r, ns
+}
+
+// running is the server running, or the last one stopped.
+func (r *restartable) running() *server.Server { return r.current.Load() }
+
+// stop stops the server running, from any goroutine.
+func (r *restartable) stop() {
+	ns := r.current.Load()
+	ns.Shutdown()
+	ns.WaitForShutdown()
+}
+
+// restart starts the server again, where it was.
+func (r *restartable) restart() {
+	r.t.Helper()
+	ns, err := natstest.Start(r.dir, natstest.Port(r.port))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.current.Store(ns)
+}
 
 // fakeAgent is a relay.Endpoint that records being replaced.
 type fakeAgent struct{ replaced chan struct{} }
@@ -448,29 +476,17 @@ func (f *fakeAgent) Replace() { signal(f.replaced) }
 // relays once NATS is back (after a restart), so that the newest agent
 // still wins: an agent attaching on another relay after that replaces it.
 func TestAgentAttachedWhileNATSAwayIsAnnounced(t *testing.T) {
-	dir := t.TempDir()
-	ns, err := natstest.Start(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ns.Addr().(*net.TCPAddr).Port
-	var current atomic.Pointer[natsServer]
-	current.Store(&natsServer{ns})
-	t.Cleanup(func() { current.Load().stop() })
+	natsd, ns := startRestartable(t)
 	evA := newNATSEvents()
 	a := startInstanceWith(t, ns, natsrelay.Config{ResponseTimeout: 10 * time.Second}, evA.options()...)
 	b := startInstance(t, ns)
 	channel := "0123456789abcdef0123456789abcdef"
 
-	current.Load().stop()
+	natsd.stop()
 	<-evA.lost
 	first := &fakeAgent{replaced: make(chan struct{}, 1)}
 	a.router.Attach(channel, first) // its Put fails: NATS is away
-	ns2, err := natstest.Start(dir, natstest.Port(port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	current.Store(&natsServer{ns2})
+	natsd.restart()
 	<-evA.back
 
 	// Announced: the agents bucket names it.
@@ -549,15 +565,7 @@ func TestNATSDroppingEachConnectionIsNotRedialledInALoop(t *testing.T) {
 // attached since on another relay, none dropped by a subscription the
 // relay no longer has (then queued after the relay's timeout).
 func TestAgentGoneWhileNATSAwayLeavesNoSubscription(t *testing.T) {
-	dir := t.TempDir()
-	ns, err := natstest.Start(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ns.Addr().(*net.TCPAddr).Port
-	var current atomic.Pointer[natsServer]
-	current.Store(&natsServer{ns})
-	t.Cleanup(func() { current.Load().stop() })
+	natsd, ns := startRestartable(t)
 	evA := newNATSEvents()
 	a := startInstanceWith(t, ns, natsrelay.Config{ResponseTimeout: 10 * time.Second}, evA.options()...)
 	b := startInstance(t, ns)
@@ -565,14 +573,10 @@ func TestAgentGoneWhileNATSAwayLeavesNoSubscription(t *testing.T) {
 	first := &fakeAgent{replaced: make(chan struct{}, 1)}
 	a.router.Attach(channel, first)
 
-	current.Load().stop()
+	natsd.stop()
 	<-evA.lost
 	a.router.Detach(channel, first) // NATS is away
-	ns2, err := natstest.Start(dir, natstest.Port(port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	current.Store(&natsServer{ns2})
+	natsd.restart()
 	<-evA.back
 	waitFor(t, "the other relay back on NATS", 30*time.Second, b.nc.IsConnected)
 	b.router.Attach(channel, &fakeAgent{replaced: make(chan struct{}, 1)})

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -123,17 +122,7 @@ func TestLiveRunDeliveriesWaitWhenRunsAreUnknown(t *testing.T) {
 		}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			db, err := boltrelay.Open(filepath.Join(t.TempDir(), "relay.db"), boltrelay.Config{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { db.Close() })
-			srv, err := relay.NewServer(tc.cfg(db))
-			if err != nil {
-				t.Fatal(err)
-			}
-			hs := relaytest.Serve(t, srv)
-			t.Cleanup(func() { srv.Close() })
+			_, hs, _ := relaytest.NewWith(t, tc.cfg)
 			cr := relaytest.Open(t, hs)
 			for i := range tc.queued {
 				if code, _ := post(t, cr.PublicURL+"/", runBody(t, "a", fmt.Sprint("s", i))); code != http.StatusAccepted {
@@ -177,18 +166,11 @@ func (s listGate) QueuedRuns(channel string) (map[string]string, error) {
 // once the queue is full): of a run with nothing queued, it goes to the
 // agent live.
 func TestLiveRunDeliveryWaitsForTheQueuesRuns(t *testing.T) {
-	db, err := boltrelay.Open(filepath.Join(t.TempDir(), "relay.db"), boltrelay.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	st := listGate{db, make(chan struct{})}
-	srv, err := relay.NewServer(relay.Config{Store: st, Window: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := relaytest.Serve(t, srv)
-	t.Cleanup(func() { srv.Close() })
+	var st listGate
+	_, hs, _ := relaytest.NewWith(t, func(db *boltrelay.Store) relay.Config {
+		st = listGate{db, make(chan struct{})}
+		return relay.Config{Store: st, Window: 1}
+	})
 	var once sync.Once
 	openGate := func() { once.Do(func() { close(st.gate) }) }
 	t.Cleanup(openGate) // before the Server closes: its drain may wait on it
@@ -263,19 +245,12 @@ func (s enqueueGate) Enqueue(channel string, d *devhook.Delivery) error {
 // before E's) does not count as E sent. While E is unsent, a live
 // delivery of run x is queued behind it, never sent ahead.
 func TestLiveRunDeliveryNotAheadOfAnUnsentOneOfItsRun(t *testing.T) {
-	db, err := boltrelay.Open(filepath.Join(t.TempDir(), "relay.db"), boltrelay.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
 	late := runBody(t, "x", "late-d")
-	st := enqueueGate{db, "late-d", make(chan struct{})}
-	srv, err := relay.NewServer(relay.Config{Store: st, Window: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := relaytest.Serve(t, srv)
-	t.Cleanup(func() { srv.Close() })
+	var st enqueueGate
+	_, hs, db := relaytest.NewWith(t, func(db *boltrelay.Store) relay.Config {
+		st = enqueueGate{db, "late-d", make(chan struct{})}
+		return relay.Config{Store: st, Window: 1}
+	})
 	var once sync.Once
 	openGate := func() { once.Do(func() { close(st.gate) }) }
 	t.Cleanup(openGate)

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -135,19 +134,10 @@ func (s *countingStore) counts() (reads, read int, removals [][]string) {
 // deliveries queued for a channel with no agent.
 func newCountingRelay(t *testing.T, cfg relay.Config, cs *countingStore, n int) (string, wire.Credentials) {
 	t.Helper()
-	db, err := boltrelay.Open(filepath.Join(t.TempDir(), "relay.db"), boltrelay.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs.Store = db
-	cfg.Store = cs
-	srv, err := relay.NewServer(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	hs := relaytest.Serve(t, srv)
-	t.Cleanup(func() { srv.Close() })
+	_, hs, _ := relaytest.NewWith(t, func(db *boltrelay.Store) relay.Config {
+		cs.Store, cfg.Store = db, cs
+		return cfg
+	})
 	cr := relaytest.Open(t, hs)
 	for i := range n {
 		if code, _ := post(t, cr.PublicURL+"/", runBody(t, fmt.Sprint("run-", i), "queued")); code != http.StatusAccepted {

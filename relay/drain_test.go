@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -61,19 +60,10 @@ func (s *faultyStore) Dequeue(channel string, ids ...string) error {
 // newFaultyRelay is newRelay over a faultyStore.
 func newFaultyRelay(t *testing.T, cfg relay.Config, fs *faultyStore) (*relay.Server, string) {
 	t.Helper()
-	db, err := boltrelay.Open(filepath.Join(t.TempDir(), "relay.db"), boltrelay.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fs.Store = db
-	cfg.Store = fs
-	srv, err := relay.NewServer(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	hs := relaytest.Serve(t, srv)
-	t.Cleanup(func() { srv.Close() })
+	srv, hs, _ := relaytest.NewWith(t, func(db *boltrelay.Store) relay.Config {
+		fs.Store, cfg.Store = db, fs
+		return cfg
+	})
 	return srv, hs.URL
 }
 

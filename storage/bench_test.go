@@ -45,6 +45,62 @@ func benchDelivery(i int, verdict string) *devhook.Delivery {
 	}
 }
 
+// benchDeliveries returns n bench deliveries, numbered from first, with
+// signatures that verify.
+func benchDeliveries(first, n int) []*devhook.Delivery {
+	ds := make([]*devhook.Delivery, n)
+	for i := range ds {
+		ds[i] = benchDelivery(first+i, devhook.VerdictOK)
+	}
+	return ds
+}
+
+// storeBench stores bench deliveries 0 to n-1 in db, 10,000 a
+// transaction.
+func storeBench(b *testing.B, db *storage.DB, n int) {
+	const chunk = 10_000
+	for from := 0; from < n; from += chunk {
+		if err := db.PutDeliveriesTx(benchDeliveries(from, min(chunk, n-from))); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// recordTimed records each of ds, put then attempt, and flushes the
+// journal, on the clock (onTheClock).
+func recordTimed(b *testing.B, db *storage.DB, ds []*devhook.Delivery,
+	put func(*storage.DB, *devhook.Delivery) (bool, error),
+	attempt func(*storage.DB, string, devhook.Attempt) (devhook.Attempt, error)) {
+	a := benchAttempt()
+	onTheClock(b, db, func() {
+		for _, d := range ds {
+			if _, err := put(db, d); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := attempt(db, d.ID, a); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// onTheClock times record, which records b.N bench deliveries in db, and
+// the flush of the journal after it; it reports the process's CPU time a
+// delivery (cpu-ns/op) and its system calls.
+func onTheClock(b *testing.B, db *storage.DB, record func()) {
+	b.SetBytes(int64(len(benchBody)))
+	b.ReportAllocs()
+	cpu, counts := cpuTime(b), countOS(b)
+	b.ResetTimer()
+	record()
+	if err := db.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(cpuTime(b)-cpu)/float64(b.N), "cpu-ns/op")
+	counts.report(b)
+}
+
 func BenchmarkPutDelivery(b *testing.B) {
 	db := MustOpenDB(b, storage.Config{MaxDeliveries: -1})
 	ds := make([]*devhook.Delivery, b.N)
@@ -270,9 +326,10 @@ func (start osCounts) report(b *testing.B) {
 func BenchmarkRecord(b *testing.B) {
 	run := func(b *testing.B, parallel bool) {
 		db := MustOpenDB(b, storage.Config{MaxDeliveries: -1, MaxAge: -1})
-		ds := make([]*devhook.Delivery, b.N)
-		for i := range ds {
-			ds[i] = benchDelivery(i, devhook.VerdictOK)
+		ds := benchDeliveries(0, b.N)
+		if !parallel {
+			recordTimed(b, db, ds, (*storage.DB).PutDelivery, (*storage.DB).AddAttempt)
+			return
 		}
 		a := benchAttempt()
 		record := func(d *devhook.Delivery) error {
@@ -282,11 +339,7 @@ func BenchmarkRecord(b *testing.B) {
 			_, err := db.AddAttempt(d.ID, a)
 			return err
 		}
-		b.SetBytes(int64(len(benchBody)))
-		b.ReportAllocs()
-		cpu, counts := cpuTime(b), countOS(b)
-		b.ResetTimer()
-		if parallel {
+		onTheClock(b, db, func() {
 			var next atomic.Int64
 			b.SetParallelism(16) // with GOMAXPROCS 2: 32 writers, as the profile
 			b.RunParallel(func(pb *testing.PB) {
@@ -297,19 +350,7 @@ func BenchmarkRecord(b *testing.B) {
 					}
 				}
 			})
-		} else {
-			for i := range b.N {
-				if err := record(ds[i]); err != nil {
-					b.Fatal(err)
-				}
-			}
-		}
-		if err := db.Flush(); err != nil {
-			b.Fatal(err)
-		}
-		b.StopTimer()
-		b.ReportMetric(float64(cpuTime(b)-cpu)/float64(b.N), "cpu-ns/op")
-		counts.report(b)
+		})
 	}
 	b.Run("serial", func(b *testing.B) { run(b, false) })
 	b.Run("parallel", func(b *testing.B) { run(b, true) })
@@ -333,29 +374,7 @@ func BenchmarkRecordDelivery(b *testing.B) {
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			db := MustOpenDB(b, storage.Config{MaxDeliveries: -1, MaxAge: -1})
-			ds := make([]*devhook.Delivery, b.N)
-			for i := range ds {
-				ds[i] = benchDelivery(i, devhook.VerdictOK)
-			}
-			a := benchAttempt()
-			b.SetBytes(int64(len(benchBody)))
-			b.ReportAllocs()
-			cpu, counts := cpuTime(b), countOS(b)
-			b.ResetTimer()
-			for _, d := range ds {
-				if _, err := c.put(db, d); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := c.attempt(db, d.ID, a); err != nil {
-					b.Fatal(err)
-				}
-			}
-			if err := db.Flush(); err != nil {
-				b.Fatal(err)
-			}
-			b.StopTimer()
-			b.ReportMetric(float64(cpuTime(b)-cpu)/float64(b.N), "cpu-ns/op")
-			counts.report(b)
+			recordTimed(b, db, benchDeliveries(0, b.N), c.put, c.attempt)
 		})
 	}
 }
@@ -368,42 +387,13 @@ func BenchmarkRecordDelivery(b *testing.B) {
 // read again: faults/op) shows, and retention's share.
 func BenchmarkRecordAt100k(b *testing.B) {
 	db := MustOpenDB(b, storage.Config{MaxDeliveries: 100_000, MaxAge: -1})
-	const n, chunk = 100_000, 10_000
-	for from := 0; from < n; from += chunk {
-		ds := make([]*devhook.Delivery, chunk)
-		for i := range ds {
-			ds[i] = benchDelivery(from+i, devhook.VerdictOK)
-		}
-		if err := db.PutDeliveriesTx(ds); err != nil {
-			b.Fatal(err)
-		}
-	}
+	const n = 100_000
+	storeBench(b, db, n)
 	next := n
 	b.Run("journal", func(b *testing.B) {
-		ds := make([]*devhook.Delivery, b.N)
-		for i := range ds {
-			ds[i] = benchDelivery(next+i, devhook.VerdictOK)
-		}
+		ds := benchDeliveries(next, b.N)
 		next += b.N
-		a := benchAttempt()
-		b.SetBytes(int64(len(benchBody)))
-		b.ReportAllocs()
-		cpu, counts := cpuTime(b), countOS(b)
-		b.ResetTimer()
-		for _, d := range ds {
-			if _, err := db.PutDelivery(d); err != nil {
-				b.Fatal(err)
-			}
-			if _, err := db.AddAttempt(d.ID, a); err != nil {
-				b.Fatal(err)
-			}
-		}
-		if err := db.Flush(); err != nil {
-			b.Fatal(err)
-		}
-		b.StopTimer()
-		b.ReportMetric(float64(cpuTime(b)-cpu)/float64(b.N), "cpu-ns/op")
-		counts.report(b)
+		recordTimed(b, db, ds, (*storage.DB).PutDelivery, (*storage.DB).AddAttempt)
 	})
 }
 
@@ -418,10 +408,7 @@ func TestRecord_Allocs(t *testing.T) {
 	const want = 2
 	db := MustOpenDB(t, storage.Config{MaxDeliveries: -1, MaxAge: -1})
 	const runs = 100
-	ds := make([]*devhook.Delivery, runs+1)
-	for i := range ds {
-		ds[i] = benchDelivery(i, devhook.VerdictOK)
-	}
+	ds := benchDeliveries(0, runs+1)
 	a := benchAttempt()
 	release := db.HoldFlushes()
 	defer release()
@@ -456,10 +443,7 @@ func TestRecordAndFlush_Allocs(t *testing.T) {
 	const want = 26
 	const n = 4000
 	db := MustOpenDB(t, storage.Config{MaxDeliveries: -1, MaxAge: -1})
-	ds := make([]*devhook.Delivery, n)
-	for i := range ds {
-		ds[i] = benchDelivery(i, devhook.VerdictOK)
-	}
+	ds := benchDeliveries(0, n)
 	a := benchAttempt()
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
@@ -488,16 +472,8 @@ func TestRecordAndFlush_Allocs(t *testing.T) {
 func BenchmarkOpen100k(b *testing.B) {
 	path := filepath.Join(b.TempDir(), "devhook.db")
 	db := MustOpenPath(b, path, storage.Config{MaxDeliveries: -1, MaxAge: -1})
-	const n, chunk = 100_000, 10_000
-	for from := 0; from < n; from += chunk {
-		ds := make([]*devhook.Delivery, chunk)
-		for i := range ds {
-			ds[i] = benchDelivery(from+i, devhook.VerdictOK)
-		}
-		if err := db.PutDeliveriesTx(ds); err != nil {
-			b.Fatal(err)
-		}
-	}
+	const n = 100_000
+	storeBench(b, db, n)
 	if err := db.Close(); err != nil {
 		b.Fatal(err)
 	}

@@ -17,24 +17,33 @@ import (
 	"github.com/devhook/devhook/relay/relayclient"
 )
 
-// When the relay stops, a delivery waiting for its agent past the grace
-// period is queued (202) and its sender told so, before wait returns and
-// the store may close; a delivery answered within it gets its answer.
-func TestServeRelay_StopQueuesWaitingDeliveries(t *testing.T) {
+// newServedRelay makes a relay on a bbolt store in a temporary directory,
+// and a listener on 127.0.0.1 for serveRelay to serve it on; the relay
+// and its store are closed when the test ends.
+func newServedRelay(t *testing.T) (*relay.Server, *boltrelay.Store, net.Listener) {
+	t.Helper()
 	rdb, err := boltrelay.Open(filepath.Join(t.TempDir(), "relay.db"), boltrelay.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rdb.Close()
+	t.Cleanup(func() { rdb.Close() })
 	srv, err := relay.NewServer(relay.Config{Store: rdb})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Close()
+	t.Cleanup(func() { srv.Close() })
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return srv, rdb, ln
+}
+
+// When the relay stops, a delivery waiting for its agent past the grace
+// period is queued (202) and its sender told so, before wait returns and
+// the store may close; a delivery answered within it gets its answer.
+func TestServeRelay_StopQueuesWaitingDeliveries(t *testing.T) {
+	srv, rdb, ln := newServedRelay(t)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	// The grace bounds the quick delivery's answer, then the slow one's
@@ -121,20 +130,7 @@ func TestServeRelay_StopQueuesWaitingDeliveries(t *testing.T) {
 // the stop says so (it used to drop the second Shutdown's error and leave
 // the connection and its handler running).
 func TestServeRelay_StopCutsRequestsPastTheGrace(t *testing.T) {
-	rdb, err := boltrelay.Open(filepath.Join(t.TempDir(), "relay.db"), boltrelay.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rdb.Close()
-	srv, err := relay.NewServer(relay.Config{Store: rdb})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	srv, _, ln := newServedRelay(t)
 	started := make(chan struct{})
 	release := make(chan struct{})
 	defer close(release)

@@ -25,12 +25,21 @@ import (
 // served as Serve serves it; everything is stopped when the test ends.
 func New(t *testing.T, cfg relay.Config) (*relay.Server, *httptest.Server, *boltrelay.Store) {
 	t.Helper()
+	return NewWith(t, func(db *boltrelay.Store) relay.Config {
+		cfg.Store = db
+		return cfg
+	})
+}
+
+// NewWith is New with the Config that config makes with the bbolt store:
+// for a test whose relay.Store wraps it (to count, hold or fail calls).
+func NewWith(t *testing.T, config func(db *boltrelay.Store) relay.Config) (*relay.Server, *httptest.Server, *boltrelay.Store) {
+	t.Helper()
 	db, err := boltrelay.Open(filepath.Join(t.TempDir(), "relay.db"), boltrelay.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.Store = db
-	srv, err := relay.NewServer(cfg)
+	srv, err := relay.NewServer(config(db))
 	if err != nil {
 		t.Fatal(err)
 	}
