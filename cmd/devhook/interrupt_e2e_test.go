@@ -253,7 +253,7 @@ func TestServers_ExitWithTheSignalsStatus(t *testing.T) {
 			}{
 				{"reference receiver on", []string{"receive", "--addr", "127.0.0.1:0", "--secret", "s"}},
 				{"service emulator on", []string{"emulate", "--addr", "127.0.0.1:0", "--data", t.TempDir()}},
-				{`"event":"ready"`, []string{"listen", "--forward", "127.0.0.1:9", "--data", t.TempDir(), "--inspect", "off", "--json"}},
+				{`"event":"ready"`, []string{"listen", "--forward", "127.0.0.1:9", "--data", t.TempDir(), "--inspect", "off", "--json", "--relay-addr", "127.0.0.1:0"}},
 			} {
 				p := runAndSignal(t, []string{"HOME=" + t.TempDir()}, says(c.ready), s.sig, c.args...)
 				if p.code != s.code {
