@@ -13,7 +13,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/devhook/devhook/agent"
 	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/inspector"
 	"github.com/devhook/devhook/lifecycle"
@@ -198,7 +200,7 @@ func (o *listenOptions) startRelay(g *lifecycle.Group) (listenRelay, error) {
 	if err != nil {
 		return rl, fmt.Errorf("start the built-in relay on %s: %w (choose another with --relay-addr)", o.relayAddr, err)
 	}
-	cfg := relay.Config{Store: rdb, PublicURL: "http://" + ln.Addr().String()}
+	cfg := relay.Config{Store: rdb, PublicURL: "http://" + ln.Addr().String(), ResponseTimeout: builtinResponseTimeout(o.timeout)}
 	if public != "" {
 		// Reachable by anyone through the tunnel: deliveries to this
 		// listen's channel, and nothing else of use.
@@ -218,4 +220,22 @@ func (o *listenOptions) startRelay(g *lifecycle.Group) (listenRelay, error) {
 	rl.url, rl.key, rl.local, rl.store = "http://"+ln.Addr().String(), "local", local, rdb
 	rl.localOnly = public == ""
 	return rl, nil
+}
+
+// answerMargin is how long past the agent's wait for the receiver the
+// built-in relay waits for the agent: recording the attempt and sending
+// its answer take a moment.
+const answerMargin = 5 * time.Second
+
+// builtinResponseTimeout is how long the built-in relay lets a sender wait
+// for the agent: longer than the agent waits for the receiver (forward,
+// listen's --timeout; 0: the agent's default), so that the sender gets
+// the answer the agent records, the receiver's or the agent's 502 for a
+// receiver too slow, never the relay's 504 while the agent records
+// another.
+func builtinResponseTimeout(forward time.Duration) time.Duration {
+	if forward <= 0 {
+		forward = agent.DefaultForwardTimeout
+	}
+	return forward + answerMargin
 }

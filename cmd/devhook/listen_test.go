@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/devhook/devhook/agent"
 	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/receiver"
 	"github.com/devhook/devhook/relay"
@@ -257,5 +258,35 @@ func TestSendWithoutURLGoesToTheRunningListen(t *testing.T) {
 	_, _, err = devhookCmd(t, "send", "--inspect", "127.0.0.1:1", "--secret", secret)
 	if err == nil || !strings.Contains(err.Error(), "no devhook listen answers at 127.0.0.1:1") {
 		t.Fatalf("send with no listen: %v", err)
+	}
+}
+
+// The built-in relay lets the sender wait past listen's --timeout, so
+// that the sender gets the answer listen records: a receiver slower than
+// the relay's default 30 s, within a --timeout of 40 s, answers the
+// sender (it got 504 at 30 s while listen recorded the receiver's 200).
+func TestListen_BuiltinRelayWaitsAsLongAsTheReceiverMay(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a receiver slower than 30 s")
+	}
+	const slow = relay.DefaultResponseTimeout + time.Second
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		time.Sleep(slow) // a receiver that takes its time, as a user's may
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer recv.Close()
+	lr := startListen(t, "--forward", recv.URL, "--data", t.TempDir(), "--timeout", (slow + 10*time.Second).String())
+	pub, _ := lr.next(t, "ready")["public_url"].(string)
+	resp, err := http.Post(pub+"/hook", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	d := lr.next(t, "delivery")
+	if resp.StatusCode != http.StatusCreated || d["status"] != float64(http.StatusCreated) {
+		t.Fatalf("the sender got %s, listen recorded %v: want the receiver's 201 for both", resp.Status, d["status"])
+	}
+	if got := builtinResponseTimeout(0); got <= agent.DefaultForwardTimeout {
+		t.Errorf("with listen's default --timeout the built-in relay waits %s, not past the agent's %s", got, agent.DefaultForwardTimeout)
 	}
 }
