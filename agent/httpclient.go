@@ -52,6 +52,7 @@ import (
 	"time"
 
 	"github.com/devhook/devhook"
+	"golang.org/x/net/http/httpguts"
 )
 
 // Like http.DefaultTransport's.
@@ -583,19 +584,8 @@ func (a *Agent) roundTrip(ctx context.Context, method string, u *url.URL, header
 	}
 }
 
-// validMethod is http.NewRequest's check: a token.
-func validMethod(m string) bool {
-	if m == "" {
-		return false
-	}
-	for i := 0; i < len(m); i++ {
-		c := m[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return true
-}
+// validMethod is http.NewRequest's check: a token, as a header's name is.
+func validMethod(m string) bool { return httpguts.ValidHeaderFieldName(m) }
 
 func isASCII(s string) bool {
 	for i := 0; i < len(s); i++ {

@@ -40,6 +40,7 @@ package agent
 
 import (
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"slices"
 	"strconv"
@@ -78,7 +79,7 @@ func appendRequestHead(dst []byte, keys []string, method string, u *url.URL, h h
 			ua = vs[0]
 		}
 	}
-	if ua = trimSpace(ua); ua != "" {
+	if ua = textproto.TrimString(ua); ua != "" {
 		dst = append(dst, "User-Agent: "...)
 		dst = appendValue(dst, ua)
 		dst = append(dst, "\r\n"...)
@@ -104,7 +105,7 @@ func appendRequestHead(dst []byte, keys []string, method string, u *url.URL, h h
 		for _, v := range h[k] {
 			dst = append(dst, k...)
 			dst = append(dst, ": "...)
-			dst = appendValue(dst, trimSpace(v))
+			dst = appendValue(dst, textproto.TrimString(v))
 			dst = append(dst, "\r\n"...)
 		}
 	}
@@ -149,20 +150,6 @@ func hostHeader(host string) string {
 	}
 	return host[:j] + host[i:]
 }
-
-// trimSpace is textproto.TrimString: s without ASCII space, tab, CR and
-// LF at either end.
-func trimSpace(s string) string {
-	for len(s) > 0 && isSpace(s[0]) {
-		s = s[1:]
-	}
-	for len(s) > 0 && isSpace(s[len(s)-1]) {
-		s = s[:len(s)-1]
-	}
-	return s
-}
-
-func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
 
 // appendValue appends v with CR and LF made spaces.
 func appendValue(dst []byte, v string) []byte {

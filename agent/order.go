@@ -56,6 +56,9 @@ func (a *Agent) oweBehind(h holder, p *processed) bool {
 		return false
 	}
 	st := devhook.RetryState{State: devhook.RetryOwed, Since: now, Route: d.Route}
+	// A bbolt commit, which may wait for the journal's flush: nobody
+	// else would read the connection meanwhile.
+	h.handOnce()
 	if err := a.writeOrHold(h, p, func() error { return a.cfg.Store.PutRetry(d.ID, st) }); err != nil {
 		a.owed.unreserve(d.ID)
 		if !p.ended {

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -346,4 +347,66 @@ func TestQueuedRunsInOrderOnNATS(t *testing.T) {
 	sendRunsLive(t, other+"/c/"+cr.Channel, runs, func() { go func() { done <- ag.Run(ctx) }() })
 	eventually(t, "every delivery taken by the receiver", func() bool { return rec.count() == 3*len(runs) })
 	rec.check(t, runs)
+}
+
+// gatedRetries is a store whose PutRetry waits while its gate is closed:
+// a commit queued behind a slow flush, made to last.
+type gatedRetries struct {
+	*storage.DB
+	closed  atomic.Bool
+	open    chan struct{}
+	waiting atomic.Int32 // PutRetry calls at the gate
+}
+
+func (s *gatedRetries) PutRetry(id string, st devhook.RetryState) error {
+	if s.closed.Load() {
+		s.waiting.Add(1)
+		<-s.open
+	}
+	return s.DB.PutRetry(id, st)
+}
+
+// A delivery whose place behind an owed one of its run is being recorded
+// hands the reading of the connection on before the write, which may
+// wait: a live delivery of another run that comes meanwhile is read and
+// forwarded (the receiver's 503), not left unread until the write is
+// done.
+//
+// The wait is injected (gatedRetries): a bbolt commit that queues behind
+// the journal's flush lasts milliseconds, too short to see.
+func TestOwedBehindHandsTheReadingOnBeforeItsWrite(t *testing.T) {
+	rs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}))
+	defer rs.Close()
+	var store *gatedRetries
+	tn := newTunnel(t, rs.URL, func(c *agent.Config) {
+		store = &gatedRetries{DB: c.Store.(*storage.DB), open: make(chan struct{})}
+		c.Store = store
+		c.RetryMinBackoff, c.RetryMaxBackoff = time.Hour, time.Hour
+	})
+	queued := []byte(mustJSON(t, devhook.NewRunStatus("run-gated", "app", "queued", time.Now())))
+	if resp, _ := tn.post("/hook", queued, signed(queued)); resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("with no agent: %s", resp.Status)
+	}
+	tn.startAgent()
+	eventually(t, "the queued delivery owed", func() bool { return len(retryStates(t, tn.db)) == 1 })
+
+	store.closed.Store(true)
+	behind := make(chan int, 1)
+	go func() {
+		running := []byte(mustJSON(t, devhook.NewRunStatus("run-gated", "app", "running", time.Now())))
+		resp, _ := tn.post("/hook", running, signed(running))
+		behind <- resp.StatusCode
+	}()
+	eventually(t, "the delivery behind the owed one at its write", func() bool { return store.waiting.Load() > 0 })
+	other := []byte(mustJSON(t, devhook.NewRunStatus("run-other", "app", "queued", time.Now())))
+	resp, _ := tn.post("/hook", other, signed(other))
+	close(store.open)
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Errorf("live delivery of another run while a write waits: %s, want the receiver's 503", resp.Status)
+	}
+	if code := <-behind; code != http.StatusAccepted {
+		t.Errorf("live delivery behind the owed one: %d, want 202", code)
+	}
 }

@@ -32,6 +32,10 @@ type holder interface {
 	// relay sends a held delivery again on the next one, so it is dropped
 	// here.
 	connEnded() <-chan struct{}
+	// handOnce hands on the worker's turn to read the connection, if it
+	// still has it: the delivery is about to make a write that may wait
+	// (a bbolt commit queues behind the journal's flush).
+	handOnce()
 }
 
 // holdMaxBackoff caps the wait between two tries of a held write, so that
