@@ -196,7 +196,7 @@ func (o *deleteOptions) print(w io.Writer, res inspector.DeleteResult, selected 
 			fmt.Fprintf(w, "deleted %s\n", id)
 		}
 	default:
-		fmt.Fprintf(w, "deleted %d deliveries\n", res.Deleted)
+		fmt.Fprintf(w, "deleted %s\n", plural(res.Deleted, "delivery"))
 	}
 	return nil
 }

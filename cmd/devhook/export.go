@@ -99,7 +99,7 @@ func (o *exportOptions) run(cmd *cobra.Command, ids []string) error {
 		if err != nil {
 			return err
 		}
-		return o.write(cmd, b, fmt.Sprintf("%d deliveries as an HTTP Archive", len(ds)), "")
+		return o.write(cmd, b, plural(len(ds), "delivery")+" as an HTTP Archive", "")
 	}
 	return o.curl(cmd, ds, to)
 }
@@ -172,7 +172,7 @@ func (o *exportOptions) curl(cmd *cobra.Command, ds []*devhook.Delivery, to *url
 		return err
 	}
 	w := cmd.OutOrStdout()
-	fmt.Fprintf(w, "wrote %d deliveries as curl commands to %s", len(ds), o.out)
+	fmt.Fprintf(w, "wrote %s as curl commands to %s", plural(len(ds), "delivery"), o.out)
 	switch n := len(s.Files); {
 	case n == 1:
 		fmt.Fprint(w, ", and 1 body file beside it")
@@ -195,7 +195,7 @@ func (o *exportOptions) scenario(cmd *cobra.Command, ids []string, load func(str
 	} else if note := s.SaveNote(); note != "" {
 		fmt.Fprintln(cmd.ErrOrStderr(), "devhook:", note)
 	}
-	return o.write(cmd, b, fmt.Sprintf("%d deliveries as a scenario", len(ids)), "play them: devhook scenario play "+shellQuote(o.out)+" --to URL")
+	return o.write(cmd, b, plural(len(ids), "delivery")+" as a scenario", "play them: devhook scenario play "+shellQuote(o.out)+" --to URL")
 }
 
 // write writes b to --out, or to standard output; what and next are said

@@ -258,6 +258,11 @@ func TestExport_CurlHARScenario(t *testing.T) {
 	if err != nil || !strings.Contains(out, "wrote 3 deliveries as curl commands to "+script+", and 1 body file beside it; run it: sh "+script) {
 		t.Fatalf("export: %v %s\n%s", err, stderr, out)
 	}
+	// One delivery is said as one.
+	one := filepath.Join(dir, "one.json")
+	if out, stderr, err := runDevhook(t, "deliveries", "export", "--last", "1", "--format", "scenario", "--out", one, "--data", data); err != nil || !strings.Contains(out, " 1 delivery as a scenario") {
+		t.Fatalf("export of one delivery: %v %s\n%s", err, stderr, out)
+	}
 	runShell(t, dir, script)
 	for i := range sends {
 		got := recv.next(t)

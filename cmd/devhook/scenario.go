@@ -115,7 +115,7 @@ func (o *scenarioSaveOptions) run(cmd *cobra.Command, file string) error {
 	if err := atomicfile.Write(file, b, 0o644); err != nil {
 		return err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "saved %d deliveries to %s (play them: devhook scenario play %s --to URL)\n", len(ids), file, file)
+	fmt.Fprintf(cmd.OutOrStdout(), "saved %s to %s (play them: devhook scenario play %s --to URL)\n", plural(len(ids), "delivery"), file, file)
 	if note != "" {
 		fmt.Fprintln(cmd.OutOrStdout(), note)
 	}
