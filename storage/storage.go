@@ -34,7 +34,6 @@
 package storage
 
 import (
-	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -88,7 +87,7 @@ type Config struct {
 	// alone decides.
 	NoSpace func() error
 
-	pageSize int // bbolt's page size for a new file; 0 = newFilePageSize (tests make small fixtures)
+	pageSize int // bbolt's page size for a new file; 0 = the OS's (tests make small fixtures, and larger pages)
 }
 
 const (
@@ -103,15 +102,6 @@ const (
 	maxIDLen = 200
 	// initialMmap is how much of the bbolt file is mapped at first.
 	initialMmap = 64 << 20
-
-	// newFilePageSize is bbolt's page size in a file Open creates. bbolt
-	// writes each page a commit changed with a pwrite of its own; with
-	// the OS's 4 KiB pages a flush of recorded 1.5 KB deliveries made
-	// 0.77 writes a delivery, with 64 KiB 0.05, and cost 2-3 µs less CPU
-	// a delivery (BenchmarkRecordDelivery, BenchmarkRecordAt100k). A
-	// file keeps the page size it was created with: an older one opens
-	// with its own.
-	newFilePageSize = 64 << 10
 )
 
 // The names of the buckets and keys, converted to []byte where they are
@@ -229,7 +219,16 @@ func Open(path string, cfg Config) (*DB, error) {
 		NoGrowSync:   true,
 		FreelistType: bolt.FreelistMapType,
 		ReadOnly:     cfg.ReadOnly,
-		PageSize:     cmp.Or(cfg.pageSize, newFilePageSize),
+		// The OS's page size, unless a test asks for another. Larger
+		// pages were measured: bbolt writes each page a commit changed
+		// with a pwrite of its own, 0.77 a recorded delivery with 4 KiB
+		// pages and 0.05 with 64 KiB, 2-3 µs less CPU a delivery. But a
+		// commit copies each page it changes, so a page of 16 or 64 KiB
+		// needs that much free room where 4 KiB did: on a nearly full
+		// disk the store stopped taking writes again after room came
+		// back (cmd/devhook TestListen_FullDisk, a 4 MiB tmpfs, under
+		// scripts/stress). A file keeps the page size it was made with.
+		PageSize: cfg.pageSize,
 		// Address space, not memory: a page is in RSS once read. bbolt
 		// maps the file again each time it outgrows its mapping, and a
 		// commit that does copies every key and value of the nodes it
