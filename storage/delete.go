@@ -92,6 +92,9 @@ func (db *DB) Delete(ids []string) ([]string, error) {
 	if err != nil {
 		return removed, fmt.Errorf("storage: delete deliveries: %w", err)
 	}
+	if len(removed) > 0 {
+		db.tidyBodyFiles()
+	}
 	return removed, nil
 }
 
@@ -125,6 +128,9 @@ func (db *DB) DeleteMatching(sel Selection) ([]string, error) {
 	})
 	if err != nil {
 		return removed, fmt.Errorf("storage: delete deliveries: %w", err)
+	}
+	if len(removed) > 0 {
+		db.tidyBodyFiles()
 	}
 	return removed, nil
 }
@@ -324,7 +330,7 @@ func (db *DB) deleteAll() ([]string, error) {
 					}
 				}
 			}
-			for _, name := range []string{bucketDeliveries, bucketBodies, bucketSummaries, bucketAttempts, bucketRuns, bucketChecks, bucketOwed} {
+			for _, name := range []string{bucketDeliveries, bucketBodies, bucketSummaries, bucketAttempts, bucketRuns, bucketChecks, bucketOwed, bucketBodyRefs} {
 				if tx.Bucket([]byte(name)) == nil {
 					continue
 				}
@@ -337,12 +343,24 @@ func (db *DB) deleteAll() ([]string, error) {
 					return err
 				}
 			}
+			// No body file has a body in bbolt any more.
+			files := tx.Bucket([]byte(bucketBodyFiles))
+			for n, st := range bodyFileStates(tx) {
+				st.bodies = 0
+				if err := files.Put(fileKey(n), st.append(nil)); err != nil {
+					return err
+				}
+			}
 			return putCount(tx, 0)
 		})
 	})
 	if err != nil {
 		return nil, err
 	}
+	// The file being filled goes too: it holds bodies of what was
+	// deleted.
+	db.bodies.retire()
+	db.tidyBodyFiles()
 	db.damage.reset()
 	slices.Sort(ids)
 	return ids, nil

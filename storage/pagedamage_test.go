@@ -33,8 +33,8 @@ var pageKinds = []string{"meta0", "meta1", "freelist", "branch", "leaf", "overfl
 // with a body that spans several pages.
 func pageStoreFixture(t *testing.T) []byte {
 	path := filepath.Join(t.TempDir(), "devhook.db")
-	db, err := storage.Open(path, storage.WithPageSize(storage.Config{MaxDeliveries: -1, MaxAge: -1,
-		Now: func() time.Time { return t0 }}, fixturePageSize))
+	db, err := storage.Open(path, storage.WithBodiesInBbolt(storage.WithPageSize(storage.Config{MaxDeliveries: -1, MaxAge: -1,
+		Now: func() time.Time { return t0 }}, fixturePageSize)))
 	if err != nil {
 		t.Fatal(err)
 	}
