@@ -124,6 +124,8 @@ type bodyFiles struct {
 	active uint32
 	f      *os.File
 	end    int64
+	// zero: where bodies deleted are, to be overwritten with zeros.
+	zero []bodyRef
 }
 
 // openBodyFiles opens the body files of the store at dbPath, given what
@@ -405,6 +407,46 @@ func (bf *bodyFiles) retire() {
 	}
 }
 
+// toZero adds refs, of bodies whose deletion bbolt committed, to those
+// that tidyBodyFiles overwrites with zeros: a deleted body is gone from
+// the disk, not only from the store's records.
+func (bf *bodyFiles) toZero(refs []bodyRef) {
+	if len(refs) == 0 {
+		return
+	}
+	bf.mu.Lock()
+	bf.zero = append(bf.zero, refs...)
+	bf.mu.Unlock()
+}
+
+// zeroDeleted overwrites the bodies of toZero with zeros, where their
+// file is still there. One that fails (the disk is full: a write into a
+// hole of the file) is tried again at the next tidy.
+func (bf *bodyFiles) zeroDeleted() {
+	bf.mu.Lock()
+	defer bf.mu.Unlock()
+	var left []bodyRef
+	for _, r := range bf.zero {
+		f, err := os.OpenFile(bf.path(r.file), os.O_RDWR, 0)
+		if err != nil {
+			if !errors.Is(err, fs.ErrNotExist) {
+				left = append(left, r)
+			}
+			continue
+		}
+		// Only what is there, in a file of this devhook's: a file cut
+		// short, foreign or newer is evidence, never written to.
+		fi, err := f.Stat()
+		if err == nil && checkBodyHeader(f) == nil && r.off+int64(r.n) <= fi.Size() {
+			if _, err := f.WriteAt(make([]byte, r.n), r.off); err != nil {
+				left = append(left, r)
+			}
+		}
+		_ = f.Close()
+	}
+	bf.zero = left
+}
+
 // highest is the number of the last file started.
 func (bf *bodyFiles) highest() uint32 {
 	bf.mu.Lock()
@@ -444,10 +486,10 @@ func addBodyCount(tx *bolt.Tx, file uint32, n int64, end int64) error {
 }
 
 // dropBodyRef removes where the body of delivery id is, if in a body file,
-// and counts it out of its file. A reference that fails its checks is
+// counts it out of its file and adds it to zero (unless nil). A reference that fails its checks is
 // removed and counts out of none: its file stays until the store is
 // emptied.
-func dropBodyRef(tx *bolt.Tx, id []byte) error {
+func dropBodyRef(tx *bolt.Tx, id []byte, zero *[]bodyRef) error {
 	refs := tx.Bucket([]byte(bucketBodyRefs))
 	if refs == nil {
 		return nil
@@ -460,15 +502,25 @@ func dropBodyRef(tx *bolt.Tx, id []byte) error {
 		if err := addBodyCount(tx, r.file, -1, 0); err != nil {
 			return err
 		}
+		if zero != nil {
+			*zero = append(*zero, r)
+		}
 	}
 	return refs.Delete(id)
 }
 
-// tidyBodyFiles removes the body files that no delivery in bbolt has a
-// body in, but the one being filled, and then their counts. It is done
+// tidyBodyFiles overwrites with zeros the bodies deleted (Delete,
+// DeleteMatching) that are in files kept, removes the body files that no
+// delivery in bbolt has a body in, but the one being filled, and then
+// their counts. It is done
 // again after the next removal when it fails (a full disk): a file whose
 // count is 0 is never read.
 func (db *DB) tidyBodyFiles() {
+	if !db.bodyReads.TryLock() {
+		return // a read is under way: the next removal or Open tidies
+	}
+	defer db.bodyReads.Unlock()
+	db.bodies.zeroDeleted()
 	var empty []uint32
 	_ = db.safely(func() error {
 		return db.bolt.View(func(tx *bolt.Tx) error {

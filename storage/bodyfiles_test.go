@@ -180,6 +180,60 @@ func TestBodyFiles_RemovedWithTheirDeliveries(t *testing.T) {
 	wantBodies(t, db, bigDelivery(50), bigDelivery(51))
 }
 
+// TestBodyFiles_DeletedBodiesZeroed: a body deleted is overwritten with
+// zeros in the file that keeps others; they read as before.
+func TestBodyFiles_DeletedBodiesZeroed(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	db := MustOpenPath(t, path, storage.Config{MaxDeliveries: -1, MaxAge: -1})
+	defer db.Close()
+	ds := []*devhook.Delivery{bigDelivery(0), bigDelivery(1), bigDelivery(2)}
+	mustPut(t, db, ds...)
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Delete([]string{id(1)}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(path+".bodies", "00000001"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) != 16+3*bodyFixtureLen || !bytes.Equal(b[16+bodyFixtureLen:16+2*bodyFixtureLen], make([]byte, bodyFixtureLen)) {
+		t.Fatalf("body file of %d bytes: the deleted body is not zeros", len(b))
+	}
+	wantBodies(t, db, ds[0], ds[2])
+}
+
+// TestBodyFiles_KeptWhileARead: a body file is not removed while a read
+// is under way, whose snapshot may still refer to it, but afterwards.
+func TestBodyFiles_KeptWhileARead(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	db := MustOpenPath(t, path, storage.Config{MaxDeliveries: -1, MaxAge: -1})
+	defer db.Close()
+	db.SetBodyFileMax(bodyFixtureLen)
+	for i := range 3 {
+		mustPut(t, db, bigDelivery(i)) // a file each
+		if err := db.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release := db.HoldReads()
+	if _, err := db.Delete([]string{id(0)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := bodyFiles(t, path); len(got) != 3 {
+		t.Fatalf("body files %q while a read is under way, want all 3 kept", got)
+	}
+	release()
+	if _, err := db.Delete([]string{id(1)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := bodyFiles(t, path); !slices.Equal(got, []string{"00000003"}) {
+		t.Fatalf("body files %q, want the emptied ones removed", got)
+	}
+	wantBodies(t, db, bigDelivery(2))
+}
+
 // TestBodyFiles_FileLeftBehindIsRemovedAtOpen: a process that stopped
 // after committing the removal of a file's last bodies, before removing
 // the file, leaves its count at 0: the next Open removes it.

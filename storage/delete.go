@@ -64,14 +64,15 @@ func (db *DB) Delete(ids []string) ([]string, error) {
 			chunk := want[:min(len(want), pruneChunk)]
 			want = want[len(chunk):]
 			var found []string
+			var zero []bodyRef
 			err := db.safely(func() error {
 				return db.bolt.Update(func(tx *bolt.Tx) error {
-					found = found[:0]
+					found, zero = found[:0], zero[:0]
 					if err := db.spaceLeft(); err != nil {
 						return err
 					}
 					for _, id := range chunk {
-						ok, err := deleteOne(tx, []byte(id))
+						ok, err := deleteOne(tx, []byte(id), &zero)
 						if err != nil {
 							return fmt.Errorf("delivery %s: %w", id, err)
 						}
@@ -85,6 +86,7 @@ func (db *DB) Delete(ids []string) ([]string, error) {
 			if err != nil {
 				return err
 			}
+			db.bodies.toZero(zero)
 			removed = append(removed, found...)
 		}
 		return nil
@@ -205,7 +207,7 @@ func (db *DB) dropPendingOfGone() {
 
 // deleteOne deletes delivery id and what is kept of it, and reports
 // whether it was there.
-func deleteOne(tx *bolt.Tx, id []byte) (bool, error) {
+func deleteOne(tx *bolt.Tx, id []byte, zero *[]bodyRef) (bool, error) {
 	sv := tx.Bucket([]byte(bucketSummaries)).Get(id)
 	if sv == nil && tx.Bucket([]byte(bucketDeliveries)).Get(id) == nil {
 		return false, nil
@@ -225,7 +227,7 @@ func deleteOne(tx *bolt.Tx, id []byte) (bool, error) {
 			return false, err
 		}
 	}
-	if err := deleteDelivery(tx, id, runID); err != nil {
+	if err := deleteDelivery(tx, id, runID, zero); err != nil {
 		return false, err
 	}
 	if owed := tx.Bucket([]byte(bucketOwed)); owed != nil {
@@ -259,9 +261,10 @@ func deleteRunEntries(tx *bolt.Tx, id []byte) error {
 // the list rows after after (nil: from the oldest), in one transaction.
 // next is the last row it looked at when more may follow, else nil.
 func (db *DB) deleteChunk(sel Selection, after []byte) (removed []string, next []byte, err error) {
+	var zero []bodyRef
 	err = db.safely(func() error {
 		return db.bolt.Update(func(tx *bolt.Tx) error {
-			removed, next = nil, nil
+			removed, next, zero = nil, nil, nil
 			if err := db.spaceLeft(); err != nil {
 				return err
 			}
@@ -295,7 +298,7 @@ func (db *DB) deleteChunk(sel Selection, after []byte) (removed []string, next [
 				victims = append(victims, bytes.Clone(k))
 			}
 			for _, id := range victims {
-				if _, err := deleteOne(tx, id); err != nil {
+				if _, err := deleteOne(tx, id, &zero); err != nil {
 					return fmt.Errorf("delivery %s: %w", id, err)
 				}
 				removed = append(removed, string(id))
@@ -306,6 +309,7 @@ func (db *DB) deleteChunk(sel Selection, after []byte) (removed []string, next [
 	if err != nil {
 		return nil, nil, err
 	}
+	db.bodies.toZero(zero)
 	return removed, next, nil
 }
 

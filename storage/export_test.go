@@ -316,3 +316,10 @@ func WithBodiesInBbolt(cfg Config) Config {
 	cfg.bodyFileMin = -1
 	return cfg
 }
+
+// HoldReads holds what a read holds against body files being removed or
+// zeroed, as a read under way does, until release.
+func (db *DB) HoldReads() (release func()) {
+	db.bodyReads.RLock()
+	return db.bodyReads.RUnlock
+}

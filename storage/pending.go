@@ -36,6 +36,8 @@ func (db *DB) view(fn func(v *view) error) error {
 }
 
 func (db *DB) viewUnsafe(fn func(v *view) error) error {
+	db.bodyReads.RLock()
+	defer db.bodyReads.RUnlock()
 	j := db.journal
 	j.mu.Lock()
 	pending := j.pending

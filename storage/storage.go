@@ -147,11 +147,15 @@ type DB struct {
 	maxAge        time.Duration // <= 0: no limit
 	pruneEvery    int64
 
-	journal *journal     // see journal.go
-	bodies  *bodyFiles   // see bodyfiles.go
-	group   group        // see group.go
-	puts    atomic.Int64 // deliveries created since Open, to schedule pruning
-	pruneMu sync.Mutex
+	journal *journal   // see journal.go
+	bodies  *bodyFiles // see bodyfiles.go
+	// bodyReads is held (read) by every view: a body file is removed,
+	// and a deleted body zeroed, only while no view is under way, whose
+	// snapshot of bbolt may still refer to them.
+	bodyReads sync.RWMutex
+	group     group        // see group.go
+	puts      atomic.Int64 // deliveries created since Open, to schedule pruning
+	pruneMu   sync.Mutex
 
 	readOnly bool
 	noSpace  func() error // see Config.NoSpace
@@ -626,7 +630,7 @@ func (db *DB) pruneChunk() (removed int, more bool, err error) {
 				return nil
 			}
 			for _, v := range victims {
-				if err := deleteDelivery(tx, v.id, v.runID); err != nil {
+				if err := deleteDelivery(tx, v.id, v.runID, nil); err != nil {
 					return err
 				}
 			}
@@ -643,13 +647,15 @@ func (db *DB) pruneChunk() (removed int, more bool, err error) {
 	return removed, more, nil
 }
 
-func deleteDelivery(tx *bolt.Tx, id []byte, runID string) error {
+// deleteDelivery deletes delivery id, of run runID, and what is kept of
+// it; where its body was in a body file is added to zero, unless nil.
+func deleteDelivery(tx *bolt.Tx, id []byte, runID string, zero *[]bodyRef) error {
 	for _, name := range [][]byte{[]byte(bucketDeliveries), []byte(bucketBodies), []byte(bucketSummaries)} {
 		if err := tx.Bucket(name).Delete(id); err != nil {
 			return err
 		}
 	}
-	if err := dropBodyRef(tx, id); err != nil {
+	if err := dropBodyRef(tx, id, zero); err != nil {
 		return err
 	}
 	checks := tx.Bucket([]byte(bucketChecks))
