@@ -126,7 +126,13 @@ type bodyFiles struct {
 	end    int64
 	// zero: where bodies deleted are, to be overwritten with zeros.
 	zero []bodyRef
+	// buf is the buffer of the last batch of bodies, reused by the next
+	// (applies are one at a time: bbolt has one writer).
+	buf []byte
 }
+
+// keptBuf bounds the buffer kept between batches.
+const keptBuf = 4 << 20
 
 // openBodyFiles opens the body files of the store at dbPath, given what
 // bbolt records of them (recorded: each file's bodies and end). The
@@ -445,6 +451,35 @@ func (bf *bodyFiles) zeroDeleted() {
 		_ = f.Close()
 	}
 	bf.zero = left
+}
+
+// takeBuf returns a buffer that holds the bodies of recs that go to a
+// body file, reusing the last batch's.
+func (bf *bodyFiles) takeBuf(recs []jrec) []byte {
+	need := 0
+	for i := range recs {
+		if r := &recs[i]; r.kind == recPut && len(r.put.body) >= bf.min {
+			need += len(r.put.body)
+		}
+	}
+	bf.mu.Lock()
+	b := bf.buf
+	bf.buf = nil
+	bf.mu.Unlock()
+	if cap(b) < need {
+		b = make([]byte, 0, need)
+	}
+	return b[:0]
+}
+
+// giveBuf keeps b for the next batch, unless it is large.
+func (bf *bodyFiles) giveBuf(b []byte) {
+	if cap(b) > keptBuf {
+		return
+	}
+	bf.mu.Lock()
+	bf.buf = b
+	bf.mu.Unlock()
 }
 
 // highest is the number of the last file started.

@@ -35,6 +35,8 @@ type applied struct {
 // batch put it already, is not looked up. nil: every put is looked up.
 func (db *DB) apply(recs []jrec, known []byte) (applied, error) {
 	owned := false
+	buf := db.bodies.takeBuf(recs)
+	defer func() { db.bodies.giveBuf(buf) }()
 	for {
 		var res applied
 		bad := -1
@@ -46,6 +48,7 @@ func (db *DB) apply(recs []jrec, known []byte) (applied, error) {
 					return err
 				}
 				a = newApplyTx(tx, len(recs), known, db.bodies)
+				a.bodyBuf = buf[:0]
 				for i := range recs {
 					if err := a.record(i, &recs[i]); err != nil {
 						if !errors.As(err, new(errBodyFiles)) {
@@ -62,8 +65,11 @@ func (db *DB) apply(recs []jrec, known []byte) (applied, error) {
 				return nil
 			})
 		})
-		if err != nil && a != nil && a.wroteBodies {
-			db.bodies.unwrite(a.bodyFile, a.bodyOff, a.bodyOff+int64(len(a.bodyBuf)))
+		if a != nil {
+			buf = a.bodyBuf
+			if err != nil && a.wroteBodies {
+				db.bodies.unwrite(a.bodyFile, a.bodyOff, a.bodyOff+int64(len(a.bodyBuf)))
+			}
 		}
 		if bad < 0 {
 			return res, err
@@ -119,7 +125,7 @@ func newApplyTx(tx *bolt.Tx, recs int, known []byte, files *bodyFiles) *applyTx 
 	a := &applyTx{tx: tx, known: known, files: files, bodyRefs: tx.Bucket([]byte(bucketBodyRefs)),
 		deliveries: tx.Bucket([]byte(bucketDeliveries)), bodies: tx.Bucket([]byte(bucketBodies)),
 		summaries: tx.Bucket([]byte(bucketSummaries)), attempts: tx.Bucket([]byte(bucketAttempts)), runs: tx.Bucket([]byte(bucketRuns)),
-		arena: make([]byte, 0, 128*recs), sums: make(map[string]int, recs/2), dirty: make([]dirtySummary, 0, recs/2)}
+		arena: make([]byte, 0, (128+bodyRefLen)*recs), sums: make(map[string]int, recs/2), dirty: make([]dirtySummary, 0, recs/2)}
 	for _, b := range []*bolt.Bucket{a.deliveries, a.bodies, a.summaries, a.attempts, a.bodyRefs} {
 		b.FillPercent = appendFill
 	}
