@@ -59,21 +59,30 @@ func TestRunSurvivesAFullDisk(t *testing.T) {
 	cfg.Logf = logs.logf
 	v := newEnv(t, cfg)
 	v.newApp("app")
-	// A large record: moving it on needs room that bbolt has no free
-	// pages for.
-	r := v.startRun("app", "latest", map[string]any{"input": strings.Repeat("x", 2<<20)})
+	// The disk is filled first, then given back room for the run's
+	// start and not for its move: its record is large (2 MiB of input,
+	// a start writes 2.1 MB), and moving it on needs as much again, which
+	// bbolt has no free pages for. Filling it after the start would race
+	// with the run's schedule (its move is due 20 ms after the start).
 	filler := filepath.Join(data, "filler")
 	f, err := os.Create(filler)
 	if err != nil {
 		t.Fatal(err)
 	}
 	buf := make([]byte, 64<<10)
+	var filled int64
 	for {
-		if _, err := f.Write(buf); err != nil {
+		n, err := f.Write(buf)
+		filled += int64(n)
+		if err != nil {
 			break // full
 		}
 	}
+	if err := f.Truncate(filled - 3<<20); err != nil {
+		t.Fatal(err)
+	}
 	f.Close()
+	r := v.startRun("app", "latest", map[string]any{"input": strings.Repeat("x", 2<<20)})
 	// The queued run's move to running is due after QueueTime (20 ms):
 	// it fails.
 	eventually(t, func() bool { return len(logs.matching("failed")) > 0 }, "a failed write to be logged")
@@ -84,7 +93,11 @@ func TestRunSurvivesAFullDisk(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, func() bool { return v.metadata("app", r.ID).Metadata.StatusV2 == "succeeded" }, "run %s to go on once there is room", r.ID)
+	// The next try may be up to the emulator's longest wait (30 s) away,
+	// if the machine was so busy that the backoff grew that far while the
+	// disk was full.
+	eventuallyWithin(t, 60*time.Second, func() bool { return v.metadata("app", r.ID).Metadata.StatusV2 == "succeeded" },
+		"run %s to go on once there is room", r.ID)
 
 	failed := logs.matching("failed")
 	again := logs.matching("works again after")

@@ -181,7 +181,14 @@ func (v *env) waitConversations(id string, n int) []convItem {
 // a busy machine on which a Python interpreter takes seconds to start.
 func eventually(t *testing.T, cond func() bool, what string, args ...any) {
 	t.Helper()
-	deadline := time.After(30 * time.Second)
+	eventuallyWithin(t, 30*time.Second, cond, what, args...)
+}
+
+// eventuallyWithin is eventually with a bound of its own: for a wait that
+// includes a backoff, which may have grown on a busy machine.
+func eventuallyWithin(t *testing.T, bound time.Duration, cond func() bool, what string, args ...any) {
+	t.Helper()
+	deadline := time.After(bound)
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for !cond() {

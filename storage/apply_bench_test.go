@@ -20,7 +20,14 @@ import (
 // (n records: each delivery and its attempt), as replay decodes them: a
 // 1.5 KB body with the headers a signed sender sends, and a receiver's 200.
 func applyBenchRecs(b *testing.B, from, n int, seq *uint64) []jrec {
-	body := []byte(`{"event_type":"run.status","data":{"run_id":"run-1","notes":"` + strings.Repeat("lorem ipsum dolor sit amet ", 54) + `"}}`)
+	return applyBenchRecsOf(b, from, n, seq, applyBenchBody)
+}
+
+// applyBenchBody is the 1.5 KB run.status body of the load harness.
+var applyBenchBody = []byte(`{"event_type":"run.status","data":{"run_id":"run-1","notes":"` + strings.Repeat("lorem ipsum dolor sit amet ", 54) + `"}}`)
+
+// applyBenchRecsOf is applyBenchRecs with each delivery's body.
+func applyBenchRecsOf(b *testing.B, from, n int, seq *uint64, body []byte) []jrec {
 	recs := make([]jrec, 0, n)
 	for i := from; len(recs) < n; i++ {
 		d := &devhook.Delivery{
@@ -74,37 +81,53 @@ func applyBenchRecs(b *testing.B, from, n int, seq *uint64) []jrec {
 // cpu-ns/record the process's CPU time for it (the GC's included).
 func BenchmarkApply(b *testing.B) {
 	for _, n := range []int{256, 512, 1024, 2048, 4096} {
-		b.Run(fmt.Sprintf("records=%d", n), func(b *testing.B) {
-			db, err := Open(filepath.Join(b.TempDir(), "devhook.db"), Config{MaxDeliveries: -1, MaxAge: -1})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer db.Close()
-			var seq uint64
-			var known []byte
-			var cpu time.Duration
-			next := 0
-			b.ReportAllocs()
-			b.ResetTimer()
-			for range b.N {
-				b.StopTimer()
-				recs := applyBenchRecs(b, next, n, &seq)
-				next += n / 2
-				runtime.GC() // the garbage of building recs is not apply's
-				start := processCPU(b)
-				b.StartTimer()
-				if _, err := db.apply(recs, known); err != nil {
-					b.Fatal(err)
-				}
-				known = bytes.Clone(maxPutID(recs)) // as flush keeps it
-				b.StopTimer()
-				cpu += processCPU(b) - start
-				b.StartTimer()
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/record")
-			b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*n), "cpu-ns/record")
-		})
+		b.Run(fmt.Sprintf("records=%d", n), func(b *testing.B) { benchApply(b, n, applyBenchBody) })
 	}
+}
+
+// BenchmarkApplyBodySize is BenchmarkApply's batch of 1,024 records with
+// bodies of several sizes: what the bodies' share of applying is, that a
+// store keeping them out of the B+tree would save.
+func BenchmarkApplyBodySize(b *testing.B) {
+	for _, size := range []int{0, 256, 1500, 8192} {
+		body := bytes.Repeat([]byte("x"), size)
+		if size == 1500 {
+			body = applyBenchBody // its size
+		}
+		b.Run(fmt.Sprintf("body=%d", size), func(b *testing.B) { benchApply(b, 1024, body) })
+	}
+}
+
+// benchApply applies batches of n records whose deliveries carry body.
+func benchApply(b *testing.B, n int, body []byte) {
+	db, err := Open(filepath.Join(b.TempDir(), "devhook.db"), Config{MaxDeliveries: -1, MaxAge: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	var seq uint64
+	var known []byte
+	var cpu time.Duration
+	next := 0
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		recs := applyBenchRecsOf(b, next, n, &seq, body)
+		next += n / 2
+		runtime.GC() // the garbage of building recs is not apply's
+		start := processCPU(b)
+		b.StartTimer()
+		if _, err := db.apply(recs, known); err != nil {
+			b.Fatal(err)
+		}
+		known = bytes.Clone(maxPutID(recs)) // as flush keeps it
+		b.StopTimer()
+		cpu += processCPU(b) - start
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/record")
+	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*n), "cpu-ns/record")
 }
 
 // processCPU is the CPU time the process has used, every thread's.

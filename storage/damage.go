@@ -105,7 +105,11 @@ func (db *DB) checkFile(lockTimeout time.Duration) error {
 			return nil
 		}
 		aside = asideName(db.path, db.now())
-		return os.Rename(db.path, aside)
+		if err := os.Rename(db.path, aside); err != nil {
+			return err
+		}
+		moveBodiesAside(db.path, aside)
+		return nil
 	})
 	switch {
 	case errors.Is(err, errLockHeld):
@@ -121,6 +125,13 @@ func (db *DB) checkFile(lockTimeout time.Duration) error {
 	return &damageError{path: db.path, why: why, aside: aside, readOnly: db.readOnly}
 }
 
+// moveBodiesAside moves the body files of the store at path, set aside
+// as aside, beside it: they go with the records that say where each body
+// is, and a new store starts without them.
+func moveBodiesAside(path, aside string) {
+	_ = os.Rename(path+bodiesDirSuffix, aside+bodiesDirSuffix)
+}
+
 // setStoreAside renames the damaged file of de aside while bbolt holds its
 // lock, and returns the error that says so (de as it is when the rename
 // fails).
@@ -129,6 +140,7 @@ func (db *DB) setStoreAside(de *damageError) error {
 	if err := os.Rename(db.path, aside); err != nil {
 		return de
 	}
+	moveBodiesAside(db.path, aside)
 	db.logf("storage: %s is damaged (%v); it is kept as %s", db.path, de.why, aside)
 	de.aside = aside
 	return de

@@ -64,14 +64,15 @@ func (db *DB) Delete(ids []string) ([]string, error) {
 			chunk := want[:min(len(want), pruneChunk)]
 			want = want[len(chunk):]
 			var found []string
+			var zero []bodyRef
 			err := db.safely(func() error {
 				return db.bolt.Update(func(tx *bolt.Tx) error {
-					found = found[:0]
+					found, zero = found[:0], zero[:0]
 					if err := db.spaceLeft(); err != nil {
 						return err
 					}
 					for _, id := range chunk {
-						ok, err := deleteOne(tx, []byte(id))
+						ok, err := deleteOne(tx, []byte(id), &zero)
 						if err != nil {
 							return fmt.Errorf("delivery %s: %w", id, err)
 						}
@@ -85,12 +86,16 @@ func (db *DB) Delete(ids []string) ([]string, error) {
 			if err != nil {
 				return err
 			}
+			db.bodies.toZero(zero)
 			removed = append(removed, found...)
 		}
 		return nil
 	})
 	if err != nil {
 		return removed, fmt.Errorf("storage: delete deliveries: %w", err)
+	}
+	if len(removed) > 0 {
+		db.tidyBodyFiles()
 	}
 	return removed, nil
 }
@@ -125,6 +130,9 @@ func (db *DB) DeleteMatching(sel Selection) ([]string, error) {
 	})
 	if err != nil {
 		return removed, fmt.Errorf("storage: delete deliveries: %w", err)
+	}
+	if len(removed) > 0 {
+		db.tidyBodyFiles()
 	}
 	return removed, nil
 }
@@ -199,7 +207,7 @@ func (db *DB) dropPendingOfGone() {
 
 // deleteOne deletes delivery id and what is kept of it, and reports
 // whether it was there.
-func deleteOne(tx *bolt.Tx, id []byte) (bool, error) {
+func deleteOne(tx *bolt.Tx, id []byte, zero *[]bodyRef) (bool, error) {
 	sv := tx.Bucket([]byte(bucketSummaries)).Get(id)
 	if sv == nil && tx.Bucket([]byte(bucketDeliveries)).Get(id) == nil {
 		return false, nil
@@ -219,7 +227,7 @@ func deleteOne(tx *bolt.Tx, id []byte) (bool, error) {
 			return false, err
 		}
 	}
-	if err := deleteDelivery(tx, id, runID); err != nil {
+	if err := deleteDelivery(tx, id, runID, zero); err != nil {
 		return false, err
 	}
 	if owed := tx.Bucket([]byte(bucketOwed)); owed != nil {
@@ -253,9 +261,10 @@ func deleteRunEntries(tx *bolt.Tx, id []byte) error {
 // the list rows after after (nil: from the oldest), in one transaction.
 // next is the last row it looked at when more may follow, else nil.
 func (db *DB) deleteChunk(sel Selection, after []byte) (removed []string, next []byte, err error) {
+	var zero []bodyRef
 	err = db.safely(func() error {
 		return db.bolt.Update(func(tx *bolt.Tx) error {
-			removed, next = nil, nil
+			removed, next, zero = nil, nil, nil
 			if err := db.spaceLeft(); err != nil {
 				return err
 			}
@@ -289,7 +298,7 @@ func (db *DB) deleteChunk(sel Selection, after []byte) (removed []string, next [
 				victims = append(victims, bytes.Clone(k))
 			}
 			for _, id := range victims {
-				if _, err := deleteOne(tx, id); err != nil {
+				if _, err := deleteOne(tx, id, &zero); err != nil {
 					return fmt.Errorf("delivery %s: %w", id, err)
 				}
 				removed = append(removed, string(id))
@@ -300,6 +309,7 @@ func (db *DB) deleteChunk(sel Selection, after []byte) (removed []string, next [
 	if err != nil {
 		return nil, nil, err
 	}
+	db.bodies.toZero(zero)
 	return removed, next, nil
 }
 
@@ -324,7 +334,7 @@ func (db *DB) deleteAll() ([]string, error) {
 					}
 				}
 			}
-			for _, name := range []string{bucketDeliveries, bucketBodies, bucketSummaries, bucketAttempts, bucketRuns, bucketChecks, bucketOwed} {
+			for _, name := range []string{bucketDeliveries, bucketBodies, bucketSummaries, bucketAttempts, bucketRuns, bucketChecks, bucketOwed, bucketBodyRefs} {
 				if tx.Bucket([]byte(name)) == nil {
 					continue
 				}
@@ -337,12 +347,24 @@ func (db *DB) deleteAll() ([]string, error) {
 					return err
 				}
 			}
+			// No body file has a body in bbolt any more.
+			files := tx.Bucket([]byte(bucketBodyFiles))
+			for n, st := range bodyFileStates(tx) {
+				st.bodies = 0
+				if err := files.Put(fileKey(n), st.append(nil)); err != nil {
+					return err
+				}
+			}
 			return putCount(tx, 0)
 		})
 	})
 	if err != nil {
 		return nil, err
 	}
+	// The file being filled goes too: it holds bodies of what was
+	// deleted.
+	db.bodies.retire()
+	db.tidyBodyFiles()
 	db.damage.reset()
 	slices.Sort(ids)
 	return ids, nil

@@ -181,8 +181,20 @@ func (db *DB) List(f devhook.Filter) ([]devhook.Summary, error) {
 			if err != nil {
 				return err // checked by summary: cannot happen
 			}
-			if !ok || text != nil && !containsFold(v.body(id), text) {
+			if !ok {
 				continue
+			}
+			if text != nil {
+				body, err := v.body(id)
+				if err != nil {
+					if db.noteRecord(err) {
+						continue
+					}
+					return err
+				}
+				if !containsFold(body, text) {
+					continue
+				}
 			}
 			s, err := decodeSummary(p)
 			if err != nil {

@@ -118,7 +118,7 @@ func (db *DB) PutDeliveriesTx(ds []*devhook.Delivery) error {
 		return err
 	}
 	err := db.bolt.Update(func(tx *bolt.Tx) error {
-		a := newApplyTx(tx, len(recs), nil)
+		a := newApplyTx(tx, len(recs), nil, db.bodies)
 		for i := range recs {
 			if err := a.put(recs[i].key, &recs[i].put); err != nil {
 				return err
@@ -298,4 +298,28 @@ func (db *DB) AddAttemptDirect(id string, a devhook.Attempt) (devhook.Attempt, e
 func WithPageSize(cfg Config, ps int) Config {
 	cfg.pageSize = ps
 	return cfg
+}
+
+// SetBodyFileMax makes body files full at n bytes, for tests of many files.
+func (db *DB) SetBodyFileMax(n int64) {
+	db.bodies.mu.Lock()
+	db.bodies.max = n
+	db.bodies.mu.Unlock()
+}
+
+// BodyFileMin is the size from which bodies go to body files.
+const BodyFileMin = bodyFileMin
+
+// WithBodiesInBbolt keeps every body in bbolt, none in body files: for
+// fixtures of bbolt's own pages.
+func WithBodiesInBbolt(cfg Config) Config {
+	cfg.bodyFileMin = -1
+	return cfg
+}
+
+// HoldReads holds what a read holds against body files being removed or
+// zeroed, as a read under way does, until release.
+func (db *DB) HoldReads() (release func()) {
+	db.bodyReads.RLock()
+	return db.bodyReads.RUnlock
 }

@@ -115,8 +115,11 @@ func (db *DB) closeJournal() error {
 	err := db.flush()
 	if err == nil {
 		// Commits are not fsynced; a clean close leaves the file durable
-		// before the journal that also holds its last writes goes.
-		err = db.bolt.Sync()
+		// before the journal that also holds its last writes goes, and
+		// the bodies it refers to before it.
+		if err = db.bodies.sync(); err == nil {
+			err = db.bolt.Sync()
+		}
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()

@@ -3,6 +3,7 @@ package storage
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -34,19 +35,25 @@ type applied struct {
 // batch put it already, is not looked up. nil: every put is looked up.
 func (db *DB) apply(recs []jrec, known []byte) (applied, error) {
 	owned := false
+	buf := db.bodies.takeBuf(recs)
+	defer func() { db.bodies.giveBuf(buf) }()
 	for {
 		var res applied
 		bad := -1
 		var badErr error
+		var a *applyTx
 		err := db.safely(func() error {
 			return db.bolt.Update(func(tx *bolt.Tx) error {
 				if err := db.spaceLeft(); err != nil {
 					return err
 				}
-				a := newApplyTx(tx, len(recs), known)
+				a = newApplyTx(tx, len(recs), known, db.bodies)
+				a.bodyBuf = buf[:0]
 				for i := range recs {
 					if err := a.record(i, &recs[i]); err != nil {
-						bad, badErr = i, err
+						if !errors.As(err, new(errBodyFiles)) {
+							bad, badErr = i, err // else no record's fault
+						}
 						return err
 					}
 				}
@@ -58,6 +65,12 @@ func (db *DB) apply(recs []jrec, known []byte) (applied, error) {
 				return nil
 			})
 		})
+		if a != nil {
+			buf = a.bodyBuf
+			if err != nil && a.wroteBodies {
+				db.bodies.unwrite(a.bodyFile, a.bodyOff, a.bodyOff+int64(len(a.bodyBuf)))
+			}
+		}
 		if bad < 0 {
 			return res, err
 		}
@@ -87,6 +100,15 @@ type applyTx struct {
 	dirty []dirtySummary
 	rec   int // the index of the record being applied
 	res   applied
+	// The bodies that go to a body file (bodyfiles.go): bodyBuf, to be
+	// written at bodyOff of file bodyFile when the records are applied.
+	files       *bodyFiles
+	bodyRefs    *bolt.Bucket
+	bodyFile    uint32
+	bodyOff     int64
+	bodyBuf     []byte
+	bodyCount   uint64 // bodies in bodyBuf
+	wroteBodies bool
 	// known: no delivery id in bbolt sorts after it (nil: unknown). A put
 	// raises it to its id, so that a second put of one id in a batch is
 	// looked up.
@@ -99,11 +121,12 @@ type dirtySummary struct {
 	rec   int // the record that changed it last
 }
 
-func newApplyTx(tx *bolt.Tx, recs int, known []byte) *applyTx {
-	a := &applyTx{tx: tx, known: known, deliveries: tx.Bucket([]byte(bucketDeliveries)), bodies: tx.Bucket([]byte(bucketBodies)),
+func newApplyTx(tx *bolt.Tx, recs int, known []byte, files *bodyFiles) *applyTx {
+	a := &applyTx{tx: tx, known: known, files: files, bodyRefs: tx.Bucket([]byte(bucketBodyRefs)),
+		deliveries: tx.Bucket([]byte(bucketDeliveries)), bodies: tx.Bucket([]byte(bucketBodies)),
 		summaries: tx.Bucket([]byte(bucketSummaries)), attempts: tx.Bucket([]byte(bucketAttempts)), runs: tx.Bucket([]byte(bucketRuns)),
-		arena: make([]byte, 0, 128*recs), sums: make(map[string]int, recs/2), dirty: make([]dirtySummary, 0, recs/2)}
-	for _, b := range []*bolt.Bucket{a.deliveries, a.bodies, a.summaries, a.attempts} {
+		arena: make([]byte, 0, (128+bodyRefLen)*recs), sums: make(map[string]int, recs/2), dirty: make([]dirtySummary, 0, recs/2)}
+	for _, b := range []*bolt.Bucket{a.deliveries, a.bodies, a.summaries, a.attempts, a.bodyRefs} {
 		b.FillPercent = appendFill
 	}
 	return a
@@ -141,6 +164,9 @@ func (a *applyTx) setSummary(key string, id, v []byte) {
 // blamed on the record that changed the summary last (bad), or on none
 // (bad < 0).
 func (a *applyTx) done() (bad int, err error) {
+	if err := a.writeBodies(); err != nil {
+		return -1, err
+	}
 	for _, d := range a.dirty {
 		if err := a.putSummary(d.id, d.v); err != nil {
 			return d.rec, err
@@ -200,7 +226,7 @@ func (a *applyTx) put(key string, e *encodedDelivery) error {
 	if err := a.deliveries.Put(e.id, e.meta); err != nil {
 		return err
 	}
-	if err := a.bodies.Put(e.id, e.body); err != nil {
+	if err := a.putBody(e.id, e.body); err != nil {
 		return err
 	}
 	a.setSummary(key, e.id, e.summary)
@@ -214,6 +240,46 @@ func (a *applyTx) put(key string, e *encodedDelivery) error {
 	a.res.created++
 	return nil
 }
+
+// putBody stores body, of delivery id: in bbolt when it is small, else in
+// the batch that goes to a body file.
+func (a *applyTx) putBody(id, body []byte) error {
+	if a.bodyRefs == nil || len(body) < a.files.min {
+		return a.bodies.Put(id, body)
+	}
+	if a.bodyFile == 0 {
+		file, off, err := a.files.place()
+		if err != nil {
+			return errBodyFiles{err}
+		}
+		a.bodyFile, a.bodyOff = file, off
+	}
+	ref := bodyRef{file: a.bodyFile, off: a.bodyOff + int64(len(a.bodyBuf)), n: uint32(len(body))}
+	a.bodyBuf = append(a.bodyBuf, body...)
+	a.bodyCount++
+	start := len(a.arena)
+	a.arena = appendBodyRef(a.arena, ref)
+	return a.bodyRefs.Put(id, a.arena[start:len(a.arena):len(a.arena)])
+}
+
+// writeBodies writes the batch's bodies to their file and counts them
+// there.
+func (a *applyTx) writeBodies() error {
+	if len(a.bodyBuf) == 0 {
+		return nil
+	}
+	if err := a.files.write(a.bodyFile, a.bodyOff, a.bodyBuf); err != nil {
+		return err
+	}
+	a.wroteBodies = true
+	return addBodyCount(a.tx, a.bodyFile, int64(a.bodyCount), a.bodyOff+int64(len(a.bodyBuf)))
+}
+
+// errBodyFiles is a failure of the body files, which is no record's.
+type errBodyFiles struct{ err error }
+
+func (e errBodyFiles) Error() string { return e.err.Error() }
+func (e errBodyFiles) Unwrap() error { return e.err }
 
 // attempt stores attempt o (encoded as enc) of delivery key (id) and makes
 // it the summary's last attempt unless a later one is there already. A

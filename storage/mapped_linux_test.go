@@ -40,7 +40,7 @@ func mappedKiB(t *testing.T, path string) int {
 
 func TestReleaseMapped(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "devhook.db")
-	db, err := Open(path, Config{MaxDeliveries: -1, MaxAge: -1})
+	db, err := Open(path, Config{MaxDeliveries: -1, MaxAge: -1, bodyFileMin: -1}) // bbolt's own pages
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestOpen_ReadsLittle(t *testing.T) {
 func TestReleaseMapped_OnACadence(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "devhook.db")
 	now := time.Date(2026, 3, 4, 10, 0, 0, 0, time.UTC)
-	db, err := Open(path, Config{MaxDeliveries: -1, MaxAge: -1, Now: func() time.Time { return now }})
+	db, err := Open(path, Config{MaxDeliveries: -1, MaxAge: -1, Now: func() time.Time { return now }, bodyFileMin: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

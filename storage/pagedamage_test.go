@@ -33,8 +33,8 @@ var pageKinds = []string{"meta0", "meta1", "freelist", "branch", "leaf", "overfl
 // with a body that spans several pages.
 func pageStoreFixture(t *testing.T) []byte {
 	path := filepath.Join(t.TempDir(), "devhook.db")
-	db, err := storage.Open(path, storage.WithPageSize(storage.Config{MaxDeliveries: -1, MaxAge: -1,
-		Now: func() time.Time { return t0 }}, fixturePageSize))
+	db, err := storage.Open(path, storage.WithBodiesInBbolt(storage.WithPageSize(storage.Config{MaxDeliveries: -1, MaxAge: -1,
+		Now: func() time.Time { return t0 }}, fixturePageSize)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,10 +191,22 @@ func TestOpen_DamagedPages(t *testing.T) {
 				t.Fatal("a read-only Open changed the journal")
 			}
 
+			if err := os.Mkdir(path+".bodies", 0o700); err != nil {
+				t.Fatal(err)
+			}
+			bodies := copyFixture(t, "bodies-intact.body", path+".bodies", "00000001")
 			logs := newLogRecorder()
 			cfg.Logf = logs.logf
 			_, err = storage.Open(path, cfg)
 			wantSetAside(t, err, path, fixture)
+			// Its body files go with it.
+			moved, _ := filepath.Glob(path + ".damaged-*.bodies")
+			if got, err := os.ReadFile(filepath.Join(append(moved, "none")[0], "00000001")); err != nil || !bytes.Equal(got, bodies) {
+				t.Errorf("body files set aside %q: %v; want the store's beside it", moved, err)
+			}
+			if _, err := os.Stat(path + ".bodies"); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the body files of the damaged store stayed: %v", err)
+			}
 			if got, _ := os.ReadFile(path + ".journal0"); !bytes.Equal(got, journal) {
 				t.Fatal("Open changed the journal beside the damaged file")
 			}

@@ -23,6 +23,8 @@ import (
 type view struct {
 	tx                           *bolt.Tx
 	deliveries, bodies, attempts *bolt.Bucket
+	bodyRefs                     *bolt.Bucket // nil in a store of schema 1, opened read-only
+	files                        *bodyFiles
 
 	puts map[string]*encodedDelivery // pending deliveries
 	atts map[string][]*jrec          // pending attempts, by delivery id, in journal order
@@ -34,6 +36,8 @@ func (db *DB) view(fn func(v *view) error) error {
 }
 
 func (db *DB) viewUnsafe(fn func(v *view) error) error {
+	db.bodyReads.RLock()
+	defer db.bodyReads.RUnlock()
 	j := db.journal
 	j.mu.Lock()
 	pending := j.pending
@@ -44,7 +48,7 @@ func (db *DB) viewUnsafe(fn func(v *view) error) error {
 	}
 	defer func() { _ = tx.Rollback() }()
 	v := &view{tx: tx, deliveries: tx.Bucket([]byte(bucketDeliveries)), bodies: tx.Bucket([]byte(bucketBodies)),
-		attempts: tx.Bucket([]byte(bucketAttempts))}
+		attempts: tx.Bucket([]byte(bucketAttempts)), bodyRefs: tx.Bucket([]byte(bucketBodyRefs)), files: db.bodies}
 	if len(pending) > 0 {
 		v.puts = map[string]*encodedDelivery{}
 		v.atts = map[string][]*jrec{}
@@ -126,15 +130,29 @@ func (v *view) summaryValue(id, stored []byte) ([]byte, error) {
 	return s, nil
 }
 
-// body returns the body of delivery id, from bbolt or pending.
-func (v *view) body(id []byte) []byte {
+// body returns the body of delivery id, from bbolt, its body file or
+// pending. A body that cannot be read is a *recordError.
+func (v *view) body(id []byte) ([]byte, error) {
 	if b := v.bodies.Get(id); b != nil {
-		return b
+		return b, nil
+	}
+	if v.bodyRefs != nil {
+		if rv := v.bodyRefs.Get(id); rv != nil {
+			r, err := decodeBodyRef(rv)
+			if err != nil {
+				return nil, newRecordError(bucketBodyRefs, id, rv, "the body", err)
+			}
+			b, err := v.files.read(r)
+			if err != nil {
+				return nil, newRecordError(bucketBodyRefs, id, rv, "the body", err)
+			}
+			return b, nil
+		}
 	}
 	if e := v.puts[string(id)]; e != nil {
-		return e.body
+		return e.body, nil
 	}
-	return nil
+	return nil, nil
 }
 
 // delivery returns delivery id with its body and attempts, copied out of
@@ -160,7 +178,11 @@ func (v *view) delivery(id string) (*devhook.Delivery, error) {
 		return nil, newRecordError(bucketDeliveries, key, meta, "the record", err)
 	}
 	d.ID = id
-	d.Body = append([]byte{}, v.body(key)...)
+	body, err := v.body(key)
+	if err != nil {
+		return nil, err
+	}
+	d.Body = append([]byte{}, body...)
 	if !sum.matches(d.Body) {
 		return nil, newRecordError(bucketBodies, key, d.Body, "the body", whyChecksum)
 	}

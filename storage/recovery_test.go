@@ -416,8 +416,10 @@ func diskFullScenario(t *testing.T, dir string) {
 	cfg := storage.Config{MaxDeliveries: -1, MaxAge: -1, Logf: logs.logf}
 	db := MustOpenPath(t, path, cfg)
 	acked := 0
+	var bodies [][]byte // of the deliveries acknowledged, by index
 	for ; acked < 10; acked++ {
 		mustPut(t, db, newDelivery(acked))
+		bodies = append(bodies, newDelivery(acked).Body)
 	}
 	if err := db.Flush(); err != nil {
 		t.Fatal(err)
@@ -444,6 +446,7 @@ func diskFullScenario(t *testing.T, dir string) {
 		if _, werr = db.PutDelivery(d); werr != nil {
 			break
 		}
+		bodies = append(bodies, d.Body)
 		acked++
 	}
 	if !errors.Is(werr, syscall.ENOSPC) {
@@ -459,7 +462,10 @@ func diskFullScenario(t *testing.T, dir string) {
 	if err := os.Remove(filepath.Join(dir, "filler")); err != nil {
 		t.Fatal(err)
 	}
-	mustPut(t, db, newDelivery(acked))
+	last := newDelivery(acked)
+	last.Body = append(last.Body, chunk...)
+	mustPut(t, db, last)
+	bodies = append(bodies, last.Body)
 	acked++
 	if err := db.Flush(); err != nil {
 		t.Fatalf("Flush once space returned: %v", err)
@@ -470,6 +476,16 @@ func diskFullScenario(t *testing.T, dir string) {
 	db = MustOpenPath(t, path, cfg)
 	if n, err := db.Count(); err != nil || n != acked {
 		t.Errorf("after reopening: Count() = %d, %v; want every one of the %d acknowledged", n, err, acked)
+	}
+	// Their bodies, in body files (bodyfiles.go), whose writes failed
+	// while the disk was full, byte for byte.
+	for i, want := range bodies {
+		if d, err := db.Delivery(id(i)); err != nil || !bytes.Equal(d.Body, want) {
+			t.Fatalf("after reopening: delivery %d: %v, body intact: %v (%d bytes, want %d; starts %q)", i, err, err == nil && bytes.Equal(d.Body, want), len(d.Body), len(want), d.Body[:min(len(d.Body), 90)])
+		}
+	}
+	if names, err := os.ReadDir(path + ".bodies"); err != nil || len(names) == 0 {
+		t.Errorf("body files: %v, %v; want the large bodies there", names, err)
 	}
 
 	// Writers at once, whose records share writes, on a disk that fills
@@ -544,8 +560,11 @@ func diskFullScenario(t *testing.T, dir string) {
 		t.Errorf("after reopening: Count() = %d, %v; want the %d acknowledged", n, err, acked+len(attempts))
 	}
 	for i, n := range attempts {
+		want := append(newDelivery(i).Body, chunk[:4<<10]...)
 		if d, err := db.Delivery(id(i)); err != nil || len(d.Attempts) != n {
 			t.Errorf("delivery %d: %v; want it with its %d acknowledged attempt(s)", i, err, n)
+		} else if !bytes.Equal(d.Body, want) {
+			t.Errorf("delivery %d: its body (%d bytes) is not the one acknowledged", i, len(d.Body))
 		} else if n == 1 && d.Attempts[0].Seq != 1 {
 			t.Errorf("delivery %d: attempt Seq %d, want 1", i, d.Attempts[0].Seq)
 		}

@@ -38,6 +38,7 @@ import (
 	"errors"
 	"fmt"
 	"log"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -88,10 +89,15 @@ type Config struct {
 	NoSpace func() error
 
 	pageSize int // bbolt's page size for a new file; 0 = the OS's (tests make small fixtures, and larger pages)
+	// bodyFileMin: bodies this large or larger go to body files; 0 =
+	// bodyFileMin, -1 = none (tests of bbolt's own file).
+	bodyFileMin int
 }
 
 const (
-	schemaVersion = 1
+	// schemaVersion 2: bodies may be in body files (bodyfiles.go), which
+	// a devhook that reads 1 would not find.
+	schemaVersion = 2
 
 	// pruneInterval is how many recorded deliveries pass between two
 	// retention checks, at most.
@@ -120,6 +126,12 @@ const (
 
 // allBuckets are the buckets of the schema.
 func allBuckets() [][]byte {
+	return append(firstBuckets(), []byte(bucketBodyRefs), []byte(bucketBodyFiles))
+}
+
+// firstBuckets are the buckets of schema 1: a read-only Open reads a store
+// that has them, and takes the others for empty.
+func firstBuckets() [][]byte {
 	return [][]byte{[]byte(bucketMeta), []byte(bucketDeliveries), []byte(bucketBodies), []byte(bucketSummaries),
 		[]byte(bucketAttempts), []byte(bucketRuns)}
 }
@@ -135,10 +147,15 @@ type DB struct {
 	maxAge        time.Duration // <= 0: no limit
 	pruneEvery    int64
 
-	journal *journal     // see journal.go
-	group   group        // see group.go
-	puts    atomic.Int64 // deliveries created since Open, to schedule pruning
-	pruneMu sync.Mutex
+	journal *journal   // see journal.go
+	bodies  *bodyFiles // see bodyfiles.go
+	// bodyReads is held (read) by every view: a body file is removed,
+	// and a deleted body zeroed, only while no view is under way, whose
+	// snapshot of bbolt may still refer to them.
+	bodyReads sync.RWMutex
+	group     group        // see group.go
+	puts      atomic.Int64 // deliveries created since Open, to schedule pruning
+	pruneMu   sync.Mutex
 
 	readOnly bool
 	noSpace  func() error // see Config.NoSpace
@@ -258,6 +275,23 @@ func Open(path string, cfg Config) (*DB, error) {
 		_ = b.Close()
 		return nil, err
 	}
+	var recorded map[uint32]bodyFileState
+	if err := db.safely(func() error {
+		return b.View(func(tx *bolt.Tx) error { recorded = bodyFileStates(tx); return nil })
+	}); err != nil {
+		_ = b.Close()
+		return nil, fmt.Errorf("storage: open %s: %w", path, err)
+	}
+	if db.bodies, err = openBodyFiles(path, cfg.ReadOnly, recorded, db.logf); err != nil {
+		_ = b.Close()
+		return nil, err
+	}
+	switch {
+	case cfg.bodyFileMin > 0:
+		db.bodies.min = cfg.bodyFileMin
+	case cfg.bodyFileMin < 0:
+		db.bodies.min = math.MaxInt
+	}
 	if cfg.ReadOnly {
 		if err := db.readJournal(); err != nil {
 			_ = b.Close()
@@ -285,6 +319,7 @@ func Open(path string, cfg Config) (*DB, error) {
 		_ = b.Close()
 		return nil, err
 	}
+	db.tidyBodyFiles()
 	go db.runJournal()
 	return db, nil
 }
@@ -347,6 +382,8 @@ func (db *DB) init() error {
 	switch {
 	case err == nil && complete:
 		return nil
+	case err == nil && db.readOnly && db.hasFirstBuckets():
+		return nil // schema 1: no body files
 	case err == nil && db.readOnly:
 		return fmt.Errorf("storage: open %s: it holds no deliveries yet: devhook listen records there", db.path)
 	case err == nil:
@@ -374,6 +411,18 @@ func (db *DB) init() error {
 		return fmt.Errorf("storage: open %s: create buckets: %w", db.path, err)
 	}
 	return nil
+}
+
+// hasFirstBuckets says whether the store has the buckets of schema 1.
+func (db *DB) hasFirstBuckets() bool {
+	ok := true
+	_ = db.bolt.View(func(tx *bolt.Tx) error {
+		for _, name := range firstBuckets() {
+			ok = ok && tx.Bucket(name) != nil
+		}
+		return nil
+	})
+	return ok
 }
 
 // checkSchema checks that tx's file is a devhook store that this devhook
@@ -460,6 +509,9 @@ func (db *DB) Close() error {
 		return nil
 	}
 	jerr := db.closeJournal()
+	if err := db.bodies.close(); err != nil && jerr == nil {
+		jerr = err
+	}
 	if err := db.bolt.Close(); err != nil {
 		return fmt.Errorf("storage: close %s: %w", db.path, err)
 	}
@@ -578,7 +630,7 @@ func (db *DB) pruneChunk() (removed int, more bool, err error) {
 				return nil
 			}
 			for _, v := range victims {
-				if err := deleteDelivery(tx, v.id, v.runID); err != nil {
+				if err := deleteDelivery(tx, v.id, v.runID, nil); err != nil {
 					return err
 				}
 			}
@@ -589,14 +641,22 @@ func (db *DB) pruneChunk() (removed int, more bool, err error) {
 	if err != nil {
 		return 0, false, err
 	}
+	if removed > 0 {
+		db.tidyBodyFiles()
+	}
 	return removed, more, nil
 }
 
-func deleteDelivery(tx *bolt.Tx, id []byte, runID string) error {
+// deleteDelivery deletes delivery id, of run runID, and what is kept of
+// it; where its body was in a body file is added to zero, unless nil.
+func deleteDelivery(tx *bolt.Tx, id []byte, runID string, zero *[]bodyRef) error {
 	for _, name := range [][]byte{[]byte(bucketDeliveries), []byte(bucketBodies), []byte(bucketSummaries)} {
 		if err := tx.Bucket(name).Delete(id); err != nil {
 			return err
 		}
+	}
+	if err := dropBodyRef(tx, id, zero); err != nil {
+		return err
 	}
 	checks := tx.Bucket([]byte(bucketChecks))
 	if checks != nil {

@@ -259,7 +259,13 @@ func wantSetAside(t *testing.T, err error, path string, before []byte) {
 	if !errors.Is(err, storage.ErrDamaged) {
 		t.Errorf("error %q does not wrap ErrDamaged", err)
 	}
-	asides, _ := filepath.Glob(path + ".damaged-*")
+	all, _ := filepath.Glob(path + ".damaged-*")
+	var asides []string
+	for _, a := range all {
+		if !strings.HasSuffix(a, ".bodies") { // its body files, moved with it
+			asides = append(asides, a)
+		}
+	}
 	if len(asides) != 1 {
 		t.Fatalf("set aside: %v, want one file", asides)
 	}

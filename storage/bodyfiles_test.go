@@ -1,0 +1,445 @@
+package storage_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/storage"
+	bolt "go.etcd.io/bbolt"
+)
+
+// bigDelivery is the i-th test delivery with a body that goes to a body
+// file: bodyFixtureLen bytes, which say i.
+func bigDelivery(i int) *devhook.Delivery {
+	d := newDelivery(i)
+	d.Body = append(d.Body, ' ')
+	d.Body = append(d.Body, bytes.Repeat(fmt.Appendf(nil, "%d ", i), bodyFixtureLen)...)[:bodyFixtureLen]
+	return d
+}
+
+const bodyFixtureLen = 600
+
+// bodyFiles returns the names of the body files of the store at path.
+func bodyFiles(t *testing.T, path string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(path + ".bodies")
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// wantBodies checks that every delivery of ds reads back with its body.
+func wantBodies(t *testing.T, db *storage.DB, ds ...*devhook.Delivery) {
+	t.Helper()
+	for _, d := range ds {
+		got, err := db.Delivery(d.ID)
+		if err != nil {
+			t.Fatalf("Delivery(%s): %v", d.ID, err)
+		}
+		if !bytes.Equal(got.Body, d.Body) {
+			t.Fatalf("Delivery(%s): body of %d bytes, want the %d put", d.ID, len(got.Body), len(d.Body))
+		}
+	}
+}
+
+// TestBodyFiles_LargeBodiesOutOfBbolt: a body of storage.BodyFileMin bytes
+// or more is in a body file, not in bbolt; it reads back after a reopen,
+// and the file goes on filling.
+func TestBodyFiles_LargeBodiesOutOfBbolt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	cfg := storage.Config{MaxDeliveries: -1, MaxAge: -1}
+	db := MustOpenPath(t, path, cfg)
+	var ds []*devhook.Delivery
+	for i := range 20 {
+		d := newDelivery(i)
+		if i%2 == 0 {
+			d = bigDelivery(i)
+		}
+		mustPut(t, db, d)
+		ds = append(ds, d)
+	}
+	wantBodies(t, db, ds...) // pending in the journal
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	wantBodies(t, db, ds...)
+	if got := bodyFiles(t, path); !slices.Equal(got, []string{"00000001"}) {
+		t.Fatalf("body files %q, want one", got)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(filepath.Join(path+".bodies", "00000001"))
+	if err != nil || fi.Size() != 16+10*bodyFixtureLen {
+		t.Fatalf("body file: %v, %v bytes; want a header and 10 bodies", err, fi.Size())
+	}
+	bdb, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = bdb.View(func(tx *bolt.Tx) error {
+		for i, d := range ds {
+			inBolt := tx.Bucket([]byte("bodies")).Get([]byte(d.ID)) != nil
+			if inBolt != (i%2 == 1) {
+				t.Errorf("delivery %d (%d bytes of body): in bbolt's bodies %v", i, len(d.Body), inBolt)
+			}
+		}
+		return nil
+	})
+	bdb.Close()
+
+	db = MustOpenPath(t, path, cfg)
+	defer db.Close()
+	wantBodies(t, db, ds...)
+	more := bigDelivery(20)
+	mustPut(t, db, more)
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	wantBodies(t, db, append(ds, more)...)
+	if got := bodyFiles(t, path); !slices.Equal(got, []string{"00000001"}) {
+		t.Fatalf("body files %q after reopening, want the one filled on", got)
+	}
+}
+
+// TestBodyFiles_RemovedWithTheirDeliveries: retention and deletes remove
+// a body file once none of its bodies is kept, but not the one being
+// filled; deleting everything removes every one.
+func TestBodyFiles_RemovedWithTheirDeliveries(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	db := MustOpenPath(t, path, storage.Config{MaxDeliveries: 30, MaxAge: -1})
+	defer db.Close()
+	db.SetBodyFileMax(4 * bodyFixtureLen) // full after a flush of 4 bodies
+	next := 0
+	put := func(n int) {
+		t.Helper()
+		for range n {
+			mustPut(t, db, bigDelivery(next))
+			next++
+		}
+		if err := db.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 10 {
+		put(5) // a file each: 5 bodies of 600 bytes fill 4 × 600
+	}
+	if _, err := db.Prune(); err != nil {
+		t.Fatal(err)
+	}
+	// 30 kept: deliveries 20 to 49, in files 5 to 10.
+	if got, want := bodyFiles(t, path), []string{"00000005", "00000006", "00000007", "00000008", "00000009", "00000010"}; !slices.Equal(got, want) {
+		t.Fatalf("body files after retention %q, want %q", got, want)
+	}
+	var kept []*devhook.Delivery
+	for i := 20; i < 50; i++ {
+		kept = append(kept, bigDelivery(i))
+	}
+	wantBodies(t, db, kept...)
+
+	// File 5 holds 20 to 24: deleting them removes it, and deleting
+	// the last file's leaves it, being filled.
+	var ids []string
+	for i := 20; i < 25; i++ {
+		ids = append(ids, id(i))
+	}
+	ids = append(ids, id(45), id(46), id(47), id(48), id(49))
+	if removed, err := db.Delete(ids); err != nil || len(removed) != len(ids) {
+		t.Fatalf("Delete: %v, %v", removed, err)
+	}
+	if got, want := bodyFiles(t, path), []string{"00000006", "00000007", "00000008", "00000009", "00000010"}; !slices.Equal(got, want) {
+		t.Fatalf("body files after Delete %q, want %q", got, want)
+	}
+	wantBodies(t, db, kept[5:25]...)
+
+	if _, err := db.DeleteMatching(storage.Selection{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := bodyFiles(t, path); len(got) != 0 {
+		t.Fatalf("body files after deleting everything %q, want none", got)
+	}
+	put(2)
+	if got := bodyFiles(t, path); !slices.Equal(got, []string{"00000011"}) {
+		t.Fatalf("body files %q, want a new one", got)
+	}
+	wantBodies(t, db, bigDelivery(50), bigDelivery(51))
+}
+
+// TestBodyFiles_DeletedBodiesZeroed: a body deleted is overwritten with
+// zeros in the file that keeps others; they read as before.
+func TestBodyFiles_DeletedBodiesZeroed(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	db := MustOpenPath(t, path, storage.Config{MaxDeliveries: -1, MaxAge: -1})
+	defer db.Close()
+	ds := []*devhook.Delivery{bigDelivery(0), bigDelivery(1), bigDelivery(2)}
+	mustPut(t, db, ds...)
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Delete([]string{id(1)}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(path+".bodies", "00000001"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) != 16+3*bodyFixtureLen || !bytes.Equal(b[16+bodyFixtureLen:16+2*bodyFixtureLen], make([]byte, bodyFixtureLen)) {
+		t.Fatalf("body file of %d bytes: the deleted body is not zeros", len(b))
+	}
+	wantBodies(t, db, ds[0], ds[2])
+}
+
+// TestBodyFiles_KeptWhileARead: a body file is not removed while a read
+// is under way, whose snapshot may still refer to it, but afterwards.
+func TestBodyFiles_KeptWhileARead(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	db := MustOpenPath(t, path, storage.Config{MaxDeliveries: -1, MaxAge: -1})
+	defer db.Close()
+	db.SetBodyFileMax(bodyFixtureLen)
+	for i := range 3 {
+		mustPut(t, db, bigDelivery(i)) // a file each
+		if err := db.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release := db.HoldReads()
+	if _, err := db.Delete([]string{id(0)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := bodyFiles(t, path); len(got) != 3 {
+		t.Fatalf("body files %q while a read is under way, want all 3 kept", got)
+	}
+	release()
+	if _, err := db.Delete([]string{id(1)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := bodyFiles(t, path); !slices.Equal(got, []string{"00000003"}) {
+		t.Fatalf("body files %q, want the emptied ones removed", got)
+	}
+	wantBodies(t, db, bigDelivery(2))
+}
+
+// TestBodyFiles_FileLeftBehindIsRemovedAtOpen: a process that stopped
+// after committing the removal of a file's last bodies, before removing
+// the file, leaves its count at 0: the next Open removes it.
+func TestBodyFiles_FileLeftBehindIsRemovedAtOpen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	cfg := storage.Config{MaxDeliveries: -1, MaxAge: -1}
+	db := MustOpenPath(t, path, cfg)
+	db.SetBodyFileMax(bodyFixtureLen)
+	for i := range 2 {
+		mustPut(t, db, bigDelivery(i))
+		if err := db.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := filepath.Join(path+".bodies", "00000001")
+	kept, err := os.ReadFile(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Delete([]string{id(0)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// As if the process had stopped before removing it: the file, and
+	// bbolt's count of its bodies at 0.
+	if err := os.WriteFile(first, kept, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bdb, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bdb.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("bodyfiles")).Put([]byte{0, 0, 0, 1}, make([]byte, 16))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	bdb.Close()
+	db = MustOpenPath(t, path, cfg)
+	defer db.Close()
+	if got := bodyFiles(t, path); !slices.Equal(got, []string{"00000002"}) {
+		t.Fatalf("body files %q, want the emptied one removed", got)
+	}
+	wantBodies(t, db, bigDelivery(1))
+}
+
+// The body file fixtures: db-bodyfiles.db is a store whose deliveries 0
+// to fixtureN-1 have bodies of bodyFixtureLen bytes, all in its body file
+// 00000001, which is bodies-intact.body; the others are that file
+// damaged.
+func bodyFileFixtures(t *testing.T) map[string][]byte {
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	db := MustOpenPath(t, path, storage.WithPageSize(storage.Config{MaxDeliveries: -1, MaxAge: -1}, fixturePageSize))
+	release := db.HoldFlushes()
+	for i := range fixtureN {
+		mustPut(t, db, bigDelivery(i))
+	}
+	release()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	store, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	intact, err := os.ReadFile(filepath.Join(path+".bodies", "00000001"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(i int) int { return 16 + i*bodyFixtureLen } // where body i starts
+	edit := func(f func(b []byte) []byte) []byte { return f(bytes.Clone(intact)) }
+	return map[string][]byte{
+		"db-bodyfiles.db":    store,
+		"bodies-intact.body": intact,
+		// Killed while writing the next batch, before bbolt committed it.
+		"bodies-torn-tail.body": append(bytes.Clone(intact), intact[at(0):at(1)+100]...),
+		// Cut short in the body of delivery fixtureDamaged.
+		"bodies-truncated.body": intact[:at(fixtureDamaged)+bodyFixtureLen/2],
+		// One bit flipped in the body of delivery fixtureDamaged.
+		"bodies-damaged-middle.body": edit(func(b []byte) []byte { b[at(fixtureDamaged)+300] ^= 0x10; return b }),
+		"bodies-wrong-magic.body":    edit(func(b []byte) []byte { b[0] = 'X'; return b }),
+		"bodies-newer-version.body":  edit(func(b []byte) []byte { b[11] = 9; return b }),
+		// Created, and killed before its header was written.
+		"bodies-empty.body": {},
+	}
+}
+
+// TestBodyFileFixtures checks that testdata/ holds what bodyFileFixtures
+// builds: the body files byte for byte (a store's bytes vary from run to
+// run). -update-fixtures writes them, with the store they belong to.
+func TestBodyFileFixtures(t *testing.T) {
+	for name, want := range bodyFileFixtures(t) {
+		path := filepath.Join("testdata", name)
+		if *updateFixtures {
+			if err := os.WriteFile(path, want, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		got, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("%v (run go test ./storage -run TestBodyFileFixtures -update-fixtures)", err)
+		}
+		if strings.HasPrefix(name, "bodies-") && !bytes.Equal(got, want) {
+			t.Errorf("%s differs from what devhook writes now (run with -update-fixtures after a format change)", path)
+		}
+	}
+}
+
+// TestBodyFiles_Damaged: a body file damaged, cut short, of a newer
+// devhook or missing fails the reads of the bodies it holds, each saying
+// so, and no other; a start fills a new file beside it, which it leaves
+// as it is: evidence.
+func TestBodyFiles_Damaged(t *testing.T) {
+	all := func(int) bool { return true }
+	none := func(int) bool { return false }
+	for _, c := range []struct {
+		fixture string // "": no body file
+		broken  func(i int) bool
+		why     string
+		newer   bool
+	}{
+		{fixture: "bodies-intact.body", broken: none},
+		{fixture: "bodies-torn-tail.body", broken: none},
+		{fixture: "bodies-truncated.body", broken: func(i int) bool { return i >= fixtureDamaged }, why: "cut short"},
+		{fixture: "bodies-damaged-middle.body", broken: func(i int) bool { return i == fixtureDamaged }, why: "checksum"},
+		{fixture: "bodies-wrong-magic.body", broken: all, why: "no devhook body file"},
+		{fixture: "bodies-newer-version.body", broken: all, why: "newer devhook", newer: true},
+		{fixture: "bodies-empty.body", broken: all, why: "cut short"},
+		{fixture: "", broken: all, why: "missing"},
+	} {
+		t.Run(strings.TrimSuffix(c.fixture, ".body"), func(t *testing.T) {
+			dir := t.TempDir()
+			copyFixture(t, "db-bodyfiles.db", dir, "devhook.db")
+			path := filepath.Join(dir, "devhook.db")
+			file := filepath.Join(path+".bodies", "00000001")
+			var evidence []byte
+			if c.fixture != "" {
+				if err := os.Mkdir(path+".bodies", 0o700); err != nil {
+					t.Fatal(err)
+				}
+				evidence = copyFixture(t, c.fixture, path+".bodies", "00000001")
+			}
+			check := func(db *storage.DB) {
+				t.Helper()
+				for i := range fixtureN {
+					d, err := db.Delivery(id(i))
+					switch {
+					case !c.broken(i) && err != nil:
+						t.Errorf("delivery %d: %v, want it whole", i, err)
+					case !c.broken(i) && !bytes.Equal(d.Body, bigDelivery(i).Body):
+						t.Errorf("delivery %d: its body is not the one put", i)
+					case c.broken(i) && err == nil:
+						t.Errorf("delivery %d read, want its body's error", i)
+					case c.broken(i) && c.newer && !errors.Is(err, storage.ErrNewerRecord):
+						t.Errorf("delivery %d: %v, want ErrNewerRecord", i, err)
+					case c.broken(i) && !c.newer && !errors.Is(err, storage.ErrDamaged):
+						t.Errorf("delivery %d: %v, want ErrDamaged", i, err)
+					case c.broken(i) && !strings.Contains(err.Error(), c.why):
+						t.Errorf("delivery %d: %v, want it to say %q", i, err, c.why)
+					}
+				}
+				// The list does not read bodies: every row is there.
+				if list, err := db.List(devhook.Filter{Limit: 100}); err != nil || len(list) != fixtureN {
+					t.Errorf("List: %d rows, %v; want %d", len(list), err, fixtureN)
+				}
+			}
+			ro, err := storage.Open(path, storage.Config{ReadOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			check(ro)
+			if err := ro.Close(); err != nil {
+				t.Fatal(err)
+			}
+
+			db := MustOpenPath(t, path, storage.Config{MaxDeliveries: -1, MaxAge: -1, Logf: t.Logf})
+			check(db)
+			more := bigDelivery(fixtureN)
+			mustPut(t, db, more)
+			if err := db.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			wantBodies(t, db, more)
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if c.fixture == "" {
+				return
+			}
+			got, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case c.fixture == "bodies-intact.body" || c.fixture == "bodies-torn-tail.body" || c.fixture == "bodies-damaged-middle.body":
+				// Filled on, after its end: no byte of it changed (a
+				// damaged body is found when it is read).
+				if !bytes.HasPrefix(got, evidence) || len(got) != len(evidence)+bodyFixtureLen {
+					t.Errorf("body file: %d bytes, want the %d it had and the new body", len(got), len(evidence))
+				}
+			case !bytes.Equal(got, evidence):
+				t.Errorf("the damaged body file was changed: evidence is kept as it is")
+			}
+		})
+	}
+}
