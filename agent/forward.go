@@ -46,7 +46,12 @@ func (a *Agent) forwardTo(ctx context.Context, h holder, p *processed, rt *devho
 		copies, wg = a.forwardCopies(ctx, d, targets[1:], kind, resign)
 	}
 	at := a.forward(ctx, d, targets[0], kind, resign, nil, "")
-	if !d.Queued && at.Status != 0 {
+	late := false
+	if !d.Queued {
+		// The relay may no longer wait for it: the sender gets 504 (late.go).
+		p.late, late = a.tooLate(p.sender, &at)
+	}
+	if !late && !d.Queued && at.Status != 0 {
 		if reason := unframable(d.ID, at.Status, at.Header); reason != "" {
 			at.Error = reason + "; the sender got 502"
 			p.unframed = reason
