@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strconv"
 	"syscall"
@@ -100,6 +101,15 @@ func answerOf(p processed) (int, http.Header, []byte) {
 		return dropAnswer(p.Delivery.ID, p.answer.Route)
 	case p.answer.Status == 0:
 		return textAnswer(http.StatusBadGateway, "devhook: the local receiver did not answer: "+p.answer.Error)
+	}
+	if answerCut(p.answer) {
+		// The body is the answer's start: the sender is told so, its
+		// status left as the receiver's (a 5xx would be retried).
+		h := make(http.Header, len(p.answer.Header)+1)
+		maps.Copy(h, p.answer.Header)
+		delete(h, "Content-Length") // the whole answer's
+		h[devhook.AnswerCutHeader] = []string{strconv.Itoa(len(p.answer.Body))}
+		return p.answer.Status, h, p.answer.Body
 	}
 	return p.answer.Status, p.answer.Header, p.answer.Body
 }

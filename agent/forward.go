@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -55,6 +56,8 @@ func (a *Agent) forwardTo(ctx context.Context, h holder, p *processed, rt *devho
 		if reason := unframable(d.ID, at.Status, at.Header); reason != "" {
 			at.Error = reason + "; the sender got 502"
 			p.unframed = reason
+		} else if answerCut(&at) {
+			at.Error += fmt.Sprintf("; the sender got its first %d bytes, marked %s", len(at.Body), devhook.AnswerCutHeader)
 		}
 	}
 	if at.Status != 0 {
