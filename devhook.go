@@ -24,6 +24,13 @@ const SignatureHeader = "service-signature"
 // channel, busy, too large). A sender reading it knows who answered.
 const AnswerHeader = "Devhook-Answer"
 
+// AnswerCutHeader is on a receiver's answer that devhook listen passed on
+// cut: its value is the number of bytes of the body, the start of the
+// receiver's answer, whose rest was dropped (larger than devhook passes
+// back, 10 MiB, or the receiver stopped sending it). The status and the
+// other headers are the receiver's.
+const AnswerCutHeader = "Devhook-Answer-Cut"
+
 // Verdict names. They are stable: they appear in JSON output, in the
 // inspector and in filters.
 const (

@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"strconv"
 	"syscall"
@@ -32,6 +33,8 @@ type processed struct {
 	answer   *devhook.Attempt // what to send back; nil with failure
 	failure  string           // d is not recorded: 503
 	unframed string           // the receiver's answer cannot go back through the relay: 502
+	sender   senderWait       // how long the relay waits for a live delivery's answer (late.go)
+	late     string           // the answer came too late for the relay (late.go): 504 with this
 	rejected *devhook.Verdict // --verify enforce: answered as the reference receiver would
 	behind   bool             // owed behind an earlier delivery of its run, not forwarded: 202
 	key      string           // its run (orderKey), when it has a place in one: set by the order stage
@@ -90,12 +93,23 @@ func answerOf(p processed) (int, http.Header, []byte) {
 		return st, h, b
 	case p.unframed != "":
 		return textAnswer(http.StatusBadGateway, "devhook: "+p.unframed)
+	case p.late != "":
+		return textAnswer(http.StatusGatewayTimeout, "devhook: "+p.late)
 	case p.answer == nil:
 		return textAnswer(http.StatusBadGateway, "devhook: nothing to forward to")
 	case p.answer.Kind == devhook.AttemptDrop:
 		return dropAnswer(p.Delivery.ID, p.answer.Route)
 	case p.answer.Status == 0:
 		return textAnswer(http.StatusBadGateway, "devhook: the local receiver did not answer: "+p.answer.Error)
+	}
+	if answerCut(p.answer) {
+		// The body is the answer's start: the sender is told so, its
+		// status left as the receiver's (a 5xx would be retried).
+		h := make(http.Header, len(p.answer.Header)+1)
+		maps.Copy(h, p.answer.Header)
+		delete(h, "Content-Length") // the whole answer's
+		h[devhook.AnswerCutHeader] = []string{strconv.Itoa(len(p.answer.Body))}
+		return p.answer.Status, h, p.answer.Body
 	}
 	return p.answer.Status, p.answer.Header, p.answer.Body
 }

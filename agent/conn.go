@@ -116,6 +116,7 @@ func (a *Agent) stayConnected(ctx context.Context) error {
 			continue
 		}
 		opened := a.cfg.Now()
+		r.warnRelayWait(conn)
 		held, err := r.use(ctx, conn, opened, a.serve)
 		if ctx.Err() != nil {
 			return nil
@@ -160,6 +161,8 @@ type redial struct {
 	said     map[string]bool
 	lastSaid time.Time
 	unsaid   int
+
+	warnedWait time.Duration // the relay's wait last warned of (warnRelayWait)
 }
 
 // tryFailure is a failed try in words: in full, said the first time, and
@@ -215,6 +218,20 @@ func (r *redial) failedTry(ctx context.Context, relays []string, at *int, key st
 		return false
 	case <-t.C:
 		return true
+	}
+}
+
+// warnRelayWait says once per Run and relay wait when the relay of conn
+// lets a sender wait less than the agent waits for its receiver
+// (late.go).
+func (r *redial) warnRelayWait(conn *relayclient.Conn) {
+	wait := conn.ResponseTimeout()
+	if wait == r.warnedWait {
+		return
+	}
+	r.warnedWait = wait
+	if w := r.a.relayWaitWarning(wait); w != "" {
+		r.a.cfg.Logf("%s", w)
 	}
 }
 

@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -46,10 +47,17 @@ func (a *Agent) forwardTo(ctx context.Context, h holder, p *processed, rt *devho
 		copies, wg = a.forwardCopies(ctx, d, targets[1:], kind, resign)
 	}
 	at := a.forward(ctx, d, targets[0], kind, resign, nil, "")
-	if !d.Queued && at.Status != 0 {
+	late := false
+	if !d.Queued {
+		// The relay may no longer wait for it: the sender gets 504 (late.go).
+		p.late, late = a.tooLate(p.sender, &at)
+	}
+	if !late && !d.Queued && at.Status != 0 {
 		if reason := unframable(d.ID, at.Status, at.Header); reason != "" {
 			at.Error = reason + "; the sender got 502"
 			p.unframed = reason
+		} else if answerCut(&at) {
+			at.Error += fmt.Sprintf("; the sender got its first %d bytes, marked %s", len(at.Body), devhook.AnswerCutHeader)
 		}
 	}
 	if at.Status != 0 {

@@ -21,11 +21,12 @@ import (
 )
 
 // process takes d along its path up to its answer, which finish sends.
-// It does not talk to the relay. A stage that ends the path early says
+// It does not talk to the relay. sw, when not zero, is how long the relay
+// waits for a live d's answer (late.go). A stage that ends the path early says
 // why in p: a rejection, a 503, a duplicate, a drop, a place behind its
 // run, or the connection that ended while d was held.
-func (a *Agent) process(ctx context.Context, h holder, d *devhook.Delivery) (p processed) {
-	p.Delivery = d
+func (a *Agent) process(ctx context.Context, h holder, d *devhook.Delivery, sw senderWait) (p processed) {
+	p.Delivery, p.sender = d, sw
 	if d.Event == (devhook.Event{}) { // admit may have read it
 		d.Event = devhook.ParseEvent(d.Body)
 	}

@@ -94,6 +94,9 @@ type job struct {
 	d     *devhook.Delivery
 	key   string
 	holds bool // the next of the line starts once it is done
+	// sender: how long the relay waits for a live delivery's answer
+	// (late.go); zero when unknown.
+	sender senderWait
 }
 
 // orderLines are the runs that have a delivery under way: for each, the
@@ -108,37 +111,39 @@ type orderLines struct {
 }
 
 type orderLine struct {
-	waiting []*devhook.Delivery
+	waiting []job
 }
 
-// admit takes d as it comes from the relay. It returns the job to start
-// now, or false when d waits in its run's line.
-func (o *orderLines) admit(d *devhook.Delivery) (job, bool) {
+// admit takes j's delivery as it comes from the relay. It returns the job
+// to start now, or false when it waits in its run's line.
+func (o *orderLines) admit(j job) (job, bool) {
+	d := j.d
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if !d.Queued && len(o.lines) == 0 {
-		return job{d: d}, true // no line at all: a live delivery goes
+		return j, true // no line at all: a live delivery goes
 	}
 	d.Event = devhook.ParseEvent(d.Body)
 	if !d.Queued && d.Event.RunID == "" {
-		return job{d: d}, true // a live delivery of no run goes as it was sent
+		return j, true // a live delivery of no run goes as it was sent
 	}
 	if o.route != nil {
 		o.route(d)
 	}
-	key := orderKey(d)
-	if l := o.lines[key]; l != nil {
-		l.waiting = append(l.waiting, d)
+	j.key = orderKey(d)
+	if l := o.lines[j.key]; l != nil {
+		l.waiting = append(l.waiting, j)
 		return job{}, false
 	}
 	if !d.Queued {
-		return job{d: d, key: key}, true
+		return j, true
 	}
 	if o.lines == nil {
 		o.lines = make(map[string]*orderLine)
 	}
-	o.lines[key] = &orderLine{}
-	return job{d: d, key: key, holds: true}, true
+	o.lines[j.key] = &orderLine{}
+	j.holds = true
+	return j, true
 }
 
 // next is called when j is done: it returns the next delivery of j's line,
@@ -158,10 +163,11 @@ func (o *orderLines) next(j job) (job, bool) {
 		delete(o.lines, j.key)
 		return job{}, false
 	}
-	d := l.waiting[0]
-	l.waiting[0] = nil
+	nj := l.waiting[0]
+	l.waiting[0] = job{}
 	l.waiting = l.waiting[1:]
-	return job{d: d, key: j.key, holds: true}, true
+	nj.key, nj.holds = j.key, true
+	return nj, true
 }
 
 // close drops the deliveries waiting: the connection ended, and the relay

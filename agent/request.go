@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
 	"syscall"
 
 	"github.com/devhook/devhook"
@@ -43,16 +44,31 @@ func outHeader(header http.Header) http.Header {
 }
 
 // setAnswer fills at with the receiver's answer resp, whose body is b, read
-// up to MaxResponse+1 bytes until err.
+// up to MaxResponse+1 bytes until err. A body that is not the whole answer
+// (over MaxResponse, or its read failed) is kept as far as it came, and
+// at.Error says so (answerCut).
 func (a *Agent) setAnswer(at *devhook.Attempt, resp *http.Response, b []byte, err error) {
 	if err != nil {
-		at.Error = "reading the receiver's answer: " + err.Error()
+		at.Error = answerReadFailed + err.Error()
 	}
 	if int64(len(b)) > a.cfg.MaxResponse {
 		b = b[:a.cfg.MaxResponse]
-		at.Error = fmt.Sprintf("the receiver's answer is over %d bytes; the rest was dropped", a.cfg.MaxResponse)
+		at.Error = fmt.Sprintf(answerOver+"%d bytes; the rest was dropped", a.cfg.MaxResponse)
 	}
 	at.Status, at.Header, at.Body = resp.StatusCode, resp.Header, b
+}
+
+// How setAnswer's at.Error begins for an answer whose body is not whole.
+const (
+	answerReadFailed = "reading the receiver's answer: "
+	answerOver       = "the receiver's answer is over "
+)
+
+// answerCut reports whether at's body is less than the receiver's whole
+// answer, as setAnswer said, in the attempt or in its record: what the
+// sender gets then says so (acks.go, devhook.AnswerCutHeader).
+func answerCut(at *devhook.Attempt) bool {
+	return at.Status != 0 && (strings.HasPrefix(at.Error, answerReadFailed) || strings.HasPrefix(at.Error, answerOver))
 }
 
 // describe says in words why a forward failed.

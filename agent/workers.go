@@ -145,7 +145,11 @@ func (p *pool) read() (job, bool) {
 			p.received()
 			p.received = nil
 		}
-		j, now := p.lines.admit(d)
+		j := job{d: d}
+		if wait := p.conn.ResponseTimeout(); wait > 0 && !d.Queued {
+			j.sender = senderWait{wait: wait, by: p.a.cfg.Now().Add(wait)}
+		}
+		j, now := p.lines.admit(j)
 		if !now {
 			continue // behind an earlier delivery of its run
 		}
@@ -212,7 +216,7 @@ func (a *Agent) runLine(w *worker, j job) bool {
 	p := w.p
 	w.slot = true
 	for {
-		res := a.process(w.ctx, w, j.d)
+		res := a.process(w.ctx, w, j.d, j.sender)
 		w.handOnce() // before the answer's write, and the wait for a slot
 		if !res.ended {
 			a.finish(p.conn, j.d, &res)

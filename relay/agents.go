@@ -55,8 +55,9 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, channel st
 	// the first frame: deliveries routed to it meanwhile wait for the lock.
 	hh := &wire.Header{Type: wire.TypeHello, Channel: channel, PublicURL: s.PublicURL(r, channel),
 		Header: http.Header{
-			wire.HelloMaxBody:      {strconv.FormatInt(s.cfg.MaxBody, 10)},
-			wire.HelloPingInterval: {strconv.FormatInt(max(s.cfg.PingInterval.Milliseconds(), 1), 10)},
+			wire.HelloMaxBody:         {strconv.FormatInt(s.cfg.MaxBody, 10)},
+			wire.HelloPingInterval:    {strconv.FormatInt(max(s.cfg.PingInterval.Milliseconds(), 1), 10)},
+			wire.HelloResponseTimeout: {strconv.FormatInt(max(s.cfg.ResponseTimeout.Milliseconds(), 1), 10)},
 		}}
 	counted := false
 	if qc, ok := s.cfg.Store.(QueueCounter); ok {

@@ -514,6 +514,12 @@ func TestPrinterReliabilityLines(t *testing.T) {
 			Error: "the receiver answered 200 with 1126491 bytes of headers, over the 1048576 devhook can pass back to the sender; the sender got 502"}, Status: 502},
 		// Owed behind an earlier delivery of its run: not forwarded yet.
 		{Delivery: live, Status: 202, Owed: true, Behind: true},
+		// An answer over 10 MiB: the sender got it cut.
+		{Delivery: live, Attempt: &devhook.Attempt{Status: 200, Duration: devhook.Duration(40 * time.Millisecond),
+			Error: "the receiver's answer is over 10485760 bytes; the rest was dropped; the sender got its first 10485760 bytes, marked Devhook-Answer-Cut"}, Status: 200},
+		// An answer that came after the relay stopped waiting: the sender got 504.
+		{Delivery: live, Attempt: &devhook.Attempt{Status: 200, Duration: devhook.Duration(20 * time.Second),
+			Error: "the sender got 504: the relay lets a sender wait 10s for the answer (its --timeout), and this one came too late for it"}, Status: 504},
 	}
 	var human, js bytes.Buffer
 	hp := &printer{w: &human, loc: time.UTC, retryFor: time.Hour}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +19,7 @@ import (
 	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/receiver"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/relay/relaytest"
 )
 
 // listenRun is a `devhook listen` running in this process.
@@ -288,5 +290,64 @@ func TestListen_BuiltinRelayWaitsAsLongAsTheReceiverMay(t *testing.T) {
 	}
 	if got := builtinResponseTimeout(0); got <= agent.DefaultForwardTimeout {
 		t.Errorf("with listen's default --timeout the built-in relay waits %s, not past the agent's %s", got, agent.DefaultForwardTimeout)
+	}
+}
+
+// A standalone relay that waits less than listen (relay --timeout 1s,
+// listen --timeout 1m) and a receiver that answers after 3 s: the sender
+// gets 504, and listen says so beside the receiver's 200, in its line and
+// its record, and warned of it once at connect.
+func TestListen_RelayThatWaitsLessSaysWhatTheSenderGot(t *testing.T) {
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(3 * time.Second): // slower than the relay waits
+		case <-r.Context().Done():
+		}
+	}))
+	defer recv.Close()
+	_, hs, _ := relaytest.New(t, relay.Config{ResponseTimeout: time.Second})
+	data := t.TempDir()
+	lr := startListen(t, "--forward", recv.URL, "--relay", hs.URL, "--data", data, "--timeout", "1m")
+	const warning = "the relay lets a sender wait 1s for the answer (its --timeout), less than the 1m"
+	warned := 0
+	next := func(event string) map[string]any {
+		for {
+			var m map[string]any
+			ok := true
+			select {
+			case m, ok = <-lr.lines:
+				if !ok {
+					t.Fatalf("listen ended before a %q line", event)
+				}
+			case <-time.After(30 * time.Second):
+				t.Fatalf("no %q line from listen", event)
+			}
+			if m["event"] == "log" && strings.Contains(fmt.Sprint(m["message"]), warning) {
+				warned++
+			}
+			if m["event"] == event {
+				return m
+			}
+		}
+	}
+	pub, _ := next("ready")["public_url"].(string)
+	resp, err := http.Post(pub+"/hook", "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	d := next("delivery")
+	if resp.StatusCode != http.StatusGatewayTimeout || d["status"] != float64(http.StatusGatewayTimeout) || d["receiver_status"] != float64(http.StatusOK) ||
+		!strings.Contains(fmt.Sprint(d["error"]), "the sender got 504: the relay lets a sender wait 1s") {
+		t.Fatalf("the sender got %s; listen printed %v", resp.Status, d)
+	}
+	lr.stop(t)
+	for m := range lr.lines {
+		if m["event"] == "log" && strings.Contains(fmt.Sprint(m["message"]), warning) {
+			warned++
+		}
+	}
+	if warned != 1 {
+		t.Errorf("warned %d times that the relay waits less, want once", warned)
 	}
 }

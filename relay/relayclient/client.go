@@ -118,6 +118,7 @@ type Conn struct {
 	hello   wire.Header
 	maxBody int64
 	ping    time.Duration // the relay's heartbeat period
+	answer  time.Duration // the relay's wait for an answer; 0: not said
 	wait    time.Duration // silence after which the connection is dropped
 
 	out       *wire.Writer
@@ -217,6 +218,7 @@ func Dial(ctx context.Context, cfg DialConfig) (*Conn, error) {
 		c.maxBody = announcedMaxBody(&h)
 	}
 	ws.SetReadLimit(4 + wire.MaxHeaderSize + c.maxBody)
+	c.answer = announcedDuration(&h, wire.HelloResponseTimeout)
 	c.ping = wire.DefaultPingInterval
 	if p, ok := announcedPingInterval(&h); ok {
 		c.ping = p
@@ -233,21 +235,30 @@ func Dial(ctx context.Context, cfg DialConfig) (*Conn, error) {
 // machine's scheduler.
 const MinPingTimeout = 5 * time.Second
 
-// maxAnnouncedPing bounds what a hello may announce as its heartbeat.
+// maxAnnouncedPing bounds what a hello may announce as its heartbeat,
+// or as any other duration.
 const maxAnnouncedPing = 24 * time.Hour
 
 // announcedPingInterval is the heartbeat period a relay's hello
 // announces, and whether it announces a usable one.
 func announcedPingInterval(h *wire.Header) (time.Duration, bool) {
-	vs := h.Header[wire.HelloPingInterval]
+	d := announcedDuration(h, wire.HelloPingInterval)
+	return d, d > 0
+}
+
+// announcedDuration is the duration a relay's hello announces in the
+// header name, in milliseconds, at most maxAnnouncedPing; 0 when it says
+// nothing (an older relay) or nothing usable.
+func announcedDuration(h *wire.Header, name string) time.Duration {
+	vs := h.Header[name]
 	if len(vs) == 0 {
-		return 0, false
+		return 0
 	}
 	ms, err := strconv.ParseInt(vs[0], 10, 64)
 	if err != nil || ms <= 0 {
-		return 0, false
+		return 0
 	}
-	return time.Duration(min(ms, maxAnnouncedPing.Milliseconds())) * time.Millisecond, true
+	return time.Duration(min(ms, maxAnnouncedPing.Milliseconds())) * time.Millisecond
 }
 
 // maxAnnouncedBody bounds what a hello may announce, so that the read
@@ -271,6 +282,11 @@ func announcedMaxBody(h *wire.Header) int64 {
 // PingInterval is the relay's heartbeat period, as its hello announced
 // it (DefaultPingInterval from a relay that does not say).
 func (c *Conn) PingInterval() time.Duration { return c.ping }
+
+// ResponseTimeout is how long the relay lets a live delivery's sender
+// wait for the answer, from the delivery's frame, as its hello announced
+// it (wire.HelloResponseTimeout); 0 from a relay that does not say.
+func (c *Conn) ResponseTimeout() time.Duration { return c.answer }
 
 // PingTimeout is how long the connection may stay silent before it is
 // dropped (see DialConfig.PingTimeout).

@@ -71,6 +71,19 @@
 //	                       that does not say drops it after 30 s
 //	                       (2 × DefaultPingInterval), as agents from before
 //	                       this field always do.
+//	Devhook-Response-Timeout  how long the relay lets a live delivery's
+//	                       sender wait for the agent's answer
+//	                       (Config.ResponseTimeout, --timeout), in
+//	                       milliseconds, in decimal, counted from the
+//	                       delivery's deliver frame: then the sender gets
+//	                       504 and a later answer is dropped. The agent
+//	                       answers 504 itself, and records that its sender
+//	                       got 504, for a receiver's answer that comes too
+//	                       near that end or after it, and warns when it
+//	                       waits for its receiver longer. An agent of a
+//	                       relay that does not say does not know the wait,
+//	                       and passes every answer on as agents from
+//	                       before this field always do.
 //
 // A setting is announced there rather than in a field of its own (a tag
 // of 12 or more) because agents from before the rule would refuse the
@@ -225,6 +238,11 @@ const HelloMaxBody = "Devhook-Max-Body"
 // HelloPingInterval is the hello's header that announces the relay's
 // heartbeat period, in milliseconds.
 const HelloPingInterval = "Devhook-Ping-Interval"
+
+// HelloResponseTimeout is the hello's header that announces how long the
+// relay lets a live delivery's sender wait for the agent's answer, in
+// milliseconds.
+const HelloResponseTimeout = "Devhook-Response-Timeout"
 
 // AppendFrame appends the encoding of h and payload to dst.
 func AppendFrame(dst []byte, h *Header, payload []byte) ([]byte, error) {
