@@ -18,9 +18,10 @@ import (
 // channel. Every run.status delivery waits while the relay does not know
 // the runs of what the queue holds (blind):
 //
-//   - from connect until the store has counted the runs of the queue
-//     (QueueRunCounter), or with a store that cannot, until the queue is
-//     sent;
+//   - from connect until the queue is counted, once the agent holds the
+//     channel (agents.go: countQueue), and when it is not empty, until the
+//     store has listed its runs (QueueRunCounter), or with a store that
+//     cannot, until the queue is sent;
 //   - after a Kick that does not say which run was queued (a Router that
 //     is not a RunKicker tells the connection only that something was),
 //     until the queue is sent.
