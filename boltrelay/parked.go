@@ -161,7 +161,11 @@ func (s *Store) Requeue(id string) (relay.Parked, error) {
 			return err
 		}
 		q.FillPercent = queueFill
-		return q.Put([]byte(id), entry)
+		if err := q.Put([]byte(id), entry); err != nil {
+			return err
+		}
+		run, _ := runOfEntry(entry)
+		return putRun(tx, channel, []byte(id), run)
 	})
 }
 

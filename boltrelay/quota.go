@@ -188,6 +188,9 @@ func (s *Store) Expire(now time.Time) ([]relay.Expired, error) {
 				return err
 			}
 			for _, k := range keys {
+				if err := dropRun(tx, string(k[0]), k[1]); err != nil {
+					return err
+				}
 				if err := top.Bucket(k[0]).Delete(k[1]); err != nil {
 					return err
 				}
@@ -341,6 +344,9 @@ func (s *Store) RemoveIdleChannels(before time.Time, inUse func(channel string) 
 				if err := top.DeleteBucket(id); err != nil {
 					return err
 				}
+			}
+			if err := dropRuns(tx, id); err != nil {
+				return err
 			}
 			if chans.Get(id) != nil {
 				if err := chans.Delete(id); err != nil {

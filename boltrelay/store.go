@@ -35,6 +35,7 @@ import (
 //	channels  channel id → relay.Channel as JSON
 //	queue     channel id → bucket of delivery id → delivery with its body (storage.AppendDelivery)
 //	parked    channel id → bucket of delivery id → uvarint reason length, reason, the queue entry
+//	queueruns channel id → bucket of delivery id → the run of each queue entry's delivery, "" for none (runs.go)
 //
 // A relay.db written by earlier devhooks (one storage.DB for everything)
 // opens as it is: its channels and queue are in the same buckets.
@@ -44,6 +45,9 @@ type Store struct {
 	cfg   Config
 	group storage.GroupCommit // every write is one of a group commit, fsynced
 	usage usage               // what the queues hold, against cfg.Quota (quota.go)
+	// runsErr: the index of the queue's runs could not be mended at
+	// Open (runs.go); QueuedRuns fails with it until the next Open.
+	runsErr error
 }
 
 // update runs fn in a write transaction, committed and synced before it
@@ -169,6 +173,7 @@ func Open(path string, cfg Config) (*Store, error) {
 		}
 		return nil, fmt.Errorf("boltrelay: open %s: create buckets: %w", path, err)
 	}
+	s.runsErr = s.mendRuns()
 	if err := s.countUsage(); err != nil {
 		b.Close()
 		return nil, fmt.Errorf("boltrelay: open %s: %w", path, err)
@@ -247,6 +252,7 @@ func (s *Store) Enqueue(channel string, d *devhook.Delivery) error {
 	}
 	id := []byte(d.ID)
 	v := storage.AppendDelivery(make([]byte, 0, 256+len(d.Body)), d)
+	run := runOf(d.Body)
 	size := entrySize(id, v)
 	if err := s.usage.reserve(channel, size, s.cfg.Quota); err != nil {
 		if s.isQueued(channel, id) {
@@ -266,7 +272,10 @@ func (s *Store) Enqueue(channel string, d *devhook.Delivery) error {
 			return nil
 		}
 		q.FillPercent = queueFill
-		return q.Put(id, v)
+		if err := q.Put(id, v); err != nil {
+			return err
+		}
+		return putRun(tx, channel, id, run)
 	})
 	if err != nil || dup {
 		s.usage.release(channel, size, 1)
@@ -356,6 +365,9 @@ func (s *Store) Dequeue(channel string, ids ...string) error {
 			if err := q.Delete(k); err != nil {
 				return err
 			}
+			if err := dropRun(tx, channel, k); err != nil {
+				return err
+			}
 		}
 		return nil
 	})
@@ -400,7 +412,10 @@ func (s *Store) takeQueued(channel, id string, take func(tx *bolt.Tx, q *bolt.Bu
 			return nil
 		}
 		size = entrySize([]byte(id), v) // v is not to be read once take removed it
-		return take(tx, q, v)
+		if err := take(tx, q, v); err != nil {
+			return err
+		}
+		return dropRun(tx, channel, []byte(id))
 	})
 	if err != nil {
 		return err
@@ -426,37 +441,6 @@ func (s *Store) QueueLen(channel string) (n int, err error) {
 		return 0, fmt.Errorf("boltrelay: count queue of channel %s: %w", channel, err)
 	}
 	return n, nil
-}
-
-// QueuedRuns implements relay.QueueRunCounter: the run (the run_id of a
-// run.status body) of each such delivery in channel's queue, by id, read
-// in one transaction. An entry that cannot be decoded is left out.
-func (s *Store) QueuedRuns(channel string) (map[string]string, error) {
-	if err := storage.ValidID("channel", channel); err != nil {
-		return nil, err
-	}
-	runs := make(map[string]string)
-	err := s.bolt.View(func(tx *bolt.Tx) error {
-		clear(runs)
-		q := tx.Bucket(bucketQueue).Bucket([]byte(channel))
-		if q == nil {
-			return nil
-		}
-		return q.ForEach(func(k, v []byte) error {
-			d, err := storage.DecodeDelivery(v)
-			if err != nil {
-				return nil // parked when the drain meets it
-			}
-			if run := devhook.ParseEvent(d.Body).RunID; run != "" {
-				runs[string(k)] = run
-			}
-			return nil
-		})
-	})
-	if err != nil {
-		return nil, fmt.Errorf("boltrelay: list the runs of channel %s's queue: %w", channel, err)
-	}
-	return runs, nil
 }
 
 // Counts implements relay.Counter: the channels, and the deliveries queued

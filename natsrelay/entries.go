@@ -285,6 +285,12 @@ func (s *Store) readEntry(ctx context.Context, channel string, m *jetstream.RawS
 // long as the new entry; one already missing or damaged is not, and the
 // new entry points to it all the same (it reads as unreadable).
 func (s *Store) copyEntry(ctx context.Context, m *jetstream.RawStreamMsg, subject, channel, id string, hdr nats.Header, opts ...jetstream.PublishOpt) error {
+	if run, ok := m.Header[hdrRun]; ok { // the run goes with the entry (runs.go)
+		if hdr == nil {
+			hdr = nats.Header{}
+		}
+		hdr[hdrRun] = run
+	}
 	if !isObjectEntry(m.Header) {
 		_, err := s.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: hdr, Data: m.Data}, opts...)
 		return err

@@ -1,5 +1,7 @@
 package natsrelay
 
+import "strings"
+
 // SetBeforePart makes s call f before each part of an object is read to
 // be written, with the bytes read so far, and g (if not nil) before each
 // entry is written, with the name of its object ("" for none): a test's
@@ -23,4 +25,18 @@ func (r *Router) SetWatched(f func(channel string, seen func())) {
 	r.mu.Lock()
 	r.watched = f
 	r.mu.Unlock()
+}
+
+// Seen is how many times errors whose text holds part came since NATS
+// was last back.
+func (l *ConnLog) Seen(part string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for k, r := range l.errs {
+		if strings.Contains(k, part) {
+			n += r.n
+		}
+	}
+	return n
 }

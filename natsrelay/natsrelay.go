@@ -15,7 +15,8 @@
 //	stream DEVHOOK_QUEUE          devhook.queue.<channel>.<delivery id>: a queued
 //	                              delivery as a deliver frame (wire.EncodeDelivery),
 //	                              or, larger than a message, pointing to its object
-//	                              (entries.go); file storage, bounded by
+//	                              (entries.go), its run in a Devhook-Run header
+//	                              (runs.go); file storage, bounded by
 //	                              Quota.TotalBytes (discard new: a full queue
 //	                              refuses, the sender gets 503), one message per
 //	                              subject, deduplicated by delivery id; entries
@@ -37,7 +38,8 @@
 //	                              (queue group: one instance answers); larger than
 //	                              a message, the delivery and the answer go in
 //	                              parts on per-delivery inboxes (parts.go)
-//	devhook.agent.<channel>.kick  the channel's queue has new deliveries
+//	devhook.agent.<channel>.kick  the channel's queue has new deliveries (with
+//	                              KickRun, the delivery and its run in headers)
 //
 // A live delivery arriving at instance B for an agent on instance A is a
 // NATS request from B to A; A hands it to the agent and replies with the
@@ -396,7 +398,7 @@ func (s *Store) Enqueue(channel string, d *devhook.Delivery) error {
 		err = s.cfg.WriteError()
 	}
 	if err == nil {
-		ack, err = s.writeEntry(ctx, subject, channel, d.ID, frame, nil,
+		ack, err = s.writeEntry(ctx, subject, channel, d.ID, frame, runHeader(d.Body),
 			jetstream.WithMsgID(d.ID), jetstream.WithExpectStream(s.cfg.upper()+"_QUEUE"))
 	}
 	if err != nil || ack.Duplicate {

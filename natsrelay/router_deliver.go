@@ -57,6 +57,8 @@ func (e agentEntry) supersedes(at agentEntry) bool {
 	return e.rev > at.rev && e.instance != at.instance
 }
 
+var _ relay.RunKicker = (*Router)(nil)
+
 var errAgentMoved = errors.New("the channel's agent attached anew while the delivery was with another relay")
 
 // wait registers a delivery of channel passed to another instance, whose
@@ -190,11 +192,47 @@ func (r *Router) Kick(channel string) {
 	}
 }
 
+// KickRun implements relay.RunKicker: Kick, saying which delivery was
+// queued and of which run, to the agent's instance too (in the kick's
+// headers), so that its connection holds only that run's live
+// deliveries behind the queue.
+func (r *Router) KickRun(channel, id, run string) {
+	if e := r.holder(channel); e != nil {
+		kickRun(e, id, run)
+		return
+	}
+	if validToken(channel) && r.cfg.Conn.IsConnected() {
+		r.cfg.Conn.PublishMsg(&nats.Msg{Subject: r.subject(channel, "kick"),
+			Header: nats.Header{hdrKickID: {id}, hdrKickRun: {run}}})
+	}
+}
+
+// Headers of a kick from KickRun.
+const (
+	hdrKickID  = "Devhook-Delivery"
+	hdrKickRun = "Devhook-Run"
+)
+
+// kickRun kicks e for delivery id of run, or only kicks it when it cannot
+// be told the run.
+func kickRun(e relay.Endpoint, id, run string) {
+	if re, ok := e.(relay.RunEndpoint); ok {
+		re.KickRun(id, run)
+		return
+	}
+	e.Kick()
+}
+
 // serve handles a message for a local agent from another instance.
 func (r *Router) serve(channel string, m *nats.Msg) {
 	if strings.HasSuffix(m.Subject, ".kick") {
-		if e := r.holder(channel); e != nil {
-			e.Kick()
+		e := r.holder(channel)
+		switch id := m.Header.Get(hdrKickID); {
+		case e == nil:
+		case id != "":
+			kickRun(e, id, m.Header.Get(hdrKickRun))
+		default:
+			e.Kick() // from Kick, or an instance of an earlier devhook
 		}
 		return
 	}

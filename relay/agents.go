@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"math"
 	"net/http"
 	"strconv"
 	"sync"
@@ -59,23 +60,16 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, channel st
 			wire.HelloPingInterval:    {strconv.FormatInt(max(s.cfg.PingInterval.Milliseconds(), 1), 10)},
 			wire.HelloResponseTimeout: {strconv.FormatInt(max(s.cfg.ResponseTimeout.Milliseconds(), 1), 10)},
 		}}
-	counted := false
-	if qc, ok := s.cfg.Store.(QueueCounter); ok {
-		if n, err := qc.QueueLen(channel); err == nil {
-			hh.Status, counted = n, true
-		}
-	}
 	// Live run.status deliveries go to the agent only once the earlier
 	// ones of their run in the queue have been sent (behind.go): from the
 	// start when the queue is known to be empty, else once the store has
 	// listed the queue's runs (a live run.status delivery waits for that
-	// list).
-	c.behind = hh.Status != 0 || !counted
-	c.bh.blind, c.bh.count = c.behind, c.behind
-	if c.bh.count {
-		c.bh.listed = make(chan struct{})
-	}
-	hello, err := wire.AppendFrame(nil, hh, nil)
+	// list). The queue is counted once the agent holds the channel
+	// (countQueue), and it is behind until then.
+	c.behind, c.bh.blind, c.bh.count = true, true, true
+	c.bh.listed = make(chan struct{})
+	hh.Status = math.MaxInt // the hello's largest: framed once counted
+	_, err = wire.AppendFrame(nil, hh, nil)
 	if err != nil {
 		// Nothing the agent could do about it (a public URL past the
 		// frame's bounds): said here, and the connection ended by
@@ -87,6 +81,8 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, channel st
 	}
 	c.out.Hold()
 	s.router.Attach(channel, c)
+	hh.Status = c.countQueue()
+	hello, _ := wire.AppendFrame(nil, hh, nil) // framed with a larger count above
 	c.out.WriteNow(hello, nil)
 	c.out.Release()
 	if c.isGone() {
@@ -95,6 +91,30 @@ func (s *Server) serveConnect(w http.ResponseWriter, r *http.Request, channel st
 	c.startPing()
 	c.kickDrain()
 	go func() { defer s.wg.Done(); c.readLoop() }()
+}
+
+// countQueue counts the channel's queue for the hello (0 when the store
+// cannot), once the agent holds the channel: a delivery queued from then
+// on kicks this connection, so that one queued after a count made before
+// could not be overtaken by a live delivery of its run. When the queue is
+// empty and nothing was queued since, nothing is behind.
+func (c *agentConn) countQueue() int {
+	qc, ok := c.s.cfg.Store.(QueueCounter)
+	if !ok {
+		return 0
+	}
+	n, err := qc.QueueLen(c.channel)
+	if err != nil {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if n == 0 && c.kicks == 0 {
+		c.behind, c.bh.blind, c.bh.count = false, false, false
+		close(c.bh.listed)
+		c.bh.listed = nil
+	}
+	return n
 }
 
 // agentConn is one connected agent, an Endpoint. readLoop is the only

@@ -18,18 +18,19 @@ import (
 // channel. Every run.status delivery waits while the relay does not know
 // the runs of what the queue holds (blind):
 //
-//   - from connect until the store has counted the runs of the queue
-//     (QueueRunCounter), or with a store that cannot, until the queue is
-//     sent;
-//   - after a Kick that does not say which run was queued (a cluster's
-//     router tells the instance holding the agent only that something
-//     was), until the queue is sent.
+//   - from connect until the queue is counted, once the agent holds the
+//     channel (agents.go: countQueue), and when it is not empty, until the
+//     store has listed its runs (QueueRunCounter), or with a store that
+//     cannot, until the queue is sent;
+//   - after a Kick that does not say which run was queued (a Router that
+//     is not a RunKicker tells the connection only that something was),
+//     until the queue is sent.
 //
 // Once the drain has sent the queue to its end with no Kick meanwhile,
 // nothing is behind and what was known starts again from nothing. The
 // relay knows the queue's unsent run.status deliveries by id: those the
 // store listed at connect, and each one this Server queues for the agent
-// it holds through a Hub (kickRun), unless the drain has sent it already;
+// it holds through a RunKicker (KickRun), unless the drain has sent it already;
 // one the drain sends is known no more (sent). So a delivery is never
 // taken for another of its run. One known but no longer queued (parked,
 // expired, removed after it was sent on this connection) makes its run's
@@ -76,15 +77,32 @@ func (b *behindState) drop(id string) {
 	}
 }
 
-// kick tells the agent holding d's channel that d was queued. Through a
-// Hub, the connection learns d's run; through another Router, only that
-// something was queued.
+// RunKicker is a Router that can tell the agent holding a channel which
+// delivery was queued, and of which run, wherever the agent is: its
+// connection then holds behind the queue only that run's live run.status
+// deliveries, not every run's (KickRun of a RunEndpoint). Hub implements
+// it, and so does the cluster's router (across instances). Optional:
+// through a Router without it, the connection learns only that something
+// was queued (Kick), and every run.status delivery waits until the queue
+// is sent.
+type RunKicker interface {
+	KickRun(channel, id, run string)
+}
+
+// RunEndpoint is an Endpoint that can be told which delivery was queued,
+// of which run ("" for one that is not a run.status): the relay Server's
+// connections are. A RunKicker calls it, or Kick for an Endpoint without
+// it.
+type RunEndpoint interface {
+	KickRun(id, run string)
+}
+
+// kick tells the agent holding d's channel that d was queued, with its
+// run when the Router can say it.
 func (s *Server) kick(d *devhook.Delivery) {
-	if h, ok := s.router.(*Hub); ok {
-		if c, ok := h.holder(d.Channel).(*agentConn); ok {
-			c.kickRun(d.ID, devhook.ParseEvent(d.Body).RunID)
-			return
-		}
+	if rk, ok := s.router.(RunKicker); ok {
+		rk.KickRun(d.Channel, d.ID, devhook.ParseEvent(d.Body).RunID)
+		return
 	}
 	s.router.Kick(d.Channel)
 }
@@ -101,9 +119,9 @@ func (c *agentConn) Kick() {
 	c.kickDrain()
 }
 
-// kickRun is Kick for delivery id of run ("" for one that is not a
-// run.status).
-func (c *agentConn) kickRun(id, run string) {
+// KickRun implements RunEndpoint: Kick for delivery id of run ("" for
+// one that is not a run.status).
+func (c *agentConn) KickRun(id, run string) {
 	c.mu.Lock()
 	// In flight: the drain read and sent it before this kick.
 	if run != "" && !c.inflight[id] && !c.acked[id] {

@@ -106,8 +106,8 @@ func TestLiveRunDeliveryWaitsOnlyBehindItsRun(t *testing.T) {
 // Where the relay cannot tell the runs of what is queued, every
 // run.status delivery of the channel waits behind the queue until it is
 // sent: with a store that cannot count the queue's runs, and after a
-// delivery queued through a router that does not say its run (a
-// cluster's).
+// delivery queued through a router that does not say its run (not a
+// relay.RunKicker).
 func TestLiveRunDeliveriesWaitWhenRunsAreUnknown(t *testing.T) {
 	for _, tc := range []struct {
 		name   string

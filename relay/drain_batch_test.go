@@ -20,10 +20,11 @@ import (
 	"github.com/devhook/devhook/relay/wire"
 )
 
-// runBlindRouter is a Hub that, as a cluster's router, does not tell the
-// agent's connection the run of what was queued: every run.status
-// delivery of the channel then waits behind its queue.
-type runBlindRouter struct{ *relay.Hub }
+// runBlindRouter is a Hub that, as a router that is not a
+// relay.RunKicker, does not tell the agent's connection the run of what
+// was queued: every run.status delivery of the channel then waits behind
+// its queue. (The Router embedded, not the Hub: its KickRun is hidden.)
+type runBlindRouter struct{ relay.Router }
 
 // Issue 39, the drain's cursor: the drain reads on from the last delivery
 // it read, but a delivery can be queued with an id before that one (its

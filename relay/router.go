@@ -116,3 +116,13 @@ func (h *Hub) Kick(channel string) {
 		e.Kick()
 	}
 }
+
+// KickRun implements RunKicker.
+func (h *Hub) KickRun(channel, id, run string) {
+	switch e := h.holder(channel).(type) {
+	case RunEndpoint:
+		e.KickRun(id, run)
+	case Endpoint:
+		e.Kick()
+	}
+}

@@ -434,19 +434,17 @@ func (c *relayCluster) close() {
 // openCluster connects to NATS and opens the cluster's store and router.
 // The relay Server must be closed before it.
 func (o *relayOptions) openCluster(ctx context.Context, logger *log.Logger) (*relayCluster, error) {
-	// Reconnects forever, with a backoff (natsrelay.ReconnectOptions).
+	// Reconnects forever, with a backoff (natsrelay.ReconnectOptions);
+	// its loss, return and errors logged, a repeated error once
+	// (natsrelay.ConnLog).
 	opts := append(natsrelay.ReconnectOptions(),
 		nats.Name("devhook relay"),
 		// A network that silently drops everything is seen after two
 		// unanswered pings (10-20 s) rather than nats.go's 4 minutes: from
 		// then on deliveries that need NATS get 503 at once.
 		nats.PingInterval(10*time.Second), nats.MaxPingsOutstanding(2),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			logger.Printf("relay: NATS connection lost (%v); reconnecting. Meanwhile deliveries can be neither queued nor passed to other relays", err)
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) { logger.Printf("relay: NATS connection back: %s", nc.ConnectedUrlRedacted()) }),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { logger.Printf("relay: NATS: %v", err) }),
 	)
+	opts = append(opts, (&natsrelay.ConnLog{Logf: logger.Printf}).Options()...)
 	if o.natsCreds != "" {
 		opts = append(opts, nats.UserCredentials(o.natsCreds))
 	}
