@@ -28,19 +28,44 @@ func run() int {
 	if stop := profileCPU(); stop != nil {
 		defer stop()
 	}
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	ctx, stop := signalContext(context.Background(), sigs, func(sig os.Signal) {
-		fmt.Fprintln(os.Stderr, "devhook: quitting now")
-		os.Exit(exitStatusFor(sig))
-	})
+	ctx, stop := watchSignals()
 	defer stop()
 	err := newRootCmd(os.Stdout, os.Stderr).ExecuteContext(ctx)
-	code, msg := exitStatus(err, context.Cause(ctx))
+	code, msg := exitStatus(err, stopCause(ctx, err))
 	if msg != "" {
 		fmt.Fprintln(os.Stderr, "devhook:", msg)
 	}
 	return code
+}
+
+// watchSignals is the context every command runs in: ended by SIGINT or
+// SIGTERM, or by a closed standard output or error, so that a command
+// stops as on Ctrl-C (listen.json removed, stores closed) rather than die
+// of the SIGPIPE. SIGPIPE is caught, not ignored, so that a write to a
+// closed output fails (EPIPE) instead of killing the process, and the
+// processes devhook starts get the usual SIGPIPE.
+func watchSignals() (context.Context, func()) {
+	sigs, pipes := make(chan os.Signal, 2), make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	signal.Notify(pipes, syscall.SIGPIPE)
+	return signalContext(context.Background(), signalWatch{Signals: sigs, Pipes: pipes, Broken: brokenOutput,
+		Quit: func(sig os.Signal) {
+			fmt.Fprintln(os.Stderr, "devhook: quitting now")
+			os.Exit(exitStatusFor(sig))
+		}})
+}
+
+// stopCause is what stopped the command: its context's cause, or a
+// closed output that its error met before the SIGPIPE was seen (the
+// signal arrives on its own time).
+func stopCause(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); cause != nil || !errors.Is(err, syscall.EPIPE) {
+		return cause
+	}
+	if out := brokenOutput(); out != "" {
+		return &interruptError{sig: syscall.SIGPIPE, output: out}
+	}
+	return nil
 }
 
 // exitStatus is the process's status for a command's error, and what main
@@ -54,6 +79,11 @@ func run() int {
 func exitStatus(err, cause error) (code int, msg string) {
 	var sig *interruptError
 	if errors.As(cause, &sig) {
+		if sig.output != "" {
+			// The writes that met the closed output: its symptom, and
+			// like the SIGPIPE that used to end the process, not said.
+			err = withoutBrokenPipe(err)
+		}
 		if err == nil || (interrupted(err) && !errors.As(err, new(*interruptError))) {
 			return sig.ExitCode(), ""
 		}
