@@ -38,15 +38,20 @@ func run() int {
 	return code
 }
 
-// watchSignals is the context every command runs in: ended by SIGINT or
-// SIGTERM, or by a closed standard output or error, so that a command
-// stops as on Ctrl-C (listen.json removed, stores closed) rather than die
-// of the SIGPIPE. SIGPIPE is caught, not ignored, so that a write to a
+// watchSignals is the context every command runs in: ended by SIGINT,
+// SIGTERM or SIGHUP (its terminal closed), or by a closed standard output
+// or error, so that a command stops as on Ctrl-C (listen.json removed,
+// stores closed, temporary directories removed) rather than die of the
+// signal. SIGHUP is left alone when it is ignored already (nohup: Notify
+// would undo that). SIGPIPE is caught, not ignored, so that a write to a
 // closed output fails (EPIPE) instead of killing the process, and the
 // processes devhook starts get the usual SIGPIPE.
 func watchSignals() (context.Context, func()) {
 	sigs, pipes := make(chan os.Signal, 2), make(chan os.Signal, 1)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	if !signal.Ignored(syscall.SIGHUP) {
+		signal.Notify(sigs, syscall.SIGHUP)
+	}
 	signal.Notify(pipes, syscall.SIGPIPE)
 	return signalContext(context.Background(), signalWatch{Signals: sigs, Pipes: pipes, Broken: brokenOutput,
 		Quit: func(sig os.Signal) {
@@ -70,11 +75,11 @@ func stopCause(ctx context.Context, err error) error {
 
 // exitStatus is the process's status for a command's error, and what main
 // prints of it. A signal that stopped the command (cause, the context's,
-// an *interruptError) decides the status, 130 for SIGINT and 143 for
-// SIGTERM, whatever else the command returned: a command cut short has
-// not done its work, and a CI job must not read it as green. Its error is
-// printed unless it is the bare cancellation (the command had nothing to
-// add). Otherwise: 0 for no error; the status a command means (check: 1 a
+// an *interruptError) decides the status, 130 for SIGINT, 143 for
+// SIGTERM, 129 for SIGHUP, 141 for a closed output, whatever else the
+// command returned: a command cut short has not done its work, and a CI
+// job must not read it as green. Its error is printed unless it is the
+// bare cancellation (the command had nothing to add). Otherwise: 0 for no error; the status a command means (check: 1 a
 // handler that differs, 2 one that cannot be reached); else 1.
 func exitStatus(err, cause error) (code int, msg string) {
 	var sig *interruptError

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -83,6 +84,93 @@ func TestListen_ClosedOutputStopsCleanly(t *testing.T) {
 				t.Errorf("%d deliveries recorded (%v), want 2", n, err)
 			}
 		})
+	}
+}
+
+// A closed terminal (SIGHUP) stops the long-running commands as Ctrl-C
+// does, where it killed them: listen removes listen.json and applies its
+// journal, emulate removes the temporary directories of its CA and
+// packages, each exits 129 (a shell's status for SIGHUP).
+func TestServers_HangUpStopsThemCleanly(t *testing.T) {
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }))
+	defer recv.Close()
+	t.Run("listen", func(t *testing.T) {
+		data := t.TempDir()
+		posted := false
+		delivered := func(out string) bool {
+			if !posted { // once connected: listen.json is written then
+				l, err := running.Read(data)
+				if err != nil {
+					return false
+				}
+				post(t, l.PublicURL+"/hook", []byte(`{}`))
+				posted = true
+			}
+			return strings.Contains(out, `"event":"delivery"`)
+		}
+		p := runAndSignal(t, []string{"HOME=" + t.TempDir()}, delivered, syscall.SIGHUP,
+			"listen", "--json", "--forward", recv.URL, "--data", data, "--inspect", "off", "--relay-addr", "127.0.0.1:0")
+		if p.code != 129 {
+			t.Errorf("exit status %d, want 129\n%s\n%s", p.code, p.stdout, p.stderr)
+		}
+		if _, err := os.Stat(running.Path(data)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("listen.json left behind (%v)", err)
+		}
+		if j, _ := filepath.Glob(filepath.Join(data, "deliveries.db.journal*")); len(j) != 0 {
+			t.Errorf("journal files left behind, not applied by a clean close: %v", j)
+		}
+	})
+	t.Run("emulate", func(t *testing.T) {
+		tmp := t.TempDir()
+		p := runAndSignal(t, []string{"HOME=" + t.TempDir(), "TMPDIR=" + tmp}, says("service emulator on"), syscall.SIGHUP,
+			"emulate", "--addr", "127.0.0.1:0", "--tls")
+		if p.code != 129 {
+			t.Errorf("exit status %d, want 129\n%s\n%s", p.code, p.stdout, p.stderr)
+		}
+		if left, _ := os.ReadDir(tmp); len(left) != 0 {
+			t.Errorf("temporary directories left behind: %v", left)
+		}
+	})
+	for _, c := range []struct {
+		ready string
+		args  []string
+	}{
+		{"devhook relay on", []string{"relay", "serve", "--addr", "127.0.0.1:0", "--data", t.TempDir()}},
+		{"reference receiver on", []string{"receive", "--addr", "127.0.0.1:0", "--secret", "s"}},
+	} {
+		t.Run(c.args[0], func(t *testing.T) {
+			p := runAndSignal(t, []string{"HOME=" + t.TempDir()}, says(c.ready), syscall.SIGHUP, c.args...)
+			if p.code != 129 {
+				t.Errorf("exit status %d, want 129\n%s\n%s", p.code, p.stdout, p.stderr)
+			}
+		})
+	}
+}
+
+// Started with SIGHUP ignored (nohup), devhook leaves it ignored: catching
+// it would undo nohup. The SIGHUP is not the first stop, so the SIGTERM
+// after it is not the second, which quits at once and says so.
+func TestServers_NohupIsKept(t *testing.T) {
+	bin := devhookBinary(t)
+	cmd := exec.Command("/bin/sh", "-c", `trap "" HUP; exec "$0" "$@"`, bin, "receive", "--addr", "127.0.0.1:0", "--secret", "s")
+	var stdout, stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	exited := startWaited(t, cmd)
+	waitUntil(t, "the receiver's start", func() bool { return strings.Contains(stdout.String()+stderr.String(), "reference receiver on") })
+	_, addr, _ := strings.Cut(stdout.String(), "reference receiver on ")
+	addr, _, _ = strings.Cut(addr, "\n")
+	cmd.Process.Signal(syscall.SIGHUP)
+	// Still serving after it: a SIGHUP caught would have stopped the
+	// server by the time an answer comes back (the signal is handled
+	// while the request travels).
+	if res, err := (&http.Client{Timeout: 60 * time.Second}).Get(addr + "/healthz"); err != nil {
+		t.Errorf("the receiver does not answer after SIGHUP: %v", err)
+	} else {
+		res.Body.Close()
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if code := exitStatusOf(t, exited, &stderr); code != 143 || strings.Contains(stderr.String(), "quitting now") {
+		t.Errorf("exit status %d, want 143 of a first signal; stderr:\n%s", code, stderr.String())
 	}
 }
 
