@@ -174,6 +174,38 @@ func TestServers_NohupIsKept(t *testing.T) {
 	}
 }
 
+// A server whose standard output or error is a pipe nobody reads from
+// the start stops at its first write there, with SIGPIPE's status, and
+// says why on the other one; it died of the SIGPIPE before.
+func TestReceive_ClosedOutputStopsIt(t *testing.T) {
+	bin := devhookBinary(t)
+	for _, closed := range []string{"standard output", "standard error"} {
+		t.Run(closed, func(t *testing.T) {
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.Close() // nobody reads
+			defer w.Close()
+			// No --secret: receive warns on standard error as it starts.
+			cmd := exec.Command(bin, "receive", "--addr", "127.0.0.1:0")
+			cmd.Env = append(os.Environ(), "DEVHOOK_SECRET=")
+			var other syncBuffer
+			cmd.Stdout, cmd.Stderr = w, &other
+			if closed == "standard error" {
+				cmd.Stdout, cmd.Stderr = &other, w
+			}
+			code := exitStatusOf(t, startWaited(t, cmd), &other)
+			if code != 141 {
+				t.Errorf("exit status %d, want 141; the other output:\n%s", code, other.String())
+			}
+			if want := "devhook: stopped: " + closed + " closed (broken pipe)\n"; closed == "standard output" && !strings.HasSuffix(other.String(), want) {
+				t.Errorf("standard error does not end with %q:\n%s", want, other.String())
+			}
+		})
+	}
+}
+
 // startWaited starts cmd; its exit status comes on the channel. The
 // process is killed at the end of the test if it still runs.
 func startWaited(t *testing.T, cmd *exec.Cmd) <-chan error {
