@@ -12,9 +12,11 @@ import (
 
 const (
 	defaultLimit = 50
-	// maxLimit leaves room for the one extra row the list asks for to know
-	// whether another page follows, under devhook.Filter's cap of 1000.
-	maxLimit = 500
+	// MaxListLimit is the most deliveries a page of the list holds
+	// (devhook deliveries list --limit says it): it leaves room for the
+	// one extra row the list asks for to know whether another page
+	// follows, under devhook.Filter's cap of 1000.
+	MaxListLimit = 500
 )
 
 // ListPage is the answer of GET /api/deliveries.
@@ -42,8 +44,8 @@ func ParseFilter(q url.Values) (devhook.Filter, error) {
 	}
 	if v := q.Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxLimit {
-			return f, devhook.Errorf(devhook.EINVALID, "limit %q is not a number from 1 to %d", v, maxLimit)
+		if err != nil || n < 1 || n > MaxListLimit {
+			return f, devhook.Errorf(devhook.EINVALID, "limit %q is not a number from 1 to %d", v, MaxListLimit)
 		}
 		f.Limit = n
 	}

@@ -163,7 +163,7 @@ type RunList struct {
 
 func (s *Server) handleRuns(w http.ResponseWriter, r *http.Request) {
 	var all []devhook.Summary
-	f := devhook.Filter{Limit: maxLimit}
+	f := devhook.Filter{Limit: MaxListLimit}
 	for len(all) < recentRuns {
 		page, err := s.cfg.Store.List(f)
 		if err != nil {

@@ -222,18 +222,21 @@ receiver itself answered 502; one it did not answer (the sender got 502 from dev
 				return err
 			}
 			f.Status = n
-			hist, done, _, err := h.open(cmd)
+			if f.Limit < 1 || f.Limit > storage.MaxListLimit {
+				return fmt.Errorf("--limit %d: give a number from 1 to %d (older deliveries page by page: --before the last ID listed)", f.Limit, storage.MaxListLimit)
+			}
+			hist, done, live, err := h.open(cmd)
 			if err != nil {
 				return err
 			}
 			defer done()
-			page, err := hist.ListPage(cmd.Context(), f)
+			page, err := listDeliveries(cmd.Context(), hist, f, live)
 			if err == nil && len(page.Items) == 0 && f.RunID != "" && len(f.RunID) <= devhook.ShortRunIDLen {
 				// The short run id listen shows: the run it names.
 				var full string
 				if full, err = scenario.ResolveRunID(cmd.Context(), hist.List, f.RunID); err == nil && full != f.RunID {
 					f.RunID = full
-					page, err = hist.ListPage(cmd.Context(), f)
+					page, err = listDeliveries(cmd.Context(), hist, f, live)
 				}
 			}
 			if err != nil {
@@ -256,7 +259,7 @@ receiver itself answered 502; one it did not answer (the sender got 502 from dev
 	}
 	h.flags(cmd)
 	fl := cmd.Flags()
-	fl.IntVar(&f.Limit, "limit", 20, "how many")
+	fl.IntVar(&f.Limit, "limit", 20, fmt.Sprintf("how many, at most %d (older ones with --before)", storage.MaxListLimit))
 	fl.StringVar(&f.Before, "before", "", "only deliveries older than this id")
 	fl.StringVar(&f.Verdict, "verdict", "", "only this signature verdict (ok, invalid_signature, ...)")
 	fl.StringVar(&status, "status", "", "only this receiver status: a number, or none (it gave no status: no answer, or not forwarded)")
@@ -265,6 +268,32 @@ receiver itself answered 502; one it did not answer (the sender got 502 from dev
 	fl.StringVar(&f.Text, "q", "", "only bodies containing this text")
 	fl.BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// listDeliveries is the newest f.Limit deliveries f selects. A running
+// listen's inspector gives inspector.MaxListLimit a page: more are asked
+// for page after page; the store gives up to storage.MaxListLimit at once.
+func listDeliveries(ctx context.Context, hist history, f devhook.Filter, live bool) (inspector.ListPage, error) {
+	if !live {
+		return hist.ListPage(ctx, f)
+	}
+	want := f.Limit
+	var all inspector.ListPage
+	for {
+		f.Limit = min(want-len(all.Items), inspector.MaxListLimit)
+		page, err := hist.ListPage(ctx, f)
+		if err != nil {
+			return all, err
+		}
+		all.Items = append(all.Items, page.Items...)
+		if page.Damage != nil {
+			all.Damage, all.DamageNote = page.Damage, page.DamageNote
+		}
+		if page.Next == "" || len(all.Items) >= want {
+			return all, nil
+		}
+		f.Before = page.Next
+	}
 }
 
 func printSummaries(w io.Writer, items []devhook.Summary, asJSON bool) error {

@@ -86,7 +86,7 @@ func (o *emulateOptions) run(ctx context.Context) error {
 	if err := o.wire(&g); err != nil {
 		return g.Abandon(err)
 	}
-	return g.Run(ctx)
+	return stopReason(ctx, g.Run(ctx))
 }
 
 // wire makes the emulator and its server, adding them to g.

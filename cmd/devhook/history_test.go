@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -188,4 +190,69 @@ func TestDeliveries_LockedStoreSaysInspect(t *testing.T) {
 	if msg := strings.Replace(err.Error(), other, "DIR", 1); len(msg) > 140 || strings.Contains(msg, "\n") {
 		t.Errorf("the locked-store error is %d characters, want one short line: %s", len(msg), msg)
 	}
+}
+
+// --limit has one bound, the store's, said in its help, whether the list
+// is read through the running listen (whose inspector gives 500 a page,
+// and refused more with an error naming no flag) or from the store (which
+// made 0, a negative number or more than 1000 something else, silently):
+// beyond it, an error names the flag; within it, through a listen, the
+// pages are read one after the other.
+func TestDeliveriesList_LimitBound(t *testing.T) {
+	recv := httptest.NewServer(receiver.New(receiver.Config{}))
+	defer recv.Close()
+	const seeded = 700
+	running, stored := seedDeliveries(t, seeded), seedDeliveries(t, seeded)
+	inspect := closedAddr(t)
+	lr := startListen(t, "--forward", recv.URL, "--data", running, "--inspect", inspect)
+	lr.next(t, "ready")
+
+	out, _, err := devhookCmd(t, "deliveries", "list", "--help")
+	if err != nil || !strings.Contains(out, "how many, at most 1000 (older ones with --before)") {
+		t.Errorf("the help does not say the bound: %v\n%s", err, out)
+	}
+	for _, data := range []string{running, stored} {
+		for _, n := range []string{"1001", "5000", "0", "-3"} {
+			_, _, err := devhookCmd(t, "deliveries", "list", "--data", data, "--inspect", inspect, "--limit", n)
+			if want := "--limit " + n + ": give a number from 1 to 1000 (older deliveries page by page: --before the last ID listed)"; err == nil || err.Error() != want {
+				t.Errorf("--data %s --limit %s: %v, want %q", data, n, err, want)
+			}
+		}
+		for n, want := range map[string]int{"600": 600, "1000": seeded, "3": 3} {
+			out, stderr, err := devhookCmd(t, "deliveries", "list", "--data", data, "--inspect", inspect, "--limit", n, "--json")
+			var items []devhook.Summary
+			if err == nil {
+				err = json.Unmarshal([]byte(out), &items)
+			}
+			ids := map[string]bool{}
+			for _, s := range items {
+				ids[s.ID] = true
+			}
+			if err != nil || len(items) != want || len(ids) != want {
+				t.Errorf("--data %s --limit %s: %d deliveries (%d ids), %v %s; want %d", data, n, len(items), len(ids), err, stderr, want)
+			}
+		}
+	}
+}
+
+// seedDeliveries writes n deliveries in a new data directory.
+func seedDeliveries(t *testing.T, n int) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "data")
+	db, err := storage.Open(filepath.Join(dir, "deliveries.db"), storage.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range n {
+		body := []byte(fmt.Sprintf(`{"n":%d}`, i))
+		d := &devhook.Delivery{ID: uuid.Must(uuid.NewV7()).String(), ReceivedAt: time.Now(), Method: http.MethodPost, Path: "/hook",
+			Header: http.Header{"Content-Type": {"application/json"}}, Body: body, Event: devhook.ParseEvent(body)}
+		if _, err := db.PutDelivery(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

@@ -88,7 +88,7 @@ func (o *listenOptions) run(ctx context.Context) error {
 	if err := o.wire(ctx, &g, service); err != nil {
 		return g.Abandon(err)
 	}
-	return g.Run(ctx)
+	return stopReason(ctx, g.Run(ctx))
 }
 
 // listening is a listen wired and about to run: what its announcement

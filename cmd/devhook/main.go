@@ -28,32 +28,67 @@ func run() int {
 	if stop := profileCPU(); stop != nil {
 		defer stop()
 	}
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	ctx, stop := signalContext(context.Background(), sigs, func(sig os.Signal) {
-		fmt.Fprintln(os.Stderr, "devhook: quitting now")
-		os.Exit(exitStatusFor(sig))
-	})
+	ctx, stop := watchSignals()
 	defer stop()
 	err := newRootCmd(os.Stdout, os.Stderr).ExecuteContext(ctx)
-	code, msg := exitStatus(err, context.Cause(ctx))
+	code, msg := exitStatus(err, stopCause(ctx, err))
 	if msg != "" {
 		fmt.Fprintln(os.Stderr, "devhook:", msg)
 	}
 	return code
 }
 
+// watchSignals is the context every command runs in: ended by SIGINT,
+// SIGTERM or SIGHUP (its terminal closed), or by a closed standard output
+// or error, so that a command stops as on Ctrl-C (listen.json removed,
+// stores closed, temporary directories removed) rather than die of the
+// signal. SIGHUP is left alone when it is ignored already (nohup: Notify
+// would undo that). SIGPIPE is caught, not ignored, so that a write to a
+// closed output fails (EPIPE) instead of killing the process, and the
+// processes devhook starts get the usual SIGPIPE.
+func watchSignals() (context.Context, func()) {
+	sigs, pipes := make(chan os.Signal, 2), make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	if !signal.Ignored(syscall.SIGHUP) {
+		signal.Notify(sigs, syscall.SIGHUP)
+	}
+	signal.Notify(pipes, syscall.SIGPIPE)
+	return signalContext(context.Background(), signalWatch{Signals: sigs, Pipes: pipes, Broken: brokenOutput,
+		Quit: func(sig os.Signal) {
+			fmt.Fprintln(os.Stderr, "devhook: quitting now")
+			os.Exit(exitStatusFor(sig))
+		}})
+}
+
+// stopCause is what stopped the command: its context's cause, or a
+// closed output that its error met before the SIGPIPE was seen (the
+// signal arrives on its own time).
+func stopCause(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); cause != nil || !errors.Is(err, syscall.EPIPE) {
+		return cause
+	}
+	if out := brokenOutput(); out != "" {
+		return &interruptError{sig: syscall.SIGPIPE, output: out}
+	}
+	return nil
+}
+
 // exitStatus is the process's status for a command's error, and what main
 // prints of it. A signal that stopped the command (cause, the context's,
-// an *interruptError) decides the status, 130 for SIGINT and 143 for
-// SIGTERM, whatever else the command returned: a command cut short has
-// not done its work, and a CI job must not read it as green. Its error is
-// printed unless it is the bare cancellation (the command had nothing to
-// add). Otherwise: 0 for no error; the status a command means (check: 1 a
+// an *interruptError) decides the status, 130 for SIGINT, 143 for
+// SIGTERM, 129 for SIGHUP, 141 for a closed output, whatever else the
+// command returned: a command cut short has not done its work, and a CI
+// job must not read it as green. Its error is printed unless it is the
+// bare cancellation (the command had nothing to add). Otherwise: 0 for no error; the status a command means (check: 1 a
 // handler that differs, 2 one that cannot be reached); else 1.
 func exitStatus(err, cause error) (code int, msg string) {
 	var sig *interruptError
 	if errors.As(cause, &sig) {
+		if sig.output != "" {
+			// The writes that met the closed output: its symptom, and
+			// like the SIGPIPE that used to end the process, not said.
+			err = withoutBrokenPipe(err)
+		}
 		if err == nil || (interrupted(err) && !errors.As(err, new(*interruptError))) {
 			return sig.ExitCode(), ""
 		}

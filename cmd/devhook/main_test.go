@@ -14,6 +14,9 @@ func TestExitStatus(t *testing.T) {
 	sigint, sigterm := &interruptError{sig: os.Interrupt}, &interruptError{sig: syscall.SIGTERM}
 	played := fmt.Errorf("%w at delivery 2 of 3", sigint)
 	flushed := errors.Join(context.Canceled, flush)
+	closed := &interruptError{sig: syscall.SIGPIPE, output: "standard output"}
+	epipe := &os.PathError{Op: "write", Path: "/dev/stdout", Err: syscall.EPIPE}
+	said := fmt.Errorf("stopped: %w", closed)
 	for _, tc := range []struct {
 		name    string
 		err     error
@@ -32,6 +35,10 @@ func TestExitStatus(t *testing.T) {
 		{"SIGINT, cancelled twice, joined", errors.Join(context.Canceled, fmt.Errorf("agent: %w", context.Canceled)), sigint, 130, ""},
 		{"SIGINT, what the command says of it", played, sigint, 130, played.Error()},
 		{"SIGTERM, a failure joined with the cancellation", flushed, sigterm, 143, flushed.Error()},
+		{"a closed output, the command stopped cleanly", nil, closed, 141, ""},
+		{"a closed output, the writes that met it", fmt.Errorf("list: %w", epipe), closed, 141, ""},
+		{"a closed output, said by a server", errors.Join(said, fmt.Errorf("close the output: %w", epipe)), closed, 141, said.Error()},
+		{"a closed output, a failure besides", errors.Join(epipe, flush), closed, 141, flush.Error()},
 		{"SIGINT beats check's own status", &exitError{code: 1, err: errors.New("differs")}, sigint, 130, "differs"},
 	} {
 		code, msg := exitStatus(tc.err, tc.cause)

@@ -66,5 +66,5 @@ func (o *receiveOptions) run(ctx context.Context) error {
 	}
 	var g lifecycle.Group
 	g.Serve("the receiver", newHTTPServer(h), ln)
-	return g.Run(ctx)
+	return stopReason(ctx, g.Run(ctx))
 }

@@ -213,7 +213,7 @@ func (o *relayOptions) run(ctx context.Context) error {
 	if err := o.wire(ctx, &g, quota); err != nil {
 		return g.Abandon(err)
 	}
-	return g.Run(ctx)
+	return stopReason(ctx, g.Run(ctx))
 }
 
 // check refuses flags that do not go together, and returns the queue's

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -16,7 +17,7 @@ import (
 func TestSignalContext(t *testing.T) {
 	sigs := make(chan os.Signal, 2)
 	quit := make(chan struct{})
-	ctx, stop := signalContext(context.Background(), sigs, func(os.Signal) { close(quit) })
+	ctx, stop := signalContext(context.Background(), signalWatch{Signals: sigs, Quit: func(os.Signal) { close(quit) }})
 	defer stop()
 	if ctx.Err() != nil {
 		t.Fatal("cancelled before any signal")
@@ -41,6 +42,45 @@ func TestSignalContext(t *testing.T) {
 	case <-quit:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the second signal did not quit")
+	}
+}
+
+// A SIGPIPE stops the command only when an output is closed (a broken
+// socket raises it too), with a cause that names the output and the
+// status SIGPIPE gives; Ctrl-C after it is the first, not the second.
+func TestSignalContext_ClosedOutput(t *testing.T) {
+	sigs, pipes := make(chan os.Signal), make(chan os.Signal)
+	broken := make(chan string, 1)
+	quit := make(chan struct{})
+	ctx, stop := signalContext(context.Background(), signalWatch{Signals: sigs, Pipes: pipes,
+		Broken: func() string { return <-broken }, Quit: func(os.Signal) { close(quit) }})
+	defer stop()
+	broken <- ""
+	pipes <- syscall.SIGPIPE // a socket's
+	broken <- "standard output"
+	pipes <- syscall.SIGPIPE // received once the first is handled
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("a closed standard output did not cancel the context")
+	}
+	var cause *interruptError
+	if !errors.As(context.Cause(ctx), &cause) || cause.ExitCode() != 141 || cause.Error() != "standard output closed (broken pipe)" {
+		t.Fatalf("cause %v, want the closed standard output, exit status 141", context.Cause(ctx))
+	}
+	if err := stopReason(ctx, nil); err == nil || err.Error() != "stopped: standard output closed (broken pipe)" {
+		t.Errorf("stopReason = %v", err)
+	}
+	sigs <- os.Interrupt
+	select { // taken only by a watch that did not quit on the first
+	case sigs <- os.Interrupt:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first Ctrl-C after a closed output quit")
+	}
+	select {
+	case <-quit:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second Ctrl-C did not quit")
 	}
 }
 
