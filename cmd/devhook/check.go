@@ -46,7 +46,8 @@ that a rule before it explains. --json carries each finding's id and kind.
 Exit status: 0 when every required case is answered as the reference answers it
 (the same status, any 2xx for an acceptance, and a refusal text that does not name
 another check); 1 otherwise; 2 when the handler cannot be reached; 130 when
-interrupted (Ctrl-C, SIGINT), 143 on SIGTERM, with the cases answered so far reported.
+interrupted (Ctrl-C, SIGINT), 143 on SIGTERM, 129 on SIGHUP (its terminal closed), 141
+when its output was closed, with the cases answered so far reported.
 
 --junit FILE also writes the report as JUnit XML for a CI: a test case per case, a
 failure for each required case answered otherwise than the reference, the diagnosis

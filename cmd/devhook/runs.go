@@ -248,8 +248,8 @@ const (
 const runEndCodes = `0 the run succeeded; 1 it failed (its error
 is printed); 3 it was canceled; 2 devhook could not wait (the service or the run could not
 be read, or the command line is wrong); 124 the time limit passed first; 130 Ctrl-C
-(SIGINT), 143 SIGTERM. In the last three the run goes on: devhook only stopped waiting, and
-says how to take it up again.`
+(SIGINT), 143 SIGTERM, 129 SIGHUP (its terminal closed), 141 its output closed. In the last
+five the run goes on: devhook only stopped waiting, and says how to take it up again.`
 
 const runEndHelp = "Exit status: " + runEndCodes
 

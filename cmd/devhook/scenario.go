@@ -148,7 +148,8 @@ answered (with --json, on standard error), the summary at the end.
 
 Exit status: 0 when every delivery is answered as expected; 1 otherwise; 2 when the
 handler cannot be reached or FILE cannot be read (then nothing is sent); 130 when
-interrupted (Ctrl-C, SIGINT), 143 on SIGTERM: the report and --junit then hold the
+interrupted (Ctrl-C, SIGINT), 143 on SIGTERM, 129 on SIGHUP (its terminal closed), 141
+when its output was closed: the report and --junit then hold the
 deliveries answered so far, the one under way as an error, the rest as skipped.`,
 		Example: `  devhook scenario play run.json --to http://localhost:8080/webhooks --secret whsec_...
   devhook scenario play run.json --to localhost:8080 --speed 0 --expect 2xx --junit scenario.xml
