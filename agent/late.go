@@ -20,7 +20,9 @@ package agent
 // than the margin to reach the relay (a slow link, a large body, a record
 // that waits for the disk) can still find the relay gone, and is then
 // recorded as passed on (docs/RELIABILITY.md, Known limits), as is one
-// whose sender hung up: the relay does not tell the agent.
+// whose sender hung up: the relay does not tell the agent. So is one whose
+// frame waited unread while every worker was busy (workers.go): the
+// relay's wait started then, the agent's clock only when it reads it.
 //
 // A relay that does not say how long it waits (one from before the hello
 // said it) gets every answer, as before: the agent cannot tell which its
