@@ -44,6 +44,7 @@
 //	owe.go         owe: a queued delivery the receiver did not take
 //	queued.go      what differs for a queued one: a write that fails is held
 //	acks.go        answer: what goes back to the relay, and the ack
+//	late.go        a live delivery's answer too late for the relay: the agent's own 504
 //	owed.go        the table of the owed deliveries
 //	routefile.go   a file of routes; route.go: routes (listen --route)
 //	replay_edit.go a replay's header edit

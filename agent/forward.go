@@ -47,9 +47,17 @@ func (a *Agent) forwardTo(ctx context.Context, h holder, p *processed, rt *devho
 		copies, wg = a.forwardCopies(ctx, d, targets[1:], kind, resign)
 	}
 	at := a.forward(ctx, d, targets[0], kind, resign, nil, "")
+	if at.Status != 0 {
+		a.receiverAnswered(targetKey(rt))
+	}
+	if wg != nil {
+		wg.Wait()
+	}
 	late := false
 	if !d.Queued {
-		// The relay may no longer wait for it: the sender gets 504 (late.go).
+		// The relay may no longer wait for it: the sender gets 504
+		// (late.go). Judged once the copies are done too, as the answer
+		// waits for them.
 		p.late, late = a.tooLate(p.sender, &at)
 	}
 	if !late && !d.Queued && at.Status != 0 {
@@ -59,12 +67,6 @@ func (a *Agent) forwardTo(ctx context.Context, h holder, p *processed, rt *devho
 		} else if answerCut(&at) {
 			at.Error += fmt.Sprintf("; the sender got its first %d bytes, marked %s", len(at.Body), devhook.AnswerCutHeader)
 		}
-	}
-	if at.Status != 0 {
-		a.receiverAnswered(targetKey(rt))
-	}
-	if wg != nil {
-		wg.Wait()
 	}
 	at.Route = rt
 	p.Attempt = a.recordAttempt(d, at)

@@ -9,8 +9,9 @@ package agent
 // it read the frame, a little after the relay's clock started
 // (senderWait, set as the delivery is read: the time it waited in its
 // run's line counts too). A forward whose outcome (the receiver's answer,
-// or its failure) is ready within lateMargin of that end, or after it, is
-// not passed on: the agent answers 504 itself, so that the sender gets 504
+// or its failure; the answer goes back once the copies to the other
+// --forward targets are done too) is ready within lateMargin of that end,
+// or after it, is not passed on: the agent answers 504 itself, so that the sender gets 504
 // whichever of the two 504s reaches it, and the attempt keeps the
 // receiver's answer with a note that the sender got 504 (Attempt.Error),
 // which the terminal line shows beside it ("→ 200 (sender got 504)").
@@ -19,7 +20,9 @@ package agent
 // than the margin to reach the relay (a slow link, a large body, a record
 // that waits for the disk) can still find the relay gone, and is then
 // recorded as passed on (docs/RELIABILITY.md, Known limits), as is one
-// whose sender hung up: the relay does not tell the agent.
+// whose sender hung up: the relay does not tell the agent. So is one whose
+// frame waited unread while every worker was busy (workers.go): the
+// relay's wait started then, the agent's clock only when it reads it.
 //
 // A relay that does not say how long it waits (one from before the hello
 // said it) gets every answer, as before: the agent cannot tell which its

@@ -179,3 +179,35 @@ func TestLateAnswerByWhatTheRelaySays(t *testing.T) {
 		})
 	}
 }
+
+// The first --forward target answers at once, a copy's target after 3 s:
+// the answer goes back once the copies are done, after the relay's 1 s,
+// so the sender gets 504, and the record and the result say so beside
+// the first target's 200 (it was judged in time as soon as the first
+// target answered, and recorded as passed on).
+func TestLateAnswerWaitsForTheCopies(t *testing.T) {
+	copyTarget := lateRecv(t, 3*time.Second)
+	tn := newTunnelRelay(t, lateRecv(t, time.Minute), func(c *relay.Config) { c.ResponseTimeout = time.Second },
+		func(c *agent.Config) { c.ForwardTimeout = time.Minute })
+	tn.cfg.Forward = append(tn.cfg.Forward, copyTarget+"/slow")
+	tn.startAgent()
+	resp, body := tn.post("/fast", []byte(`{}`), nil)
+	if resp.StatusCode != http.StatusGatewayTimeout {
+		t.Fatalf("sender got %s %q, want the relay's 504", resp.Status, body)
+	}
+	tn.waitResults(1)
+	r := tn.resultsCopy()[0]
+	if r.Status != http.StatusGatewayTimeout || r.Attempt == nil || r.Attempt.Status != 200 || !strings.Contains(r.Attempt.Error, "the sender got 504") {
+		t.Fatalf("result %d, attempt %+v; want the sender's 504 and the first target's 200", r.Status, r.Attempt)
+	}
+	if len(r.Copies) != 1 || r.Copies[0].Status != 200 {
+		t.Fatalf("copies %+v; want the copy's 200", r.Copies)
+	}
+	d, err := tn.db.Delivery(resp.Header.Get("Devhook-Delivery"))
+	if err != nil || len(d.Attempts) != 2 {
+		t.Fatalf("recorded %v %+v", err, d)
+	}
+	if at := d.Attempts[0]; at.Status != 200 || !strings.Contains(at.Error, "the sender got 504") {
+		t.Errorf("recorded attempt: %d %q; want the first target's 200 and what the sender got", at.Status, at.Error)
+	}
+}
