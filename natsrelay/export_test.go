@@ -40,3 +40,10 @@ func (l *ConnLog) Seen(part string) int {
 	}
 	return n
 }
+
+// Kept is how many different errors l counts.
+func (l *ConnLog) Kept() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.errs)
+}
