@@ -203,7 +203,7 @@ func (r *Router) KickRun(channel, id, run string) {
 	}
 	if validToken(channel) && r.cfg.Conn.IsConnected() {
 		r.cfg.Conn.PublishMsg(&nats.Msg{Subject: r.subject(channel, "kick"),
-			Header: nats.Header{hdrKickID: {id}, hdrKickRun: {run}}})
+			Header: nats.Header{hdrKickID: {id}, hdrKickRun: {headerRun(run)}}})
 	}
 }
 
@@ -230,7 +230,7 @@ func (r *Router) serve(channel string, m *nats.Msg) {
 		switch id := m.Header.Get(hdrKickID); {
 		case e == nil:
 		case id != "":
-			kickRun(e, id, m.Header.Get(hdrKickRun))
+			kickRun(e, id, runOfHeader(m.Header.Get(hdrKickRun)))
 		default:
 			e.Kick() // from Kick, or an instance of an earlier devhook
 		}

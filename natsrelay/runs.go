@@ -3,7 +3,11 @@ package natsrelay
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -34,7 +38,31 @@ var errRunUnknown = errors.New("an entry queued by an earlier devhook does not s
 
 // runHeader is the header of a queue entry of a delivery with body.
 func runHeader(body []byte) nats.Header {
-	return nats.Header{hdrRun: {devhook.ParseEvent(body).RunID}}
+	return nats.Header{hdrRun: {headerRun(devhook.ParseEvent(body).RunID)}}
+}
+
+// headerRun is run as a header's value (of an entry, or of a kick): as
+// it is, unless a header might not carry it so (NATS trims spaces and
+// tabs at a value's ends and turns line breaks into spaces: " r" would
+// come back as "r", a run of spaces as none, and a live delivery of the
+// run would be taken for another run's) or it holds a quote: then quoted
+// (strconv.Quote). runOfHeader reads it back.
+func headerRun(run string) string {
+	if run == "" || strings.TrimSpace(run) == run && utf8.ValidString(run) &&
+		strings.IndexFunc(run, func(r rune) bool { return r == '"' || !unicode.IsPrint(r) }) < 0 {
+		return run
+	}
+	return strconv.Quote(run)
+}
+
+// runOfHeader is the run of a header's value written by headerRun.
+func runOfHeader(v string) string {
+	if strings.HasPrefix(v, `"`) {
+		if run, err := strconv.Unquote(v); err == nil {
+			return run
+		}
+	}
+	return v
 }
 
 // runsBatch bounds the entries one fetch of QueuedRuns asks for.
@@ -89,8 +117,8 @@ func (s *Store) queuedRuns(channel string) (map[string]string, error) {
 			if len(vals) > 0 && vals[0] != "" {
 				run, ok := names[vals[0]]
 				if !ok {
-					run = vals[0]
-					names[run] = run
+					run = runOfHeader(vals[0])
+					names[vals[0]] = run
 				}
 				runs[idOf(m.Subject())] = run
 			}
