@@ -201,3 +201,58 @@ func TestKickRunAcrossInstancesKeepsOddRuns(t *testing.T) {
 		}
 	}
 }
+
+// A run.status delivery whose run id is too long for a header (as long as
+// most of a message) is queued all the same, and the list of the queue's
+// runs then fails rather than leave it out: its run's live deliveries,
+// and every other run's, wait behind the queue until it is sent. A kick
+// of it across instances says nothing of its run. Before, the run in the
+// entry's header took it past max_payload: it could not be queued.
+func TestRunTooLongForAHeader(t *testing.T) {
+	ns := natstest.Run(t)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	s, err := natsrelay.OpenStore(context.Background(), natsrelay.Config{Conn: nc, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ch = "abcdef0123456789abcdef0123456789"
+	long := strings.Repeat("r", s.PartSize()*6/10)
+	d := &devhook.Delivery{ID: uuid.Must(uuid.NewV7()).String(), Channel: ch, Method: "POST", Path: "/",
+		ReceivedAt: time.Now().UTC(), Body: []byte(runBody(long, 0))}
+	if err := s.Enqueue(ch, d); err != nil {
+		t.Fatalf("queue a delivery whose run id is %d bytes: %v", len(long), err)
+	}
+	if runs, err := s.QueuedRuns(ch); err == nil {
+		t.Fatalf("QueuedRuns = %d runs, no error; want an error", len(runs))
+	}
+
+	r := make([]*natsrelay.Router, 2)
+	for i := range r {
+		r[i], err = natsrelay.OpenRouter(context.Background(), natsrelay.Config{Conn: nc, Logf: t.Logf})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r[i].Close()
+	}
+	e := &runKicks{kicks: make(chan [2]string, 100)}
+	r[0].Attach(ch, e)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r[1].KickRun(ch, d.ID, long)
+		select {
+		case k := <-e.kicks:
+			if k != [2]string{} {
+				t.Fatalf("a kick of a run too long for a header says delivery %s of a run of %d bytes, want a kick of no run", k[0], len(k[1]))
+			}
+			return
+		case <-time.After(100 * time.Millisecond):
+			if time.Now().After(deadline) {
+				t.Fatal("no kick reached the agent's instance")
+			}
+		}
+	}
+}
