@@ -47,3 +47,8 @@ func (l *ConnLog) Kept() int {
 	defer l.mu.Unlock()
 	return len(l.errs)
 }
+
+// SetBeforeRunsFetch makes QueuedRuns call f once its consumer is made,
+// before it reads the entries: a test's way of removing entries in
+// between, a window too short to hit otherwise.
+func (s *Store) SetBeforeRunsFetch(f func()) { s.beforeRunsFetch = f }

@@ -125,9 +125,17 @@ func (s *Store) queuedRuns(channel string) (map[string]string, error) {
 	}()
 	runs := make(map[string]string)
 	names := make(map[string]string) // one string per run
+	if s.beforeRunsFetch != nil {
+		s.beforeRunsFetch()
+	}
 	pending := cons.CachedInfo().NumPending
 	for pending > 0 {
-		batch, err := cons.Fetch(int(min(pending, runsBatch)), jetstream.FetchContext(ctx))
+		if err := ctx.Err(); err != nil {
+			return nil, why(ctx, err)
+		}
+		// What the stream holds, without waiting for more: an entry
+		// removed since the consumer counted it never comes.
+		batch, err := cons.FetchNoWait(int(min(pending, runsBatch)))
 		if err != nil {
 			return nil, why(ctx, err)
 		}
@@ -156,7 +164,16 @@ func (s *Store) queuedRuns(channel string) (map[string]string, error) {
 			return nil, why(ctx, err)
 		}
 		if n == 0 {
-			break // removed meanwhile
+			// Removed meanwhile, or not sent in time: only the first
+			// is the end of the list.
+			info, err := cons.Info(ctx)
+			if err != nil {
+				return nil, why(ctx, err)
+			}
+			if info.NumPending > 0 {
+				return nil, fmt.Errorf("%d entries of the queue could not be read in time", info.NumPending)
+			}
+			break
 		}
 	}
 	return runs, nil

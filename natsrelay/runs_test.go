@@ -256,3 +256,61 @@ func TestRunTooLongForAHeader(t *testing.T) {
 		}
 	}
 }
+
+// Entries removed as QueuedRuns reads the queue (acknowledged by the
+// agent's previous connection, expired) do not make it wait for them: it
+// lists the others at once. Before, it waited for the count the consumer
+// started with until its Timeout (10 s), and meanwhile every live
+// run.status delivery of the channel waited for the list.
+func TestQueuedRunsDoNotWaitForRemovedEntries(t *testing.T) {
+	ns := natstest.Run(t)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	const timeout = 40 * time.Second
+	s, err := natsrelay.OpenStore(context.Background(), natsrelay.Config{Conn: nc, Logf: t.Logf, Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ch = "abcdef0123456789abcdef0123456789"
+	var ids []string
+	for i := range 5 {
+		d := &devhook.Delivery{ID: uuid.Must(uuid.NewV7()).String(), Channel: ch, Method: "POST", Path: "/",
+			ReceivedAt: time.Now().UTC(), Body: []byte(runBody(fmt.Sprintf("run-%d", i), i))}
+		if err := s.Enqueue(ch, d); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, d.ID)
+	}
+	for _, c := range []struct {
+		name   string
+		remove []string
+	}{
+		{"the last ones", ids[3:]},
+		{"all the others", ids[:3]},
+	} {
+		s.SetBeforeRunsFetch(func() {
+			if err := s.Dequeue(ch, c.remove...); err != nil {
+				t.Error(err)
+			}
+		})
+		start := time.Now()
+		runs, err := s.QueuedRuns(ch)
+		took := time.Since(start)
+		t.Logf("%s removed: %d runs, %v, in %s", c.name, len(runs), err, took)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range c.remove {
+			if _, ok := runs[id]; ok {
+				t.Fatalf("%s removed: QueuedRuns lists removed delivery %s", c.name, id)
+			}
+		}
+		// Bounded far above a few calls on loopback, far below the Timeout.
+		if took > timeout/2 {
+			t.Fatalf("%s removed: QueuedRuns took %s: it waited for the removed entries", c.name, took)
+		}
+	}
+}
