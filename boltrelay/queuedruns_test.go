@@ -304,3 +304,45 @@ func TestQueuedRuns_FilesOfEarlierDevhooks(t *testing.T) {
 		t.Fatalf("QueuedRuns of the combined file = %v, %v", got, err)
 	}
 }
+
+// An index damaged where a channel's bucket should be (a value in its
+// place) is made again at Open: it neither refuses the channel's
+// deliveries nor leaves its runs unlisted.
+func TestQueuedRuns_DamagedIndexIsMadeAgain(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "relay.db")
+	s := mustOpen(t, path)
+	for i := range 4 {
+		if err := s.Enqueue("ch1", runDelivery(i, 2, 100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	b, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = b.Update(func(tx *bolt.Tx) error {
+		runs := tx.Bucket([]byte("queueruns"))
+		if err := runs.DeleteBucket([]byte("ch1")); err != nil {
+			return err
+		}
+		if err := runs.Put([]byte("ch1"), []byte("damaged")); err != nil {
+			return err
+		}
+		return runs.Put([]byte("ch2"), []byte("damaged")) // a channel with no queue
+	})
+	b.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = mustOpen(t, path)
+	checkRuns(t, s, "ch1", "opened with a damaged index")
+	for _, ch := range []string{"ch1", "ch2"} {
+		if err := s.Enqueue(ch, runDelivery(10, 2, 100)); err != nil {
+			t.Fatalf("enqueue in %s with a damaged index: %v", ch, err)
+		}
+		checkRuns(t, s, ch, "enqueued")
+	}
+	s.Close()
+	runsIndexAgrees(t, path)
+}

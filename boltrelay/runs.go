@@ -79,13 +79,19 @@ func dropRun(tx *bolt.Tx, channel string, id []byte) error {
 	return nil
 }
 
-// dropRuns forgets channel's whole index, in tx.
+// dropRuns forgets channel's whole index, in tx, and a value damaged in
+// its place.
 func dropRuns(tx *bolt.Tx, channel []byte) error {
 	top := tx.Bucket(bucketRuns)
-	if top == nil || top.Bucket(channel) == nil {
+	switch {
+	case top == nil:
 		return nil
+	case top.Bucket(channel) != nil:
+		return top.DeleteBucket(channel)
+	case top.Get(channel) != nil:
+		return top.Delete(channel)
 	}
-	return top.DeleteBucket(channel)
+	return nil
 }
 
 // mendRuns makes the index agree with the queues: a channel whose index
@@ -122,8 +128,12 @@ func (s *Store) mendRuns() error {
 		if err != nil {
 			return err
 		}
-		return runs.ForEachBucket(func(ch []byte) error {
-			if queue.Bucket(ch) == nil {
+		// An index without its queue, and a value where a channel's
+		// index should be (damaged: putRun could not make the bucket,
+		// and Enqueue would fail).
+		return runs.ForEach(func(ch, v []byte) error {
+			q := queue.Bucket(ch)
+			if q == nil || v != nil && sameKeys(q, nil) { // else stale already
 				stale = append(stale, bytes.Clone(ch))
 			}
 			return nil

@@ -40,3 +40,15 @@ func (l *ConnLog) Seen(part string) int {
 	}
 	return n
 }
+
+// Kept is how many different errors l counts.
+func (l *ConnLog) Kept() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.errs)
+}
+
+// SetBeforeRunsFetch makes QueuedRuns call f once its consumer is made,
+// before it reads the entries: a test's way of removing entries in
+// between, a window too short to hit otherwise.
+func (s *Store) SetBeforeRunsFetch(f func()) { s.beforeRunsFetch = f }

@@ -206,6 +206,8 @@ type Store struct {
 	// object is read to be written, and before an entry is written.
 	beforePart  func(written int)
 	beforeEntry func(object string)
+	// Tests only: called by QueuedRuns once its consumer is made.
+	beforeRunsFetch func()
 
 	// usageLocks serialize this instance's updates of a channel's usage
 	// count (by a hash of the channel), so that its own concurrent

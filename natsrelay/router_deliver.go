@@ -201,9 +201,14 @@ func (r *Router) KickRun(channel, id, run string) {
 		kickRun(e, id, run)
 		return
 	}
+	v, ok := headerRun(run)
+	if !ok {
+		r.Kick(channel) // too long for a header: every run waits until the queue is sent
+		return
+	}
 	if validToken(channel) && r.cfg.Conn.IsConnected() {
 		r.cfg.Conn.PublishMsg(&nats.Msg{Subject: r.subject(channel, "kick"),
-			Header: nats.Header{hdrKickID: {id}, hdrKickRun: {run}}})
+			Header: nats.Header{hdrKickID: {id}, hdrKickRun: {v}}})
 	}
 }
 
@@ -230,7 +235,11 @@ func (r *Router) serve(channel string, m *nats.Msg) {
 		switch id := m.Header.Get(hdrKickID); {
 		case e == nil:
 		case id != "":
-			kickRun(e, id, m.Header.Get(hdrKickRun))
+			if run, ok := runOfHeader(m.Header.Get(hdrKickRun)); ok {
+				kickRun(e, id, run)
+			} else {
+				e.Kick()
+			}
 		default:
 			e.Kick() // from Kick, or an instance of an earlier devhook
 		}

@@ -3,7 +3,11 @@ package natsrelay
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -23,7 +27,8 @@ import (
 // consumer that delivers their headers only, never their bodies or
 // objects. An entry without the header (queued by an earlier devhook)
 // makes the list fail: the relay then holds every run.status delivery
-// behind the queue until it is sent, as it did for all before.
+// behind the queue until it is sent, as it did for all before. So does an
+// entry whose run was too long for a header (maxHeaderRun).
 
 const hdrRun = "Devhook-Run"
 
@@ -34,7 +39,54 @@ var errRunUnknown = errors.New("an entry queued by an earlier devhook does not s
 
 // runHeader is the header of a queue entry of a delivery with body.
 func runHeader(body []byte) nats.Header {
-	return nats.Header{hdrRun: {devhook.ParseEvent(body).RunID}}
+	v, _ := headerRun(devhook.ParseEvent(body).RunID)
+	return nats.Header{hdrRun: {v}}
+}
+
+// maxHeaderRun bounds a run in a header, quoted: an entry's headers all
+// fit in the headroom (8 KiB) its message keeps below max_payload, and a
+// run id as long as a body made its entry too large to be queued.
+const maxHeaderRun = 1 << 10
+
+// runTooLong is the header value of a run longer than maxHeaderRun: not
+// one headerRun writes for a run (a quote alone). QueuedRuns then fails,
+// as for an entry that does not say its run.
+const runTooLong = `"`
+
+// errRunTooLong: a queue entry's run was too long for its header.
+var errRunTooLong = errors.New("a queued delivery's run id is too long to be said in its entry")
+
+// headerRun is run as a header's value (of an entry, or of a kick): as
+// it is, unless a header might not carry it so (NATS trims spaces and
+// tabs at a value's ends and turns line breaks into spaces: " r" would
+// come back as "r", a run of spaces as none, and a live delivery of the
+// run would be taken for another run's) or it holds a quote: then quoted
+// (strconv.Quote). runOfHeader reads it back.
+// A run longer than maxHeaderRun is runTooLong, and ok false.
+func headerRun(run string) (v string, ok bool) {
+	v = run
+	if run != "" && (strings.TrimSpace(run) != run || !utf8.ValidString(run) ||
+		strings.IndexFunc(run, func(r rune) bool { return r == '"' || !unicode.IsPrint(r) }) >= 0) {
+		v = strconv.Quote(run)
+	}
+	if len(v) > maxHeaderRun {
+		return runTooLong, false
+	}
+	return v, true
+}
+
+// runOfHeader is the run of a header's value written by headerRun; ok is
+// false for runTooLong.
+func runOfHeader(v string) (run string, ok bool) {
+	if v == runTooLong {
+		return "", false
+	}
+	if strings.HasPrefix(v, `"`) {
+		if run, err := strconv.Unquote(v); err == nil {
+			return run, true
+		}
+	}
+	return v, true
 }
 
 // runsBatch bounds the entries one fetch of QueuedRuns asks for.
@@ -73,9 +125,17 @@ func (s *Store) queuedRuns(channel string) (map[string]string, error) {
 	}()
 	runs := make(map[string]string)
 	names := make(map[string]string) // one string per run
+	if s.beforeRunsFetch != nil {
+		s.beforeRunsFetch()
+	}
 	pending := cons.CachedInfo().NumPending
 	for pending > 0 {
-		batch, err := cons.Fetch(int(min(pending, runsBatch)), jetstream.FetchContext(ctx))
+		if err := ctx.Err(); err != nil {
+			return nil, why(ctx, err)
+		}
+		// What the stream holds, without waiting for more: an entry
+		// removed since the consumer counted it never comes.
+		batch, err := cons.FetchNoWait(int(min(pending, runsBatch)))
 		if err != nil {
 			return nil, why(ctx, err)
 		}
@@ -89,8 +149,10 @@ func (s *Store) queuedRuns(channel string) (map[string]string, error) {
 			if len(vals) > 0 && vals[0] != "" {
 				run, ok := names[vals[0]]
 				if !ok {
-					run = vals[0]
-					names[run] = run
+					if run, ok = runOfHeader(vals[0]); !ok {
+						return nil, fmt.Errorf("%w (delivery %s)", errRunTooLong, idOf(m.Subject()))
+					}
+					names[vals[0]] = run
 				}
 				runs[idOf(m.Subject())] = run
 			}
@@ -102,7 +164,16 @@ func (s *Store) queuedRuns(channel string) (map[string]string, error) {
 			return nil, why(ctx, err)
 		}
 		if n == 0 {
-			break // removed meanwhile
+			// Removed meanwhile, or not sent in time: only the first
+			// is the end of the list.
+			info, err := cons.Info(ctx)
+			if err != nil {
+				return nil, why(ctx, err)
+			}
+			if info.NumPending > 0 {
+				return nil, fmt.Errorf("%d entries of the queue could not be read in time", info.NumPending)
+			}
+			break
 		}
 	}
 	return runs, nil

@@ -2,6 +2,7 @@ package natsrelay_test
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/natsrelay"
 	"github.com/devhook/devhook/natsrelay/natstest"
+	"github.com/devhook/devhook/relay"
 	"github.com/devhook/devhook/relay/wire"
 )
 
@@ -96,5 +98,219 @@ func TestQueuedRunsFromHeaders(t *testing.T) {
 	}
 	if got, err := s.QueuedRuns(ch); err == nil || !strings.Contains(err.Error(), "earlier devhook") {
 		t.Fatalf("QueuedRuns with an entry of an earlier devhook = %v, %v; want an error", got, err)
+	}
+}
+
+// oddRuns are run ids a NATS header does not carry as they are: it trims
+// spaces and tabs at their ends and turns line breaks into spaces.
+var oddRuns = []string{" lead", "trail ", "in\r\nside", "\ttab", "  ", "é ü", `"quoted"`, `a"b`, "plain-run"}
+
+// The runs of a queue's entries are listed as the relay reads them from
+// live deliveries' bodies, whatever they hold: a run the header changed
+// (" r" listed as "r") let a live delivery of the run overtake its queued
+// ones, and a run of spaces listed as none.
+func TestQueuedRunsKeepOddRuns(t *testing.T) {
+	ns := natstest.Run(t)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	s, err := natsrelay.OpenStore(context.Background(), natsrelay.Config{Conn: nc, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ch = "abcdef0123456789abcdef0123456789"
+	want := map[string]string{}
+	for i, run := range oddRuns {
+		d := &devhook.Delivery{ID: uuid.Must(uuid.NewV7()).String(), Channel: ch, Method: "POST", Path: "/",
+			ReceivedAt: time.Now().UTC(), Body: []byte(runBody(run, i))}
+		if got := devhook.ParseEvent(d.Body).RunID; got != run {
+			t.Fatalf("run %q read as %q", run, got)
+		}
+		if err := s.Enqueue(ch, d); err != nil {
+			t.Fatal(err)
+		}
+		want[d.ID] = run
+		if i == 0 { // moved to the parked deliveries and back
+			if err := s.Park(ch, d.ID, "test"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Requeue(d.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if got, err := s.QueuedRuns(ch); err != nil || !maps.Equal(got, want) {
+		t.Fatalf("QueuedRuns = %q, %v; want %q", got, err, want)
+	}
+}
+
+// runKicks records the kicks an Endpoint gets.
+type runKicks struct {
+	kicks chan [2]string // id, run
+}
+
+func (e *runKicks) Deliver(context.Context, *devhook.Delivery) (*wire.Answer, error) {
+	return nil, relay.ErrNoAgent
+}
+func (e *runKicks) Kick()                  { e.kicks <- [2]string{} }
+func (e *runKicks) KickRun(id, run string) { e.kicks <- [2]string{id, run} }
+func (e *runKicks) Replace()               {}
+
+// A kick across instances tells the agent's connection the run of the
+// delivery queued as the relay reads it from a live delivery's body.
+func TestKickRunAcrossInstancesKeepsOddRuns(t *testing.T) {
+	ns := natstest.Run(t)
+	routers := make([]*natsrelay.Router, 2)
+	for i := range routers {
+		nc, err := nats.Connect(ns.ClientURL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		r, err := natsrelay.OpenRouter(context.Background(), natsrelay.Config{Conn: nc, Logf: t.Logf})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		routers[i] = r
+	}
+	const ch = "abcdef0123456789abcdef0123456789"
+	e := &runKicks{kicks: make(chan [2]string, 100)}
+	routers[0].Attach(ch, e)
+	for i, run := range oddRuns {
+		id := fmt.Sprintf("0197a3c2-0000-7000-8000-%012d", i)
+		deadline := time.Now().Add(30 * time.Second)
+		for got := false; !got; {
+			routers[1].KickRun(ch, id, run) // again until the agent's instance listens
+			select {
+			case k := <-e.kicks:
+				if k[0] != id {
+					continue // an earlier kick, repeated
+				}
+				if k[1] != run {
+					t.Fatalf("kick of a delivery of run %q across instances says run %q", run, k[1])
+				}
+				got = true
+			case <-time.After(100 * time.Millisecond):
+				if time.Now().After(deadline) {
+					t.Fatal("no kick reached the agent's instance")
+				}
+			}
+		}
+	}
+}
+
+// A run.status delivery whose run id is too long for a header (as long as
+// most of a message) is queued all the same, and the list of the queue's
+// runs then fails rather than leave it out: its run's live deliveries,
+// and every other run's, wait behind the queue until it is sent. A kick
+// of it across instances says nothing of its run. Before, the run in the
+// entry's header took it past max_payload: it could not be queued.
+func TestRunTooLongForAHeader(t *testing.T) {
+	ns := natstest.Run(t)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	s, err := natsrelay.OpenStore(context.Background(), natsrelay.Config{Conn: nc, Logf: t.Logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ch = "abcdef0123456789abcdef0123456789"
+	long := strings.Repeat("r", s.PartSize()*6/10)
+	d := &devhook.Delivery{ID: uuid.Must(uuid.NewV7()).String(), Channel: ch, Method: "POST", Path: "/",
+		ReceivedAt: time.Now().UTC(), Body: []byte(runBody(long, 0))}
+	if err := s.Enqueue(ch, d); err != nil {
+		t.Fatalf("queue a delivery whose run id is %d bytes: %v", len(long), err)
+	}
+	if runs, err := s.QueuedRuns(ch); err == nil {
+		t.Fatalf("QueuedRuns = %d runs, no error; want an error", len(runs))
+	}
+
+	r := make([]*natsrelay.Router, 2)
+	for i := range r {
+		r[i], err = natsrelay.OpenRouter(context.Background(), natsrelay.Config{Conn: nc, Logf: t.Logf})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r[i].Close()
+	}
+	e := &runKicks{kicks: make(chan [2]string, 100)}
+	r[0].Attach(ch, e)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r[1].KickRun(ch, d.ID, long)
+		select {
+		case k := <-e.kicks:
+			if k != [2]string{} {
+				t.Fatalf("a kick of a run too long for a header says delivery %s of a run of %d bytes, want a kick of no run", k[0], len(k[1]))
+			}
+			return
+		case <-time.After(100 * time.Millisecond):
+			if time.Now().After(deadline) {
+				t.Fatal("no kick reached the agent's instance")
+			}
+		}
+	}
+}
+
+// Entries removed as QueuedRuns reads the queue (acknowledged by the
+// agent's previous connection, expired) do not make it wait for them: it
+// lists the others at once. Before, it waited for the count the consumer
+// started with until its Timeout (10 s), and meanwhile every live
+// run.status delivery of the channel waited for the list.
+func TestQueuedRunsDoNotWaitForRemovedEntries(t *testing.T) {
+	ns := natstest.Run(t)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	const timeout = 40 * time.Second
+	s, err := natsrelay.OpenStore(context.Background(), natsrelay.Config{Conn: nc, Logf: t.Logf, Timeout: timeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ch = "abcdef0123456789abcdef0123456789"
+	var ids []string
+	for i := range 5 {
+		d := &devhook.Delivery{ID: uuid.Must(uuid.NewV7()).String(), Channel: ch, Method: "POST", Path: "/",
+			ReceivedAt: time.Now().UTC(), Body: []byte(runBody(fmt.Sprintf("run-%d", i), i))}
+		if err := s.Enqueue(ch, d); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, d.ID)
+	}
+	for _, c := range []struct {
+		name   string
+		remove []string
+	}{
+		{"the last ones", ids[3:]},
+		{"all the others", ids[:3]},
+	} {
+		s.SetBeforeRunsFetch(func() {
+			if err := s.Dequeue(ch, c.remove...); err != nil {
+				t.Error(err)
+			}
+		})
+		start := time.Now()
+		runs, err := s.QueuedRuns(ch)
+		took := time.Since(start)
+		t.Logf("%s removed: %d runs, %v, in %s", c.name, len(runs), err, took)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range c.remove {
+			if _, ok := runs[id]; ok {
+				t.Fatalf("%s removed: QueuedRuns lists removed delivery %s", c.name, id)
+			}
+		}
+		// Bounded far above a few calls on loopback, far below the Timeout.
+		if took > timeout/2 {
+			t.Fatalf("%s removed: QueuedRuns took %s: it waited for the removed entries", c.name, took)
+		}
 	}
 }
