@@ -54,12 +54,16 @@ const (
 	bodyFileHeaderLen = 16 // magic, version (uint32), 4 bytes reserved (0)
 
 	bucketBodyRefs  = "bodyrefs"  // delivery id → bodyRef
-	bucketBodyFiles = "bodyfiles" // file number (uint32) → its bodies in bbolt (uint64)
+	bucketBodyFiles = "bodyfiles" // file number (uint32) → bodyFileState
 
 	// kindBodyRef is the CRC-32C of "B": see valueKind.
 	kindBodyRef   valueKind = 0xf23d3e1a
 	formatBodyRef           = 1
 	bodyRefLen              = 1 + 4 + 8 + 4 + crcLen
+
+	// kindBodyFile is the CRC-32C of "F".
+	kindBodyFile   valueKind = 0x35a7a905
+	formatBodyFile           = 1
 )
 
 // bodyRef is where a body is: its file, its offset in it, its length.
@@ -100,6 +104,8 @@ var (
 	whyBodyFileMissing = errRecordDamaged("its body file is missing")
 	whyBodyFileCut     = errRecordDamaged("its body file is cut short before its end")
 	whyBodyFileForeign = errRecordDamaged("its body file is no devhook body file")
+	// whyBodyFileCount: what the store records of the file is damaged.
+	whyBodyFileCount = errRecordDamaged("the count of its body file's bodies is damaged")
 )
 
 // errNewerBodyFile: a body file of a version above this devhook's.
@@ -164,12 +170,14 @@ func openBodyFiles(dbPath string, readOnly bool, recorded map[uint32]bodyFileSta
 		return nil, fmt.Errorf("storage: open body file %s: %w", path, err)
 	}
 	why := checkBodyHeader(f)
-	if st := recorded[bf.active]; why == nil && fi.Size() < st.end {
+	if st := recorded[bf.active]; why == nil && st.damaged {
+		why = whyBodyFileCount
+	} else if why == nil && fi.Size() < st.end {
 		why = whyBodyFileCut
 	}
 	if why != nil {
 		_ = f.Close()
-		if st := recorded[bf.active]; st.bodies > 0 {
+		if st := recorded[bf.active]; st.bodies > 0 || st.damaged {
 			logf("storage: body file %s %s; it is kept as it is, and new bodies go to a new file", path, fileProblem(why))
 		}
 		return bf, nil
@@ -191,29 +199,50 @@ func fileProblem(why error) string {
 		return "is shorter than the bodies the store records in it"
 	case errors.Is(why, whyBodyFileForeign):
 		return "is no devhook body file"
+	case errors.Is(why, whyBodyFileCount):
+		return "has its count of bodies damaged in the store"
 	}
 	return "cannot be read (" + why.Error() + ")"
 }
 
 // bodyFileState is what bbolt records of a body file: how many of its
-// bodies it has, and the end of the last.
+// bodies it has, and the end of the last. Its value has a checksum, as a
+// body's ref does: a count that read 0 by damage would remove the file
+// with the bodies still in it. damaged: the value fails its checks (or is
+// a newer devhook's); the file is then never removed (but by deleteAll,
+// when no body is left anywhere) nor filled on, and its count is left as
+// it is.
 type bodyFileState struct {
-	bodies uint64
-	end    int64
+	bodies  uint64
+	end     int64
+	damaged bool
 }
 
-func decodeBodyFileState(v []byte) (bodyFileState, bool) {
-	if len(v) != 16 {
+// decodeBodyFileState decodes the value v of a file in bucketBodyFiles;
+// present says whether there is one.
+func decodeBodyFileState(v []byte) (st bodyFileState, present bool) {
+	if v == nil {
 		return bodyFileState{}, false
 	}
-	return bodyFileState{bodies: binary.BigEndian.Uint64(v), end: int64(binary.BigEndian.Uint64(v[8:]))}, true
+	p, checked, err := openValue(v, kindBodyFile, formatBodyFile)
+	if err != nil || !checked || len(p) != 16 || int64(binary.BigEndian.Uint64(p[8:])) < 0 {
+		return bodyFileState{damaged: true}, true
+	}
+	return bodyFileState{bodies: binary.BigEndian.Uint64(p), end: int64(binary.BigEndian.Uint64(p[8:]))}, true
 }
 
 func (st bodyFileState) append(b []byte) []byte {
-	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(b, st.bodies), uint64(st.end))
+	start := len(b)
+	b = append(b, checkedFormat|formatBodyFile)
+	b = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(b, st.bodies), uint64(st.end))
+	return seal(b, start, kindBodyFile)
 }
 
-// bodyFileStates reads what bbolt records of the body files.
+// removable says whether the file's bodies are all gone from bbolt.
+func (st bodyFileState) removable() bool { return !st.damaged && st.bodies == 0 }
+
+// bodyFileStates reads what bbolt records of the body files, damaged
+// values included.
 func bodyFileStates(tx *bolt.Tx) map[uint32]bodyFileState {
 	m := map[uint32]bodyFileState{}
 	if b := tx.Bucket([]byte(bucketBodyFiles)); b != nil {
@@ -511,10 +540,14 @@ func (bf *bodyFiles) close() error {
 }
 
 // addBodyCount adds n (which may be negative) to the count of bodies of
-// file in bbolt, and records that its bodies end at end, at least.
+// file in bbolt, and records that its bodies end at end, at least. A
+// damaged count is left as it is: the file is kept.
 func addBodyCount(tx *bolt.Tx, file uint32, n int64, end int64) error {
 	b := tx.Bucket([]byte(bucketBodyFiles))
 	st, _ := decodeBodyFileState(b.Get(fileKey(file)))
+	if st.damaged {
+		return nil
+	}
 	st.bodies = uint64(max(int64(st.bodies)+n, 0))
 	st.end = max(st.end, end)
 	return b.Put(fileKey(file), st.append(nil))
@@ -560,7 +593,7 @@ func (db *DB) tidyBodyFiles() {
 	_ = db.safely(func() error {
 		return db.bolt.View(func(tx *bolt.Tx) error {
 			for n, st := range bodyFileStates(tx) {
-				if st.bodies == 0 {
+				if st.removable() {
 					empty = append(empty, n)
 				}
 			}
@@ -583,7 +616,7 @@ func (db *DB) tidyBodyFiles() {
 			for _, n := range removed {
 				// Kept while it is the highest: the next file is numbered
 				// after it.
-				if st, ok := decodeBodyFileState(b.Get(fileKey(n))); ok && st.bodies == 0 && n != db.bodies.highest() {
+				if st, ok := decodeBodyFileState(b.Get(fileKey(n))); ok && st.removable() && n != db.bodies.highest() {
 					if err := b.Delete(fileKey(n)); err != nil {
 						return err
 					}

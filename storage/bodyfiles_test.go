@@ -269,7 +269,7 @@ func TestBodyFiles_FileLeftBehindIsRemovedAtOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := bdb.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket([]byte("bodyfiles")).Put([]byte{0, 0, 0, 1}, make([]byte, 16))
+		return tx.Bucket([]byte("bodyfiles")).Put([]byte{0, 0, 0, 1}, storage.BodyFileValue(0, int64(len(kept))))
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -441,5 +441,54 @@ func TestBodyFiles_Damaged(t *testing.T) {
 				t.Errorf("the damaged body file was changed: evidence is kept as it is")
 			}
 		})
+	}
+}
+
+// A damaged count of a body file's bodies (one bit flipped in its value
+// in bucket bodyfiles, here the one that made 2 read 0 before the value
+// had a checksum) never removes the file: the bodies of the deliveries
+// still there read back, after a start and after a delete of another.
+func TestBodyFiles_DamagedCountKeepsTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	cfg := storage.Config{MaxDeliveries: -1, MaxAge: -1, Logf: t.Logf}
+	db := MustOpenPath(t, path, cfg)
+	db.SetBodyFileMax(2 * bodyFixtureLen)
+	for i := range 3 { // 0 and 1 in file 1, 2 in file 2
+		mustPut(t, db, bigDelivery(i))
+		if err := db.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	bdb, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bdb.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("bodyfiles"))
+		v := bytes.Clone(b.Get([]byte{0, 0, 0, 1}))
+		v[7] ^= 0x02
+		return b.Put([]byte{0, 0, 0, 1}, v)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	bdb.Close()
+
+	db = MustOpenPath(t, path, cfg)
+	wantBodies(t, db, bigDelivery(0), bigDelivery(1), bigDelivery(2))
+	if _, err := db.Delete([]string{id(0)}); err != nil {
+		t.Fatal(err)
+	}
+	wantBodies(t, db, bigDelivery(1), bigDelivery(2))
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = MustOpenPath(t, path, cfg)
+	defer db.Close()
+	wantBodies(t, db, bigDelivery(1), bigDelivery(2))
+	if got := bodyFiles(t, path); !slices.Contains(got, "00000001") {
+		t.Fatalf("body files %q: the one whose count is damaged was removed", got)
 	}
 }

@@ -323,3 +323,9 @@ func (db *DB) HoldReads() (release func()) {
 	db.bodyReads.RLock()
 	return db.bodyReads.RUnlock
 }
+
+// BodyFileValue is the value, in bucket bodyfiles, of a body file holding
+// bodies bodies that end at end.
+func BodyFileValue(bodies uint64, end int64) []byte {
+	return bodyFileState{bodies: bodies, end: end}.append(nil)
+}
