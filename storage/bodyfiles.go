@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"io/fs"
 	"os"
@@ -56,7 +57,8 @@ const (
 	bucketBodyRefs  = "bodyrefs"  // delivery id → bodyRef
 	bucketBodyFiles = "bodyfiles" // file number (uint32) → bodyFileState
 
-	// kindBodyRef is the CRC-32C of "B": see valueKind.
+	// kindBodyRef is the CRC-32C of "B": see valueKind. A ref's checksum
+	// starts from it updated with its delivery's id (refKind).
 	kindBodyRef   valueKind = 0xf23d3e1a
 	formatBodyRef           = 1
 	bodyRefLen              = 1 + 4 + 8 + 4 + crcLen
@@ -73,17 +75,30 @@ type bodyRef struct {
 	n    uint32
 }
 
-func appendBodyRef(b []byte, r bodyRef) []byte {
+// refKind is the kind of the ref of delivery id: its checksum covers the
+// id, so that a ref found under another delivery's key (a damaged page)
+// fails its check, rather than have that delivery's delete zero, and
+// count out of its file, a body another delivery keeps.
+func refKind(id []byte) valueKind {
+	return valueKind(crc32.Update(uint32(kindBodyRef), crcTable(), id))
+}
+
+// appendBodyRef appends the value of r, the ref of delivery id.
+func appendBodyRef(b []byte, id []byte, r bodyRef) []byte {
 	start := len(b)
 	b = append(b, checkedFormat|formatBodyRef)
 	b = binary.BigEndian.AppendUint32(b, r.file)
 	b = binary.BigEndian.AppendUint64(b, uint64(r.off))
 	b = binary.BigEndian.AppendUint32(b, r.n)
-	return seal(b, start, kindBodyRef)
+	return seal(b, start, refKind(id))
 }
 
-func decodeBodyRef(v []byte) (bodyRef, error) {
-	p, _, err := openValue(v, kindBodyRef, formatBodyRef)
+// decodeBodyRef decodes v, the ref of delivery id.
+func decodeBodyRef(id, v []byte) (bodyRef, error) {
+	p, checked, err := openValue(v, refKind(id), formatBodyRef)
+	if err == nil && !checked {
+		err = whyFormat
+	}
 	if err != nil {
 		return bodyRef{}, err
 	}
@@ -566,7 +581,7 @@ func dropBodyRef(tx *bolt.Tx, id []byte, zero *[]bodyRef) error {
 	if v == nil {
 		return nil
 	}
-	if r, err := decodeBodyRef(v); err == nil {
+	if r, err := decodeBodyRef(id, v); err == nil {
 		if err := addBodyCount(tx, r.file, -1, 0); err != nil {
 			return err
 		}

@@ -492,3 +492,61 @@ func TestBodyFiles_DamagedCountKeepsTheFile(t *testing.T) {
 		t.Fatalf("body files %q: the one whose count is damaged was removed", got)
 	}
 }
+
+// A body's place (its value in bucket bodyrefs) found under another
+// delivery's key, as a damaged page may show it, is that delivery's
+// damage: reading it fails saying so, and deleting it neither zeroes
+// the body that place holds nor counts it out of its file. Here
+// deliveries 0 and 1 have each other's.
+func TestBodyFiles_RefUnderAnotherKey(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	cfg := storage.Config{MaxDeliveries: -1, MaxAge: -1, Logf: t.Logf}
+	db := MustOpenPath(t, path, cfg)
+	db.SetBodyFileMax(2 * bodyFixtureLen)
+	for i := range 3 { // 0 and 1 in file 1, 2 in file 2
+		mustPut(t, db, bigDelivery(i))
+		if err := db.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	bdb, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bdb.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("bodyrefs"))
+		v0, v1 := bytes.Clone(b.Get([]byte(id(0)))), bytes.Clone(b.Get([]byte(id(1))))
+		if err := b.Put([]byte(id(0)), v1); err != nil {
+			return err
+		}
+		return b.Put([]byte(id(1)), v0)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	bdb.Close()
+
+	db = MustOpenPath(t, path, cfg)
+	defer db.Close()
+	if _, err := db.Delivery(id(0)); !errors.Is(err, storage.ErrDamaged) {
+		t.Fatalf("Delivery(0) with delivery 1's place: %v, want ErrDamaged", err)
+	}
+	if _, err := db.Delete([]string{id(0)}); err != nil {
+		t.Fatal(err)
+	}
+	// Delivery 1's body is where it was, not zeroed: a ref with the right
+	// key would find it.
+	b, err := os.ReadFile(filepath.Join(path+".bodies", "00000001"))
+	if err != nil {
+		t.Fatalf("body file 1: %v; want it kept with delivery 1's body", err)
+	}
+	if !bytes.Contains(b, bigDelivery(1).Body) {
+		t.Fatalf("body file 1 no longer holds delivery 1's body: deleting delivery 0 zeroed it")
+	}
+	if _, err := db.Delete([]string{id(1)}); err != nil {
+		t.Fatal(err)
+	}
+	wantBodies(t, db, bigDelivery(2))
+}

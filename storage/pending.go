@@ -138,7 +138,7 @@ func (v *view) body(id []byte) ([]byte, error) {
 	}
 	if v.bodyRefs != nil {
 		if rv := v.bodyRefs.Get(id); rv != nil {
-			r, err := decodeBodyRef(rv)
+			r, err := decodeBodyRef(id, rv)
 			if err != nil {
 				return nil, newRecordError(bucketBodyRefs, id, rv, "the body", err)
 			}
