@@ -595,14 +595,23 @@ func dropBodyRef(tx *bolt.Tx, id []byte, zero *[]bodyRef) error {
 // tidyBodyFiles overwrites with zeros the bodies deleted (Delete,
 // DeleteMatching) that are in files kept, removes the body files that no
 // delivery in bbolt has a body in, but the one being filled, and then
-// their counts. It is done
-// again after the next removal when it fails (a full disk): a file whose
-// count is 0 is never read.
+// their counts. While a read is under way, whose snapshot of bbolt may
+// still refer to them, it is owed: the read that ends with none under
+// way does it (viewUnsafe). It is done again after the next removal when
+// it fails (a full disk): a file whose count is 0 is never read.
 func (db *DB) tidyBodyFiles() {
-	if !db.bodyReads.TryLock() {
-		return // a read is under way: the next removal or Open tidies
+	// Owed before the try: a read that holds the lock now sees it when it
+	// ends.
+	db.tidyOwed.Store(true)
+	for db.tidyOwed.Load() && db.bodyReads.TryLock() {
+		db.tidyOwed.Store(false)
+		db.tidyLocked()
+		db.bodyReads.Unlock()
 	}
-	defer db.bodyReads.Unlock()
+}
+
+// tidyLocked is tidyBodyFiles with db.bodyReads held.
+func (db *DB) tidyLocked() {
 	db.bodies.zeroDeleted()
 	var empty []uint32
 	_ = db.safely(func() error {

@@ -550,3 +550,41 @@ func TestBodyFiles_RefUnderAnotherKey(t *testing.T) {
 	}
 	wantBodies(t, db, bigDelivery(2))
 }
+
+// TestBodyFiles_TidiedWhenTheReadEnds: deletes while a read is under way
+// leave their tidying to the end of the reads: once the last read ends,
+// the file none of whose bodies is kept is gone and the deleted body in
+// the file kept is zeros, without waiting for another delete or a start.
+func TestBodyFiles_TidiedWhenTheReadEnds(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	db := MustOpenPath(t, path, storage.Config{MaxDeliveries: -1, MaxAge: -1})
+	defer db.Close()
+	db.SetBodyFileMax(bodyFixtureLen)
+	mustPut(t, db, bigDelivery(0)) // file 1
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, db, bigDelivery(1), bigDelivery(2)) // file 2, one batch
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	release := db.HoldReads()
+	if _, err := db.Delete([]string{id(0), id(1)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := bodyFiles(t, path); len(got) != 2 {
+		t.Fatalf("body files %q while a read is under way, want both kept", got)
+	}
+	release()
+	wantBodies(t, db, bigDelivery(2)) // a read, which ends with none under way
+	if got := bodyFiles(t, path); !slices.Equal(got, []string{"00000002"}) {
+		t.Fatalf("body files %q once the reads ended, want the emptied one removed", got)
+	}
+	b, err := os.ReadFile(filepath.Join(path+".bodies", "00000002"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) != 16+2*bodyFixtureLen || !bytes.Equal(b[16:16+bodyFixtureLen], make([]byte, bodyFixtureLen)) {
+		t.Fatalf("body file 2 of %d bytes: the deleted body is not zeros once the reads ended", len(b))
+	}
+}

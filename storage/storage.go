@@ -153,9 +153,11 @@ type DB struct {
 	// and a deleted body zeroed, only while no view is under way, whose
 	// snapshot of bbolt may still refer to them.
 	bodyReads sync.RWMutex
-	group     group        // see group.go
-	puts      atomic.Int64 // deliveries created since Open, to schedule pruning
-	pruneMu   sync.Mutex
+	// tidyOwed: tidyBodyFiles is to be done once no read is under way.
+	tidyOwed atomic.Bool
+	group    group        // see group.go
+	puts     atomic.Int64 // deliveries created since Open, to schedule pruning
+	pruneMu  sync.Mutex
 
 	readOnly bool
 	noSpace  func() error // see Config.NoSpace
