@@ -150,6 +150,12 @@ type bodyFiles struct {
 	// buf is the buffer of the last batch of bodies, reused by the next
 	// (applies are one at a time: bbolt has one writer).
 	buf []byte
+	// unsynced: the files written since the last sync that are no longer
+	// the one being filled; newFile: a file was started since (its
+	// directory is to be synced).
+	unsynced []uint32
+	newFile  bool
+	synced   func(path string) // nil; tests hear what sync fsyncs
 }
 
 // keptBuf bounds the buffer kept between batches.
@@ -362,8 +368,9 @@ func (bf *bodyFiles) startFile() error {
 	}
 	if bf.f != nil {
 		_ = bf.f.Close()
+		bf.unsynced = append(bf.unsynced, bf.active)
 	}
-	bf.active, bf.f, bf.end = n, f, bodyFileHeaderLen
+	bf.active, bf.f, bf.end, bf.newFile = n, f, bodyFileHeaderLen, true
 	return nil
 }
 
@@ -533,14 +540,52 @@ func (bf *bodyFiles) highest() uint32 {
 	return bf.active
 }
 
-// sync makes the file being filled durable.
+// sync makes the bodies written durable, before bbolt's refs to them
+// are (Close): the file being filled, those it took over from since the
+// last sync, and the directory when a file was started.
 func (bf *bodyFiles) sync() error {
 	bf.mu.Lock()
 	defer bf.mu.Unlock()
-	if bf.f == nil {
-		return nil
+	for len(bf.unsynced) > 0 {
+		if err := bf.syncPath(bf.path(bf.unsynced[0])); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err // removed meanwhile: none of its bodies is kept
+		}
+		bf.unsynced = bf.unsynced[1:]
 	}
-	return bf.f.Sync()
+	if bf.f != nil {
+		if err := bf.f.Sync(); err != nil {
+			return fmt.Errorf("storage: sync body file %s: %w", bf.path(bf.active), err)
+		}
+		bf.note(bf.path(bf.active))
+	}
+	if bf.newFile {
+		if err := bf.syncPath(bf.dir); err != nil {
+			return err
+		}
+		bf.newFile = false
+	}
+	return nil
+}
+
+// syncPath fsyncs the file or directory at path; bf.mu is held.
+func (bf *bodyFiles) syncPath(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("storage: sync %s: %w", path, err)
+	}
+	err = f.Sync()
+	_ = f.Close()
+	if err != nil {
+		return fmt.Errorf("storage: sync %s: %w", path, err)
+	}
+	bf.note(path)
+	return nil
+}
+
+func (bf *bodyFiles) note(path string) {
+	if bf.synced != nil {
+		bf.synced(path)
+	}
 }
 
 func (bf *bodyFiles) close() error {

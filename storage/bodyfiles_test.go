@@ -588,3 +588,30 @@ func TestBodyFiles_TidiedWhenTheReadEnds(t *testing.T) {
 		t.Fatalf("body file 2 of %d bytes: the deleted body is not zeros once the reads ended", len(b))
 	}
 }
+
+// TestBodyFiles_CloseSyncsEveryFileWritten: Close fsyncs bbolt, whose
+// refs then survive a power loss, and removes the journal: every body
+// file written since the last sync must be durable first, the ones the
+// file being filled took over from included, and the directory that
+// names the files started.
+func TestBodyFiles_CloseSyncsEveryFileWritten(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	db := MustOpenPath(t, path, storage.Config{MaxDeliveries: -1, MaxAge: -1})
+	db.SetBodyFileMax(bodyFixtureLen)
+	var synced []string
+	db.OnBodySync(func(p string) { synced = append(synced, p) })
+	for i := range 3 {
+		mustPut(t, db, bigDelivery(i)) // a file each
+		if err := db.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"00000001", "00000002", "00000003", ""} {
+		if p := filepath.Join(path+".bodies", want); !slices.Contains(synced, p) {
+			t.Errorf("Close fsynced %q, not %s", synced, p)
+		}
+	}
+}
