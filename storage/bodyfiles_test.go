@@ -615,3 +615,29 @@ func TestBodyFiles_CloseSyncsEveryFileWritten(t *testing.T) {
 		}
 	}
 }
+
+// An Open that fails after opening the body file being filled (here: a
+// journal of a newer devhook) closes it.
+func TestBodyFiles_FailedOpenClosesTheFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "devhook.db")
+	db := MustOpenPath(t, path, storage.Config{MaxDeliveries: -1, MaxAge: -1})
+	mustPut(t, db, bigDelivery(0))
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	copyFixture(t, "journal-newer-version.journal0", dir, "devhook.db.journal0")
+	if db, err := storage.Open(path, storage.Config{MaxDeliveries: -1, MaxAge: -1}); err == nil {
+		db.Close()
+		t.Fatal("Open with a newer devhook's journal succeeded")
+	}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	for _, fd := range fds {
+		if target, _ := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); strings.HasPrefix(target, path+".bodies") {
+			t.Fatalf("fd %s still open on %s after the Open failed", fd.Name(), target)
+		}
+	}
+}

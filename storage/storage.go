@@ -288,6 +288,12 @@ func Open(path string, cfg Config) (*DB, error) {
 		_ = b.Close()
 		return nil, err
 	}
+	opened := false
+	defer func() {
+		if !opened {
+			_ = db.bodies.close() // the file being filled, opened above
+		}
+	}()
 	switch {
 	case cfg.bodyFileMin > 0:
 		db.bodies.min = cfg.bodyFileMin
@@ -300,6 +306,7 @@ func Open(path string, cfg Config) (*DB, error) {
 			return nil, err
 		}
 		close(db.journal.done)
+		opened = true
 		return db, nil
 	}
 	if err := db.replayJournal(); err != nil {
@@ -323,6 +330,7 @@ func Open(path string, cfg Config) (*DB, error) {
 	}
 	db.tidyBodyFiles()
 	go db.runJournal()
+	opened = true
 	return db, nil
 }
 
