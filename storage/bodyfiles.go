@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"io/fs"
 	"os"
@@ -54,12 +55,17 @@ const (
 	bodyFileHeaderLen = 16 // magic, version (uint32), 4 bytes reserved (0)
 
 	bucketBodyRefs  = "bodyrefs"  // delivery id → bodyRef
-	bucketBodyFiles = "bodyfiles" // file number (uint32) → its bodies in bbolt (uint64)
+	bucketBodyFiles = "bodyfiles" // file number (uint32) → bodyFileState
 
-	// kindBodyRef is the CRC-32C of "B": see valueKind.
+	// kindBodyRef is the CRC-32C of "B": see valueKind. A ref's checksum
+	// starts from it updated with its delivery's id (refKind).
 	kindBodyRef   valueKind = 0xf23d3e1a
 	formatBodyRef           = 1
 	bodyRefLen              = 1 + 4 + 8 + 4 + crcLen
+
+	// kindBodyFile is the CRC-32C of "F".
+	kindBodyFile   valueKind = 0x35a7a905
+	formatBodyFile           = 1
 )
 
 // bodyRef is where a body is: its file, its offset in it, its length.
@@ -69,17 +75,30 @@ type bodyRef struct {
 	n    uint32
 }
 
-func appendBodyRef(b []byte, r bodyRef) []byte {
+// refKind is the kind of the ref of delivery id: its checksum covers the
+// id, so that a ref found under another delivery's key (a damaged page)
+// fails its check, rather than have that delivery's delete zero, and
+// count out of its file, a body another delivery keeps.
+func refKind(id []byte) valueKind {
+	return valueKind(crc32.Update(uint32(kindBodyRef), crcTable(), id))
+}
+
+// appendBodyRef appends the value of r, the ref of delivery id.
+func appendBodyRef(b []byte, id []byte, r bodyRef) []byte {
 	start := len(b)
 	b = append(b, checkedFormat|formatBodyRef)
 	b = binary.BigEndian.AppendUint32(b, r.file)
 	b = binary.BigEndian.AppendUint64(b, uint64(r.off))
 	b = binary.BigEndian.AppendUint32(b, r.n)
-	return seal(b, start, kindBodyRef)
+	return seal(b, start, refKind(id))
 }
 
-func decodeBodyRef(v []byte) (bodyRef, error) {
-	p, _, err := openValue(v, kindBodyRef, formatBodyRef)
+// decodeBodyRef decodes v, the ref of delivery id.
+func decodeBodyRef(id, v []byte) (bodyRef, error) {
+	p, checked, err := openValue(v, refKind(id), formatBodyRef)
+	if err == nil && !checked {
+		err = whyFormat
+	}
 	if err != nil {
 		return bodyRef{}, err
 	}
@@ -100,6 +119,8 @@ var (
 	whyBodyFileMissing = errRecordDamaged("its body file is missing")
 	whyBodyFileCut     = errRecordDamaged("its body file is cut short before its end")
 	whyBodyFileForeign = errRecordDamaged("its body file is no devhook body file")
+	// whyBodyFileCount: what the store records of the file is damaged.
+	whyBodyFileCount = errRecordDamaged("the count of its body file's bodies is damaged")
 )
 
 // errNewerBodyFile: a body file of a version above this devhook's.
@@ -129,6 +150,12 @@ type bodyFiles struct {
 	// buf is the buffer of the last batch of bodies, reused by the next
 	// (applies are one at a time: bbolt has one writer).
 	buf []byte
+	// unsynced: the files written since the last sync that are no longer
+	// the one being filled; newFile: a file was started since (its
+	// directory is to be synced).
+	unsynced []uint32
+	newFile  bool
+	synced   func(path string) // nil; tests hear what sync fsyncs
 }
 
 // keptBuf bounds the buffer kept between batches.
@@ -164,12 +191,14 @@ func openBodyFiles(dbPath string, readOnly bool, recorded map[uint32]bodyFileSta
 		return nil, fmt.Errorf("storage: open body file %s: %w", path, err)
 	}
 	why := checkBodyHeader(f)
-	if st := recorded[bf.active]; why == nil && fi.Size() < st.end {
+	if st := recorded[bf.active]; why == nil && st.damaged {
+		why = whyBodyFileCount
+	} else if why == nil && fi.Size() < st.end {
 		why = whyBodyFileCut
 	}
 	if why != nil {
 		_ = f.Close()
-		if st := recorded[bf.active]; st.bodies > 0 {
+		if st := recorded[bf.active]; st.bodies > 0 || st.damaged {
 			logf("storage: body file %s %s; it is kept as it is, and new bodies go to a new file", path, fileProblem(why))
 		}
 		return bf, nil
@@ -191,29 +220,50 @@ func fileProblem(why error) string {
 		return "is shorter than the bodies the store records in it"
 	case errors.Is(why, whyBodyFileForeign):
 		return "is no devhook body file"
+	case errors.Is(why, whyBodyFileCount):
+		return "has its count of bodies damaged in the store"
 	}
 	return "cannot be read (" + why.Error() + ")"
 }
 
 // bodyFileState is what bbolt records of a body file: how many of its
-// bodies it has, and the end of the last.
+// bodies it has, and the end of the last. Its value has a checksum, as a
+// body's ref does: a count that read 0 by damage would remove the file
+// with the bodies still in it. damaged: the value fails its checks (or is
+// a newer devhook's); the file is then never removed (but by deleteAll,
+// when no body is left anywhere) nor filled on, and its count is left as
+// it is.
 type bodyFileState struct {
-	bodies uint64
-	end    int64
+	bodies  uint64
+	end     int64
+	damaged bool
 }
 
-func decodeBodyFileState(v []byte) (bodyFileState, bool) {
-	if len(v) != 16 {
+// decodeBodyFileState decodes the value v of a file in bucketBodyFiles;
+// present says whether there is one.
+func decodeBodyFileState(v []byte) (st bodyFileState, present bool) {
+	if v == nil {
 		return bodyFileState{}, false
 	}
-	return bodyFileState{bodies: binary.BigEndian.Uint64(v), end: int64(binary.BigEndian.Uint64(v[8:]))}, true
+	p, checked, err := openValue(v, kindBodyFile, formatBodyFile)
+	if err != nil || !checked || len(p) != 16 || int64(binary.BigEndian.Uint64(p[8:])) < 0 {
+		return bodyFileState{damaged: true}, true
+	}
+	return bodyFileState{bodies: binary.BigEndian.Uint64(p), end: int64(binary.BigEndian.Uint64(p[8:]))}, true
 }
 
 func (st bodyFileState) append(b []byte) []byte {
-	return binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(b, st.bodies), uint64(st.end))
+	start := len(b)
+	b = append(b, checkedFormat|formatBodyFile)
+	b = binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(b, st.bodies), uint64(st.end))
+	return seal(b, start, kindBodyFile)
 }
 
-// bodyFileStates reads what bbolt records of the body files.
+// removable says whether the file's bodies are all gone from bbolt.
+func (st bodyFileState) removable() bool { return !st.damaged && st.bodies == 0 }
+
+// bodyFileStates reads what bbolt records of the body files, damaged
+// values included.
 func bodyFileStates(tx *bolt.Tx) map[uint32]bodyFileState {
 	m := map[uint32]bodyFileState{}
 	if b := tx.Bucket([]byte(bucketBodyFiles)); b != nil {
@@ -318,8 +368,9 @@ func (bf *bodyFiles) startFile() error {
 	}
 	if bf.f != nil {
 		_ = bf.f.Close()
+		bf.unsynced = append(bf.unsynced, bf.active)
 	}
-	bf.active, bf.f, bf.end = n, f, bodyFileHeaderLen
+	bf.active, bf.f, bf.end, bf.newFile = n, f, bodyFileHeaderLen, true
 	return nil
 }
 
@@ -489,14 +540,52 @@ func (bf *bodyFiles) highest() uint32 {
 	return bf.active
 }
 
-// sync makes the file being filled durable.
+// sync makes the bodies written durable, before bbolt's refs to them
+// are (Close): the file being filled, those it took over from since the
+// last sync, and the directory when a file was started.
 func (bf *bodyFiles) sync() error {
 	bf.mu.Lock()
 	defer bf.mu.Unlock()
-	if bf.f == nil {
-		return nil
+	for len(bf.unsynced) > 0 {
+		if err := bf.syncPath(bf.path(bf.unsynced[0])); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err // removed meanwhile: none of its bodies is kept
+		}
+		bf.unsynced = bf.unsynced[1:]
 	}
-	return bf.f.Sync()
+	if bf.f != nil {
+		if err := bf.f.Sync(); err != nil {
+			return fmt.Errorf("storage: sync body file %s: %w", bf.path(bf.active), err)
+		}
+		bf.note(bf.path(bf.active))
+	}
+	if bf.newFile {
+		if err := bf.syncPath(bf.dir); err != nil {
+			return err
+		}
+		bf.newFile = false
+	}
+	return nil
+}
+
+// syncPath fsyncs the file or directory at path; bf.mu is held.
+func (bf *bodyFiles) syncPath(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("storage: sync %s: %w", path, err)
+	}
+	err = f.Sync()
+	_ = f.Close()
+	if err != nil {
+		return fmt.Errorf("storage: sync %s: %w", path, err)
+	}
+	bf.note(path)
+	return nil
+}
+
+func (bf *bodyFiles) note(path string) {
+	if bf.synced != nil {
+		bf.synced(path)
+	}
 }
 
 func (bf *bodyFiles) close() error {
@@ -511,10 +600,14 @@ func (bf *bodyFiles) close() error {
 }
 
 // addBodyCount adds n (which may be negative) to the count of bodies of
-// file in bbolt, and records that its bodies end at end, at least.
+// file in bbolt, and records that its bodies end at end, at least. A
+// damaged count is left as it is: the file is kept.
 func addBodyCount(tx *bolt.Tx, file uint32, n int64, end int64) error {
 	b := tx.Bucket([]byte(bucketBodyFiles))
 	st, _ := decodeBodyFileState(b.Get(fileKey(file)))
+	if st.damaged {
+		return nil
+	}
 	st.bodies = uint64(max(int64(st.bodies)+n, 0))
 	st.end = max(st.end, end)
 	return b.Put(fileKey(file), st.append(nil))
@@ -533,7 +626,7 @@ func dropBodyRef(tx *bolt.Tx, id []byte, zero *[]bodyRef) error {
 	if v == nil {
 		return nil
 	}
-	if r, err := decodeBodyRef(v); err == nil {
+	if r, err := decodeBodyRef(id, v); err == nil {
 		if err := addBodyCount(tx, r.file, -1, 0); err != nil {
 			return err
 		}
@@ -547,20 +640,29 @@ func dropBodyRef(tx *bolt.Tx, id []byte, zero *[]bodyRef) error {
 // tidyBodyFiles overwrites with zeros the bodies deleted (Delete,
 // DeleteMatching) that are in files kept, removes the body files that no
 // delivery in bbolt has a body in, but the one being filled, and then
-// their counts. It is done
-// again after the next removal when it fails (a full disk): a file whose
-// count is 0 is never read.
+// their counts. While a read is under way, whose snapshot of bbolt may
+// still refer to them, it is owed: the read that ends with none under
+// way does it (viewUnsafe). It is done again after the next removal when
+// it fails (a full disk): a file whose count is 0 is never read.
 func (db *DB) tidyBodyFiles() {
-	if !db.bodyReads.TryLock() {
-		return // a read is under way: the next removal or Open tidies
+	// Owed before the try: a read that holds the lock now sees it when it
+	// ends.
+	db.tidyOwed.Store(true)
+	for db.tidyOwed.Load() && db.bodyReads.TryLock() {
+		db.tidyOwed.Store(false)
+		db.tidyLocked()
+		db.bodyReads.Unlock()
 	}
-	defer db.bodyReads.Unlock()
+}
+
+// tidyLocked is tidyBodyFiles with db.bodyReads held.
+func (db *DB) tidyLocked() {
 	db.bodies.zeroDeleted()
 	var empty []uint32
 	_ = db.safely(func() error {
 		return db.bolt.View(func(tx *bolt.Tx) error {
 			for n, st := range bodyFileStates(tx) {
-				if st.bodies == 0 {
+				if st.removable() {
 					empty = append(empty, n)
 				}
 			}
@@ -583,7 +685,7 @@ func (db *DB) tidyBodyFiles() {
 			for _, n := range removed {
 				// Kept while it is the highest: the next file is numbered
 				// after it.
-				if st, ok := decodeBodyFileState(b.Get(fileKey(n))); ok && st.bodies == 0 && n != db.bodies.highest() {
+				if st, ok := decodeBodyFileState(b.Get(fileKey(n))); ok && st.removable() && n != db.bodies.highest() {
 					if err := b.Delete(fileKey(n)); err != nil {
 						return err
 					}

@@ -269,7 +269,7 @@ func TestBodyFiles_FileLeftBehindIsRemovedAtOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := bdb.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket([]byte("bodyfiles")).Put([]byte{0, 0, 0, 1}, make([]byte, 16))
+		return tx.Bucket([]byte("bodyfiles")).Put([]byte{0, 0, 0, 1}, storage.BodyFileValue(0, int64(len(kept))))
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -441,5 +441,203 @@ func TestBodyFiles_Damaged(t *testing.T) {
 				t.Errorf("the damaged body file was changed: evidence is kept as it is")
 			}
 		})
+	}
+}
+
+// A damaged count of a body file's bodies (one bit flipped in its value
+// in bucket bodyfiles, here the one that made 2 read 0 before the value
+// had a checksum) never removes the file: the bodies of the deliveries
+// still there read back, after a start and after a delete of another.
+func TestBodyFiles_DamagedCountKeepsTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	cfg := storage.Config{MaxDeliveries: -1, MaxAge: -1, Logf: t.Logf}
+	db := MustOpenPath(t, path, cfg)
+	db.SetBodyFileMax(2 * bodyFixtureLen)
+	for i := range 3 { // 0 and 1 in file 1, 2 in file 2
+		mustPut(t, db, bigDelivery(i))
+		if err := db.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	bdb, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bdb.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("bodyfiles"))
+		v := bytes.Clone(b.Get([]byte{0, 0, 0, 1}))
+		v[7] ^= 0x02
+		return b.Put([]byte{0, 0, 0, 1}, v)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	bdb.Close()
+
+	db = MustOpenPath(t, path, cfg)
+	wantBodies(t, db, bigDelivery(0), bigDelivery(1), bigDelivery(2))
+	if _, err := db.Delete([]string{id(0)}); err != nil {
+		t.Fatal(err)
+	}
+	wantBodies(t, db, bigDelivery(1), bigDelivery(2))
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db = MustOpenPath(t, path, cfg)
+	defer db.Close()
+	wantBodies(t, db, bigDelivery(1), bigDelivery(2))
+	if got := bodyFiles(t, path); !slices.Contains(got, "00000001") {
+		t.Fatalf("body files %q: the one whose count is damaged was removed", got)
+	}
+}
+
+// A body's place (its value in bucket bodyrefs) found under another
+// delivery's key, as a damaged page may show it, is that delivery's
+// damage: reading it fails saying so, and deleting it neither zeroes
+// the body that place holds nor counts it out of its file. Here
+// deliveries 0 and 1 have each other's.
+func TestBodyFiles_RefUnderAnotherKey(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	cfg := storage.Config{MaxDeliveries: -1, MaxAge: -1, Logf: t.Logf}
+	db := MustOpenPath(t, path, cfg)
+	db.SetBodyFileMax(2 * bodyFixtureLen)
+	for i := range 3 { // 0 and 1 in file 1, 2 in file 2
+		mustPut(t, db, bigDelivery(i))
+		if err := db.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	bdb, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := bdb.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("bodyrefs"))
+		v0, v1 := bytes.Clone(b.Get([]byte(id(0)))), bytes.Clone(b.Get([]byte(id(1))))
+		if err := b.Put([]byte(id(0)), v1); err != nil {
+			return err
+		}
+		return b.Put([]byte(id(1)), v0)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	bdb.Close()
+
+	db = MustOpenPath(t, path, cfg)
+	defer db.Close()
+	if _, err := db.Delivery(id(0)); !errors.Is(err, storage.ErrDamaged) {
+		t.Fatalf("Delivery(0) with delivery 1's place: %v, want ErrDamaged", err)
+	}
+	if _, err := db.Delete([]string{id(0)}); err != nil {
+		t.Fatal(err)
+	}
+	// Delivery 1's body is where it was, not zeroed: a ref with the right
+	// key would find it.
+	b, err := os.ReadFile(filepath.Join(path+".bodies", "00000001"))
+	if err != nil {
+		t.Fatalf("body file 1: %v; want it kept with delivery 1's body", err)
+	}
+	if !bytes.Contains(b, bigDelivery(1).Body) {
+		t.Fatalf("body file 1 no longer holds delivery 1's body: deleting delivery 0 zeroed it")
+	}
+	if _, err := db.Delete([]string{id(1)}); err != nil {
+		t.Fatal(err)
+	}
+	wantBodies(t, db, bigDelivery(2))
+}
+
+// TestBodyFiles_TidiedWhenTheReadEnds: deletes while a read is under way
+// leave their tidying to the end of the reads: once the last read ends,
+// the file none of whose bodies is kept is gone and the deleted body in
+// the file kept is zeros, without waiting for another delete or a start.
+func TestBodyFiles_TidiedWhenTheReadEnds(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	db := MustOpenPath(t, path, storage.Config{MaxDeliveries: -1, MaxAge: -1})
+	defer db.Close()
+	db.SetBodyFileMax(bodyFixtureLen)
+	mustPut(t, db, bigDelivery(0)) // file 1
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	mustPut(t, db, bigDelivery(1), bigDelivery(2)) // file 2, one batch
+	if err := db.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	release := db.HoldReads()
+	if _, err := db.Delete([]string{id(0), id(1)}); err != nil {
+		t.Fatal(err)
+	}
+	if got := bodyFiles(t, path); len(got) != 2 {
+		t.Fatalf("body files %q while a read is under way, want both kept", got)
+	}
+	release()
+	wantBodies(t, db, bigDelivery(2)) // a read, which ends with none under way
+	if got := bodyFiles(t, path); !slices.Equal(got, []string{"00000002"}) {
+		t.Fatalf("body files %q once the reads ended, want the emptied one removed", got)
+	}
+	b, err := os.ReadFile(filepath.Join(path+".bodies", "00000002"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) != 16+2*bodyFixtureLen || !bytes.Equal(b[16:16+bodyFixtureLen], make([]byte, bodyFixtureLen)) {
+		t.Fatalf("body file 2 of %d bytes: the deleted body is not zeros once the reads ended", len(b))
+	}
+}
+
+// TestBodyFiles_CloseSyncsEveryFileWritten: Close fsyncs bbolt, whose
+// refs then survive a power loss, and removes the journal: every body
+// file written since the last sync must be durable first, the ones the
+// file being filled took over from included, and the directory that
+// names the files started.
+func TestBodyFiles_CloseSyncsEveryFileWritten(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	db := MustOpenPath(t, path, storage.Config{MaxDeliveries: -1, MaxAge: -1})
+	db.SetBodyFileMax(bodyFixtureLen)
+	var synced []string
+	db.OnBodySync(func(p string) { synced = append(synced, p) })
+	for i := range 3 {
+		mustPut(t, db, bigDelivery(i)) // a file each
+		if err := db.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"00000001", "00000002", "00000003", ""} {
+		if p := filepath.Join(path+".bodies", want); !slices.Contains(synced, p) {
+			t.Errorf("Close fsynced %q, not %s", synced, p)
+		}
+	}
+}
+
+// An Open that fails after opening the body file being filled (here: a
+// journal of a newer devhook) closes it.
+func TestBodyFiles_FailedOpenClosesTheFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "devhook.db")
+	db := MustOpenPath(t, path, storage.Config{MaxDeliveries: -1, MaxAge: -1})
+	mustPut(t, db, bigDelivery(0))
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	copyFixture(t, "journal-newer-version.journal0", dir, "devhook.db.journal0")
+	if db, err := storage.Open(path, storage.Config{MaxDeliveries: -1, MaxAge: -1}); err == nil {
+		db.Close()
+		t.Fatal("Open with a newer devhook's journal succeeded")
+	}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("no /proc/self/fd: %v", err)
+	}
+	for _, fd := range fds {
+		if target, _ := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); strings.HasPrefix(target, path+".bodies") {
+			t.Fatalf("fd %s still open on %s after the Open failed", fd.Name(), target)
+		}
 	}
 }

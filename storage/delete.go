@@ -350,7 +350,7 @@ func (db *DB) deleteAll() ([]string, error) {
 			// No body file has a body in bbolt any more.
 			files := tx.Bucket([]byte(bucketBodyFiles))
 			for n, st := range bodyFileStates(tx) {
-				st.bodies = 0
+				st.bodies, st.damaged = 0, false
 				if err := files.Put(fileKey(n), st.append(nil)); err != nil {
 					return err
 				}

@@ -323,3 +323,17 @@ func (db *DB) HoldReads() (release func()) {
 	db.bodyReads.RLock()
 	return db.bodyReads.RUnlock
 }
+
+// BodyFileValue is the value, in bucket bodyfiles, of a body file holding
+// bodies bodies that end at end.
+func BodyFileValue(bodies uint64, end int64) []byte {
+	return bodyFileState{bodies: bodies, end: end}.append(nil)
+}
+
+// OnBodySync has fn called with the path of each body file, and of their
+// directory, that Close fsyncs: a test cannot cut the power.
+func (db *DB) OnBodySync(fn func(path string)) {
+	db.bodies.mu.Lock()
+	db.bodies.synced = fn
+	db.bodies.mu.Unlock()
+}

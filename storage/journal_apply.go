@@ -258,7 +258,7 @@ func (a *applyTx) putBody(id, body []byte) error {
 	a.bodyBuf = append(a.bodyBuf, body...)
 	a.bodyCount++
 	start := len(a.arena)
-	a.arena = appendBodyRef(a.arena, ref)
+	a.arena = appendBodyRef(a.arena, id, ref)
 	return a.bodyRefs.Put(id, a.arena[start:len(a.arena):len(a.arena)])
 }
 

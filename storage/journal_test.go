@@ -36,6 +36,10 @@ func TestMain(m *testing.M) {
 		deleteChild(path)
 		return
 	}
+	if env := os.Getenv(bodyKillChildEnv); env != "" {
+		bodyKillChild(env)
+		return
+	}
 	os.Exit(m.Run())
 }
 

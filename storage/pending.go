@@ -37,7 +37,12 @@ func (db *DB) view(fn func(v *view) error) error {
 
 func (db *DB) viewUnsafe(fn func(v *view) error) error {
 	db.bodyReads.RLock()
-	defer db.bodyReads.RUnlock()
+	defer func() {
+		db.bodyReads.RUnlock()
+		if db.tidyOwed.Load() {
+			db.tidyBodyFiles() // owed by a delete or retention during the read
+		}
+	}()
 	j := db.journal
 	j.mu.Lock()
 	pending := j.pending
@@ -138,7 +143,7 @@ func (v *view) body(id []byte) ([]byte, error) {
 	}
 	if v.bodyRefs != nil {
 		if rv := v.bodyRefs.Get(id); rv != nil {
-			r, err := decodeBodyRef(rv)
+			r, err := decodeBodyRef(id, rv)
 			if err != nil {
 				return nil, newRecordError(bucketBodyRefs, id, rv, "the body", err)
 			}

@@ -153,9 +153,11 @@ type DB struct {
 	// and a deleted body zeroed, only while no view is under way, whose
 	// snapshot of bbolt may still refer to them.
 	bodyReads sync.RWMutex
-	group     group        // see group.go
-	puts      atomic.Int64 // deliveries created since Open, to schedule pruning
-	pruneMu   sync.Mutex
+	// tidyOwed: tidyBodyFiles is to be done once no read is under way.
+	tidyOwed atomic.Bool
+	group    group        // see group.go
+	puts     atomic.Int64 // deliveries created since Open, to schedule pruning
+	pruneMu  sync.Mutex
 
 	readOnly bool
 	noSpace  func() error // see Config.NoSpace
@@ -286,6 +288,12 @@ func Open(path string, cfg Config) (*DB, error) {
 		_ = b.Close()
 		return nil, err
 	}
+	opened := false
+	defer func() {
+		if !opened {
+			_ = db.bodies.close() // the file being filled, opened above
+		}
+	}()
 	switch {
 	case cfg.bodyFileMin > 0:
 		db.bodies.min = cfg.bodyFileMin
@@ -298,6 +306,7 @@ func Open(path string, cfg Config) (*DB, error) {
 			return nil, err
 		}
 		close(db.journal.done)
+		opened = true
 		return db, nil
 	}
 	if err := db.replayJournal(); err != nil {
@@ -321,6 +330,7 @@ func Open(path string, cfg Config) (*DB, error) {
 	}
 	db.tidyBodyFiles()
 	go db.runJournal()
+	opened = true
 	return db, nil
 }
 
