@@ -102,6 +102,33 @@ var (
 	whyBodyFileForeign = errRecordDamaged("its body file is no devhook body file")
 )
 
+// whyBodyInFile: a body read from its body file whose bytes there fail
+// the checksum its delivery's record holds.
+const whyBodyInFile = errRecordDamaged("its bytes in its body file do not match its checksum")
+
+// bodyFileDamage is why a body in a body file could not be read whole,
+// with the file's path: the file is at fault, not the store's, and what
+// to do is about the file (copy it along, or keep it as evidence).
+type bodyFileDamage struct {
+	path string
+	why  errRecordDamaged
+}
+
+func (e bodyFileDamage) Error() string {
+	return fmt.Sprintf("is damaged (%s: %s)", string(e.why), e.path)
+}
+func (e bodyFileDamage) Unwrap() error { return e.why }
+
+// inBodyFile is err, of reading a body of the body file path, with the
+// file named when it is damage.
+func inBodyFile(path string, err error) error {
+	var why errRecordDamaged
+	if errors.As(err, &why) {
+		return bodyFileDamage{path: path, why: why}
+	}
+	return err
+}
+
 // errNewerBodyFile: a body file of a version above this devhook's.
 type errNewerBodyFile struct{ version uint32 }
 

@@ -443,3 +443,49 @@ func TestBodyFiles_Damaged(t *testing.T) {
 		})
 	}
 }
+
+// TestBodyFiles_DamagedSaysWhichFile: a body its body file does not hold
+// whole is said with that file's path and what to do about it: a missing
+// file is the directory of body files not copied with the store, and a
+// damaged one is the file's fault, not the store's, which must not be
+// moved away for it.
+func TestBodyFiles_DamagedSaysWhichFile(t *testing.T) {
+	for _, c := range []struct {
+		fixture string // "": no body file
+		want    []string
+	}{
+		{fixture: "", want: []string{"is missing", "copied too", "devhook.db.bodies"}},
+		{fixture: "bodies-truncated.body", want: []string{"cut short", "evidence", "deliveries delete " + id(fixtureDamaged)}},
+		{fixture: "bodies-damaged-middle.body", want: []string{"in its body file do not match its checksum", "evidence", "deliveries delete " + id(fixtureDamaged)}},
+	} {
+		t.Run(strings.TrimSuffix(c.fixture, ".body"), func(t *testing.T) {
+			dir := t.TempDir()
+			copyFixture(t, "db-bodyfiles.db", dir, "devhook.db")
+			path := filepath.Join(dir, "devhook.db")
+			if c.fixture != "" {
+				if err := os.Mkdir(path+".bodies", 0o700); err != nil {
+					t.Fatal(err)
+				}
+				copyFixture(t, c.fixture, path+".bodies", "00000001")
+			}
+			db, err := storage.Open(path, storage.Config{ReadOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			_, err = db.Delivery(id(fixtureDamaged))
+			if !errors.Is(err, storage.ErrDamaged) {
+				t.Fatalf("Delivery: %v, want ErrDamaged", err)
+			}
+			msg := err.Error()
+			for _, w := range append(c.want, filepath.Join(path+".bodies", "00000001")) {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not say %q", msg, w)
+				}
+			}
+			if strings.Contains(msg, "mv "+path) {
+				t.Errorf("error %q says to move the store away, which is not at fault", msg)
+			}
+		})
+	}
+}
