@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	bolt "go.etcd.io/bbolt"
@@ -173,6 +174,7 @@ func openBodyFiles(dbPath string, readOnly bool, recorded map[uint32]bodyFileSta
 	if err != nil || readOnly {
 		return bf, err
 	}
+	sayMissing(bf.dir, files, recorded, logf)
 	for n := range recorded {
 		bf.active = max(bf.active, n)
 	}
@@ -205,6 +207,27 @@ func openBodyFiles(dbPath string, readOnly bool, recorded map[uint32]bodyFileSta
 	// go after it, never over bytes on disk.
 	bf.f, bf.end = f, fi.Size()
 	return bf, nil
+}
+
+// sayMissing says, through logf, how many bodies the store records in
+// body files that are not in dir (files): most often a store copied
+// without its directory of body files. Said at a writable open, once,
+// rather than only at each read of one of them.
+func sayMissing(dir string, files []uint32, recorded map[uint32]bodyFileState, logf func(string, ...any)) {
+	var bodies uint64
+	var missing []string
+	for n, st := range recorded {
+		if st.bodies > 0 && !slices.Contains(files, n) {
+			bodies += st.bodies
+			missing = append(missing, fmt.Sprintf("%08d", n))
+		}
+	}
+	if len(missing) == 0 {
+		return
+	}
+	slices.Sort(missing)
+	logf("storage: %d bodies of recorded deliveries are in body files missing from %s (%s): a copy of the store needs that directory copied with it (devhook stopped); meanwhile those deliveries cannot be shown, and the others are recorded as before",
+		bodies, dir, strings.Join(missing, ", "))
 }
 
 // fileProblem says what is wrong with a body file whose check failed with

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/devhook/devhook"
@@ -487,5 +488,43 @@ func TestBodyFiles_DamagedSaysWhichFile(t *testing.T) {
 				t.Errorf("error %q says to move the store away, which is not at fault", msg)
 			}
 		})
+	}
+}
+
+// TestBodyFiles_MissingSaidAtOpen: a store whose body files are missing
+// (copied without its .bodies directory) says so once when it is opened
+// to record, naming the directory, rather than only at each read of a
+// body it cannot find. A read-only open says nothing: its reads do.
+func TestBodyFiles_MissingSaidAtOpen(t *testing.T) {
+	dir := t.TempDir()
+	copyFixture(t, "db-bodyfiles.db", dir, "devhook.db")
+	path := filepath.Join(dir, "devhook.db")
+	var mu sync.Mutex
+	var said []string
+	logf := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		said = append(said, fmt.Sprintf(format, args...))
+	}
+	ro, err := storage.Open(path, storage.Config{ReadOnly: true, Logf: logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro.Close()
+	if len(said) != 0 {
+		t.Errorf("a read-only open said %q", said)
+	}
+	MustOpenPath(t, path, storage.Config{MaxDeliveries: -1, MaxAge: -1, Logf: logf})
+	mu.Lock()
+	defer mu.Unlock()
+	want := fmt.Sprintf("%d bodies of recorded deliveries are in body files missing from %s (00000001)", fixtureN, path+".bodies")
+	n := 0
+	for _, s := range said {
+		if strings.Contains(s, want) {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("said %q, want once %q", said, want)
 	}
 }
