@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	bolt "go.etcd.io/bbolt"
@@ -123,6 +124,33 @@ var (
 	whyBodyFileCount = errRecordDamaged("the count of its body file's bodies is damaged")
 )
 
+// whyBodyInFile: a body read from its body file whose bytes there fail
+// the checksum its delivery's record holds.
+const whyBodyInFile = errRecordDamaged("its bytes in its body file do not match its checksum")
+
+// bodyFileDamage is why a body in a body file could not be read whole,
+// with the file's path: the file is at fault, not the store's, and what
+// to do is about the file (copy it along, or keep it as evidence).
+type bodyFileDamage struct {
+	path string
+	why  errRecordDamaged
+}
+
+func (e bodyFileDamage) Error() string {
+	return fmt.Sprintf("is damaged (%s: %s)", string(e.why), e.path)
+}
+func (e bodyFileDamage) Unwrap() error { return e.why }
+
+// inBodyFile is err, of reading a body of the body file path, with the
+// file named when it is damage.
+func inBodyFile(path string, err error) error {
+	var why errRecordDamaged
+	if errors.As(err, &why) {
+		return bodyFileDamage{path: path, why: why}
+	}
+	return err
+}
+
 // errNewerBodyFile: a body file of a version above this devhook's.
 type errNewerBodyFile struct{ version uint32 }
 
@@ -173,6 +201,7 @@ func openBodyFiles(dbPath string, readOnly bool, recorded map[uint32]bodyFileSta
 	if err != nil || readOnly {
 		return bf, err
 	}
+	sayMissing(bf.dir, files, recorded, logf)
 	for n := range recorded {
 		bf.active = max(bf.active, n)
 	}
@@ -207,6 +236,27 @@ func openBodyFiles(dbPath string, readOnly bool, recorded map[uint32]bodyFileSta
 	// go after it, never over bytes on disk.
 	bf.f, bf.end = f, fi.Size()
 	return bf, nil
+}
+
+// sayMissing says, through logf, how many bodies the store records in
+// body files that are not in dir (files): most often a store copied
+// without its directory of body files. Said at a writable open, once,
+// rather than only at each read of one of them.
+func sayMissing(dir string, files []uint32, recorded map[uint32]bodyFileState, logf func(string, ...any)) {
+	var bodies uint64
+	var missing []string
+	for n, st := range recorded {
+		if st.bodies > 0 && !slices.Contains(files, n) {
+			bodies += st.bodies
+			missing = append(missing, fmt.Sprintf("%08d", n))
+		}
+	}
+	if len(missing) == 0 {
+		return
+	}
+	slices.Sort(missing)
+	logf("storage: %d bodies of recorded deliveries are in body files missing from %s (%s): a copy of the store needs that directory copied with it (devhook stopped); meanwhile those deliveries cannot be shown, and the others are recorded as before",
+		bodies, dir, strings.Join(missing, ", "))
 }
 
 // fileProblem says what is wrong with a body file whose check failed with

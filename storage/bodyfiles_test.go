@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/devhook/devhook"
@@ -639,5 +640,89 @@ func TestBodyFiles_FailedOpenClosesTheFile(t *testing.T) {
 		if target, _ := os.Readlink(filepath.Join("/proc/self/fd", fd.Name())); strings.HasPrefix(target, path+".bodies") {
 			t.Fatalf("fd %s still open on %s after the Open failed", fd.Name(), target)
 		}
+	}
+}
+
+// TestBodyFiles_DamagedSaysWhichFile: a body its body file does not hold
+// whole is said with that file's path and what to do about it: a missing
+// file is the directory of body files not copied with the store, and a
+// damaged one is the file's fault, not the store's, which must not be
+// moved away for it.
+func TestBodyFiles_DamagedSaysWhichFile(t *testing.T) {
+	for _, c := range []struct {
+		fixture string // "": no body file
+		want    []string
+	}{
+		{fixture: "", want: []string{"is missing", "copied too", "devhook.db.bodies"}},
+		{fixture: "bodies-truncated.body", want: []string{"cut short", "evidence", "deliveries delete " + id(fixtureDamaged)}},
+		{fixture: "bodies-damaged-middle.body", want: []string{"in its body file do not match its checksum", "evidence", "deliveries delete " + id(fixtureDamaged)}},
+	} {
+		t.Run(strings.TrimSuffix(c.fixture, ".body"), func(t *testing.T) {
+			dir := t.TempDir()
+			copyFixture(t, "db-bodyfiles.db", dir, "devhook.db")
+			path := filepath.Join(dir, "devhook.db")
+			if c.fixture != "" {
+				if err := os.Mkdir(path+".bodies", 0o700); err != nil {
+					t.Fatal(err)
+				}
+				copyFixture(t, c.fixture, path+".bodies", "00000001")
+			}
+			db, err := storage.Open(path, storage.Config{ReadOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			_, err = db.Delivery(id(fixtureDamaged))
+			if !errors.Is(err, storage.ErrDamaged) {
+				t.Fatalf("Delivery: %v, want ErrDamaged", err)
+			}
+			msg := err.Error()
+			for _, w := range append(c.want, filepath.Join(path+".bodies", "00000001")) {
+				if !strings.Contains(msg, w) {
+					t.Errorf("error %q does not say %q", msg, w)
+				}
+			}
+			if strings.Contains(msg, "mv "+path) {
+				t.Errorf("error %q says to move the store away, which is not at fault", msg)
+			}
+		})
+	}
+}
+
+// TestBodyFiles_MissingSaidAtOpen: a store whose body files are missing
+// (copied without its .bodies directory) says so once when it is opened
+// to record, naming the directory, rather than only at each read of a
+// body it cannot find. A read-only open says nothing: its reads do.
+func TestBodyFiles_MissingSaidAtOpen(t *testing.T) {
+	dir := t.TempDir()
+	copyFixture(t, "db-bodyfiles.db", dir, "devhook.db")
+	path := filepath.Join(dir, "devhook.db")
+	var mu sync.Mutex
+	var said []string
+	logf := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		said = append(said, fmt.Sprintf(format, args...))
+	}
+	ro, err := storage.Open(path, storage.Config{ReadOnly: true, Logf: logf})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ro.Close()
+	if len(said) != 0 {
+		t.Errorf("a read-only open said %q", said)
+	}
+	MustOpenPath(t, path, storage.Config{MaxDeliveries: -1, MaxAge: -1, Logf: logf})
+	mu.Lock()
+	defer mu.Unlock()
+	want := fmt.Sprintf("%d bodies of recorded deliveries are in body files missing from %s (00000001)", fixtureN, path+".bodies")
+	n := 0
+	for _, s := range said {
+		if strings.Contains(s, want) {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("said %q, want once %q", said, want)
 	}
 }

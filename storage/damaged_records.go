@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"path/filepath"
 	"strconv"
 	"sync"
 
@@ -164,7 +165,24 @@ func (db *DB) recordReadError(re *recordError) error {
 	if errors.Is(re, ErrNewerRecord) {
 		return fmt.Errorf("storage: %s: %w", db.path, re)
 	}
+	var inFile bodyFileDamage
+	if errors.As(re, &inFile) {
+		return db.bodyFileDamaged(re, inFile)
+	}
 	return db.damagedValue(re)
+}
+
+// bodyFileDamaged is the error of Delivery for a body its body file does
+// not hold whole (re, inFile): the store's file is not at fault, and
+// moving it away would not help. A missing file is most often a store
+// copied without its directory of body files.
+func (db *DB) bodyFileDamaged(re *recordError, inFile bodyFileDamage) error {
+	if errors.Is(inFile, whyBodyFileMissing) {
+		return fmt.Errorf("storage: %s: %w; the other deliveries read as before. %s keeps its large bodies in the directory %s beside it: a copy of the store needs that directory copied too (with devhook stopped)",
+			db.path, re, filepath.Base(db.path), filepath.Base(db.bodies.dir))
+	}
+	return fmt.Errorf("storage: %s: %w; %s and the other deliveries read as before. To drop this delivery: devhook deliveries delete %s (copy the body file away first to keep it as evidence: the delete writes zeros over the body's bytes)",
+		db.path, re, filepath.Base(db.path), re.id())
 }
 
 // scanRecords reads every list row and delivery record in bbolt, notes

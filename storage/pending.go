@@ -149,7 +149,7 @@ func (v *view) body(id []byte) ([]byte, error) {
 			}
 			b, err := v.files.read(r)
 			if err != nil {
-				return nil, newRecordError(bucketBodyRefs, id, rv, "the body", err)
+				return nil, newRecordError(bucketBodyRefs, id, rv, "the body", inBodyFile(v.files.path(r.file), err))
 			}
 			return b, nil
 		}
@@ -158,6 +158,23 @@ func (v *view) body(id []byte) ([]byte, error) {
 		return e.body, nil
 	}
 	return nil, nil
+}
+
+// bodyFile returns the path of the body file the body of delivery id was
+// read from, "" when it is not in one.
+func (v *view) bodyFile(id []byte) string {
+	if v.bodyRefs == nil || v.bodies.Get(id) != nil {
+		return ""
+	}
+	rv := v.bodyRefs.Get(id)
+	if rv == nil {
+		return ""
+	}
+	r, err := decodeBodyRef(id, rv)
+	if err != nil {
+		return ""
+	}
+	return v.files.path(r.file)
 }
 
 // delivery returns delivery id with its body and attempts, copied out of
@@ -189,6 +206,9 @@ func (v *view) delivery(id string) (*devhook.Delivery, error) {
 	}
 	d.Body = append([]byte{}, body...)
 	if !sum.matches(d.Body) {
+		if file := v.bodyFile(key); file != "" {
+			return nil, newRecordError(bucketBodyRefs, key, d.Body, "the body", bodyFileDamage{path: file, why: whyBodyInFile})
+		}
 		return nil, newRecordError(bucketBodies, key, d.Body, "the body", whyChecksum)
 	}
 	if inBolt {

@@ -4,6 +4,7 @@ package main
 
 import (
 	"errors"
+	"os"
 
 	"golang.org/x/sys/unix"
 )
@@ -27,4 +28,64 @@ func brokenOutput() string {
 		}
 	}
 	return ""
+}
+
+// watchClosedOutputs reports on closed the name of the standard output or
+// error that is a pipe (or a socket) whose reader went, as soon as it goes,
+// rather than at the next write: `devhook listen --json | head -1` would
+// otherwise run on once head has exited, its shell waiting for it, until a
+// delivery's line met the closed pipe. Outputs that are no pipe nor socket
+// (a terminal, whose closing is SIGHUP; a file) are not watched. stop ends
+// the watch and waits for it.
+func watchClosedOutputs() (closed <-chan string, stop func()) {
+	var fds []unix.PollFd
+	var names []string
+	for _, o := range []struct {
+		fd   int
+		name string
+	}{{1, "standard output"}, {2, "standard error"}} {
+		var st unix.Stat_t
+		if unix.Fstat(o.fd, &st) != nil {
+			continue
+		}
+		if t := st.Mode & unix.S_IFMT; t == unix.S_IFIFO || t == unix.S_IFSOCK {
+			// No events asked: POLLERR (a pipe without readers) and
+			// POLLHUP (a socket shut down) come all the same.
+			fds = append(fds, unix.PollFd{Fd: int32(o.fd)})
+			names = append(names, o.name)
+		}
+	}
+	if len(fds) == 0 {
+		return nil, func() {}
+	}
+	wakeR, wakeW, err := os.Pipe()
+	if err != nil {
+		return nil, func() {} // writes still find a closed output
+	}
+	fds = append(fds, unix.PollFd{Fd: int32(wakeR.Fd()), Events: unix.POLLIN})
+	out := make(chan string, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			_, err := unix.Poll(fds, -1)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil || fds[len(fds)-1].Revents != 0 {
+				return // stopped, or poll cannot watch: writes still find it
+			}
+			for i, name := range names {
+				if fds[i].Revents&(unix.POLLERR|unix.POLLHUP) != 0 {
+					out <- name
+					return
+				}
+			}
+		}
+	}()
+	return out, func() {
+		_ = wakeW.Close()
+		<-done
+		_ = wakeR.Close()
+	}
 }

@@ -61,7 +61,6 @@ func TestListen_ClosedOutputStopsCleanly(t *testing.T) {
 			}
 			waitLine(t, lines, "/one", &stderr) // everything before it is out
 			stdout.Close()                      // the reader goes, as head does
-			post(t, pub+"/two", []byte(`{}`))   // its line meets the closed pipe
 			code := exitStatusOf(t, exited, &stderr)
 			if code != 141 {
 				t.Errorf("exit status %d, want 141; stderr:\n%s", code, stderr.String())
@@ -80,8 +79,53 @@ func TestListen_ClosedOutputStopsCleanly(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer db.Close()
-			if n, err := db.Count(); err != nil || n != 2 {
-				t.Errorf("%d deliveries recorded (%v), want 2", n, err)
+			if n, err := db.Count(); err != nil || n != 1 {
+				t.Errorf("%d deliveries recorded (%v), want 1", n, err)
+			}
+		})
+	}
+}
+
+// A closed output stops listen as soon as its reader goes, not at its next
+// line: `u=$(devhook listen --json | head -1)` returns once head has the
+// ready line, where the shell waited for a delivery to come.
+func TestListen_ClosedOutputStopsWithoutANextLine(t *testing.T) {
+	bin := devhookBinary(t)
+	for _, mode := range []string{"human", "json"} {
+		t.Run(mode, func(t *testing.T) {
+			data := t.TempDir()
+			args := []string{"listen", "--forward", "127.0.0.1:9", "--data", data, "--inspect", "off", "--relay-addr", "127.0.0.1:0"}
+			first := "recording"
+			if mode == "json" {
+				args, first = append(args, "--json"), `"event":"ready"`
+			}
+			cmd := exec.Command(bin, args...)
+			cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stderr syncBuffer
+			cmd.Stderr = &stderr
+			exited := startWaited(t, cmd)
+			lines := make(chan string, 64)
+			go func() {
+				defer close(lines)
+				sc := bufio.NewScanner(stdout)
+				for sc.Scan() {
+					lines <- sc.Text()
+				}
+			}()
+			waitLine(t, lines, first, &stderr)
+			stdout.Close() // head -1 exits; nothing more is sent
+			if code := exitStatusOf(t, exited, &stderr); code != 141 {
+				t.Errorf("exit status %d, want 141; stderr:\n%s", code, stderr.String())
+			}
+			if want := "devhook: stopped: standard output closed (broken pipe)\n"; !strings.HasSuffix(stderr.String(), want) {
+				t.Errorf("standard error does not end with %q:\n%s", want, stderr.String())
+			}
+			if _, err := os.Stat(running.Path(data)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("listen.json left behind (%v)", err)
 			}
 		})
 	}

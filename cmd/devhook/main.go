@@ -53,11 +53,13 @@ func watchSignals() (context.Context, func()) {
 		signal.Notify(sigs, syscall.SIGHUP)
 	}
 	signal.Notify(pipes, syscall.SIGPIPE)
-	return signalContext(context.Background(), signalWatch{Signals: sigs, Pipes: pipes, Broken: brokenOutput,
+	closed, stopClosed := watchClosedOutputs()
+	ctx, stop := signalContext(context.Background(), signalWatch{Signals: sigs, Pipes: pipes, Broken: brokenOutput, Closed: closed,
 		Quit: func(sig os.Signal) {
 			fmt.Fprintln(os.Stderr, "devhook: quitting now")
 			os.Exit(exitStatusFor(sig))
 		}})
+	return ctx, func() { stop(); stopClosed() }
 }
 
 // stopCause is what stopped the command: its context's cause, or a

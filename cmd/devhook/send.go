@@ -33,7 +33,11 @@ type sendOptions struct {
 	inspect  string
 	dataDir  string
 	stdout   io.Writer
+	stderr   io.Writer
 }
+
+// sendShown is how much of an answer's body send prints.
+const sendShown = 1 << 20
 
 func newSendCmd() *cobra.Command {
 	o := &sendOptions{}
@@ -49,7 +53,7 @@ by its inspector's address instead.`,
   devhook send http://localhost:8080/hook --secret whsec_demo --body payload.json`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			o.stdout = cmd.OutOrStdout()
+			o.stdout, o.stderr = cmd.OutOrStdout(), cmd.ErrOrStderr()
 			if len(args) == 1 {
 				o.url = args[0]
 			} else {
@@ -134,7 +138,9 @@ func (o *sendOptions) run(ctx context.Context) error {
 		return fmt.Errorf("send to %s: %w", o.url, err)
 	}
 	defer resp.Body.Close()
-	rb, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	rb, _ := io.ReadAll(io.LimitReader(resp.Body, sendShown+1))
+	more := len(rb) > sendShown
+	rb = rb[:min(len(rb), sendShown)]
 	fmt.Fprintf(o.stdout, "%s %s\n", resp.Proto, resp.Status)
 	keys := make([]string, 0, len(resp.Header))
 	for k := range resp.Header {
@@ -150,10 +156,24 @@ func (o *sendOptions) run(ctx context.Context) error {
 	if len(rb) > 0 && rb[len(rb)-1] != '\n' {
 		fmt.Fprintln(o.stdout)
 	}
+	o.sayCut(resp.Header, more)
 	if resp.StatusCode >= 300 {
 		return answeredError(resp.Status, resp.Header, rb)
 	}
 	return nil
+}
+
+// sayCut says on standard error that the body printed is not the whole
+// answer: devhook listen passed the receiver's answer on cut (h has
+// devhook.AnswerCutHeader), or send printed only its first sendShown
+// bytes (more).
+func (o *sendOptions) sayCut(h http.Header, more bool) {
+	if n := h.Get(devhook.AnswerCutHeader); n != "" {
+		fmt.Fprintf(o.stderr, "devhook: the receiver's answer was passed on cut: the sender got its first %s bytes, the rest was dropped (%s: %s)\n", n, devhook.AnswerCutHeader, n)
+	}
+	if more {
+		fmt.Fprintf(o.stderr, "devhook: the answer's body is longer than the first %d bytes printed\n", sendShown)
+	}
 }
 
 // answeredError says who answered a status over 299: devhook's own

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -39,6 +40,39 @@ func TestSend_NamesWhoAnswered(t *testing.T) {
 	_, _, err = devhookCmd(t, "send", recv.URL+"/hook", "--secret", secret)
 	if err == nil || err.Error() != "the receiver answered 500 Internal Server Error" {
 		t.Errorf("send to a receiver answering 500: %v", err)
+	}
+}
+
+// devhook send says when the body it printed is not the receiver's whole
+// answer: devhook listen passed it on cut (over 10 MiB: Devhook-Answer-Cut),
+// and send prints 1 MiB of a body at most. It printed the first MiB and
+// exited 0 without a word.
+func TestSend_SaysAnAnswerIsCut(t *testing.T) {
+	const secret = "whsec_send_cut"
+	big := bytes.Repeat([]byte("x"), 11<<20)
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(big) }))
+	defer recv.Close()
+	lr := startListen(t, "--forward", recv.URL, "--secret", secret, "--data", t.TempDir())
+	pub := lr.next(t, "ready")["public_url"].(string)
+
+	stdout, stderr, err := devhookCmd(t, "send", pub+"/hook", "--secret", secret)
+	if err != nil {
+		t.Fatalf("send: %v\n%s", err, stderr)
+	}
+	if !strings.Contains(stdout, "Devhook-Answer-Cut: 10485760") {
+		t.Fatalf("the answer has no Devhook-Answer-Cut: 10485760:\n%.500s", stdout)
+	}
+	for _, want := range []string{"passed on cut: the sender got its first 10485760 bytes", "longer than the first 1048576 bytes printed"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("standard error does not say %q:\n%s", want, stderr)
+		}
+	}
+
+	// A whole answer of less than 1 MiB: nothing said.
+	small := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok")) }))
+	defer small.Close()
+	if _, stderr, err := devhookCmd(t, "send", small.URL+"/hook", "--secret", secret); err != nil || stderr != "" {
+		t.Errorf("send to a small answer: %v, standard error %q", err, stderr)
 	}
 }
 

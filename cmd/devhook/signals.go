@@ -65,6 +65,9 @@ type signalWatch struct {
 	// closed ("" for none). Either nil: no output is watched.
 	Pipes  <-chan os.Signal
 	Broken func() string
+	// Closed has the name of an output closed as soon as it is, before
+	// a write meets it (nil: none watched).
+	Closed <-chan string
 	// Quit ends the process at once: the second signal's.
 	Quit func(os.Signal)
 }
@@ -95,6 +98,8 @@ func signalContext(parent context.Context, w signalWatch) (ctx context.Context, 
 				if out := w.Broken(); out != "" {
 					cancel(&interruptError{sig: sig, output: out})
 				}
+			case out := <-w.Closed:
+				cancel(&interruptError{sig: syscall.SIGPIPE, output: out})
 			case <-done:
 				return
 			}
