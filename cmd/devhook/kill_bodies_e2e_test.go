@@ -1,19 +1,16 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -29,45 +26,18 @@ import (
 // kill falls anywhere, between a batch's bodies written and bbolt's
 // commit included.
 func TestListen_KilledUnderLoadKeepsLargeBodies(t *testing.T) {
-	bin := devhookBinary(t)
 	dir := t.TempDir()
 	const secret = "whsec_killbodies"
 	recv := httptest.NewServer(receiver.New(receiver.Config{Secret: secret}))
 	defer recv.Close()
 
 	data := filepath.Join(dir, "data")
-	listen := exec.Command(bin, "listen", "--json", "--forward", recv.URL, "--secret", secret,
+	listen := startProc(t, "listen", "--json", "--forward", recv.URL, "--secret", secret,
 		"--inspect", "off", "--relay-addr", "127.0.0.1:0", "--data", data)
-	stdout, err := listen.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
+	publicURL, _ := listen.nextJSON(t, "ready")["public_url"].(string)
+	if publicURL == "" {
+		t.Fatalf("no public_url in the ready line; stderr: %s", listen.stderr)
 	}
-	var stderr bytes.Buffer
-	listen.Stderr = &stderr
-	if err := listen.Start(); err != nil {
-		t.Fatal(err)
-	}
-	killed := false
-	defer func() {
-		if !killed {
-			listen.Process.Kill()
-			listen.Wait()
-		}
-	}()
-	sc := bufio.NewScanner(stdout)
-	if !sc.Scan() {
-		t.Fatalf("no ready line; stderr: %s", stderr.String())
-	}
-	var ready struct {
-		PublicURL string `json:"public_url"`
-	}
-	if err := json.Unmarshal(sc.Bytes(), &ready); err != nil || ready.PublicURL == "" {
-		t.Fatalf("ready line %q: %v", sc.Text(), err)
-	}
-	go func() {
-		for sc.Scan() { // keep the pipe drained
-		}
-	}()
 
 	// Senders go on until the kill; the kill comes once enough were
 	// answered, with requests still in flight.
@@ -92,7 +62,7 @@ func TestListen_KilledUnderLoadKeepsLargeBodies(t *testing.T) {
 					devhook.RunStatus
 					Padding string `json:"padding"`
 				}{st, pad})
-				req, _ := http.NewRequest(http.MethodPost, ready.PublicURL+"/hook", bytes.NewReader(body))
+				req, _ := http.NewRequest(http.MethodPost, publicURL+"/hook", bytes.NewReader(body))
 				req.Header.Set("Content-Type", "application/json")
 				req.Header.Set(devhook.SignatureHeader, signature.Sign(secret, time.Now(), body))
 				resp, err := client.Do(req)
@@ -115,13 +85,9 @@ func TestListen_KilledUnderLoadKeepsLargeBodies(t *testing.T) {
 	select {
 	case <-enough:
 	case <-time.After(5 * time.Minute):
-		t.Fatalf("fewer than %d deliveries answered in 5 minutes; stderr: %s", killAfter, stderr.String())
+		t.Fatalf("fewer than %d deliveries answered in 5 minutes; stderr: %s", killAfter, listen.stderr)
 	}
-	killed = true
-	if err := listen.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	listen.Wait()
+	listen.kill() // SIGKILL
 	wg.Wait()
 
 	db, err := storage.Open(filepath.Join(data, "deliveries.db"), storage.Config{})
