@@ -265,16 +265,9 @@ func TestBodyFiles_FileLeftBehindIsRemovedAtOpen(t *testing.T) {
 	if err := os.WriteFile(first, kept, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	bdb, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := bdb.Update(func(tx *bolt.Tx) error {
+	editBolt(t, path, func(tx *bolt.Tx) error {
 		return tx.Bucket([]byte("bodyfiles")).Put([]byte{0, 0, 0, 1}, storage.BodyFileValue(0, int64(len(kept))))
-	}); err != nil {
-		t.Fatal(err)
-	}
-	bdb.Close()
+	})
 	db = MustOpenPath(t, path, cfg)
 	defer db.Close()
 	if got := bodyFiles(t, path); !slices.Equal(got, []string{"00000002"}) {
@@ -452,32 +445,15 @@ func TestBodyFiles_Damaged(t *testing.T) {
 func TestBodyFiles_DamagedCountKeepsTheFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "devhook.db")
 	cfg := storage.Config{MaxDeliveries: -1, MaxAge: -1, Logf: t.Logf}
-	db := MustOpenPath(t, path, cfg)
-	db.SetBodyFileMax(2 * bodyFixtureLen)
-	for i := range 3 { // 0 and 1 in file 1, 2 in file 2
-		mustPut(t, db, bigDelivery(i))
-		if err := db.Flush(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	bdb, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := bdb.Update(func(tx *bolt.Tx) error {
+	threeInTwoFiles(t, path, cfg)
+	editBolt(t, path, func(tx *bolt.Tx) error {
 		b := tx.Bucket([]byte("bodyfiles"))
 		v := bytes.Clone(b.Get([]byte{0, 0, 0, 1}))
 		v[7] ^= 0x02
 		return b.Put([]byte{0, 0, 0, 1}, v)
-	}); err != nil {
-		t.Fatal(err)
-	}
-	bdb.Close()
+	})
 
-	db = MustOpenPath(t, path, cfg)
+	db := MustOpenPath(t, path, cfg)
 	wantBodies(t, db, bigDelivery(0), bigDelivery(1), bigDelivery(2))
 	if _, err := db.Delete([]string{id(0)}); err != nil {
 		t.Fatal(err)
@@ -502,34 +478,17 @@ func TestBodyFiles_DamagedCountKeepsTheFile(t *testing.T) {
 func TestBodyFiles_RefUnderAnotherKey(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "devhook.db")
 	cfg := storage.Config{MaxDeliveries: -1, MaxAge: -1, Logf: t.Logf}
-	db := MustOpenPath(t, path, cfg)
-	db.SetBodyFileMax(2 * bodyFixtureLen)
-	for i := range 3 { // 0 and 1 in file 1, 2 in file 2
-		mustPut(t, db, bigDelivery(i))
-		if err := db.Flush(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	bdb, err := bolt.Open(path, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := bdb.Update(func(tx *bolt.Tx) error {
+	threeInTwoFiles(t, path, cfg)
+	editBolt(t, path, func(tx *bolt.Tx) error {
 		b := tx.Bucket([]byte("bodyrefs"))
 		v0, v1 := bytes.Clone(b.Get([]byte(id(0)))), bytes.Clone(b.Get([]byte(id(1))))
 		if err := b.Put([]byte(id(0)), v1); err != nil {
 			return err
 		}
 		return b.Put([]byte(id(1)), v0)
-	}); err != nil {
-		t.Fatal(err)
-	}
-	bdb.Close()
+	})
 
-	db = MustOpenPath(t, path, cfg)
+	db := MustOpenPath(t, path, cfg)
 	defer db.Close()
 	if _, err := db.Delivery(id(0)); !errors.Is(err, storage.ErrDamaged) {
 		t.Fatalf("Delivery(0) with delivery 1's place: %v, want ErrDamaged", err)
@@ -724,5 +683,36 @@ func TestBodyFiles_MissingSaidAtOpen(t *testing.T) {
 	}
 	if n != 1 {
 		t.Errorf("said %q, want once %q", said, want)
+	}
+}
+
+// threeInTwoFiles records deliveries 0 and 1 in body file 1 and 2 in body
+// file 2, in the store at path, and closes it.
+func threeInTwoFiles(t *testing.T, path string, cfg storage.Config) {
+	t.Helper()
+	db := MustOpenPath(t, path, cfg)
+	db.SetBodyFileMax(2 * bodyFixtureLen)
+	for i := range 3 {
+		mustPut(t, db, bigDelivery(i))
+		if err := db.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// editBolt changes the closed store at path with fn, as damage or a
+// stopped process would have left it.
+func editBolt(t *testing.T, path string, fn func(tx *bolt.Tx) error) {
+	t.Helper()
+	bdb, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bdb.Close()
+	if err := bdb.Update(fn); err != nil {
+		t.Fatal(err)
 	}
 }
