@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -33,23 +34,7 @@ func TestListen_ClosedOutputStopsCleanly(t *testing.T) {
 			if mode == "json" {
 				args = append(args, "--json")
 			}
-			cmd := exec.Command(bin, args...)
-			cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
-			stdout, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			var stderr syncBuffer
-			cmd.Stderr = &stderr
-			exited := startWaited(t, cmd)
-			lines := make(chan string, 64)
-			go func() {
-				defer close(lines)
-				sc := bufio.NewScanner(stdout)
-				for sc.Scan() {
-					lines <- sc.Text()
-				}
-			}()
+			stdout, lines, stderr, exited := startPiped(t, bin, args...)
 			var pub string
 			waitUntil(t, "listen.json", func() bool {
 				l, err := running.Read(data)
@@ -59,9 +44,9 @@ func TestListen_ClosedOutputStopsCleanly(t *testing.T) {
 			if code, _, _ := post(t, pub+"/one", []byte(`{}`)); code != http.StatusOK {
 				t.Fatalf("the first delivery: %d", code)
 			}
-			waitLine(t, lines, "/one", &stderr) // everything before it is out
-			stdout.Close()                      // the reader goes, as head does
-			code := exitStatusOf(t, exited, &stderr)
+			waitLine(t, lines, "/one", stderr) // everything before it is out
+			stdout.Close()                     // the reader goes, as head does
+			code := exitStatusOf(t, exited, stderr)
 			if code != 141 {
 				t.Errorf("exit status %d, want 141; stderr:\n%s", code, stderr.String())
 			}
@@ -99,26 +84,10 @@ func TestListen_ClosedOutputStopsWithoutANextLine(t *testing.T) {
 			if mode == "json" {
 				args, first = append(args, "--json"), `"event":"ready"`
 			}
-			cmd := exec.Command(bin, args...)
-			cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
-			stdout, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			var stderr syncBuffer
-			cmd.Stderr = &stderr
-			exited := startWaited(t, cmd)
-			lines := make(chan string, 64)
-			go func() {
-				defer close(lines)
-				sc := bufio.NewScanner(stdout)
-				for sc.Scan() {
-					lines <- sc.Text()
-				}
-			}()
-			waitLine(t, lines, first, &stderr)
+			stdout, lines, stderr, exited := startPiped(t, bin, args...)
+			waitLine(t, lines, first, stderr)
 			stdout.Close() // head -1 exits; nothing more is sent
-			if code := exitStatusOf(t, exited, &stderr); code != 141 {
+			if code := exitStatusOf(t, exited, stderr); code != 141 {
 				t.Errorf("exit status %d, want 141; stderr:\n%s", code, stderr.String())
 			}
 			if want := "devhook: stopped: standard output closed (broken pipe)\n"; !strings.HasSuffix(stderr.String(), want) {
@@ -248,6 +217,31 @@ func TestReceive_ClosedOutputStopsIt(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startPiped starts devhook with args, its HOME a directory of the test,
+// its standard output a pipe whose lines come on lines (closed at its
+// end) and its standard error in stderr; exited says how it ended.
+func startPiped(t *testing.T, bin string, args ...string) (stdout io.ReadCloser, lines <-chan string, stderr *syncBuffer, exited <-chan error) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "HOME="+t.TempDir())
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr = &syncBuffer{}
+	cmd.Stderr = stderr
+	exited = startWaited(t, cmd)
+	ch := make(chan string, 64)
+	go func() {
+		defer close(ch)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			ch <- sc.Text()
+		}
+	}()
+	return stdout, ch, stderr, exited
 }
 
 // startWaited starts cmd; its exit status comes on the channel. The
