@@ -23,16 +23,7 @@ import (
 // large one's too), and fails, rather than miss a run, on an entry
 // queued by an earlier devhook, which does not say its run.
 func TestQueuedRunsFromHeaders(t *testing.T) {
-	ns := natstest.Run(t)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	s, err := natsrelay.OpenStore(context.Background(), natsrelay.Config{Conn: nc, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, s := runsStore(t, natsrelay.Config{})
 	const ch = "abcdef0123456789abcdef0123456789"
 	if runs, err := s.QueuedRuns(ch); err != nil || len(runs) != 0 {
 		t.Fatalf("QueuedRuns of an empty queue = %v, %v", runs, err)
@@ -110,16 +101,7 @@ var oddRuns = []string{" lead", "trail ", "in\r\nside", "\ttab", "  ", "é ü", 
 // (" r" listed as "r") let a live delivery of the run overtake its queued
 // ones, and a run of spaces listed as none.
 func TestQueuedRunsKeepOddRuns(t *testing.T) {
-	ns := natstest.Run(t)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	s, err := natsrelay.OpenStore(context.Background(), natsrelay.Config{Conn: nc, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, s := runsStore(t, natsrelay.Config{})
 	const ch = "abcdef0123456789abcdef0123456789"
 	want := map[string]string{}
 	for i, run := range oddRuns {
@@ -181,23 +163,8 @@ func TestKickRunAcrossInstancesKeepsOddRuns(t *testing.T) {
 	routers[0].Attach(ch, e)
 	for i, run := range oddRuns {
 		id := fmt.Sprintf("0197a3c2-0000-7000-8000-%012d", i)
-		deadline := time.Now().Add(30 * time.Second)
-		for got := false; !got; {
-			routers[1].KickRun(ch, id, run) // again until the agent's instance listens
-			select {
-			case k := <-e.kicks:
-				if k[0] != id {
-					continue // an earlier kick, repeated
-				}
-				if k[1] != run {
-					t.Fatalf("kick of a delivery of run %q across instances says run %q", run, k[1])
-				}
-				got = true
-			case <-time.After(100 * time.Millisecond):
-				if time.Now().After(deadline) {
-					t.Fatal("no kick reached the agent's instance")
-				}
-			}
+		if k := kickHeard(t, routers[1], e, ch, id, run); k[1] != run {
+			t.Fatalf("kick of a delivery of run %q across instances says run %q", run, k[1])
 		}
 	}
 }
@@ -209,16 +176,7 @@ func TestKickRunAcrossInstancesKeepsOddRuns(t *testing.T) {
 // of it across instances says nothing of its run. Before, the run in the
 // entry's header took it past max_payload: it could not be queued.
 func TestRunTooLongForAHeader(t *testing.T) {
-	ns := natstest.Run(t)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	s, err := natsrelay.OpenStore(context.Background(), natsrelay.Config{Conn: nc, Logf: t.Logf})
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, s := runsStore(t, natsrelay.Config{})
 	const ch = "abcdef0123456789abcdef0123456789"
 	long := strings.Repeat("r", s.PartSize()*6/10)
 	d := &devhook.Delivery{ID: uuid.Must(uuid.NewV7()).String(), Channel: ch, Method: "POST", Path: "/",
@@ -232,6 +190,7 @@ func TestRunTooLongForAHeader(t *testing.T) {
 
 	r := make([]*natsrelay.Router, 2)
 	for i := range r {
+		var err error
 		r[i], err = natsrelay.OpenRouter(context.Background(), natsrelay.Config{Conn: nc, Logf: t.Logf})
 		if err != nil {
 			t.Fatal(err)
@@ -240,15 +199,42 @@ func TestRunTooLongForAHeader(t *testing.T) {
 	}
 	e := &runKicks{kicks: make(chan [2]string, 100)}
 	r[0].Attach(ch, e)
+	if k := kickHeard(t, r[1], e, ch, d.ID, long); k != [2]string{} {
+		t.Fatalf("a kick of a run too long for a header says delivery %s of a run of %d bytes, want a kick of no run", k[0], len(k[1]))
+	}
+}
+
+// runsStore opens a store on a NATS server of the test's, with cfg (its
+// Conn and Logf set here), and returns it with its connection.
+func runsStore(t *testing.T, cfg natsrelay.Config) (*nats.Conn, *natsrelay.Store) {
+	t.Helper()
+	ns := natstest.Run(t)
+	nc, err := nats.Connect(ns.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	cfg.Conn, cfg.Logf = nc, t.Logf
+	s, err := natsrelay.OpenStore(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, s
+}
+
+// kickHeard kicks delivery id of run from router r, again until the
+// agent's instance listens, and returns the first kick e hears of id (or
+// of no delivery): an earlier kick, repeated, is passed over.
+func kickHeard(t *testing.T, r *natsrelay.Router, e *runKicks, ch, id, run string) [2]string {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		r[1].KickRun(ch, d.ID, long)
+		r.KickRun(ch, id, run)
 		select {
 		case k := <-e.kicks:
-			if k != [2]string{} {
-				t.Fatalf("a kick of a run too long for a header says delivery %s of a run of %d bytes, want a kick of no run", k[0], len(k[1]))
+			if k[0] == id || k[0] == "" {
+				return k
 			}
-			return
 		case <-time.After(100 * time.Millisecond):
 			if time.Now().After(deadline) {
 				t.Fatal("no kick reached the agent's instance")
@@ -263,17 +249,8 @@ func TestRunTooLongForAHeader(t *testing.T) {
 // started with until its Timeout (10 s), and meanwhile every live
 // run.status delivery of the channel waited for the list.
 func TestQueuedRunsDoNotWaitForRemovedEntries(t *testing.T) {
-	ns := natstest.Run(t)
-	nc, err := nats.Connect(ns.ClientURL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
 	const timeout = 40 * time.Second
-	s, err := natsrelay.OpenStore(context.Background(), natsrelay.Config{Conn: nc, Logf: t.Logf, Timeout: timeout})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, s := runsStore(t, natsrelay.Config{Timeout: timeout})
 	const ch = "abcdef0123456789abcdef0123456789"
 	var ids []string
 	for i := range 5 {
