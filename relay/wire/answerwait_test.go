@@ -27,17 +27,9 @@ func TestRelayAnnouncesItsResponseTimeout(t *testing.T) {
 				want = relay.DefaultResponseTimeout
 			}
 			cr := relaytest.Open(t, hs)
-			ws := relaytest.DialRaw(t, hs, cr)
-			_, msg, err := ws.ReadMessage()
-			if err != nil {
-				t.Fatal(err)
+			if hello := rawHello(t, hs, cr); hello.Header.Get(wire.HelloResponseTimeout) != strconv.FormatInt(want.Milliseconds(), 10) {
+				t.Fatalf("hello %+v; want %s: %d", hello, wire.HelloResponseTimeout, want.Milliseconds())
 			}
-			strictTags(t, msg) // an older agent reads this hello
-			hello, _, err := wire.DecodeFrame(msg)
-			if err != nil || hello.Header.Get(wire.HelloResponseTimeout) != strconv.FormatInt(want.Milliseconds(), 10) {
-				t.Fatalf("hello %+v, %v; want %s: %d", hello, err, wire.HelloResponseTimeout, want.Milliseconds())
-			}
-			ws.Close()
 			if c := relaytest.Dial(t, hs, cr); c.ResponseTimeout() != want {
 				t.Fatalf("the agent of a relay waiting %s reads %s", want, c.ResponseTimeout())
 			}

@@ -55,6 +55,25 @@ func futureFrame() []byte {
 
 // strictTags checks that frame decodes by the rules of the devhooks from
 // before "additions without a flag day": types 1 to 4, tags 1 to 11 only.
+// rawHello connects to the relay hs as an agent with cr, reads its hello
+// as sent, checks that an older agent reads it (strictTags), and closes
+// the connection.
+func rawHello(t *testing.T, hs *httptest.Server, cr wire.Credentials) wire.Header {
+	t.Helper()
+	ws := relaytest.DialRaw(t, hs, cr)
+	defer ws.Close()
+	_, msg, err := ws.ReadMessage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	strictTags(t, msg)
+	hello, _, err := wire.DecodeFrame(msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hello
+}
+
 func strictTags(t *testing.T, frame []byte) {
 	t.Helper()
 	n := int(binary.BigEndian.Uint32(frame))
