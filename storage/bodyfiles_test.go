@@ -317,28 +317,6 @@ func bodyFileFixtures(t *testing.T) map[string][]byte {
 	}
 }
 
-// TestBodyFileFixtures checks that testdata/ holds what bodyFileFixtures
-// builds: the body files byte for byte (a store's bytes vary from run to
-// run). -update-fixtures writes them, with the store they belong to.
-func TestBodyFileFixtures(t *testing.T) {
-	for name, want := range bodyFileFixtures(t) {
-		path := filepath.Join("testdata", name)
-		if *updateFixtures {
-			if err := os.WriteFile(path, want, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			continue
-		}
-		got, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatalf("%v (run go test ./storage -run TestBodyFileFixtures -update-fixtures)", err)
-		}
-		if strings.HasPrefix(name, "bodies-") && !bytes.Equal(got, want) {
-			t.Errorf("%s differs from what devhook writes now (run with -update-fixtures after a format change)", path)
-		}
-	}
-}
-
 // TestBodyFiles_Damaged: a body file damaged, cut short, of a newer
 // devhook or missing fails the reads of the bodies it holds, each saying
 // so, and no other; a start fills a new file beside it, which it leaves

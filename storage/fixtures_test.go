@@ -191,6 +191,9 @@ func fixtures(t *testing.T) map[string][]byte {
 	} {
 		m[k] = v
 	}
+	for k, v := range bodyFileFixtures(t) {
+		m[k] = v
+	}
 	return m
 }
 
@@ -212,7 +215,7 @@ func TestFixtures(t *testing.T) {
 		// A store file holds free pages that differ from run to run;
 		// journals, and the page fixtures made in one transaction, are
 		// byte for byte what devhook writes.
-		if (strings.HasPrefix(name, "journal-") || strings.Contains(name, "pages") || strings.HasPrefix(name, "db-damaged-") ||
+		if (strings.HasPrefix(name, "journal-") || strings.HasPrefix(name, "bodies-") || strings.Contains(name, "pages") || strings.HasPrefix(name, "db-damaged-") ||
 			strings.HasPrefix(name, "db-record-")) && !bytes.Equal(got, want) {
 			t.Errorf("%s differs from what devhook writes now (run with -update-fixtures after a format change)", path)
 		}
