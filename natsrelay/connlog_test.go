@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,39 +13,12 @@ import (
 	"github.com/devhook/devhook/natsrelay"
 )
 
-// lines keeps log lines.
-type lines struct {
-	t  *testing.T
-	mu sync.Mutex
-	l  []string
-}
-
-func (b *lines) Logf(format string, args ...any) {
-	b.t.Logf(format, args...)
-	b.mu.Lock()
-	b.l = append(b.l, fmtLine(format, args...))
-	b.mu.Unlock()
-}
-
-// with returns the lines that hold part.
-func (b *lines) with(part string) []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	var out []string
-	for _, l := range b.l {
-		if strings.Contains(l, part) {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
 // While NATS is away, the watch of the agents bucket fails its heartbeat
 // again and again ("consumer not active", every 10 s): the relay's log
 // says it once, then once more when NATS is back, with the count.
 func TestConnLogSaysARepeatedErrorOnce(t *testing.T) {
 	natsd, ns := startRestartable(t)
-	log := &lines{t: t}
+	log := &logBook{t: t}
 	cl := &natsrelay.ConnLog{Logf: log.Logf}
 	nc, err := nats.Connect(ns.ClientURL(), append(natsrelay.ReconnectOptions(), cl.Options()...)...)
 	if err != nil {
@@ -73,8 +45,6 @@ func TestConnLogSaysARepeatedErrorOnce(t *testing.T) {
 	}
 }
 
-func fmtLine(format string, args ...any) string { return fmt.Sprintf(format, args...) }
-
 // asyncErr is the error handler cl gives nats.go, called as nats.go calls
 // it: the errors below come from a connection that holds, which a NATS
 // server cannot be made to give on cue (JetStream without its quorum
@@ -96,7 +66,7 @@ func asyncErr(cl *natsrelay.ConnLog) func(error) {
 // nothing after, however long it lasted.
 func TestConnLogSaysAnErrorThatLastsAgainWithItsCount(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
-	log := &lines{t: t}
+	log := &logBook{t: t}
 	cl := &natsrelay.ConnLog{Logf: log.Logf, Now: func() time.Time { return now }}
 	fail := asyncErr(cl)
 	const failure = "nats: consumer not active"
@@ -119,7 +89,7 @@ func TestConnLogSaysAnErrorThatLastsAgainWithItsCount(t *testing.T) {
 // subscription NATS refuses names its subject, one per channel) is not
 // kept without end, nor said each time.
 func TestConnLogKeepsBoundedErrors(t *testing.T) {
-	log := &lines{t: t}
+	log := &logBook{t: t}
 	cl := &natsrelay.ConnLog{Logf: log.Logf}
 	fail := asyncErr(cl)
 	const n = 10_000

@@ -55,13 +55,28 @@ type logBook struct {
 	t     *testing.T
 	mu    sync.Mutex
 	times []time.Time
+	lines []string
 }
 
 func (b *logBook) Logf(format string, args ...any) {
 	b.t.Logf(format, args...)
 	b.mu.Lock()
 	b.times = append(b.times, time.Now())
+	b.lines = append(b.lines, fmt.Sprintf(format, args...))
 	b.mu.Unlock()
+}
+
+// with returns the lines that hold part.
+func (b *logBook) with(part string) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []string
+	for _, l := range b.lines {
+		if strings.Contains(l, part) {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 // between counts the lines written between from and to.
