@@ -185,7 +185,7 @@ func (db *DB) List(f devhook.Filter) ([]devhook.Summary, error) {
 				continue
 			}
 			if text != nil {
-				body, err := v.body(id)
+				body, _, err := v.body(id)
 				if err != nil {
 					if db.noteRecord(err) {
 						continue

@@ -136,45 +136,31 @@ func (v *view) summaryValue(id, stored []byte) ([]byte, error) {
 }
 
 // body returns the body of delivery id, from bbolt, its body file or
-// pending. A body that cannot be read is a *recordError.
-func (v *view) body(id []byte) ([]byte, error) {
+// pending; file is that body file's path when it came from one (the body
+// is then the caller's: read, not mapped). A body that cannot be read is
+// a *recordError.
+func (v *view) body(id []byte) (body []byte, file string, err error) {
 	if b := v.bodies.Get(id); b != nil {
-		return b, nil
+		return b, "", nil
 	}
 	if v.bodyRefs != nil {
 		if rv := v.bodyRefs.Get(id); rv != nil {
 			r, err := decodeBodyRef(id, rv)
 			if err != nil {
-				return nil, newRecordError(bucketBodyRefs, id, rv, "the body", err)
+				return nil, "", newRecordError(bucketBodyRefs, id, rv, "the body", err)
 			}
+			file := v.files.path(r.file)
 			b, err := v.files.read(r)
 			if err != nil {
-				return nil, newRecordError(bucketBodyRefs, id, rv, "the body", inBodyFile(v.files.path(r.file), err))
+				return nil, "", newRecordError(bucketBodyRefs, id, rv, "the body", inBodyFile(file, err))
 			}
-			return b, nil
+			return b, file, nil
 		}
 	}
 	if e := v.puts[string(id)]; e != nil {
-		return e.body, nil
+		return e.body, "", nil
 	}
-	return nil, nil
-}
-
-// bodyFile returns the path of the body file the body of delivery id was
-// read from, "" when it is not in one.
-func (v *view) bodyFile(id []byte) string {
-	if v.bodyRefs == nil || v.bodies.Get(id) != nil {
-		return ""
-	}
-	rv := v.bodyRefs.Get(id)
-	if rv == nil {
-		return ""
-	}
-	r, err := decodeBodyRef(id, rv)
-	if err != nil {
-		return ""
-	}
-	return v.files.path(r.file)
+	return nil, "", nil
 }
 
 // delivery returns delivery id with its body and attempts, copied out of
@@ -200,13 +186,16 @@ func (v *view) delivery(id string) (*devhook.Delivery, error) {
 		return nil, newRecordError(bucketDeliveries, key, meta, "the record", err)
 	}
 	d.ID = id
-	body, err := v.body(key)
+	body, file, err := v.body(key)
 	if err != nil {
 		return nil, err
 	}
-	d.Body = append([]byte{}, body...)
+	d.Body = body
+	if file == "" {
+		d.Body = append([]byte{}, body...) // out of bbolt's mapping, or the journal's
+	}
 	if !sum.matches(d.Body) {
-		if file := v.bodyFile(key); file != "" {
+		if file != "" {
 			return nil, newRecordError(bucketBodyRefs, key, d.Body, "the body", bodyFileDamage{path: file, why: whyBodyInFile})
 		}
 		return nil, newRecordError(bucketBodies, key, d.Body, "the body", whyChecksum)
