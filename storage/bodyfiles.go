@@ -434,6 +434,10 @@ func (bf *bodyFiles) write(file uint32, off int64, b []byte) error {
 		return errBodyFiles{fmt.Errorf("storage: body file %d at %d: the file being filled moved on", file, off)}
 	}
 	if _, err := bf.f.WriteAt(b, off); err != nil {
+		// A torn write on a full disk keeps the blocks it filled, which
+		// nothing refers to: give them back, the journal needs them for
+		// the deliveries that arrive meanwhile.
+		_ = bf.f.Truncate(off)
 		return errBodyFiles{fmt.Errorf("storage: write bodies to %s: %w", bf.path(file), err)}
 	}
 	bf.end = off + int64(len(b))
@@ -447,6 +451,9 @@ func (bf *bodyFiles) unwrite(file uint32, off, end int64) {
 	defer bf.mu.Unlock()
 	if file == bf.active && bf.end == end {
 		bf.end = off
+		// The bodies written there are referred to by nothing: free their
+		// blocks (the commit failed most often because the disk is full).
+		_ = bf.f.Truncate(off)
 	}
 }
 

@@ -1,0 +1,134 @@
+package storage_test
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/devhook/devhook/storage"
+)
+
+// mountSmallTmpfs mounts a tmpfs of size bytes on a new directory, a real
+// full disk, unmounted when the test ends.
+func mountSmallTmpfs(t *testing.T, size string) string {
+	t.Helper()
+	if os.Getuid() != 0 {
+		if os.Getenv("CI") == "1" {
+			t.Fatal("CI=1: this test needs root to mount a tmpfs")
+		}
+		t.Skip("needs root to mount a tmpfs")
+	}
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+size); err != nil {
+		t.Skipf("cannot mount a tmpfs here: %v", err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	return dir
+}
+
+func freeBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	return int64(st.Bavail) * st.Bsize
+}
+
+// A flush that fails writing the bodies to their file on a full disk gives
+// back the room its torn write took: it is the room the journal records
+// the next deliveries in. (The body file kept those blocks, referred to by
+// nothing, until a flush succeeded.)
+func TestBodyFiles_FailedWriteGivesRoomBack(t *testing.T) {
+	dir := mountSmallTmpfs(t, "4m")
+	db := MustOpenPath(t, filepath.Join(dir, "devhook.db"), storage.Config{MaxDeliveries: -1, MaxAge: -1})
+	release := db.HoldFlushes()
+	for i := range 24 {
+		d := newDelivery(i)
+		d.Body = append(d.Body, bytes.Repeat([]byte(" "), 16<<10)...)
+		mustPut(t, db, d)
+	}
+	filler, err := os.Create(filepath.Join(dir, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 16<<10)
+	for {
+		if _, err := filler.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	fi, err := filler.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const room = 128 << 10 // less than the bodies pending (24 × 16 KiB)
+	if err := filler.Truncate(fi.Size() - room); err != nil {
+		t.Fatal(err)
+	}
+	filler.Close()
+	before := freeBytes(t, dir)
+	release()
+	if err := db.Flush(); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Flush with %d bytes free: %v, want ENOSPC", before, err)
+	}
+	if after := freeBytes(t, dir); after < before-16<<10 {
+		t.Errorf("free after the failed flush: %d bytes, before it %d: the torn body write kept the room", after, before)
+	}
+	if n := db.Pending(); n != 24 {
+		t.Errorf("%d records pending, want the 24 still in the journal", n)
+	}
+}
+
+// A flush whose bodies fit but whose commit does not gives their room back
+// too: nothing refers to them, and the next flush writes them again.
+func TestBodyFiles_FailedCommitGivesRoomBack(t *testing.T) {
+	dir := mountSmallTmpfs(t, "4m")
+	db := MustOpenPath(t, filepath.Join(dir, "devhook.db"), storage.Config{MaxDeliveries: -1, MaxAge: -1})
+	release := db.HoldFlushes()
+	var bodies int64
+	for i := range 24 {
+		d := newDelivery(i)
+		d.Body = append(d.Body, bytes.Repeat([]byte(" "), 16<<10)...)
+		bodies += int64(len(d.Body))
+		mustPut(t, db, d)
+	}
+	filler, err := os.Create(filepath.Join(dir, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 4<<10)
+	for {
+		if _, err := filler.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	fi, err := filler.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	room := (bodies + 8<<10) &^ (4<<10 - 1) // the bodies, and too little for bbolt's pages
+	if err := filler.Truncate(fi.Size() - room); err != nil {
+		t.Fatal(err)
+	}
+	filler.Close()
+	before := freeBytes(t, dir)
+	release()
+	err = db.Flush()
+	t.Logf("flush with %d bytes free for %d bytes of bodies: %v", before, bodies, err)
+	if !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Flush: %v, want ENOSPC", err)
+	}
+	if after := freeBytes(t, dir); after < before-16<<10 {
+		t.Errorf("free after the failed commit: %d bytes, before it %d: the bodies written kept the room", after, before)
+	}
+}
