@@ -35,6 +35,7 @@ type processed struct {
 	unframed string           // the receiver's answer cannot go back through the relay: 502
 	sender   senderWait       // how long the relay waits for a live delivery's answer (late.go)
 	late     string           // the answer came too late for the relay (late.go): 504 with this
+	busy     string           // not sent, its receiver's share full (shares.go): 503 with this
 	rejected *devhook.Verdict // --verify enforce: answered as the reference receiver would
 	behind   bool             // owed behind an earlier delivery of its run, not forwarded: 202
 	key      string           // its run (orderKey), when it has a place in one: set by the order stage
@@ -95,6 +96,10 @@ func answerOf(p processed) (int, http.Header, []byte) {
 		return textAnswer(http.StatusBadGateway, "devhook: "+p.unframed)
 	case p.late != "":
 		return textAnswer(http.StatusGatewayTimeout, "devhook: "+p.late)
+	case p.busy != "":
+		st, h, b := textAnswer(http.StatusServiceUnavailable, "devhook: "+p.busy)
+		h["Retry-After"] = []string{strconv.Itoa(RetryAfter)}
+		return st, h, b
 	case p.answer == nil:
 		return textAnswer(http.StatusBadGateway, "devhook: nothing to forward to")
 	case p.answer.Kind == devhook.AttemptDrop:

@@ -253,6 +253,10 @@ type Agent struct {
 	health health  // see health.go
 	owed   retrier // see retry.go
 
+	// The forwards under way to each receiver, within their shares
+	// (shares.go): of the workers' and of the retrier's.
+	shares, retryShares *shares
+
 	// slots is the current connection's semaphore of deliveries under
 	// way: its length is InFlight. Set once per connection.
 	slots atomic.Pointer[chan struct{}]
@@ -282,6 +286,8 @@ func New(cfg Config) (*Agent, error) {
 	if a.cfg.Concurrency <= 0 {
 		a.cfg.Concurrency = DefaultConcurrency
 	}
+	receivers := receiverCount(append(slices.Clip(a.targets), a.routes.targets()...))
+	a.shares, a.retryShares = newShares(receivers, a.cfg.Concurrency), newShares(receivers, retryConcurrency)
 	if a.cfg.ForwardTimeout <= 0 {
 		a.cfg.ForwardTimeout = DefaultForwardTimeout
 	}

@@ -46,7 +46,10 @@ func (a *Agent) forwardTo(ctx context.Context, h holder, p *processed, rt *devho
 	if len(targets) > 1 {
 		copies, wg = a.forwardCopies(ctx, d, targets[1:], kind, resign)
 	}
-	at := a.forward(ctx, d, targets[0], kind, resign, nil, "")
+	at, sent := a.forwardWithin(ctx, d, targets[0], kind, resign)
+	if !sent {
+		p.busy = at.Error
+	}
 	if at.Status != 0 {
 		a.receiverAnswered(targetKey(rt))
 	}
@@ -87,7 +90,7 @@ func (a *Agent) forwardCopies(ctx context.Context, d *devhook.Delivery, targets 
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ats[i] = a.forward(ctx, d, t, kind, resign, nil, "")
+			ats[i], _ = a.forwardWithin(ctx, d, t, kind, resign)
 		}()
 	}
 	return ats, wg
@@ -139,6 +142,19 @@ func (a *Agent) attempt(ctx context.Context, d *devhook.Delivery, target *url.UR
 	at := a.forward(ctx, d, target, kind, resign, edit, to)
 	at.Route = rt
 	return a.recordAttempt(d, at)
+}
+
+// forwardWithin is forward within the share of target's receiver
+// (shares.go). Over it, nothing is sent: the attempt, not sent, says why,
+// and sent is false.
+func (a *Agent) forwardWithin(ctx context.Context, d *devhook.Delivery, target *url.URL, kind string, resign bool) (at devhook.Attempt, sent bool) {
+	ok, why := a.shares.take(target)
+	if !ok {
+		return devhook.Attempt{Kind: kind, Target: devhook.TargetURL(target, d.Path, d.RawQuery), StartedAt: a.cfg.Now().UTC(),
+			Made: devhook.MadeAsArrived, Error: why}, false
+	}
+	defer a.shares.give(target)
+	return a.forward(ctx, d, target, kind, resign, nil, ""), true
 }
 
 // forward sends d to target, or to the URL to when it is not empty, and

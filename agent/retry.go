@@ -204,7 +204,21 @@ func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
 		return
 	}
 	d.Route = e.route // for live views
-	at := a.forward(ctx, d, a.retryTarget(e), devhook.AttemptRetry, d.Verdict.OK() && a.getSecret() != "", nil, "")
+	target := a.retryTarget(e)
+	// Within its receiver's shares (shares.go), of the retries and of all
+	// forwards: over one, it is not sent, and waits for its next turn
+	// without counting as a try.
+	ok, _ := a.retryShares.take(target)
+	if !ok {
+		a.owed.reschedule(e, a.cfg.Now().Add(a.retryWait(0)), e.refused)
+		return
+	}
+	at, sent := a.forwardWithin(ctx, d, target, devhook.AttemptRetry, d.Verdict.OK() && a.getSecret() != "")
+	a.retryShares.give(target)
+	if !sent {
+		a.owed.reschedule(e, a.cfg.Now().Add(a.retryWait(0)), e.refused)
+		return
+	}
 	at.Route = e.route
 	tries := 0 // the first forward and the retries before this one; none for one owed behind another
 	for i := range d.Attempts {

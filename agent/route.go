@@ -366,6 +366,19 @@ func NewRouter(routes []Route) *Router {
 	return r
 }
 
+// targets returns the targets of r's routes (none for a drop, nor for a
+// nil r).
+func (r *Router) targets() []*url.URL {
+	if r == nil {
+		return nil
+	}
+	var out []*url.URL
+	for i := range r.routes {
+		out = append(out, r.routes[i].targets...)
+	}
+	return out
+}
+
 // request is what a route looks at of a delivery.
 type request struct {
 	path   string

@@ -75,6 +75,8 @@ from this machine only (useful with 'devhook send' and 'devhook emulate').
 --route 'MATCH -> TARGET' sends what MATCH matches (path:GLOB, json:PATH=VALUE,
 header:NAME=VALUE, joined with ' & ') to another receiver, or drops it (recorded, answered
 202); the first route that matches wins, the rest goes to --forward (docs/LISTEN.md).
+With several receivers, one that does not answer holds at most 3/4 of the forwards
+under way: a delivery to it over that is not sent, and its sender gets 503.
 
 A delivery is recorded before it is forwarded. When it cannot be (a full disk), a
 sender still waiting gets 503 and the delivery is not forwarded; deliveries that waited
