@@ -44,13 +44,21 @@ srv.serve_forever()
 // startPyReceiver runs pyReceiver and returns its URL and what it got.
 func startPyReceiver(t *testing.T) (string, func() []string) {
 	t.Helper()
+	return startPyScript(t, pyReceiver)
+}
+
+// startPyScript runs the Python receiver src, which prints its port once
+// it listens, with a file's name to write to as its argument; it returns
+// its URL and that file's lines.
+func startPyScript(t *testing.T, src string) (string, func() []string) {
+	t.Helper()
 	const python = "/usr/bin/python3"
 	if _, err := os.Stat(python); err != nil {
 		t.Skipf("a receiver in Python needs %s: %v", python, err)
 	}
 	dir := t.TempDir()
 	script, log := filepath.Join(dir, "receiver.py"), filepath.Join(dir, "got.txt")
-	if err := os.WriteFile(script, []byte(pyReceiver), 0o600); err != nil {
+	if err := os.WriteFile(script, []byte(src), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(python, script, log)
