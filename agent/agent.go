@@ -250,8 +250,9 @@ type Agent struct {
 	secretMu sync.RWMutex
 	secret   string
 
-	health health  // see health.go
-	owed   retrier // see retry.go
+	health health    // see health.go
+	gate   storeGate // where the writes held for a full disk wait: queued.go
+	owed   retrier   // see retry.go
 
 	// slots is the current connection's semaphore of deliveries under
 	// way: its length is InFlight. Set once per connection.
