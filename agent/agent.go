@@ -250,9 +250,10 @@ type Agent struct {
 	secretMu sync.RWMutex
 	secret   string
 
-	health health    // see health.go
-	gate   storeGate // where the writes held for a full disk wait: queued.go
-	owed   retrier   // see retry.go
+	health     health        // see health.go
+	unrecorded unrecordedLog // the attempts not recorded, said once and counted: health.go
+	gate       storeGate     // where the writes held for a full disk wait: queued.go
+	owed       retrier       // see retry.go
 
 	// slots is the current connection's semaphore of deliveries under
 	// way: its length is InFlight. Set once per connection.
@@ -316,6 +317,7 @@ func New(cfg Config) (*Agent, error) {
 		a.cfg.Logf = func(string, ...any) {}
 	}
 	a.health.now, a.health.logf, a.health.changed = a.cfg.Now, a.cfg.Logf, a.publishHealth
+	a.unrecorded.now, a.unrecorded.logf = a.cfg.Now, a.cfg.Logf
 	a.client = cfg.Client
 	if a.client == nil {
 		a.client = NewClient(a.cfg.Concurrency, a.cfg.TLS)
