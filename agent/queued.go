@@ -20,6 +20,7 @@ package agent
 //     state is recorded before the ack, and retry.go retries it.
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
@@ -63,50 +64,80 @@ func (a *Agent) hold(h holder, write func() error) bool {
 // storeGate is where the writes held for a full disk wait (untilWritten),
 // so that the disk gets one write per backoff however many are held.
 //
-// A write that failed closes it. One of the writes waiting at it, the
-// first to find nobody probing, is the gate's prober: it tries its own
-// write again after a jittered wait that doubles from Config.MinBackoff
-// up to holdMaxBackoff (and Config.MaxBackoff). That write is a real one,
-// the store's own, not a look at the free space, which a tmpfs, a quota
-// or the blocks reserved for root make lie. When it succeeds the gate
-// opens, and every write waiting there is tried once; one that fails
-// closes the gate again and waits, and one of those waiting probes, on
-// the same backoff: it starts again from MinBackoff only once no write is
-// held. A prober whose connection ends (done) hands the probe on to
-// another. No goroutine of its own: the prober is a held delivery's.
+// A write that failed closes it, and joins the line of the writes waiting
+// there. The first of the line probes: after a jittered wait that doubles
+// from Config.MinBackoff up to holdMaxBackoff (and Config.MaxBackoff) it
+// makes its own write again: a real write, the store's own, not a look at
+// the free space, which a tmpfs, a quota or the blocks reserved for root
+// make lie. When that succeeds the gate opens, and every write waiting
+// there is made once; one that fails closes it again and joins the line.
+// A probe that fails goes to the end of the line, and the next one probes
+// after the next wait: each held write is tried in turn, so that a small
+// one that fits is not kept waiting behind a large one that does not
+// (the room a full disk gets back may be a little). The wait starts again
+// from MinBackoff only once no write is held. A write whose connection
+// ends leaves the line, handing on its turn. The probe runs on a held
+// delivery's goroutine: the gate has none of its own.
 type storeGate struct {
 	mu      sync.Mutex
-	shut    bool          // a write failed; no probe succeeded since
-	changed chan struct{} // closed when the gate opens or its prober leaves
-	probing bool          // one of the waiting writes probes
-	waiting int           // the writes held at the gate
-	wait    time.Duration // the prober's next wait; 0: an episode starts
+	shut    bool            // a write failed; no probe succeeded since
+	opened  chan struct{}   // closed when the gate opens; a new one each time it shuts
+	line    []chan struct{} // the writes waiting for their turn to probe, first first
+	probing bool            // a write has the turn to probe
+	waiting int             // the writes held at the gate
+	wait    time.Duration   // the next probe's wait; 0: an episode starts
 }
 
-// shutLocked closes the gate; g.mu is held.
-func (g *storeGate) shutLocked() {
+// joinLocked shuts the gate and puts turn, a waiting write's, at the end
+// of the line; g.mu is held. It returns the channel closed when the gate
+// opens.
+func (g *storeGate) joinLocked(turn chan struct{}) <-chan struct{} {
 	if !g.shut {
 		g.shut = true
-		g.changed = make(chan struct{})
+		g.opened = make(chan struct{})
 	}
+	g.line = append(g.line, turn)
+	g.handLocked()
+	return g.opened
 }
 
-// wake tells the writes waiting that the gate opened or needs a prober;
-// g.mu is held.
-func (g *storeGate) wakeLocked() {
-	close(g.changed)
-	g.changed = make(chan struct{})
+// handLocked gives the turn to probe to the first of the line, when
+// nobody has it; g.mu is held.
+func (g *storeGate) handLocked() {
+	if g.probing || len(g.line) == 0 {
+		return
+	}
+	turn := g.line[0]
+	g.line[0] = nil
+	g.line = g.line[1:]
+	g.probing = true
+	turn <- struct{}{} // its own channel, empty: it has no turn but this one
+}
+
+// leaveLocked takes turn out of the line, handing on the turn to probe
+// if it had it; g.mu is held.
+func (g *storeGate) leaveLocked(turn chan struct{}) {
+	if i := slices.Index(g.line, turn); i >= 0 {
+		g.line = slices.Delete(g.line, i, i+1)
+	}
+	select {
+	case <-turn:
+		g.probing = false
+		g.handLocked()
+	default:
+	}
 }
 
 // untilWritten makes write again, which just failed, until it succeeds
 // (true) or done is closed (false), at the store's gate (storeGate): it
-// waits for the gate to open, or probes it, then writes once, and waits
-// again if that fails. Each failure is noted (health.failed).
+// waits in the gate's line until the gate opens, or its turn to probe
+// comes, and then writes once; if that fails it joins the line again.
+// Each failure is noted (health.failed).
 func (a *Agent) untilWritten(done <-chan struct{}, write func() error) bool {
 	g := &a.gate
+	turn := make(chan struct{}, 1)
 	g.mu.Lock()
 	g.waiting++
-	g.shutLocked()
 	g.mu.Unlock()
 	defer func() {
 		g.mu.Lock()
@@ -117,70 +148,65 @@ func (a *Agent) untilWritten(done <-chan struct{}, write func() error) bool {
 	}()
 	for {
 		g.mu.Lock()
-		switch {
-		case !g.shut:
+		opened := g.joinLocked(turn)
+		g.mu.Unlock()
+		probe := false
+		select {
+		case <-done:
+			g.mu.Lock()
+			g.leaveLocked(turn)
 			g.mu.Unlock()
-		case !g.probing:
-			g.probing = true
-			g.mu.Unlock()
-			return a.probeGate(done, write)
-		default:
-			changed := g.changed
-			g.mu.Unlock()
-			select {
-			case <-done:
+			return false
+		case <-opened: // the line was emptied; no turn was handed since
+		case <-turn:
+			probe = true
+			if !a.gateWait(done) {
+				g.mu.Lock()
+				g.probing = false
+				g.handLocked()
+				g.mu.Unlock()
 				return false
-			case <-changed:
 			}
-			continue
 		}
 		err := write()
 		if err == nil {
+			if probe {
+				g.mu.Lock()
+				g.probing = false
+				g.shut = false
+				g.line = nil // each of them writes once
+				close(g.opened)
+				g.mu.Unlock()
+			}
 			return true
 		}
 		a.health.failed(err)
-		g.mu.Lock()
-		g.shutLocked()
-		g.mu.Unlock()
+		if probe {
+			g.mu.Lock()
+			g.wait = min(g.wait*2, holdMaxBackoff, a.cfg.MaxBackoff)
+			g.probing = false // joining again hands the turn on
+			g.mu.Unlock()
+		}
 	}
 }
 
-// probeGate is untilWritten for the gate's prober: it makes write after
-// the gate's backoff until it succeeds, and then opens the gate, or until
-// done, and then hands the probe on.
-func (a *Agent) probeGate(done <-chan struct{}, write func() error) bool {
+// gateWait waits the gate's backoff before a probe; false when done is
+// closed first.
+func (a *Agent) gateWait(done <-chan struct{}) bool {
 	g := &a.gate
-	for {
-		g.mu.Lock()
-		if g.wait == 0 {
-			g.wait = a.cfg.MinBackoff
-		}
-		t := time.NewTimer(a.jitter(g.wait))
-		g.mu.Unlock()
-		select {
-		case <-done:
-			t.Stop()
-			g.mu.Lock()
-			g.probing = false
-			g.wakeLocked() // another one probes
-			g.mu.Unlock()
-			return false
-		case <-t.C:
-		}
-		err := write()
-		g.mu.Lock()
-		if err == nil {
-			g.probing = false
-			if g.shut {
-				g.shut = false
-				g.wakeLocked()
-			}
-			g.mu.Unlock()
-			return true
-		}
-		g.wait = min(g.wait*2, holdMaxBackoff, a.cfg.MaxBackoff)
-		g.mu.Unlock()
-		a.health.failed(err)
+	g.mu.Lock()
+	if g.wait == 0 {
+		g.wait = a.cfg.MinBackoff
+	}
+	wait := g.wait
+	g.mu.Unlock()
+	t := time.NewTimer(a.jitter(wait))
+	defer t.Stop()
+	select {
+	case <-done:
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
