@@ -250,8 +250,10 @@ type Agent struct {
 	secretMu sync.RWMutex
 	secret   string
 
-	health health  // see health.go
-	owed   retrier // see retry.go
+	health     health        // see health.go
+	unrecorded unrecordedLog // the attempts not recorded, said once and counted: health.go
+	gate       storeGate     // where the writes held for a full disk wait: queued.go
+	owed       retrier       // see retry.go
 
 	// The forwards under way to each receiver, within their shares
 	// (shares.go): of the workers' and of the retrier's.
@@ -321,6 +323,7 @@ func New(cfg Config) (*Agent, error) {
 		a.cfg.Logf = func(string, ...any) {}
 	}
 	a.health.now, a.health.logf, a.health.changed = a.cfg.Now, a.cfg.Logf, a.publishHealth
+	a.unrecorded.now, a.unrecorded.logf = a.cfg.Now, a.cfg.Logf
 	a.client = cfg.Client
 	if a.client == nil {
 		a.client = NewClient(a.cfg.Concurrency, a.cfg.TLS)

@@ -124,6 +124,7 @@ func (a *Agent) attemptRecorded(h holder, p *processed) bool {
 		case err != nil:
 			return err
 		default:
+			a.unrecorded.recorded()
 			a.published(d, &rec)
 			p.Attempt, p.answer = &rec, &rec
 		}
@@ -246,6 +247,7 @@ func (a *Agent) recordAttempt(d *devhook.Delivery, at devhook.Attempt) *devhook.
 		return out
 	}
 	a.health.ok()
+	a.unrecorded.recorded()
 	*out = rec
 	a.published(d, out)
 	return out
@@ -263,11 +265,13 @@ func (a *Agent) attemptNotRecorded(d *devhook.Delivery, at *devhook.Attempt, err
 	// The receiver has had it: say so, and carry on without the
 	// record of this attempt.
 	a.health.failed(err)
-	if d.Queued {
-		a.cfg.Logf("delivery %s: the receiver got it (%s) but devhook could not record the attempt: %v; it is recorded before the relay is acknowledged", d.ID, outcome(at), err)
-	} else {
-		a.cfg.Logf("delivery %s: the receiver got it (%s) but devhook could not record the attempt: %v", d.ID, outcome(at), err)
-	}
+	a.unrecorded.failed(err, func() string {
+		line := fmt.Sprintf("delivery %s: the receiver got it (%s) but devhook could not record the attempt: %v", d.ID, outcome(at), err)
+		if d.Queued {
+			line += "; it is recorded before the relay is acknowledged"
+		}
+		return line
+	})
 }
 
 // published tells live views that attempt rec of d is recorded.

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"strings"
 	"sync"
@@ -88,6 +89,76 @@ func (h *health) state() devhook.Health {
 	}
 	h.mu.Unlock()
 	return s
+}
+
+// unrecordedEvery is how often attempts that keep going unrecorded are
+// said again, with their count.
+const unrecordedEvery = 10 * time.Minute
+
+// unrecordedLog says the attempts the receiver got but the store did not
+// take (forward.go: attemptNotRecorded), without a line per delivery: on
+// a full disk under load that would fill the terminal. The first is said
+// in full when it starts; the next ones are counted, and said with their
+// count at most every unrecordedEvery while it lasts; when an attempt is
+// recorded again, a line says so, with how many were not since the last
+// line. The same as natsrelay.ConnLog does for the relay's NATS errors.
+type unrecordedLog struct {
+	now   func() time.Time
+	logf  func(format string, args ...any)
+	every time.Duration // 0: unrecordedEvery
+
+	failing atomic.Bool // read after every attempt recorded: the only cost when all is well
+
+	mu     sync.Mutex
+	since  time.Time // the first attempt not recorded
+	said   time.Time // the last line
+	n      int       // not recorded since since
+	unsaid int       // of them, since the last line
+	err    string    // the last one's error
+}
+
+// failed notes an attempt not recorded because of err; full is its line
+// in full, said when it is the first.
+func (l *unrecordedLog) failed(err error, full func() string) {
+	now := l.now()
+	l.mu.Lock()
+	l.err = err.Error()
+	if !l.failing.Load() {
+		l.failing.Store(true)
+		l.since, l.said, l.n, l.unsaid = now, now, 1, 0
+		l.mu.Unlock()
+		l.logf("%s (said once: the next attempts not recorded are counted until one is recorded again)", full())
+		return
+	}
+	l.n++
+	l.unsaid++
+	every := cmp.Or(l.every, unrecordedEvery)
+	if now.Sub(l.said) < every {
+		l.mu.Unlock()
+		return
+	}
+	unsaid, n, since, last := l.unsaid, l.n, l.since, l.err
+	l.said, l.unsaid = now, 0
+	l.mu.Unlock()
+	l.logf("still not recording attempts: %d more the receivers got but devhook could not record, %d in %s (last: %s); said again every %s while it lasts",
+		unsaid, n, FormatDuration(now.Sub(since)), last, FormatDuration(every))
+}
+
+// recorded notes an attempt recorded, which ends a failure under way.
+func (l *unrecordedLog) recorded() {
+	if !l.failing.Load() {
+		return
+	}
+	now := l.now()
+	l.mu.Lock()
+	if !l.failing.Load() {
+		l.mu.Unlock()
+		return
+	}
+	l.failing.Store(false)
+	unsaid, n, since := l.unsaid, l.n, l.since
+	l.mu.Unlock()
+	l.logf("attempts are recorded again: %d the receivers got in %s were not recorded (%d since the last line)", n, FormatDuration(now.Sub(since)), unsaid)
 }
 
 // FormatDuration writes d rounded to the second, without zero units:

@@ -176,9 +176,13 @@ func (r *retrier) unreserve(id string) {
 	}
 	r.mu.Lock()
 	e := r.byID[id]
+	drop := e != nil && e.reserved // read under the lock: add releases it under it
+	if drop {
+		r.removeLocked(id, false)
+	}
 	r.mu.Unlock()
-	if e != nil && e.reserved {
-		r.remove(id, false)
+	if drop {
+		r.poke()
 	}
 }
 

@@ -3,8 +3,10 @@ package agent
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -266,5 +268,60 @@ func checkOwedAgainstModel(t *testing.T, seed uint64) {
 		if owed, failed := r.counts(); owed != len(m.byID) || failed != m.failed || int(r.n.Load()) != owed || int(r.refused.Load()) != m.refused {
 			fail("owed %d (n %d), failed %d, refused %d; want %d, %d, %d", owed, r.n.Load(), failed, r.refused.Load(), len(m.byID), m.failed, m.refused)
 		}
+	}
+}
+
+// unreserve decides on an entry under the table's lock: an entry that add
+// releases at the same time is either dropped while still reserved (then
+// add makes it owed again) or kept, never dropped once released. Each
+// round races the two from a spinning start; under -race a read of the
+// entry after the lock is reported, and without it a released entry
+// dropped shows as missing. (Each round's race is won either way most of
+// the time: the rounds are many, and the test fails on the old code in
+// most runs, not all.)
+func TestUnreserveRacingAdd(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("the race needs two processors")
+	}
+	var r retrier
+	r.init()
+	now := time.Unix(1_700_000_000, 0)
+	r.add("0195b1c8-0000-7000-8000-000000000000", "run", nil, now, now, false) // the run's first, owed
+	const rounds = 20000
+	var turn, done atomic.Int64 // the round the partner may start, and the one it finished
+	ids := make([]string, rounds+1)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("0195b1c8-0000-7000-8000-%012d", i+1)
+	}
+	partner := make(chan struct{})
+	go func() {
+		defer close(partner)
+		for i := int64(1); i <= rounds; i++ {
+			for turn.Load() < i {
+				runtime.Gosched() // spinning: both sides start together
+			}
+			r.add(ids[i], "run", nil, now, now, false)
+			done.Store(i)
+		}
+	}()
+	defer func() { <-partner }()
+	for i := int64(1); i <= rounds; i++ {
+		id := ids[i]
+		if !r.reserve(id, "run", now) {
+			t.Fatalf("reserve %s behind the run's first: false", id)
+		}
+		turn.Store(i)
+		r.unreserve(id)
+		for done.Load() < i {
+			runtime.Gosched()
+		}
+		r.mu.Lock()
+		e := r.byID[id]
+		r.mu.Unlock()
+		if e == nil || e.reserved {
+			turn.Store(rounds) // let the partner finish
+			t.Fatalf("round %d: entry %+v after add and unreserve, want it owed", i, e)
+		}
+		r.remove(id, false)
 	}
 }

@@ -535,3 +535,68 @@ func TestRunStopsWhenReplaced(t *testing.T) {
 		t.Fatal("Run still runs after another agent took the channel over")
 	}
 }
+
+// attemptFullStore is a real store whose attempts fail as on a full disk
+// while full is set, its deliveries still recorded. Injected: on a real
+// disk a live delivery's own record fails before its attempt's (it is
+// answered 503, not forwarded), and an attempt that fails alone is the
+// disk filling between the two writes, which a test cannot time.
+type attemptFullStore struct {
+	*storage.DB
+	full atomic.Bool
+}
+
+func (s *attemptFullStore) AddAttempt(id string, a devhook.Attempt) (devhook.Attempt, error) {
+	if s.full.Load() {
+		return devhook.Attempt{}, errFull
+	}
+	return s.DB.AddAttempt(id, a)
+}
+
+// Many attempts the receiver got but devhook could not record are said in
+// one line, counted, and said to be over, with the count, once an attempt
+// is recorded again: not a line per delivery. Each sender still gets the
+// receiver's answer.
+func TestUnrecordedAttemptsSaidOnce(t *testing.T) {
+	_, recv := newRecorder(t)
+	var store *attemptFullStore
+	logs := &logLines{}
+	tn := newTunnel(t, recv.URL, func(c *agent.Config) {
+		store = &attemptFullStore{DB: c.Store.(*storage.DB)}
+		c.Store = store
+		c.Logf = logs.logf
+	})
+	tn.startAgent()
+	store.full.Store(true)
+	const n = 30
+	for i := range n {
+		resp, body := tn.post(fmt.Sprintf("/u%d", i), []byte(fmt.Sprintf(`{"n":%d}`, i)), nil)
+		if resp.StatusCode != http.StatusOK || string(body) != "ok" {
+			t.Fatalf("delivery %d whose attempt is not recorded: %s %q, want the receiver's 200", i, resp.Status, body)
+		}
+	}
+	tn.waitResults(n)
+	if c := logs.countContaining("could not record the attempt"); c != 1 {
+		t.Errorf("%d lines about deliveries whose attempt was not recorded, want 1: %q", c, logs.lines)
+	}
+	store.full.Store(false)
+	if resp, _ := tn.post("/after", []byte(`{"after":1}`), nil); resp.StatusCode != http.StatusOK {
+		t.Fatalf("delivery after the store took attempts again: %s", resp.Status)
+	}
+	tn.waitResults(n + 1)
+	if c := logs.countContaining(fmt.Sprintf("attempts are recorded again: %d the receivers got in ", n)); c != 1 {
+		t.Errorf("%d lines say attempts are recorded again after %d were not, want 1: %q", c, n, logs.lines)
+	}
+}
+
+func (l *logLines) countContaining(s string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, line := range l.lines {
+		if strings.Contains(line, s) {
+			n++
+		}
+	}
+	return n
+}

@@ -261,8 +261,9 @@ func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
 }
 
 // settle records the end of a delivery's retries: st, or no state when
-// nil. A failed write is tried again until ctx ends (queued.go:
-// untilWritten), so that a restart does not send a delivered one again.
+// nil. A failed write is tried again until ctx ends, at the store's gate
+// with the held deliveries' (queued.go: untilWritten), so that a restart
+// does not send a delivered one again.
 func (a *Agent) settle(ctx context.Context, id string, st *devhook.RetryState) bool {
 	write := func() error {
 		if st == nil {
