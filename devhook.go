@@ -242,6 +242,12 @@ func (e *PartialError) Error() string {
 	return fmt.Sprintf("delivery %s is partly unreadable: %s", e.ID, strings.Join(parts, "; "))
 }
 
+// Unsendable is the error, ECONFLICT, of an action that sends the
+// delivery (a replay), refused because parts of it could not be read.
+func (e *PartialError) Unsendable(action string) *Error {
+	return Errorf(ECONFLICT, "cannot %s delivery %s: devhook sends a delivery only whole, and %w; nothing was sent", action, e.ID, e)
+}
+
 // Unwrap returns the errors of the parts, for errors.Is and errors.As.
 func (e *PartialError) Unwrap() []error {
 	if e.Body == nil {

@@ -111,7 +111,7 @@ func unsendable(action string, err error) error {
 	if !errors.As(err, &pe) {
 		return err
 	}
-	return devhook.Errorf(devhook.ECONFLICT, "cannot %s delivery %s: devhook sends a delivery only whole, and %w; nothing was sent", action, pe.ID, err)
+	return pe.Unsendable(action)
 }
 
 func (s *Server) secretKnown() bool {
