@@ -2,6 +2,7 @@ package inspector_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"net/http"
 	"os"
@@ -15,11 +16,13 @@ import (
 	"github.com/devhook/devhook/inspector"
 	"github.com/devhook/devhook/inspector/inspectortest"
 	"github.com/devhook/devhook/storage"
+	bolt "go.etcd.io/bbolt"
 )
 
-// partialFixture is an inspector over a store holding a delivery, with
-// an attempt, whose body file is gone (removed by hand, or a store copied
-// without its directory of body files), and another delivery whole.
+// partialFixture is an inspector over a store holding a delivery whose
+// body file is gone (removed by hand, or a store copied without its
+// directory of body files), its first attempt damaged (a bit flipped)
+// and its second whole, and another delivery whole.
 func partialFixture(t *testing.T) (f *fixture, broken, whole *devhook.Delivery) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "devhook.db")
@@ -30,6 +33,7 @@ func partialFixture(t *testing.T) (f *fixture, broken, whole *devhook.Delivery) 
 	at := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
 	broken = newDelivery(at, 1, []byte(`{"big":"`+strings.Repeat("x", 2000)+`"}`), true)
 	whole = newDelivery(at.Add(time.Second), 2, []byte(`{"small":1}`), true)
+	put(t, db, broken, 502)
 	put(t, db, broken, 500)
 	put(t, db, whole, 200)
 	if err := db.Close(); err != nil {
@@ -37,6 +41,23 @@ func partialFixture(t *testing.T) (f *fixture, broken, whole *devhook.Delivery) 
 	}
 	if err := os.RemoveAll(path + ".bodies"); err != nil {
 		t.Fatal(err)
+	}
+	bdb, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = bdb.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("attempts"))
+		k := binary.BigEndian.AppendUint32(append([]byte(broken.ID), 0), 1)
+		v := append([]byte{}, b.Get(k)...)
+		if len(v) < 20 {
+			t.Fatalf("attempt 1 of %s: %d bytes", broken.ID, len(v))
+		}
+		v[len(v)/2] ^= 0x10
+		return b.Put(k, v)
+	})
+	if cerr := bdb.Close(); err != nil || cerr != nil {
+		t.Fatal(err, cerr)
 	}
 	return newFixture(t, fixtureOptions{path: path}), broken, whole
 }
@@ -52,8 +73,11 @@ func TestDelivery_BodyUnreadable(t *testing.T) {
 		t.Fatalf("GET the delivery: %d, want 200 with what can be read", code)
 	}
 	if v.Delivery == nil || v.Method != broken.Method || v.Header.Get("Content-Type") != "application/json" || v.Verdict != broken.Verdict ||
-		len(v.Attempts) != 1 || v.Attempts[0].Status != 500 || v.Body != nil {
-		t.Fatalf("GET the delivery: %+v, want all of it but its body", v.Delivery)
+		len(v.Attempts) != 2 || v.Attempts[1].Status != 500 || v.Body != nil || len(v.View.Attempts) != 2 {
+		t.Fatalf("GET the delivery: %+v, want all of it but its body and its first attempt", v.Delivery)
+	}
+	if a := v.Attempts[0]; a.Seq != 1 || a.Status != 0 || !strings.Contains(a.ReadError, "attempt 1 of delivery "+broken.ID+" is damaged") {
+		t.Errorf("attempt 1: %+v, want it listed with its read_error", a)
 	}
 	if !strings.Contains(v.BodyError, "missing") || !strings.Contains(v.BodyError, ".bodies") {
 		t.Errorf("body_error %q, want it to say the body file is missing and where", v.BodyError)
@@ -78,11 +102,14 @@ func TestDelivery_BodyUnreadable(t *testing.T) {
 	if code := f.get(t, "/api/deliveries/"+broken.ID+"/curl", nil); code != http.StatusConflict {
 		t.Errorf("GET its curl command: %d, want 409", code)
 	}
-	if code := f.get(t, "/api/deliveries/"+broken.ID+"/attempts/1/body", nil); code != http.StatusOK {
-		t.Errorf("GET its attempt's answer: %d, want 200 (the attempt reads)", code)
+	if code := f.get(t, "/api/deliveries/"+broken.ID+"/attempts/2/body", nil); code != http.StatusOK {
+		t.Errorf("GET its second attempt's answer: %d, want 200 (the attempt reads)", code)
 	}
-	if d := f.DB.Damage(); d.Damaged != 1 {
-		t.Errorf("Damage: %+v, want the body noted", d)
+	if code := f.get(t, "/api/deliveries/"+broken.ID+"/attempts/1/body", nil); code == http.StatusOK {
+		t.Errorf("GET its first attempt's answer: %d, want its error", code)
+	}
+	if d := f.DB.Damage(); d.Damaged != 2 {
+		t.Errorf("Damage: %+v, want the body and the attempt noted", d)
 	}
 }
 
@@ -97,6 +124,7 @@ func TestInBrowser_BodyUnreadable(t *testing.T) {
 		inspectortest.WaitText("#body-error", "missing"),
 		inspectortest.WaitText("#partial-note", "cannot be read"),
 		inspectortest.WaitText("#attempts", "500"),
+		inspectortest.WaitText(`#attempts details[data-seq="1"] .read-error`, "attempt 1 of delivery "+broken.ID+" is damaged"),
 	)
 	tab.Screenshot(t, "inspector-delivery-body-unreadable")
 }
