@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 )
 
@@ -154,7 +155,12 @@ type Delivery struct {
 	RawQuery   string      `json:"query,omitempty"` // as sent, without "?"
 	Header     http.Header `json:"header"`
 	Body       []byte      `json:"body"`
-	RemoteAddr string      `json:"remote_addr,omitempty"`
+	// BodyError, when set, says why the body could not be read from the
+	// store (its body file or its value damaged, cut short or missing),
+	// naming what is damaged and what to do: Body is then nil, and is not
+	// the delivery's body. Such a delivery is partial (Partial).
+	BodyError  string `json:"body_error,omitempty"`
+	RemoteAddr string `json:"remote_addr,omitempty"`
 	// Queued is true when the relay kept the delivery because no agent was
 	// connected, and the sender was answered 202.
 	Queued bool `json:"queued,omitempty"`
@@ -179,6 +185,75 @@ func (d *Delivery) ArrivalRoute() *Route {
 		}
 	}
 	return nil
+}
+
+// Partial reports whether some parts of d could not be read from the
+// store: its body (BodyError) or attempts (Attempt.ReadError). A partial
+// delivery is shown, never sent, replayed or exported as a whole one.
+func (d *Delivery) Partial() bool {
+	if d.BodyError != "" {
+		return true
+	}
+	for i := range d.Attempts {
+		if d.Attempts[i].ReadError != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// Unreadable is the *PartialError that says what of d could not be read,
+// nil when d is whole.
+func (d *Delivery) Unreadable() error {
+	if !d.Partial() {
+		return nil
+	}
+	e := &PartialError{ID: d.ID}
+	if d.BodyError != "" {
+		e.Body = errors.New(d.BodyError)
+	}
+	for _, a := range d.Attempts {
+		if a.ReadError != "" {
+			e.Attempts = append(e.Attempts, errors.New(a.ReadError))
+		}
+	}
+	return e
+}
+
+// PartialError is the error of a read of a delivery some parts of which
+// could not be read: the delivery that comes with it holds everything
+// else, each part it lacks marked (Delivery.BodyError,
+// Attempt.ReadError). Body is why the body could not be read (nil: it
+// was), Attempts why each attempt that could not be.
+type PartialError struct {
+	ID       string
+	Body     error
+	Attempts []error
+}
+
+func (e *PartialError) Error() string {
+	var parts []string
+	if e.Body != nil {
+		parts = append(parts, "its body cannot be read: "+e.Body.Error())
+	}
+	for _, a := range e.Attempts {
+		parts = append(parts, "an attempt cannot be read: "+a.Error())
+	}
+	return fmt.Sprintf("delivery %s is partly unreadable: %s", e.ID, strings.Join(parts, "; "))
+}
+
+// Unsendable is the error, ECONFLICT, of an action that sends the
+// delivery (a replay), refused because parts of it could not be read.
+func (e *PartialError) Unsendable(action string) *Error {
+	return Errorf(ECONFLICT, "cannot %s delivery %s: devhook sends a delivery only whole, and %w; nothing was sent", action, e.ID, e)
+}
+
+// Unwrap returns the errors of the parts, for errors.Is and errors.As.
+func (e *PartialError) Unwrap() []error {
+	if e.Body == nil {
+		return e.Attempts
+	}
+	return append([]error{e.Body}, e.Attempts...)
 }
 
 // Event is what devhook understood of a run.status body. Zero when the body
@@ -254,6 +329,10 @@ type Attempt struct {
 	Header http.Header `json:"header,omitempty"`
 	Body   []byte      `json:"body,omitempty"`
 	Error  string      `json:"error,omitempty"`
+	// ReadError, when set, says why the store could not read this
+	// attempt, recorded with this Seq (0 when its key is damaged too):
+	// every other field is then zero, and the delivery is partial.
+	ReadError string `json:"read_error,omitempty"`
 }
 
 // Edited reports whether the attempt sent a request changed by the one

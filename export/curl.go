@@ -7,7 +7,9 @@ package export
 // # The script
 //
 // A POSIX sh script (#!/bin/sh, set -eu), one curl command per delivery in
-// the order received, each after a comment line naming the delivery:
+// the order received, each after a comment line naming the delivery (one
+// whose body could not be read from the store has the comment alone,
+// saying why: it is not sent):
 //
 //	#!/bin/sh
 //	# devhook deliveries export: 2 deliveries as curl commands …
@@ -127,6 +129,9 @@ func CurlScript(ds []*devhook.Delivery, opt CurlOptions) (*Script, error) {
 	ds = inOrder(ds)
 	targets := make([]string, len(ds))
 	for i, d := range ds {
+		if d.BodyError != "" {
+			continue // not sent (below)
+		}
 		t, err := Target(d, opt.To)
 		if err != nil {
 			return nil, err
@@ -136,6 +141,13 @@ func CurlScript(ds []*devhook.Delivery, opt CurlOptions) (*Script, error) {
 	var sb strings.Builder
 	s := &Script{}
 	for i, d := range ds {
+		if d.BodyError != "" {
+			// Its body could not be read from the store: a command would
+			// send another body as this delivery's.
+			fmt.Fprintf(&sb, "\n# %d/%d %s\n", i+1, len(ds), commentSafe(about(d)))
+			sb.WriteString("#   not sent: its body cannot be read (" + commentSafe(d.BodyError) + ")\n")
+			continue
+		}
 		src := sourceOf(d, opt.BodyFiles != "")
 		if src.kind == bodyFile {
 			src.file = BodyFile(opt.BodyFiles, d.ID)
@@ -342,7 +354,11 @@ func about(d *devhook.Delivery) string {
 	if d.RawQuery != "" {
 		s += "?" + d.RawQuery
 	}
-	return s + ", received " + d.ReceivedAt.UTC().Format(time.RFC3339Nano) + ", " + plural(len(d.Body), "byte", "bytes")
+	s += ", received " + d.ReceivedAt.UTC().Format(time.RFC3339Nano)
+	if d.BodyError != "" {
+		return s + ", its body unreadable"
+	}
+	return s + ", " + plural(len(d.Body), "byte", "bytes")
 }
 
 // signatureNote says when the signature d arrived with stops being

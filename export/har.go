@@ -43,9 +43,13 @@ package export
 // postData; the proposal for 1.3 adds this one). A request or answer
 // with no body has no postData, and no content text. An attempt that got
 // no answer has status 0, "bodySize": -1 and its error in
-// "response._error". devhook only knows how long an attempt took, not its
-// phases: all of it is "wait". Fields of devhook's own start with "_", as
-// the format asks.
+// "response._error". A delivery some parts of which could not be read
+// from the store (a damaged or missing body file) has them said in
+// "_devhook.partial" of each of its entries; a request whose body could
+// not be read has no postData and "bodySize": -1, and an attempt that
+// could not be read no entry. devhook only knows how long an attempt
+// took, not its phases: all of it is "wait". Fields of devhook's own
+// start with "_", as the format asks.
 
 import (
 	"bytes"
@@ -78,16 +82,26 @@ type HAROptions struct {
 func HAR(ds []*devhook.Delivery, opt HAROptions) ([]byte, error) {
 	log := harLog{Version: "1.2", Creator: harCreator{Name: "devhook", Version: opt.Version}, Entries: []harEntry{}}
 	for _, d := range inOrder(ds) {
-		if len(d.Attempts) == 0 {
-			log.Entries = append(log.Entries, unforwardedEntry(d, opt.To))
-			continue
-		}
+		n := len(log.Entries)
 		for i := range d.Attempts {
-			if a := &d.Attempts[i]; a.Kind == devhook.AttemptDrop {
+			switch a := &d.Attempts[i]; {
+			case a.ReadError != "":
+				// Not read: nothing of it to write but its error (partial).
+			case a.Kind == devhook.AttemptDrop:
 				log.Entries = append(log.Entries, droppedEntry(d, a, opt.To))
-				continue
+			default:
+				log.Entries = append(log.Entries, attemptEntry(d, a))
 			}
-			log.Entries = append(log.Entries, attemptEntry(d, &d.Attempts[i]))
+		}
+		if len(log.Entries) == n {
+			e := unforwardedEntry(d, opt.To)
+			if len(d.Attempts) > 0 { // none of them could be read
+				e.Comment, e.Response = "delivery "+d.ID+": its attempts cannot be read", noAnswer("its attempts cannot be read")
+			}
+			log.Entries = append(log.Entries, e)
+		}
+		if d.Partial() {
+			markPartial(log.Entries[n:], d)
 		}
 	}
 	slices.SortStableFunc(log.Entries, func(a, b harEntry) int { return a.started.Compare(b.started) })
@@ -117,7 +131,9 @@ type harCreator struct {
 }
 
 type harEntry struct {
-	started         time.Time
+	started time.Time
+	ownBody bool // the request is the attempt's own, not the delivery's
+
 	StartedDateTime string      `json:"startedDateTime"`
 	Time            float64     `json:"time"`
 	Request         harRequest  `json:"request"`
@@ -199,6 +215,9 @@ type harDevhook struct {
 	Made     string `json:"made,omitempty"`
 	Verdict  string `json:"verdict,omitempty"`
 	RunID    string `json:"run_id,omitempty"`
+	// Partial says what of the delivery could not be read from the store
+	// (its body, attempts), and why.
+	Partial string `json:"partial,omitempty"`
 }
 
 // harTime is how HAR writes a moment: ISO 8601 with milliseconds.
@@ -220,6 +239,7 @@ func attemptEntry(d *devhook.Delivery, a *devhook.Attempt) harEntry {
 	if a.Made != "" {
 		e.Comment += ", " + a.Made
 	}
+	e.ownBody = a.Request != nil
 	if a.Status == 0 {
 		e.Response = noAnswer(a.Error)
 		return e
@@ -262,6 +282,22 @@ func droppedEntry(d *devhook.Delivery, a *devhook.Attempt, to *url.URL) harEntry
 	e.Comment = fmt.Sprintf("delivery %s, attempt %d of %d: %s", d.ID, a.Seq, len(d.Attempts), why)
 	e.Devhook.Attempt, e.Devhook.Kind = a.Seq, a.Kind
 	return e
+}
+
+// markPartial marks the entries of d, some parts of which could not be
+// read from the store: "_devhook.partial" says what and why, and a
+// request whose body is the delivery's has neither body nor size (-1:
+// unknown), never an empty body posing as the one that arrived.
+func markPartial(entries []harEntry, d *devhook.Delivery) {
+	why := d.Unreadable().Error()
+	for i := range entries {
+		e := &entries[i]
+		e.Devhook.Partial = utf8Text(why)
+		e.Comment += "; partial: parts of the delivery cannot be read (_devhook.partial)"
+		if d.BodyError != "" && !e.ownBody {
+			e.Request.PostData, e.Request.BodySize = nil, -1
+		}
+	}
 }
 
 // noAnswer is the response of an attempt that got none.

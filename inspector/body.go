@@ -3,6 +3,7 @@ package inspector
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"mime"
 	"net/http"
@@ -119,7 +120,7 @@ func (s *Server) handleRequestBody(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleAttemptBody(w http.ResponseWriter, r *http.Request) {
 	d, err := s.delivery(r.PathValue("id"))
-	if err != nil {
+	if err != nil && !partial(d, err) {
 		s.fail(w, r, err)
 		return
 	}
@@ -129,6 +130,10 @@ func (s *Server) handleAttemptBody(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for _, a := range d.Attempts {
+		if a.Seq == seq && a.ReadError != "" {
+			s.fail(w, r, errors.New(a.ReadError))
+			return
+		}
 		if a.Seq == seq {
 			serveDownload(w, fmt.Sprintf("%s-attempt-%d-response", d.ID, seq), a.Header.Get("Content-Type"), a.Body)
 			return

@@ -55,7 +55,9 @@ func (c *Client) ListPage(ctx context.Context, f devhook.Filter) (ListPage, erro
 	return out, err
 }
 
-// Delivery returns one delivery with its attempts.
+// Delivery returns one delivery with its attempts. One some parts of
+// which the store could not read comes with a *devhook.PartialError, the
+// parts marked in it, as storage.DB.Delivery gives it.
 func (c *Client) Delivery(ctx context.Context, id string) (*devhook.Delivery, error) {
 	var d devhook.Delivery
 	if err := c.do(ctx, http.MethodGet, "/api/deliveries/"+url.PathEscape(id), nil, &d); err != nil {
@@ -66,7 +68,9 @@ func (c *Client) Delivery(ctx context.Context, id string) (*devhook.Delivery, er
 			return nil, err
 		}
 	}
-	return &d, nil
+	// Parts the store could not read: the delivery with the error that
+	// says so, as storage.DB.Delivery gives them.
+	return &d, d.Unreadable()
 }
 
 // Settings returns the running listen's settings, its data directory

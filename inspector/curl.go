@@ -16,7 +16,7 @@ import (
 func (s *Server) handleCurl(w http.ResponseWriter, r *http.Request) {
 	d, err := s.delivery(r.PathValue("id"))
 	if err != nil {
-		s.fail(w, r, err)
+		s.fail(w, r, unsendable("write the curl command of", err))
 		return
 	}
 	target, _ := s.replayTarget(d)

@@ -1,6 +1,7 @@
 package inspector
 
 import (
+	"errors"
 	"net/http"
 	"net/url"
 	"strings"
@@ -49,8 +50,11 @@ type AttemptView struct {
 }
 
 func (s *Server) handleDelivery(w http.ResponseWriter, r *http.Request) {
+	// A delivery some parts of which cannot be read (storage.DB.Delivery:
+	// its body, an attempt) is shown with the rest, each such part
+	// saying why (body_error, an attempt's read_error).
 	d, err := s.delivery(r.PathValue("id"))
-	if err != nil {
+	if err != nil && !partial(d, err) {
 		s.fail(w, r, err)
 		return
 	}
@@ -78,6 +82,10 @@ func (s *Server) handleDelivery(w http.ResponseWriter, r *http.Request) {
 		d.Route = v.Retry.Route
 	}
 	for i, a := range d.Attempts {
+		if a.ReadError != "" {
+			v.View.Attempts[i] = AttemptView{Response: NewBodyView(nil, nil)}
+			continue
+		}
 		av := AttemptView{Response: NewBodyView(a.Body, a.Header), Hint: hint.Text(d, &d.Attempts[i])}
 		if a.Request != nil {
 			rv := NewBodyView(a.Request.Body, a.Request.Header)
@@ -86,6 +94,24 @@ func (s *Server) handleDelivery(w http.ResponseWriter, r *http.Request) {
 		v.View.Attempts[i] = av
 	}
 	writeJSON(w, http.StatusOK, v)
+}
+
+// partial reports whether d, read with err, is a delivery some parts of
+// which could not be read, to be shown all the same: never sent.
+func partial(d *devhook.Delivery, err error) bool {
+	var pe *devhook.PartialError
+	return d != nil && errors.As(err, &pe)
+}
+
+// unsendable is the error of a request that sends delivery d, or uses its
+// body, when err says part of it cannot be read: a conflict (409), not
+// the inspector's failure, saying what cannot be read.
+func unsendable(action string, err error) error {
+	var pe *devhook.PartialError
+	if !errors.As(err, &pe) {
+		return err
+	}
+	return pe.Unsendable(action)
 }
 
 func (s *Server) secretKnown() bool {

@@ -24,7 +24,13 @@ const testSecret = "whsec-test"
 // MustOpenDB opens a real store in a temporary folder.
 func MustOpenDB(tb testing.TB) *storage.DB {
 	tb.Helper()
-	db, err := storage.Open(filepath.Join(tb.TempDir(), "devhook.db"), storage.Config{MaxDeliveries: -1, MaxAge: -1})
+	return mustOpenPath(tb, filepath.Join(tb.TempDir(), "devhook.db"))
+}
+
+// mustOpenPath opens the store at path, closed when the test ends.
+func mustOpenPath(tb testing.TB, path string) *storage.DB {
+	tb.Helper()
+	db, err := storage.Open(path, storage.Config{MaxDeliveries: -1, MaxAge: -1})
 	if err != nil {
 		tb.Fatalf("opening the store: %v", err)
 	}
@@ -175,12 +181,18 @@ type fixture struct {
 
 type fixtureOptions struct {
 	noReplayer bool
+	path       string // the store's file: "" a new one in a temporary folder
 	config     func(*inspector.Config)
 }
 
 func newFixture(tb testing.TB, o fixtureOptions) *fixture {
 	tb.Helper()
-	f := &fixture{DB: MustOpenDB(tb), Receiver: newReceiver(tb)}
+	f := &fixture{Receiver: newReceiver(tb)}
+	if o.path == "" {
+		f.DB = MustOpenDB(tb)
+	} else {
+		f.DB = mustOpenPath(tb, o.path)
+	}
 	cfg := inspector.Config{
 		Store: f.DB,
 		Settings: inspector.Settings{

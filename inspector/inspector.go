@@ -63,7 +63,9 @@ type Store interface {
 	// List returns summaries newest first, paging by f.Before.
 	List(f devhook.Filter) ([]devhook.Summary, error)
 	// Delivery returns a delivery with its attempts; an *devhook.Error with
-	// code devhook.ENOTFOUND when the id is unknown.
+	// code devhook.ENOTFOUND when the id is unknown; the delivery and a
+	// *devhook.PartialError when parts of it (its body, attempts) could
+	// not be read: shown, never sent.
 	Delivery(id string) (*devhook.Delivery, error)
 	// RunDeliveries returns the summaries of a run's deliveries, oldest first.
 	RunDeliveries(runID string) ([]devhook.Summary, error)

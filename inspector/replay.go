@@ -152,13 +152,13 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request) {
 	}
 	d, err := s.delivery(id)
 	if err != nil {
-		s.fail(w, r, err)
+		s.fail(w, r, unsendable("replay", err))
 		return
 	}
 	id = d.ID
 	a, err := s.cfg.Replayer.Replay(r.Context(), id, opt)
 	if err != nil {
-		s.fail(w, r, fmt.Errorf("replaying delivery %s: %w", id, err))
+		s.fail(w, r, fmt.Errorf("replaying delivery %s: %w", id, unsendable("replay", err)))
 		return
 	}
 	// The Replayer records the attempt and its owner publishes the change,

@@ -28,9 +28,9 @@ import (
 // A body file is a header (bodyFileMagic, its version) and bodies one
 // after another, nothing else: what a body is and where it ends is bbolt's
 // record, and its checksum is in its delivery's record, so a body that
-// was damaged, cut off with its file or lost with it fails its read, and
-// that delivery alone says so (damaged_records.go); the others read as
-// before. The bodies of a batch are written before bbolt commits the
+// was damaged, cut off with its file or lost with it cannot be read, and
+// that delivery alone says so, read without its body (damaged_records.go);
+// the others read as before. The bodies of a batch are written before bbolt commits the
 // batch, which the journal still holds until then: a process killed in
 // between leaves bodies that nothing refers to, and the batch is applied
 // again after the end of the file, which the next start finds. A power

@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/storage"
 )
 
@@ -131,4 +132,74 @@ func TestBodyFiles_FailedCommitGivesRoomBack(t *testing.T) {
 	if after := freeBytes(t, dir); after < before-16<<10 {
 		t.Errorf("free after the failed commit: %d bytes, before it %d: the bodies written kept the room", after, before)
 	}
+}
+
+// A batch whose commit failed is written again where it was, once the
+// disk has room: unwrite moved the file's end back, so the body file is
+// its header and each body once, and every body reads back. (Without it,
+// the room stayed taken, or the batch went after a hole left where it
+// was.)
+func TestBodyFiles_FailedCommitWrittenAgainInPlace(t *testing.T) {
+	dir := mountSmallTmpfs(t, "4m")
+	path := filepath.Join(dir, "devhook.db")
+	db := MustOpenPath(t, path, storage.Config{MaxDeliveries: -1, MaxAge: -1})
+	release := db.HoldFlushes()
+	var bodies int64
+	var ds []*devhook.Delivery
+	for i := range 24 {
+		d := newDelivery(i)
+		d.Body = append(d.Body, bytes.Repeat([]byte(" "), 16<<10)...)
+		bodies += int64(len(d.Body))
+		mustPut(t, db, d)
+		ds = append(ds, d)
+	}
+	filler, err := os.Create(filepath.Join(dir, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 4<<10)
+	for {
+		if _, err := filler.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	fi, err := filler.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	room := (bodies + 8<<10) &^ (4<<10 - 1) // the bodies, and too little for bbolt's pages
+	if err := filler.Truncate(fi.Size() - room); err != nil {
+		t.Fatal(err)
+	}
+	filler.Close()
+	release()
+	if err := db.Flush(); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Flush: %v, want ENOSPC (the bodies written, bbolt's commit refused)", err)
+	}
+	file := filepath.Join(path+".bodies", "00000001")
+	if n := fileSize(t, file); n != storage.BodyFileHeaderLen {
+		t.Fatalf("body file after the refused commit: %d bytes; want it cut back to its header", n)
+	}
+	if err := os.Remove(filepath.Join(dir, "filler")); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Flush(); err != nil {
+		t.Fatalf("Flush with room again: %v", err)
+	}
+	if n := fileSize(t, file); n != storage.BodyFileHeaderLen+bodies {
+		t.Errorf("body file: %d bytes; want its header and the %d bytes of bodies once, in the place of the batch refused", n, bodies)
+	}
+	wantBodies(t, db, ds...)
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
 }

@@ -2,6 +2,7 @@ package storage_test
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -368,7 +369,13 @@ func TestBodyFiles_Damaged(t *testing.T) {
 						t.Errorf("delivery %d: %v, want ErrDamaged", i, err)
 					case c.broken(i) && !strings.Contains(err.Error(), c.why):
 						t.Errorf("delivery %d: %v, want it to say %q", i, err, c.why)
+					case c.broken(i):
+						// The rest of it reads: all but the body.
+						wantPartial(t, d, err, bigDelivery(i), c.why)
 					}
+				}
+				if d := db.Damage(); c.fixture != "bodies-intact.body" && c.fixture != "bodies-torn-tail.body" && d.Damaged+d.Newer == 0 {
+					t.Errorf("Damage: %+v, want the unreadable bodies noted", d)
 				}
 				// The list does not read bodies: every row is there.
 				if list, err := db.List(devhook.Filter{Limit: 100}); err != nil || len(list) != fixtureN {
@@ -692,5 +699,30 @@ func editBolt(t *testing.T, path string, fn func(tx *bolt.Tx) error) {
 	defer bdb.Close()
 	if err := bdb.Update(fn); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// wantPartial checks that d, read with err, is want but for its body,
+// which is marked unreadable saying why, as err says.
+func wantPartial(t *testing.T, d *devhook.Delivery, err error, want *devhook.Delivery, why string) {
+	t.Helper()
+	var partial *devhook.PartialError
+	if d == nil {
+		t.Fatalf("delivery %s: nothing read (%v), want all but its body", want.ID, err)
+	}
+	switch {
+	case !errors.As(err, &partial):
+		t.Errorf("delivery %s: %v, want a *devhook.PartialError", want.ID, err)
+	case d.Body != nil || !strings.Contains(d.BodyError, why) || partial.Body == nil || partial.Body.Error() != d.BodyError:
+		t.Errorf("delivery %s: body %d bytes, BodyError %q, error %v; want no body, and the error saying %q", want.ID, len(d.Body), d.BodyError, err, why)
+	case !d.Partial():
+		t.Errorf("delivery %s: Partial() = false with BodyError %q", want.ID, d.BodyError)
+	}
+	got, w := *d, *want
+	got.Body, got.BodyError, w.Body = nil, "", nil
+	gj, _ := json.Marshal(&got)
+	wj, _ := json.Marshal(&w)
+	if !bytes.Equal(gj, wj) {
+		t.Errorf("delivery %s read as\n%s\nwant\n%s", want.ID, gj, wj)
 	}
 }

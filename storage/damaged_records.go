@@ -19,7 +19,10 @@ import (
 // checksum, its key). A record that fails, or that a newer devhook wrote,
 // is left out of every list (List, RunDeliveries, retention, which never
 // removes one: it is evidence) and noted here; a read of its delivery
-// (Delivery) fails saying what is damaged, naming the file and what to do.
+// (Delivery) fails saying what is damaged, naming the file and what to
+// do, when it is the delivery's record; when it is its body or an
+// attempt, the read gives the rest, that part marked with that error
+// (Delivery.BodyError, Attempt.ReadError), and a *devhook.PartialError.
 // Damage returns what the reads of this DB noted, each record once, for a
 // list to say how many it skipped and where. A writable Open (devhook
 // listen's start) reads every list row and delivery record, not the

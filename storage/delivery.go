@@ -104,7 +104,11 @@ func (db *DB) AddAttempt(id string, a devhook.Attempt) (devhook.Attempt, error) 
 }
 
 // Delivery returns the delivery id with its body and its attempts in Seq
-// order.
+// order. A delivery whose record cannot be read fails, naming what is
+// damaged and what to do. One whose body or some attempts cannot be read
+// comes back with the rest and a *devhook.PartialError that says what
+// it lacks, each such part marked in it (Delivery.BodyError,
+// Attempt.ReadError) and noted in Damage: it can be shown, not sent.
 func (db *DB) Delivery(id string) (*devhook.Delivery, error) {
 	if validID("delivery", id) != nil {
 		// Ids come from URLs: one that could not have been recorded is
@@ -112,9 +116,10 @@ func (db *DB) Delivery(id string) (*devhook.Delivery, error) {
 		return nil, notFound(id)
 	}
 	var d *devhook.Delivery
+	var partial *devhook.PartialError
 	err := db.view(func(v *view) error {
 		var err error
-		d, err = v.delivery(id)
+		d, partial, err = v.delivery(id, db.partError)
 		return err
 	})
 	if err != nil {
@@ -130,7 +135,24 @@ func (db *DB) Delivery(id string) (*devhook.Delivery, error) {
 		}
 		return nil, fmt.Errorf("storage: read delivery %s: %w", id, err)
 	}
+	if partial != nil {
+		return d, partial
+	}
 	return d, nil
+}
+
+// partError is the error of Delivery for a part of a delivery (its body,
+// an attempt) that a read could not use: noted in Damage when it is a
+// record's, and naming the file and what to do.
+func (db *DB) partError(err error) error {
+	if dv := (errValueDamaged{}); errors.As(err, &dv) {
+		return db.damagedValue(err)
+	}
+	if re := (*recordError)(nil); errors.As(err, &re) {
+		db.damage.note(re)
+		return db.recordReadError(re)
+	}
+	return err
 }
 
 // List returns the deliveries that pass f, newest first. It reads only

@@ -337,3 +337,6 @@ func (db *DB) OnBodySync(fn func(path string)) {
 	db.bodies.synced = fn
 	db.bodies.mu.Unlock()
 }
+
+// BodyFileHeaderLen is the length of a body file's header.
+const BodyFileHeaderLen = bodyFileHeaderLen

@@ -3,6 +3,7 @@ package storage
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -164,10 +165,14 @@ func (v *view) body(id []byte) (body []byte, file string, err error) {
 }
 
 // delivery returns delivery id with its body and attempts, copied out of
-// the transaction and the journal's buffers. A record of it that fails its
-// checks (the delivery's, its body, an attempt) is a *recordError; so is
-// one that is missing while its list row says it is there.
-func (v *view) delivery(id string) (*devhook.Delivery, error) {
+// the transaction and the journal's buffers. A delivery record that fails
+// its checks, or is missing while its list row says it is there, is a
+// *recordError: there is nothing to show. A body or an attempt that
+// cannot be read (it fails its checks, its body file is damaged, cut
+// short or missing) does not fail the read: the delivery comes back with
+// the rest, the part marked with explain's error of it (BodyError,
+// Attempt.ReadError), and partial says what is missing.
+func (v *view) delivery(id string, explain func(error) error) (d *devhook.Delivery, partial *devhook.PartialError, err error) {
 	key := []byte(id)
 	meta := v.deliveries.Get(key)
 	inBolt := meta != nil
@@ -175,48 +180,42 @@ func (v *view) delivery(id string) (*devhook.Delivery, error) {
 		e := v.puts[id]
 		if e == nil {
 			if v.tx.Bucket([]byte(bucketSummaries)).Get(key) != nil {
-				return nil, newRecordError(bucketDeliveries, key, nil, "the record", whyMissing)
+				return nil, nil, newRecordError(bucketDeliveries, key, nil, "the record", whyMissing)
 			}
-			return nil, notFound(id)
+			return nil, nil, notFound(id)
 		}
 		meta = e.meta
 	}
 	d, sum, err := decodeMeta(key, meta)
 	if err != nil {
-		return nil, newRecordError(bucketDeliveries, key, meta, "the record", err)
+		return nil, nil, newRecordError(bucketDeliveries, key, meta, "the record", err)
 	}
 	d.ID = id
-	body, file, err := v.body(key)
-	if err != nil {
-		return nil, err
-	}
-	d.Body = body
-	if file == "" {
-		d.Body = append([]byte{}, body...) // out of bbolt's mapping, or the journal's
-	}
-	if !sum.matches(d.Body) {
-		if file != "" {
-			return nil, newRecordError(bucketBodyRefs, key, d.Body, "the body", bodyFileDamage{path: file, why: whyBodyInFile})
-		}
-		return nil, newRecordError(bucketBodies, key, d.Body, "the body", whyChecksum)
+	part := &devhook.PartialError{ID: id}
+	if err := v.readBody(key, d, sum, inBolt); err != nil {
+		part.Body = explain(err)
+		d.Body, d.BodyError = nil, part.Body.Error()
 	}
 	if inBolt {
-		if err := verify(v.tx, key, d.Body, "the body of delivery "+id); err != nil {
-			return nil, err
-		}
 		c := v.attempts.Cursor()
 		prefix := attemptPrefix(key)
 		for k, val := c.Seek(prefix); k != nil && hasPrefix(k, prefix); k, val = c.Next() {
-			what := "an attempt"
+			what, seq := "an attempt", 0
 			if len(k) == len(prefix)+4 {
-				what = fmt.Sprintf("attempt %d", binary.BigEndian.Uint32(k[len(prefix):]))
+				seq = int(binary.BigEndian.Uint32(k[len(prefix):]))
+				what = fmt.Sprintf("attempt %d", seq)
 			}
-			if err := verify(v.tx, k, val, what+" of delivery "+id); err != nil {
-				return nil, err
+			err := verify(v.tx, k, val, what+" of delivery "+id)
+			a := devhook.Attempt{}
+			if err == nil {
+				if a, err = decodeAttempt(k, val); err != nil {
+					err = newRecordError(bucketAttempts, k, val, what, err)
+				}
 			}
-			a, err := decodeAttempt(k, val)
 			if err != nil {
-				return nil, newRecordError(bucketAttempts, k, val, what, err)
+				e := explain(err)
+				part.Attempts = append(part.Attempts, e)
+				a = devhook.Attempt{Seq: seq, ReadError: e.Error()}
 			}
 			d.Attempts = append(d.Attempts, a)
 		}
@@ -228,7 +227,7 @@ func (v *view) delivery(id string) (*devhook.Delivery, error) {
 		}
 		a, err := decodeAttempt(nil, r.enc)
 		if err != nil {
-			return nil, fmt.Errorf("attempt %d: %w", r.att.seq, err)
+			return nil, nil, fmt.Errorf("attempt %d: %w", r.att.seq, err)
 		}
 		d.Attempts = append(d.Attempts, a)
 		extra = true
@@ -236,14 +235,51 @@ func (v *view) delivery(id string) (*devhook.Delivery, error) {
 	if extra {
 		slices.SortStableFunc(d.Attempts, func(a, b devhook.Attempt) int { return a.Seq - b.Seq })
 	}
-	return d, v.attemptsAllThere(key, d)
+	for _, err := range v.attemptsAllThere(key, d) {
+		e := explain(err)
+		part.Attempts = append(part.Attempts, e)
+		seq := len(d.Attempts) + 1
+		if re := (*recordError)(nil); errors.As(err, &re) && len(re.key) == len(key)+5 {
+			seq = int(binary.BigEndian.Uint32(re.key[len(key)+1:]))
+		}
+		d.Attempts = append(d.Attempts, devhook.Attempt{Seq: seq, ReadError: e.Error()})
+	}
+	slices.SortStableFunc(d.Attempts, func(a, b devhook.Attempt) int { return a.Seq - b.Seq })
+	if part.Body == nil && len(part.Attempts) == 0 {
+		return d, nil, nil
+	}
+	return d, part, nil
 }
 
-// attemptsAllThere checks that d has every attempt its list row counts,
-// numbered from 1: one whose key was damaged is not found under its
-// delivery, and would go missing silently. A list row that fails its own
-// checks tells nothing (the list reports it).
-func (v *view) attemptsAllThere(key []byte, d *devhook.Delivery) error {
+// readBody sets d.Body to the body of delivery key, checked against sum
+// (and the checks bucket's checksum, inBolt): an error when it cannot be
+// read whole.
+func (v *view) readBody(key []byte, d *devhook.Delivery, sum bodySum, inBolt bool) error {
+	body, file, err := v.body(key)
+	if err != nil {
+		return err
+	}
+	d.Body = body
+	if file == "" {
+		d.Body = append([]byte{}, body...) // out of bbolt's mapping, or the journal's
+	}
+	if !sum.matches(d.Body) {
+		if file != "" {
+			return newRecordError(bucketBodyRefs, key, d.Body, "the body", bodyFileDamage{path: file, why: whyBodyInFile})
+		}
+		return newRecordError(bucketBodies, key, d.Body, "the body", whyChecksum)
+	}
+	if inBolt {
+		return verify(v.tx, key, d.Body, "the body of delivery "+string(key))
+	}
+	return nil
+}
+
+// attemptsAllThere returns an error for each attempt its list row counts,
+// numbered from 1, that d lacks: one whose key was damaged is not found
+// under its delivery, and would go missing silently. A list row that
+// fails its own checks tells nothing (the list reports it).
+func (v *view) attemptsAllThere(key []byte, d *devhook.Delivery) []error {
 	p, err := v.summary(key, v.tx.Bucket([]byte(bucketSummaries)).Get(key))
 	if err != nil || p == nil {
 		return nil
@@ -252,13 +288,15 @@ func (v *view) attemptsAllThere(key []byte, d *devhook.Delivery) error {
 	if err != nil {
 		return nil
 	}
-	for i, a := range d.Attempts {
-		if a.Seq != i+1 {
-			return newRecordError(bucketAttempts, attemptKey(key, i+1), nil, fmt.Sprintf("attempt %d", i+1), whyMissing)
+	var missing []error
+	have := make(map[int]bool, len(d.Attempts))
+	for _, a := range d.Attempts {
+		have[a.Seq] = true
+	}
+	for seq := 1; seq <= max(f.attempts, len(d.Attempts)); seq++ {
+		if !have[seq] {
+			missing = append(missing, newRecordError(bucketAttempts, attemptKey(key, seq), nil, fmt.Sprintf("attempt %d", seq), whyMissing))
 		}
 	}
-	if n := len(d.Attempts); f.attempts > n {
-		return newRecordError(bucketAttempts, attemptKey(key, n+1), nil, fmt.Sprintf("attempt %d", n+1), whyMissing)
-	}
-	return nil
+	return missing
 }

@@ -351,6 +351,10 @@ func newDeliveriesShowCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "show ID",
 		Short: "Show one delivery: request, signature verdict and every attempt",
+		Long: `Show prints one delivery: its request, signature verdict and every attempt with its answer.
+A delivery some parts of which cannot be read from the store (its body file damaged, cut
+short or missing; a damaged attempt) is shown with the rest, each such part saying why and
+what to do (--json: "body_error", an attempt's "read_error"), and show exits with status 1.`,
 		Example: `  devhook deliveries show ID
   devhook deliveries show ID --json --data ./recordings`,
 		Args: cobra.ExactArgs(1),
@@ -360,21 +364,36 @@ func newDeliveriesShowCmd() *cobra.Command {
 				return err
 			}
 			defer done()
+			// A delivery some parts of which cannot be read is shown
+			// with the rest, and the command fails saying what.
 			d, err := hist.Delivery(cmd.Context(), args[0])
-			if err != nil {
+			if err != nil && !isPartial(d, err) {
 				return err
 			}
 			w := cmd.OutOrStdout()
 			if asJSON {
-				return printJSON(w, d)
+				if perr := printJSON(w, d); perr != nil {
+					return perr
+				}
+			} else {
+				printDelivery(w, d)
 			}
-			printDelivery(w, d)
+			if err != nil {
+				return fmt.Errorf("%w; the rest of it is shown", err)
+			}
 			return nil
 		},
 	}
 	h.flags(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (bodies in base64)")
 	return cmd
+}
+
+// isPartial reports whether d, read with err, is a delivery some parts of
+// which could not be read (storage.DB.Delivery): shown, never sent.
+func isPartial(d *devhook.Delivery, err error) bool {
+	var pe *devhook.PartialError
+	return d != nil && errors.As(err, &pe)
 }
 
 func printDelivery(w io.Writer, d *devhook.Delivery) {
@@ -398,9 +417,17 @@ func printDelivery(w io.Writer, d *devhook.Delivery) {
 	}
 	fmt.Fprintln(w, "\nheaders")
 	printHeader(w, d.Header)
-	fmt.Fprintf(w, "\nbody (%d bytes)\n", len(d.Body))
-	printBody(w, d.Body)
+	if d.BodyError != "" {
+		fmt.Fprintf(w, "\nbody (cannot be read)\n  %s\n", d.BodyError)
+	} else {
+		fmt.Fprintf(w, "\nbody (%d bytes)\n", len(d.Body))
+		printBody(w, d.Body)
+	}
 	for _, a := range d.Attempts {
+		if a.ReadError != "" {
+			fmt.Fprintf(w, "\nattempt %d (cannot be read)\n  %s\n", a.Seq, a.ReadError)
+			continue
+		}
 		fmt.Fprintf(w, "\nattempt %d (%s) → %s at %s, %s, status %s\n", a.Seq, a.Kind, a.Target, a.StartedAt.Local().Format("15:04:05.000"),
 			formatDuration(time.Duration(a.Duration)), statusWord(a.Status))
 		printSent(w, &a)

@@ -47,7 +47,13 @@ DEVHOOK_SECRET (it needs openssl; the script holds no secret).
 
 --format har is an HTTP Archive 1.2: one entry per attempt, the request sent and the
 receiver's answer (status, headers, body), its start and duration. --format scenario is
-the scenario file devhook scenario save writes for the same deliveries, byte for byte.`,
+the scenario file devhook scenario save writes for the same deliveries, byte for byte.
+
+A delivery some parts of which cannot be read from the store (its body file damaged, cut
+short or missing; a damaged attempt) is partial: the curl script names it in a comment and
+does not send one whose body cannot be read, the HAR marks its entries ("_devhook.partial",
+no body that cannot be read), a scenario leaves it out. Every other delivery is exported
+whole; export then says on standard error which are partial and why, and exits with status 1.`,
 		Example: `  devhook deliveries export --last 1 --out repro.sh && sh repro.sh
   devhook deliveries export 0190a1b2-... --to http://localhost:9090 --resign --out replay.sh
   devhook deliveries export --run RUN_ID --format har --out run.har
@@ -86,22 +92,60 @@ func (o *exportOptions) run(cmd *cobra.Command, ids []string) error {
 	if err != nil {
 		return err
 	}
-	load := func(id string) (*devhook.Delivery, error) { return hist.Delivery(ctx, id) }
-	if o.format == "scenario" {
-		return o.scenario(cmd, ids, load)
-	}
-	ds, err := loadAll(ctx, hist, ids)
+	ds, partial, err := loadAll(ctx, hist, ids)
 	if err != nil {
 		return err
 	}
-	if o.format == "har" {
-		b, err := export.HAR(ds, export.HAROptions{Version: cmd.Root().Version, To: to})
-		if err != nil {
-			return err
+	switch o.format {
+	case "scenario":
+		err = o.scenario(cmd, ds)
+	case "har":
+		var b []byte
+		if b, err = export.HAR(ds, export.HAROptions{Version: cmd.Root().Version, To: to}); err == nil {
+			err = o.write(cmd, b, plural(len(ds), "delivery")+" as an HTTP Archive", "")
 		}
-		return o.write(cmd, b, plural(len(ds), "delivery")+" as an HTTP Archive", "")
+	default:
+		err = o.curl(cmd, ds, to)
 	}
-	return o.curl(cmd, ds, to)
+	if err != nil {
+		return err
+	}
+	return o.partialOutcome(cmd, partial, len(ds))
+}
+
+// partialOutcome says, on standard error, which deliveries exported are
+// partial (parts of them could not be read from the store) and why, and
+// is then the command's error, as tar's "exiting with failure status due
+// to previous errors": the export holds every other delivery whole.
+func (o *exportOptions) partialOutcome(cmd *cobra.Command, partial []*devhook.PartialError, n int) error {
+	if len(partial) == 0 {
+		return nil
+	}
+	errw := cmd.ErrOrStderr()
+	for _, pe := range partial {
+		fmt.Fprintf(errw, "devhook: %v\n", pe)
+	}
+	how := map[string]string{
+		"curl":     "the script does not send one whose body cannot be read, and says why in a comment",
+		"har":      `each of their entries says what cannot be read in "_devhook.partial", and has no body that could not be read`,
+		"scenario": "a scenario plays whole deliveries only: they are left out of it",
+	}[o.format]
+	return fmt.Errorf("%d of the %s exported %s partial: parts of %s cannot be read from the store (said above); %s; exiting with failure status",
+		len(partial), plural(n, "delivery"), isAre(len(partial)), themIt(len(partial)), how)
+}
+
+func isAre(n int) string {
+	if n == 1 {
+		return "is"
+	}
+	return "are"
+}
+
+func themIt(n int) string {
+	if n == 1 {
+		return "it"
+	}
+	return "them"
 }
 
 // check checks the flags, before anything is read, and returns --to.
@@ -133,9 +177,10 @@ func (o *exportOptions) check(ids []string) (*url.URL, error) {
 	return u, nil
 }
 
-// loadAll reads the deliveries ids name, each once.
-func loadAll(ctx context.Context, hist history, ids []string) ([]*devhook.Delivery, error) {
-	var ds []*devhook.Delivery
+// loadAll reads the deliveries ids name, each once, in the order of ids.
+// Those some parts of which cannot be read (partial) are read all the
+// same, marked (Delivery.Partial), and their errors returned.
+func loadAll(ctx context.Context, hist history, ids []string) (ds []*devhook.Delivery, partial []*devhook.PartialError, err error) {
 	var seen []string
 	for _, id := range ids {
 		if slices.Contains(seen, id) {
@@ -143,12 +188,14 @@ func loadAll(ctx context.Context, hist history, ids []string) ([]*devhook.Delive
 		}
 		seen = append(seen, id)
 		d, err := hist.Delivery(ctx, id)
-		if err != nil {
-			return nil, fmt.Errorf("read delivery %s: %w", id, err)
+		if pe := (*devhook.PartialError)(nil); d != nil && errors.As(err, &pe) {
+			partial = append(partial, pe)
+		} else if err != nil {
+			return nil, nil, fmt.Errorf("read delivery %s: %w", id, err)
 		}
 		ds = append(ds, d)
 	}
-	return ds, nil
+	return ds, partial, nil
 }
 
 func (o *exportOptions) curl(cmd *cobra.Command, ds []*devhook.Delivery, to *url.URL) error {
@@ -183,9 +230,23 @@ func (o *exportOptions) curl(cmd *cobra.Command, ds []*devhook.Delivery, to *url
 	return nil
 }
 
-// scenario writes the scenario file of the deliveries ids name, as
-// devhook scenario save does.
-func (o *exportOptions) scenario(cmd *cobra.Command, ids []string, load func(string) (*devhook.Delivery, error)) error {
+// scenario writes the scenario file of the deliveries ds, as devhook
+// scenario save does, leaving out the partial ones (parts of them cannot
+// be read): played, they would send a body or expect answers they did
+// not have.
+func (o *exportOptions) scenario(cmd *cobra.Command, ds []*devhook.Delivery) error {
+	var ids []string
+	byID := map[string]*devhook.Delivery{}
+	for _, d := range ds {
+		if !d.Partial() {
+			ids = append(ids, d.ID)
+			byID[d.ID] = d
+		}
+	}
+	if len(ids) == 0 {
+		return nil // nothing whole to write: partialOutcome says why
+	}
+	load := func(id string) (*devhook.Delivery, error) { return byID[id], nil }
 	b, _, err := scenario.Export(ids, load, scenario.Options{})
 	if err != nil {
 		return err

@@ -99,7 +99,7 @@ func (o *replayOptions) run(cmd *cobra.Command, ref string) error {
 	bodyEdited := false
 	if o.editing() {
 		if d, err = hist.Delivery(ctx, ref); err != nil {
-			return err
+			return replayAdvice(err, live, opt)
 		}
 		ref = d.ID
 		if bodyEdited, err = o.applyEdits(cmd, d, hdr, &opt); err != nil {
@@ -401,10 +401,14 @@ func signatureAge(d *devhook.Delivery, now time.Time) time.Duration {
 }
 
 // replayAdvice adds to a replay the agent refused which flag changes
-// that: the agent says what is wrong, the command knows its flags. --to
+// that (none for a delivery parts of which cannot be read: refused): the agent says what is wrong, the command knows its flags. --to
 // is checked before, so a refusal with --resign is the missing secret,
 // and one without --to is the missing target.
 func replayAdvice(err error, live bool, opt devhook.ReplayOptions) error {
+	// Parts of it cannot be read (the store's: offline): never sent.
+	if pe := (*devhook.PartialError)(nil); errors.As(err, &pe) {
+		return pe.Unsendable("replay")
+	}
 	if devhook.ErrorCode(err) != devhook.EINVALID {
 		return err
 	}

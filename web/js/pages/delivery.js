@@ -45,12 +45,16 @@ function drawDetail(D, highlightSeq) {
   const v = d.verdict || {};
   const attempts = d.attempts || [];
   const last = attempts[attempts.length - 1];
+  // Parts the store could not read (a damaged or missing body file, a
+  // damaged attempt): the rest is shown, and the delivery is not sent.
+  const unreadable = (d.body_error ? 1 : 0) + attempts.filter((a) => a.read_error).length;
 
   const head = h('section', { class: 'detail-head panel' },
     h('div', { class: 'crumbs' }, h('a', { href: '#/' }, '← Deliveries'), ev.run_id ? [' · ', h('a', { href: runHref(ev.run_id) }, 'run timeline')] : null),
     h('h1', { class: 'req-line' }, h('span', { class: 'method m-' + String(d.method).toLowerCase() }, d.method), ' ', h('span', { class: 'mono' }, pathText(d))),
     h('div', { class: 'head-badges' }, verdictBadge(v.result), ev.status_v2 ? stepChip(ev.status_v2) : null,
-      last && last.kind === 'drop' && last.route ? routeChip(last.route)
+      last && last.read_error ? h('span', { class: 'chip warn' }, 'last attempt unreadable')
+        : last && last.kind === 'drop' && last.route ? routeChip(last.route)
         : last ? [h('span', { class: 'muted' }, 'receiver'), statusBadge(last.status, last.error)] : h('span', { class: 'chip' }, 'not forwarded yet'),
       d.queued ? h('span', { class: 'chip queued' }, 'queued while no agent was connected') : null,
       retryChip(d.retry)),
@@ -58,6 +62,10 @@ function drawDetail(D, highlightSeq) {
       d.retry.state === 'failed'
         ? 'failed: devhook ' + (d.retry.reason || 'gave up') + '. The sender was answered 202 long ago and will not send it again: replay it once the receiver works.'
         : 'The receiver has not taken this delivery yet (no answer, 408, 429 or 5xx). devhook retries it with backoff since ' + fmtTime(d.retry.since, true) + '; each retry is an attempt below.') : null,
+    unreadable ? h('p', { class: 'error-text', id: 'partial-note' },
+      (d.body_error ? 'The body of this delivery cannot be read' + (unreadable > 1 ? ', nor some of its attempts' : '')
+        : 'Some attempts of this delivery cannot be read') +
+      ': the rest is shown below, each part that cannot be read saying why and what to do. devhook does not replay or export it as a whole delivery.') : null,
     last && d.view.attempts[attempts.length - 1] && d.view.attempts[attempts.length - 1].hint
       ? h('p', { class: 'refusal-hint warn-text', id: 'refusal-hint' }, hintText(d.view.attempts[attempts.length - 1].hint)) : null,
     h('dl', { class: 'facts' },
@@ -77,7 +85,9 @@ function drawDetail(D, highlightSeq) {
   const request = h('section', { class: 'panel request' },
     h('h2', null, 'Request'),
     h('h3', null, 'Headers'), headerTable(d.header),
-    h('h3', null, 'Body'), bodyViewer(d.view.body, d.body, bodyURL(d.id), 'request'));
+    h('h3', null, 'Body'), d.body_error
+      ? h('p', { class: 'error-text mono small', id: 'body-error' }, 'The body cannot be read: ' + d.body_error)
+      : bodyViewer(d.view.body, d.body, bodyURL(d.id), 'request'));
 
   const attemptsBox = h('section', { class: 'panel attempts', id: 'attempts' },
     h('div', { class: 'panel-title' }, h('h2', null, 'Attempts ', h('span', { class: 'count' }, String(attempts.length))),
@@ -112,6 +122,11 @@ function hintText(s) {
 
 function attemptCard(D, a, index, highlightSeq) {
   const d = D.data;
+  if (a.read_error) {
+    return h('details', { class: 'attempt unreadable', 'data-seq': String(a.seq), open: true },
+      h('summary', null, h('span', { class: 'seq' }, a.seq ? '#' + a.seq : '#?'), h('span', { class: 'chip warn' }, 'unreadable')),
+      h('div', { class: 'attempt-body' }, h('p', { class: 'error-text mono small read-error' }, 'This attempt cannot be read: ' + a.read_error)));
+  }
   const av = d.view.attempts[index] || { response: { size: 0, utf8: true } };
   const req = a.request;
   const checked = D.compare.includes(a.seq);

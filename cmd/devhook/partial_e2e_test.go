@@ -1,0 +1,230 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/scenario"
+	"github.com/devhook/devhook/storage"
+)
+
+// The body file fixtures of storage (storage/testdata): db-bodyfiles.db
+// holds bodyFixtureN deliveries, storage's id(0) to id(11), whose bodies
+// are in its body file 00000001; bodies-damaged-middle.body is that file
+// with one bit flipped in the body of delivery bodyFixtureDamaged.
+const (
+	bodyFixtureN       = 12
+	bodyFixtureDamaged = 5
+)
+
+func bodyFixtureID(i int) string { return fmt.Sprintf("0195b1c8-%04x-7000-8000-%012x", i>>16, i) }
+
+// bodyFileData is a data directory whose store is db-bodyfiles.db with
+// its body file fixture bodies (storage/testdata).
+func bodyFileData(t *testing.T, bodies string) (data, bodyFile string) {
+	t.Helper()
+	read := func(name string) []byte {
+		b, err := os.ReadFile(filepath.Join("..", "..", "storage", "testdata", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	data = filepath.Join(t.TempDir(), "data")
+	bodyFile = filepath.Join(data, "deliveries.db.bodies", "00000001")
+	if err := os.MkdirAll(filepath.Dir(bodyFile), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(data, "deliveries.db"), read("db-bodyfiles.db"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bodyFile, read(bodies), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return data, bodyFile
+}
+
+// exitCodeOf is the exit status of a devhook that ended with err.
+func exitCodeOf(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
+}
+
+// A delivery whose body cannot be read (its body file damaged): show
+// prints all the rest of it, says plainly that the body cannot be read,
+// where and why, and exits 1; --json too, with body_error. Replaying it
+// is refused, nothing sent. The others show as before.
+func TestShow_BodyUnreadable(t *testing.T) {
+	data, bodyFile := bodyFileData(t, "bodies-damaged-middle.body")
+	evidence, _ := os.ReadFile(bodyFile)
+	broken := bodyFixtureID(bodyFixtureDamaged)
+	inspect := closedAddr(t)
+
+	stdout, stderr, err := runDevhook(t, "deliveries", "show", broken, "--data", data, "--inspect", inspect)
+	if code := exitCodeOf(err); code != 1 {
+		t.Errorf("show: exit status %d (%v), want 1", code, err)
+	}
+	for _, want := range []string{"delivery  " + broken, "request   POST /hook", "verdict   ok", "Content-Type: application/json",
+		"body (cannot be read)", bodyFile, "do not match its checksum", "deliveries delete " + broken} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("show's output does not say %q:\n%s", want, stdout)
+		}
+	}
+	if !strings.Contains(stderr, "partly unreadable") || !strings.Contains(stderr, "the rest of it is shown") {
+		t.Errorf("show's stderr %q, want it to say the delivery is partly unreadable and the rest shown", stderr)
+	}
+
+	stdout, _, err = runDevhook(t, "deliveries", "show", broken, "--json", "--data", data, "--inspect", inspect)
+	var d struct {
+		ID        string `json:"id"`
+		Method    string `json:"method"`
+		BodyError string `json:"body_error"`
+		Body      []byte `json:"body"`
+	}
+	if jerr := json.Unmarshal([]byte(stdout), &d); jerr != nil || exitCodeOf(err) != 1 {
+		t.Fatalf("show --json: %v, exit status %d; output %q", jerr, exitCodeOf(err), stdout)
+	}
+	if d.ID != broken || d.Method != "POST" || d.Body != nil || !strings.Contains(d.BodyError, bodyFile) || !strings.Contains(stdout, `"body_error"`) {
+		t.Errorf("show --json: %+v, want the delivery with body_error naming %s and no body", d, bodyFile)
+	}
+
+	if _, stderr, err := runDevhook(t, "deliveries", "show", bodyFixtureID(bodyFixtureDamaged+1), "--data", data, "--inspect", inspect); err != nil {
+		t.Errorf("show of another delivery: %v %s", err, stderr)
+	}
+
+	if got, _ := os.ReadFile(bodyFile); !bytes.Equal(got, evidence) {
+		t.Errorf("the damaged body file was changed: evidence is kept as it is")
+	}
+}
+
+// Replaying a delivery whose body cannot be read (its body file cut
+// short) is refused, saying why, and nothing is sent.
+func TestReplay_BodyUnreadable(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	db, err := storage.Open(filepath.Join(data, "deliveries.db"), storage.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"big":"` + strings.Repeat("x", 4000) + `"}`)
+	d := &devhook.Delivery{ID: uuid.Must(uuid.NewV7()).String(), ReceivedAt: time.Now(), Method: http.MethodPost, Path: "/hook",
+		Header: http.Header{"Content-Type": {"application/json"}}, Body: body, Verdict: devhook.Verdict{Result: devhook.VerdictUnchecked}}
+	if _, err := db.PutDelivery(d); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	bodyFile := filepath.Join(data, "deliveries.db.bodies", "00000001")
+	if err := os.Truncate(bodyFile, 100); err != nil {
+		t.Fatal(err)
+	}
+	var sent atomic.Int32
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { sent.Add(1) }))
+	defer recv.Close()
+	for _, args := range [][]string{{}, {"--header", "X-Edit: 1"}} {
+		_, stderr, err := runDevhook(t, append([]string{"replay", d.ID, "--to", recv.URL, "--data", data, "--inspect", closedAddr(t)}, args...)...)
+		if exitCodeOf(err) != 1 || !strings.Contains(stderr, "cannot replay") || !strings.Contains(stderr, "cut short") || !strings.Contains(stderr, "nothing was sent") {
+			t.Errorf("replay %q: %v, stderr %q; want it refused, saying why", args, err, stderr)
+		}
+	}
+	if n := sent.Load(); n != 0 {
+		t.Errorf("the receiver got %d requests of a delivery whose body cannot be read", n)
+	}
+}
+
+// Exporting deliveries one of which has a body that cannot be read writes
+// every other one whole, and that one as partial, never with a made-up
+// body (curl: a comment, not a command; har: marked, no body; scenario:
+// left out, as it would be played); it says on stderr which and why, and
+// exits 1 at the end.
+func TestExport_BodyUnreadable(t *testing.T) {
+	data, bodyFile := bodyFileData(t, "bodies-damaged-middle.body")
+	broken := bodyFixtureID(bodyFixtureDamaged)
+	inspect := closedAddr(t)
+	dir := t.TempDir()
+	for _, format := range []string{"curl", "har", "scenario"} {
+		t.Run(format, func(t *testing.T) {
+			out := filepath.Join(dir, "export."+format)
+			args := []string{"deliveries", "export", "--last", fmt.Sprint(bodyFixtureN), "--format", format, "--out", out, "--data", data, "--inspect", inspect}
+			if format != "scenario" {
+				args = append(args, "--to", "http://127.0.0.1:9")
+			}
+			_, stderr, err := runDevhook(t, args...)
+			if code := exitCodeOf(err); code != 1 {
+				t.Errorf("export: exit status %d (%v), want 1", code, err)
+			}
+			for _, want := range []string{broken, bodyFile, "1 of the 12 deliveries exported is partial", "exiting with failure status"} {
+				if !strings.Contains(stderr, want) {
+					t.Errorf("export's stderr does not say %q:\n%s", want, stderr)
+				}
+			}
+			b, err := os.ReadFile(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch format {
+			case "curl":
+				if n := strings.Count(string(b), "\ncurl "); n != bodyFixtureN-1 {
+					t.Errorf("the script has %d curl commands, want %d: all but the one whose body cannot be read", n, bodyFixtureN-1)
+				}
+				if !strings.Contains(string(b), "# "+fmt.Sprint(bodyFixtureDamaged+1)+"/12 delivery "+broken) || !strings.Contains(string(b), "#   not sent: its body cannot be read") {
+					t.Errorf("the script does not say that delivery %s is not sent, and why:\n%s", broken, b)
+				}
+			case "har":
+				var har struct {
+					Log struct {
+						Entries []struct {
+							Request struct {
+								BodySize int             `json:"bodySize"`
+								PostData json.RawMessage `json:"postData"`
+							} `json:"request"`
+							Devhook struct{ Delivery, Partial string } `json:"_devhook"`
+						} `json:"entries"`
+					} `json:"log"`
+				}
+				if err := json.Unmarshal(b, &har); err != nil || len(har.Log.Entries) != bodyFixtureN {
+					t.Fatalf("HAR: %v, %d entries, want %d", err, len(har.Log.Entries), bodyFixtureN)
+				}
+				for _, e := range har.Log.Entries {
+					partial := e.Devhook.Delivery == broken
+					switch {
+					case partial && (!strings.Contains(e.Devhook.Partial, bodyFile) || e.Request.PostData != nil || e.Request.BodySize != -1):
+						t.Errorf("the entry of %s: %+v, want it marked partial, with no body and bodySize -1", broken, e)
+					case !partial && (e.Devhook.Partial != "" || e.Request.PostData == nil):
+						t.Errorf("the entry of %s: %+v, want it whole", e.Devhook.Delivery, e)
+					}
+				}
+			case "scenario":
+				s, err := scenario.Parse(out, b)
+				if err != nil || len(s.Deliveries) != bodyFixtureN-1 || strings.Contains(string(b), broken) {
+					t.Errorf("scenario: %v, %d deliveries; want the %d whole ones, without %s", err, len(s.Deliveries), bodyFixtureN-1, broken)
+				}
+			}
+		})
+	}
+	// Whole deliveries only: as before.
+	_, stderr, err := runDevhook(t, "deliveries", "export", bodyFixtureID(0), bodyFixtureID(1), "--to", "http://127.0.0.1:9", "--data", data, "--inspect", inspect)
+	if err != nil {
+		t.Errorf("export of whole deliveries: %v %s", err, stderr)
+	}
+}

@@ -1,0 +1,150 @@
+package storage_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/storage"
+	bolt "go.etcd.io/bbolt"
+)
+
+// TestDelivery_PartlyUnreadable: a delivery whose body (a value in bbolt
+// that fails its checksum) or one of whose attempts (damaged, missing)
+// cannot be read reads all the same, with the rest and that part marked,
+// named and noted in Damage; the read's error is a *devhook.PartialError.
+// A damaged record of the delivery itself still fails the read: there is
+// nothing to show. The other deliveries read as before.
+func TestDelivery_PartlyUnreadable(t *testing.T) {
+	flip := func(bucket string, key []byte, at int) func(tx *bolt.Tx) error {
+		return func(tx *bolt.Tx) error {
+			b := tx.Bucket([]byte(bucket))
+			v := append([]byte{}, b.Get(key)...)
+			if len(v) == 0 {
+				t.Fatalf("no value at %q in %s", key, bucket)
+			}
+			v[min(at, len(v)-1)] ^= 0x10
+			return b.Put(key, v)
+		}
+	}
+	attemptKey := func(i, seq int) []byte {
+		return binary.BigEndian.AppendUint32(append([]byte(id(i)), 0), uint32(seq))
+	}
+	const broken = 3
+	for _, c := range []struct {
+		name string
+		edit func(tx *bolt.Tx) error
+		// body: the body is unreadable, saying it; attempt: attempt
+		// number attempt is, saying why.
+		body    string
+		attempt int
+		why     string
+		whole   bool // the record: the read fails
+	}{
+		{name: "body value", edit: flip("bodies", []byte(id(broken)), 10), body: "its checksum does not match"},
+		{name: "attempt damaged", edit: flip("attempts", attemptKey(broken, 2), 20), attempt: 2, why: "attempt 2 of delivery " + id(broken) + " is damaged"},
+		{name: "attempt missing", edit: func(tx *bolt.Tx) error { return tx.Bucket([]byte("attempts")).Delete(attemptKey(broken, 1)) },
+			attempt: 1, why: "attempt 1 of delivery " + id(broken) + " is damaged (it is missing"},
+		{name: "record", edit: flip("deliveries", []byte(id(broken)), 30), whole: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "devhook.db")
+			db := MustOpenPath(t, path, storage.Config{MaxDeliveries: -1, MaxAge: -1})
+			var want []*devhook.Delivery
+			for i := range 5 {
+				d := newDelivery(i)
+				mustPut(t, db, d)
+				for n := range 2 {
+					a, err := db.AddAttempt(d.ID, newAttempt(10*i+n))
+					if err != nil {
+						t.Fatal(err)
+					}
+					d.Attempts = append(d.Attempts, a)
+				}
+				want = append(want, d)
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			editBolt(t, path, c.edit)
+			for _, readOnly := range []bool{true, false} {
+				db := MustOpenPath(t, path, storage.Config{ReadOnly: readOnly, MaxDeliveries: -1, MaxAge: -1, Logf: t.Logf})
+				for i, w := range want {
+					d, err := db.Delivery(w.ID)
+					if i != broken {
+						if err != nil || !deliveryEqual(d, w) {
+							t.Errorf("delivery %d: %v, want it whole", i, err)
+						}
+						continue
+					}
+					var partial *devhook.PartialError
+					switch {
+					case c.whole:
+						if d != nil || !errors.Is(err, storage.ErrDamaged) || errors.As(err, &partial) {
+							t.Errorf("a damaged record read as %v, %v; want nothing and ErrDamaged", d, err)
+						}
+					case c.body != "":
+						wantPartial(t, d, err, w, c.body)
+						if !errors.Is(err, storage.ErrDamaged) || !strings.Contains(d.BodyError, path) {
+							t.Errorf("body error %q (%v), want ErrDamaged naming %s", d.BodyError, err, path)
+						}
+					default:
+						wantPartAttempt(t, d, err, w, c.attempt, c.why)
+					}
+				}
+				if dmg := db.Damage(); !c.whole && (dmg.Damaged != 1 || len(dmg.IDs) != 1 || dmg.IDs[0] != id(broken)) {
+					t.Errorf("Damage: %+v, want the unreadable part of delivery %d noted", dmg, broken)
+				}
+				if err := db.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// wantPartAttempt checks that d, read with err, is want but for its
+// attempt seq, listed with its ReadError saying why.
+func wantPartAttempt(t *testing.T, d *devhook.Delivery, err error, want *devhook.Delivery, seq int, why string) {
+	t.Helper()
+	var partial *devhook.PartialError
+	if !errors.As(err, &partial) || len(partial.Attempts) != 1 || partial.Body != nil || d == nil {
+		t.Fatalf("delivery %s: %v, %v; want it with a *devhook.PartialError of one attempt", want.ID, d, err)
+	}
+	if len(d.Attempts) != len(want.Attempts) {
+		t.Fatalf("delivery %s: %d attempts, want %d (the unreadable one listed)", want.ID, len(d.Attempts), len(want.Attempts))
+	}
+	for i, a := range d.Attempts {
+		if a.Seq != want.Attempts[i].Seq {
+			t.Errorf("attempt %d has Seq %d", i, a.Seq)
+		}
+		if a.Seq == seq {
+			if !strings.Contains(a.ReadError, why) || a.ReadError != partial.Attempts[0].Error() || a.Status != 0 || a.Target != "" {
+				t.Errorf("attempt %d: %+v; want only its ReadError, saying %q", seq, a, why)
+			}
+			continue
+		}
+		if a.ReadError != "" || a.Status != want.Attempts[i].Status || string(a.Body) != string(want.Attempts[i].Body) {
+			t.Errorf("attempt %d: %+v, want it as recorded", a.Seq, a)
+		}
+	}
+	if string(d.Body) != string(want.Body) || d.BodyError != "" || !d.Partial() {
+		t.Errorf("delivery %s: body %q (%q), Partial %v; want its body whole, and partial", want.ID, d.Body, d.BodyError, d.Partial())
+	}
+}
+
+// deliveryEqual reports whether d reads back as want, attempts included.
+func deliveryEqual(d, want *devhook.Delivery) bool {
+	if d == nil || d.Partial() || string(d.Body) != string(want.Body) || d.Method != want.Method || len(d.Attempts) != len(want.Attempts) {
+		return false
+	}
+	for i := range d.Attempts {
+		if d.Attempts[i].Seq != want.Attempts[i].Seq || string(d.Attempts[i].Body) != string(want.Attempts[i].Body) {
+			return false
+		}
+	}
+	return true
+}
