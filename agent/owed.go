@@ -34,6 +34,9 @@ type owedEntry struct {
 	next    time.Time
 	refused bool // the last try found nothing listening: a probe may wake it
 	running bool
+	// busy: the times in a row it was not sent, its receiver's share
+	// full (retry.go: overShare); read and written by its retry alone.
+	busy int
 	// reserved: owed behind an earlier delivery of its run, its state not
 	// yet recorded (oweBehind); not tried until it is.
 	reserved bool

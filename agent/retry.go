@@ -186,6 +186,24 @@ func (a *Agent) retryTarget(e *owedEntry) *url.URL {
 
 // retryOne forwards owed delivery e again and decides what follows.
 func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
+	target := a.retryTarget(e)
+	// Within its receiver's shares (shares.go), of the retries and of all
+	// forwards: over one, it is not sent, and waits for its next turn
+	// without counting as a try, each such wait twice as long as the last
+	// (so that many owed to a receiver that hangs cost little).
+	ok, _ := a.retryShares.take(target)
+	if !ok {
+		a.overShare(e)
+		return
+	}
+	held := true
+	giveBack := func() {
+		if held {
+			held = false
+			a.retryShares.give(target)
+		}
+	}
+	defer giveBack()
 	d, err := a.cfg.Store.Delivery(e.id)
 	if err != nil {
 		if devhook.ErrorCode(err) == devhook.ENOTFOUND {
@@ -204,21 +222,13 @@ func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
 		return
 	}
 	d.Route = e.route // for live views
-	target := a.retryTarget(e)
-	// Within its receiver's shares (shares.go), of the retries and of all
-	// forwards: over one, it is not sent, and waits for its next turn
-	// without counting as a try.
-	ok, _ := a.retryShares.take(target)
-	if !ok {
-		a.owed.reschedule(e, a.cfg.Now().Add(a.retryWait(0)), e.refused)
-		return
-	}
 	at, sent := a.forwardWithin(ctx, d, target, devhook.AttemptRetry, d.Verdict.OK() && a.getSecret() != "")
-	a.retryShares.give(target)
+	giveBack() // what follows is this delivery's, not its receiver's
 	if !sent {
-		a.owed.reschedule(e, a.cfg.Now().Add(a.retryWait(0)), e.refused)
+		a.overShare(e)
 		return
 	}
+	e.busy = 0
 	at.Route = e.route
 	tries := 0 // the first forward and the retries before this one; none for one owed behind another
 	for i := range d.Attempts {
@@ -258,6 +268,15 @@ func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
 		return
 	}
 	a.owed.reschedule(e, now.Add(a.retryWait(tries-1)), connRefused(rec))
+}
+
+// overShare puts off owed delivery e, not sent because its receiver's
+// share is full: after the retry backoff's next step each time it happens
+// in a row, without counting a try.
+func (a *Agent) overShare(e *owedEntry) {
+	wait := a.retryWait(e.busy)
+	e.busy++
+	a.owed.reschedule(e, a.cfg.Now().Add(wait), e.refused)
 }
 
 // settle records the end of a delivery's retries: st, or no state when
