@@ -13,7 +13,7 @@ package agent
 // sent: its attempt is recorded as not sent and why, a live delivery's
 // sender gets 503 with Retry-After (the service sends it again), a queued
 // one is owed and retried later, and a retry over the share waits for its
-// next turn without counting as a try. With a single receiver there is no
+// next turn without counting as a try (retry.go: overShare). With a single receiver there is no
 // other to keep workers for, and no share.
 
 import (
