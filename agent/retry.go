@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -187,6 +188,11 @@ func (a *Agent) retryTarget(e *owedEntry) *url.URL {
 // retryOne forwards owed delivery e again and decides what follows.
 func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
 	d, err := a.cfg.Store.Delivery(e.id)
+	if partial := (*devhook.PartialError)(nil); errors.As(err, &partial) && d != nil {
+		d.Route = e.route // for live views
+		a.retryUnreadable(ctx, e, d, partial)
+		return
+	}
 	if err != nil {
 		if devhook.ErrorCode(err) == devhook.ENOTFOUND {
 			if a.owed.isForgotten(e) {
@@ -258,6 +264,30 @@ func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
 		return
 	}
 	a.owed.reschedule(e, now.Add(a.retryWait(tries-1)), connRefused(rec))
+}
+
+// retryUnreadable is retryOne for owed delivery d, parts of which the
+// store could not read (partial): it is not sent, as no partial delivery
+// is (its body may be what is missing). Rescheduled as a try that failed,
+// it is read again after the backoff (a read that failed for a while may
+// do better) until RetryFor has passed since it was owed; then it is
+// given up, saying what could not be read. Before, it was rescheduled as
+// a read on a full disk, not counted: retried for ever, and never said.
+func (a *Agent) retryUnreadable(ctx context.Context, e *owedEntry, d *devhook.Delivery, partial *devhook.PartialError) {
+	now := a.cfg.Now()
+	over := now.Sub(e.since)
+	if over < a.cfg.RetryFor {
+		a.owed.reschedule(e, now.Add(a.retryWait(len(d.Attempts))), e.refused)
+		return
+	}
+	st := devhook.RetryState{State: devhook.RetryFailed, Since: e.since,
+		Reason: fmt.Sprintf("gave up after %s: not sent, as %v", FormatDuration(over), partial)}
+	if !a.settle(ctx, e.id, &st) {
+		a.owed.reschedule(e, now, e.refused) // stopping: the state stays, so does the entry
+		return
+	}
+	a.owed.remove(e.id, true)
+	a.gaveUp(d, nil, st)
 }
 
 // settle records the end of a delivery's retries: st, or no state when
