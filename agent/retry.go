@@ -187,6 +187,15 @@ func (a *Agent) retryTarget(e *owedEntry) *url.URL {
 
 // retryOne forwards owed delivery e again and decides what follows.
 func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
+	target := a.retryTarget(e)
+	// Over its receiver's shares (shares.go), of the retries and of all
+	// forwards, it is not sent (below): not read either, as one retry
+	// after another comes round at the least backoff while a receiver
+	// hangs, each read for nothing.
+	if a.retryShares.full(target) || a.shares.full(target) {
+		a.owed.reschedule(e, a.cfg.Now().Add(a.retryWait(0)), e.refused)
+		return
+	}
 	d, err := a.cfg.Store.Delivery(e.id)
 	if partial := (*devhook.PartialError)(nil); errors.As(err, &partial) && d != nil {
 		d.Route = e.route // for live views
@@ -210,10 +219,9 @@ func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
 		return
 	}
 	d.Route = e.route // for live views
-	target := a.retryTarget(e)
 	// Within its receiver's shares (shares.go), of the retries and of all
-	// forwards: over one, it is not sent, and waits for its next turn
-	// without counting as a try.
+	// forwards: over one (full since the look above), it is not sent, and
+	// waits for its next turn without counting as a try.
 	ok, _ := a.retryShares.take(target)
 	if !ok {
 		a.owed.reschedule(e, a.cfg.Now().Add(a.retryWait(0)), e.refused)
