@@ -1,13 +1,10 @@
 package agent_test
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"math"
 	"net/http"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -18,59 +15,9 @@ import (
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/agent"
+	"github.com/devhook/devhook/internal/fulldisk"
 	"github.com/devhook/devhook/storage"
 )
-
-// mountTmpfs mounts a tmpfs of size bytes for the test, unmounted at its
-// end, after what the test closes in its later cleanups: a really full
-// disk. It skips when the test may not mount one (not root), and fails
-// instead under CI.
-func mountTmpfs(t *testing.T, size int64) string {
-	t.Helper()
-	skip := func(msg string) {
-		t.Helper()
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	if os.Geteuid() != 0 {
-		skip("a really full disk is a tmpfs, which only root may mount: run as root (CI does)")
-	}
-	dir := t.TempDir()
-	out, err := exec.Command("mount", "-t", "tmpfs", "-o", fmt.Sprint("size=", size), "tmpfs", dir).CombinedOutput()
-	if err != nil {
-		skip(fmt.Sprintf("cannot mount a tmpfs here: %v: %s", err, bytes.TrimSpace(out)))
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", dir, err, out)
-		}
-	})
-	return dir
-}
-
-// fillDisk writes the file path until the disk holding it has no room
-// left, to its last page.
-func fillDisk(t *testing.T, path string) {
-	t.Helper()
-	f, err := os.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	for chunk := 1 << 20; chunk > 0; chunk /= 2 {
-		buf := make([]byte, chunk)
-		for {
-			if _, err := f.Write(buf); err != nil {
-				if !errors.Is(err, syscall.ENOSPC) {
-					t.Fatalf("filling the disk: %v", err)
-				}
-				break
-			}
-		}
-	}
-}
 
 // countingStore counts the writes of a real store that failed, and those
 // that succeeded.
@@ -131,14 +78,13 @@ func (s *countingStore) DeleteRetry(id string) error {
 // what the probe's backoff allows in the time the window took, with
 // slack: a slow machine makes fewer, never more.
 func TestHeldDeliveriesShareOneProbeOnAFullDisk(t *testing.T) {
-	data := mountTmpfs(t, 8<<20)
-	filler := filepath.Join(data, "filler")
+	disk := fulldisk.Mount(t, "8m")
 	rec, recv := newRecorder(t)
 	var store *countingStore
 	logs := &logLines{}
 	var fillOnce sync.Once
 	tn := newTunnel(t, recv.URL, func(c *agent.Config) {
-		db, err := storage.Open(filepath.Join(data, "deliveries.db"), storage.Config{})
+		db, err := storage.Open(filepath.Join(disk.Dir, "deliveries.db"), storage.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,7 +96,7 @@ func TestHeldDeliveriesShareOneProbeOnAFullDisk(t *testing.T) {
 		c.OnConnect = func(cn agent.Connection) {
 			// Before the connection's first delivery is read: the agent
 			// checked for room before it dialled.
-			fillOnce.Do(func() { fillDisk(t, filler) })
+			fillOnce.Do(disk.Fill)
 			connected(cn)
 		}
 	})
@@ -200,9 +146,7 @@ func TestHeldDeliveriesShareOneProbeOnAFullDisk(t *testing.T) {
 	}
 
 	// Room again: every held delivery goes through, once.
-	if err := os.Remove(filler); err != nil {
-		t.Fatal(err)
-	}
+	disk.Free()
 	rec.waitFor(t, queued)
 	waitQueueEmpty(t, tn.relayDB, tn.creds.Channel)
 	waitStored(t, store.DB, queued)

@@ -7,12 +7,15 @@ package agent
 //	verify.go   verify: the signature, judged once
 //	record.go   record: on disk before anything else; a duplicate answered from the record
 //	order.go    order: kept back behind an earlier delivery of its run that is owed
-//	forward.go  forward: to the receivers its route chose, each attempt recorded
-//	owe.go      owe: a queued one the receiver did not take, retried later by retry.go
+//	forward.go  forward: to the receivers its route chose, each within its share
+//	            of the workers (shares.go), each attempt recorded
+//	owe.go      owe: a queued one the receiver did not take (or not sent, over its
+//	            share), retried later by retry.go
 //	acks.go     answer: what goes back to the sender, and the ack (finish)
 //
 // A queued delivery takes the same path; where its way differs (a write
-// that fails is held, not answered 503) queued.go says.
+// that fails is held at the store's gate, not answered 503) queued.go
+// says.
 
 import (
 	"context"

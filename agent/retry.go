@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -188,11 +189,14 @@ func (a *Agent) retryTarget(e *owedEntry) *url.URL {
 func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
 	target := a.retryTarget(e)
 	// Within its receiver's shares (shares.go), of the retries and of all
-	// forwards: over one, it is not sent, and waits for its next turn
-	// without counting as a try, each such wait twice as long as the last
-	// (so that many owed to a receiver that hangs cost little).
+	// forwards: over one, it is neither read nor sent, and waits for its
+	// next turn without counting as a try, each such wait twice as long as
+	// the last (so that many owed to a receiver that hangs cost little).
 	ok, _ := a.retryShares.take(target)
-	if !ok {
+	if !ok || a.shares.full(target) {
+		if ok {
+			a.retryShares.give(target)
+		}
 		a.overShare(e)
 		return
 	}
@@ -205,6 +209,12 @@ func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
 	}
 	defer giveBack()
 	d, err := a.cfg.Store.Delivery(e.id)
+	if partial := (*devhook.PartialError)(nil); errors.As(err, &partial) && d != nil {
+		giveBack()        // nothing is sent
+		d.Route = e.route // for live views
+		a.retryUnreadable(ctx, e, d, partial)
+		return
+	}
 	if err != nil {
 		if devhook.ErrorCode(err) == devhook.ENOTFOUND {
 			if a.owed.isForgotten(e) {
@@ -277,6 +287,30 @@ func (a *Agent) overShare(e *owedEntry) {
 	wait := a.retryWait(e.busy)
 	e.busy++
 	a.owed.reschedule(e, a.cfg.Now().Add(wait), e.refused)
+}
+
+// retryUnreadable is retryOne for owed delivery d, parts of which the
+// store could not read (partial): it is not sent, as no partial delivery
+// is (its body may be what is missing). Rescheduled as a try that failed,
+// it is read again after the backoff (a read that failed for a while may
+// do better) until RetryFor has passed since it was owed; then it is
+// given up, saying what could not be read. Before, it was rescheduled as
+// a read on a full disk, not counted: retried for ever, and never said.
+func (a *Agent) retryUnreadable(ctx context.Context, e *owedEntry, d *devhook.Delivery, partial *devhook.PartialError) {
+	now := a.cfg.Now()
+	over := now.Sub(e.since)
+	if over < a.cfg.RetryFor {
+		a.owed.reschedule(e, now.Add(a.retryWait(len(d.Attempts))), e.refused)
+		return
+	}
+	st := devhook.RetryState{State: devhook.RetryFailed, Since: e.since,
+		Reason: fmt.Sprintf("gave up after %s: not sent, as %v", FormatDuration(over), partial)}
+	if !a.settle(ctx, e.id, &st) {
+		a.owed.reschedule(e, now, e.refused) // stopping: the state stays, so does the entry
+		return
+	}
+	a.owed.remove(e.id, true)
+	a.gaveUp(d, nil, st)
 }
 
 // settle records the end of a delivery's retries: st, or no state when

@@ -6,12 +6,14 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/agent"
 	"github.com/devhook/devhook/relay"
+	"github.com/devhook/devhook/storage"
 )
 
 // hangingReceiver takes requests and answers none until release is
@@ -134,14 +136,30 @@ func TestOneReceiverHasEveryWorker(t *testing.T) {
 	}
 }
 
+// readCountingStore counts the reads of deliveries of a real store.
+type readCountingStore struct {
+	*storage.DB
+	reads atomic.Int64
+}
+
+func (s *readCountingStore) Delivery(id string) (*devhook.Delivery, error) {
+	s.reads.Add(1)
+	return s.DB.Delivery(id)
+}
+
 // Queued deliveries over a hanging receiver's share are owed, not sent:
-// their retries wait while the share is full, without counting as tries or
-// being recorded, and go once the receiver answers again.
+// their retries wait while the share is full, without counting as tries,
+// being recorded or reading their deliveries (before, each retry read its
+// delivery, at every turn, for nothing), and go once the receiver answers
+// again.
 func TestHangingReceiverShareQueuedAndRetries(t *testing.T) {
 	hang, in, release := hangingReceiver(t)
 	_, b := newRecorder(t)
 	const workers = 4 // a share of 3
+	var store *readCountingStore
 	tn := newTunnel(t, b.URL, func(cfg *agent.Config) {
+		store = &readCountingStore{DB: cfg.Store.(*storage.DB)}
+		cfg.Store = store
 		fastRetries(cfg)
 		cfg.Concurrency = workers
 		cfg.ForwardTimeout = time.Minute
@@ -176,11 +194,15 @@ func TestHangingReceiverShareQueuedAndRetries(t *testing.T) {
 	// A while for retries to come round (every 5 to 40 ms) while the
 	// share is full; a slow machine sees fewer, and checks less, never
 	// wrongly.
+	reads := store.reads.Load()
 	time.Sleep(300 * time.Millisecond)
 	select {
 	case p := <-in:
 		t.Fatalf("the receiver got %s over its share", p)
 	default:
+	}
+	if n := store.reads.Load() - reads; n != 0 {
+		t.Errorf("%d reads of owed deliveries while their receiver's share was full, want none", n)
 	}
 	release()
 	eventually(t, "nothing owed", func() bool { return len(retryStates(t, tn.db)) == 0 })

@@ -111,7 +111,9 @@ func hexDump(b []byte) string {
 
 func (s *Server) handleRequestBody(w http.ResponseWriter, r *http.Request) {
 	d, err := s.delivery(r.PathValue("id"))
-	if err != nil {
+	// A partial delivery whose body reads (an attempt does not) downloads
+	// it: only the body is asked for.
+	if err != nil && (!partial(d, err) || d.BodyError != "") {
 		s.fail(w, r, err)
 		return
 	}

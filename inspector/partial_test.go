@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -42,16 +43,24 @@ func partialFixture(t *testing.T) (f *fixture, broken, whole *devhook.Delivery) 
 	if err := os.RemoveAll(path + ".bodies"); err != nil {
 		t.Fatal(err)
 	}
+	damageAttempt(t, path, broken.ID, 1)
+	return newFixture(t, fixtureOptions{path: path}), broken, whole
+}
+
+// damageAttempt flips a bit in the middle of attempt seq of delivery id
+// in the closed store path: it fails its checksum.
+func damageAttempt(t *testing.T, path, id string, seq uint32) {
+	t.Helper()
 	bdb, err := bolt.Open(path, 0o600, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = bdb.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket([]byte("attempts"))
-		k := binary.BigEndian.AppendUint32(append([]byte(broken.ID), 0), 1)
+		k := binary.BigEndian.AppendUint32(append([]byte(id), 0), seq)
 		v := append([]byte{}, b.Get(k)...)
 		if len(v) < 20 {
-			t.Fatalf("attempt 1 of %s: %d bytes", broken.ID, len(v))
+			t.Fatalf("attempt %d of %s: %d bytes", seq, id, len(v))
 		}
 		v[len(v)/2] ^= 0x10
 		return b.Put(k, v)
@@ -59,7 +68,38 @@ func partialFixture(t *testing.T) (f *fixture, broken, whole *devhook.Delivery) 
 	if cerr := bdb.Close(); err != nil || cerr != nil {
 		t.Fatal(err, cerr)
 	}
-	return newFixture(t, fixtureOptions{path: path}), broken, whole
+}
+
+// A delivery one of whose attempts cannot be read, its body whole: its
+// body downloads as it arrived (before, the download failed with the
+// attempt's error, 500), and the attempt's answer is refused, saying why.
+func TestDelivery_AttemptUnreadableBodyDownloads(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	db, err := storage.Open(path, storage.Config{MaxDeliveries: -1, MaxAge: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDelivery(time.Now().Add(-time.Minute).Truncate(time.Millisecond), 1, []byte(`{"small":1}`), true)
+	put(t, db, d, 502)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	damageAttempt(t, path, d.ID, 1)
+	f := newFixture(t, fixtureOptions{path: path})
+
+	res, err := f.HTTP.Client().Get(f.HTTP.URL + "/api/deliveries/" + d.ID + "/body")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil || res.StatusCode != http.StatusOK || string(body) != string(d.Body) {
+		t.Errorf("GET its body: %s %q (%v), want 200 and the body it arrived with", res.Status, body, err)
+	}
+	var e struct{ Error string }
+	if code := f.get(t, "/api/deliveries/"+d.ID+"/attempts/1/body", &e); code == http.StatusOK || !strings.Contains(e.Error, "attempt 1 of delivery "+d.ID+" is damaged") {
+		t.Errorf("GET its attempt's answer: %d %q, want it refused, saying the attempt is damaged", code, e.Error)
+	}
 }
 
 // A delivery whose body cannot be read: its page's API answers everything

@@ -39,6 +39,34 @@ func freeBytes(t *testing.T, dir string) int64 {
 	return int64(st.Bavail) * st.Bsize
 }
 
+// fillLeaving fills the disk dir is on with the file dir/filler, then
+// gives back room bytes of it: the next writes have that room, and less
+// than a page more.
+func fillLeaving(t *testing.T, dir string, room int64) {
+	t.Helper()
+	filler, err := os.Create(filepath.Join(dir, "filler"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer filler.Close()
+	chunk := make([]byte, 4<<10)
+	for {
+		if _, err := filler.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	fi, err := filler.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := filler.Truncate(fi.Size() - room); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A flush that fails writing the bodies to their file on a full disk gives
 // back the room its torn write took: it is the room the journal records
 // the next deliveries in. (The body file kept those blocks, referred to by
@@ -52,28 +80,8 @@ func TestBodyFiles_FailedWriteGivesRoomBack(t *testing.T) {
 		d.Body = append(d.Body, bytes.Repeat([]byte(" "), 16<<10)...)
 		mustPut(t, db, d)
 	}
-	filler, err := os.Create(filepath.Join(dir, "filler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	chunk := make([]byte, 16<<10)
-	for {
-		if _, err := filler.Write(chunk); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatal(err)
-			}
-			break
-		}
-	}
-	fi, err := filler.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
 	const room = 128 << 10 // less than the bodies pending (24 × 16 KiB)
-	if err := filler.Truncate(fi.Size() - room); err != nil {
-		t.Fatal(err)
-	}
-	filler.Close()
+	fillLeaving(t, dir, room)
 	before := freeBytes(t, dir)
 	release()
 	if err := db.Flush(); !errors.Is(err, syscall.ENOSPC) {
@@ -100,31 +108,11 @@ func TestBodyFiles_FailedCommitGivesRoomBack(t *testing.T) {
 		bodies += int64(len(d.Body))
 		mustPut(t, db, d)
 	}
-	filler, err := os.Create(filepath.Join(dir, "filler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	chunk := make([]byte, 4<<10)
-	for {
-		if _, err := filler.Write(chunk); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatal(err)
-			}
-			break
-		}
-	}
-	fi, err := filler.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
 	room := (bodies + 8<<10) &^ (4<<10 - 1) // the bodies, and too little for bbolt's pages
-	if err := filler.Truncate(fi.Size() - room); err != nil {
-		t.Fatal(err)
-	}
-	filler.Close()
+	fillLeaving(t, dir, room)
 	before := freeBytes(t, dir)
 	release()
-	err = db.Flush()
+	err := db.Flush()
 	t.Logf("flush with %d bytes free for %d bytes of bodies: %v", before, bodies, err)
 	if !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("Flush: %v, want ENOSPC", err)
@@ -153,28 +141,8 @@ func TestBodyFiles_FailedCommitWrittenAgainInPlace(t *testing.T) {
 		mustPut(t, db, d)
 		ds = append(ds, d)
 	}
-	filler, err := os.Create(filepath.Join(dir, "filler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	chunk := make([]byte, 4<<10)
-	for {
-		if _, err := filler.Write(chunk); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatal(err)
-			}
-			break
-		}
-	}
-	fi, err := filler.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
 	room := (bodies + 8<<10) &^ (4<<10 - 1) // the bodies, and too little for bbolt's pages
-	if err := filler.Truncate(fi.Size() - room); err != nil {
-		t.Fatal(err)
-	}
-	filler.Close()
+	fillLeaving(t, dir, room)
 	release()
 	if err := db.Flush(); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("Flush: %v, want ENOSPC (the bodies written, bbolt's commit refused)", err)
