@@ -100,6 +100,16 @@ func TestDelivery_AttemptUnreadableBodyDownloads(t *testing.T) {
 	if code := f.get(t, "/api/deliveries/"+d.ID+"/attempts/1/body", &e); code == http.StatusOK || !strings.Contains(e.Error, "attempt 1 of delivery "+d.ID+" is damaged") {
 		t.Errorf("GET its attempt's answer: %d %q, want it refused, saying the attempt is damaged", code, e.Error)
 	}
+	// Its curl command needs its request only, as the export's does.
+	res, err = f.HTTP.Client().Get(f.HTTP.URL + "/api/deliveries/" + d.ID + "/curl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err = io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil || res.StatusCode != http.StatusOK || !strings.Contains(string(body), "curl ") || !strings.Contains(string(body), `{"small":1}`) {
+		t.Errorf("GET its curl command: %s %q (%v), want 200 and the command", res.Status, body, err)
+	}
 }
 
 // A delivery whose body cannot be read: its page's API answers everything
