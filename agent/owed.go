@@ -34,6 +34,9 @@ type owedEntry struct {
 	next    time.Time
 	refused bool // the last try found nothing listening: a probe may wake it
 	running bool
+	// unreadable counts the reads of its delivery that found it partly
+	// unreadable (retry.go: unreadableOwed); only its retry touches it.
+	unreadable int
 	// reserved: owed behind an earlier delivery of its run, its state not
 	// yet recorded (oweBehind); not tried until it is.
 	reserved bool

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -187,6 +188,10 @@ func (a *Agent) retryTarget(e *owedEntry) *url.URL {
 // retryOne forwards owed delivery e again and decides what follows.
 func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
 	d, err := a.cfg.Store.Delivery(e.id)
+	if pe := (*devhook.PartialError)(nil); d != nil && errors.As(err, &pe) {
+		a.unreadableOwed(ctx, e, d, pe)
+		return
+	}
 	if err != nil {
 		if devhook.ErrorCode(err) == devhook.ENOTFOUND {
 			if a.owed.isForgotten(e) {
@@ -258,6 +263,33 @@ func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
 		return
 	}
 	a.owed.reschedule(e, now.Add(a.retryWait(tries-1)), connRefused(rec))
+}
+
+// unreadableOwed is retryOne for owed delivery e, some parts of which
+// cannot be read from the store (its body file damaged, cut short or
+// missing; an attempt damaged): it is not sent, as devhook sends a
+// delivery only whole. Said once, it is read again with the retries'
+// backoff (a read may fail for a while), and given up once --retry-for
+// has passed, as for a receiver that never takes it, rather than owed for
+// ever without a word.
+func (a *Agent) unreadableOwed(ctx context.Context, e *owedEntry, d *devhook.Delivery, pe *devhook.PartialError) {
+	now := a.cfg.Now()
+	if over := now.Sub(e.since); over >= a.cfg.RetryFor {
+		st := devhook.RetryState{State: devhook.RetryFailed, Since: e.since, Route: e.route,
+			Reason: fmt.Sprintf("gave up after %s: %v", FormatDuration(over), pe.Unsendable("retry"))}
+		if !a.settle(ctx, e.id, &st) {
+			a.owed.reschedule(e, now, e.refused)
+			return
+		}
+		a.owed.remove(e.id, true)
+		a.gaveUp(d, nil, st)
+		return
+	}
+	if e.unreadable == 0 {
+		a.cfg.Logf("delivery %s, owed to the receiver, is not sent: %v; devhook reads it again with the retries' backoff, and gives up on it after --retry-for (%s)", e.id, pe, FormatDuration(a.cfg.RetryFor))
+	}
+	e.unreadable++
+	a.owed.reschedule(e, now.Add(a.retryWait(e.unreadable-1)), e.refused)
 }
 
 // settle records the end of a delivery's retries: st, or no state when
