@@ -187,6 +187,16 @@ func (a *Agent) retryTarget(e *owedEntry) *url.URL {
 
 // retryOne forwards owed delivery e again and decides what follows.
 func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
+	target := a.retryTarget(e)
+	// Its receiver's shares full (shares.go): it would not be sent. It
+	// waits for its next turn without counting as a try, and without
+	// reading the delivery, which every owed one would otherwise do at
+	// each turn for as long as the receiver hangs (hundreds of reads of
+	// the store a second with hundreds owed).
+	if a.retryShares.full(target) || a.shares.full(target) {
+		a.owed.reschedule(e, a.cfg.Now().Add(a.retryWait(0)), e.refused)
+		return
+	}
 	d, err := a.cfg.Store.Delivery(e.id)
 	if pe := (*devhook.PartialError)(nil); d != nil && errors.As(err, &pe) {
 		a.unreadableOwed(ctx, e, d, pe)
@@ -209,7 +219,6 @@ func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
 		return
 	}
 	d.Route = e.route // for live views
-	target := a.retryTarget(e)
 	// Within its receiver's shares (shares.go), of the retries and of all
 	// forwards: over one, it is not sent, and waits for its next turn
 	// without counting as a try.

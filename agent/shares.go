@@ -69,6 +69,17 @@ func (s *shares) take(target *url.URL) (ok bool, why string) {
 	return true, ""
 }
 
+// full reports whether target's share is full now: a take would fail.
+func (s *shares) full(target *url.URL) bool {
+	if s == nil || s.limit == 0 {
+		return false
+	}
+	k := receiverOf(target)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n[k] >= s.limit
+}
+
 // give gives back a place take took in target's share.
 func (s *shares) give(target *url.URL) {
 	if s == nil || s.limit == 0 {
