@@ -37,6 +37,9 @@ type owedEntry struct {
 	// busy: the times in a row it was not sent, its receiver's share
 	// full (retry.go: overShare); read and written by its retry alone.
 	busy int
+	// unreadable counts the reads of its delivery that found it partly
+	// unreadable (retry.go: unreadableOwed); only its retry touches it.
+	unreadable int
 	// reserved: owed behind an earlier delivery of its run, its state not
 	// yet recorded (oweBehind); not tried until it is.
 	reserved bool

@@ -210,9 +210,8 @@ func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
 	defer giveBack()
 	d, err := a.cfg.Store.Delivery(e.id)
 	if partial := (*devhook.PartialError)(nil); errors.As(err, &partial) && d != nil {
-		giveBack()        // nothing is sent
-		d.Route = e.route // for live views
-		a.retryUnreadable(ctx, e, d, partial)
+		giveBack() // nothing is sent
+		a.unreadableOwed(ctx, e, d, partial)
 		return
 	}
 	if err != nil {
@@ -289,28 +288,31 @@ func (a *Agent) overShare(e *owedEntry) {
 	a.owed.reschedule(e, a.cfg.Now().Add(wait), e.refused)
 }
 
-// retryUnreadable is retryOne for owed delivery d, parts of which the
-// store could not read (partial): it is not sent, as no partial delivery
-// is (its body may be what is missing). Rescheduled as a try that failed,
-// it is read again after the backoff (a read that failed for a while may
-// do better) until RetryFor has passed since it was owed; then it is
-// given up, saying what could not be read. Before, it was rescheduled as
-// a read on a full disk, not counted: retried for ever, and never said.
-func (a *Agent) retryUnreadable(ctx context.Context, e *owedEntry, d *devhook.Delivery, partial *devhook.PartialError) {
+// unreadableOwed is retryOne for owed delivery e, some parts of which
+// cannot be read from the store (its body file damaged, cut short or
+// missing; an attempt damaged): it is not sent, as devhook sends a
+// delivery only whole. Said once, it is read again with the retries'
+// backoff (a read may fail for a while), and given up once --retry-for
+// has passed, as for a receiver that never takes it, rather than owed for
+// ever without a word.
+func (a *Agent) unreadableOwed(ctx context.Context, e *owedEntry, d *devhook.Delivery, pe *devhook.PartialError) {
 	now := a.cfg.Now()
-	over := now.Sub(e.since)
-	if over < a.cfg.RetryFor {
-		a.owed.reschedule(e, now.Add(a.retryWait(len(d.Attempts))), e.refused)
+	if over := now.Sub(e.since); over >= a.cfg.RetryFor {
+		st := devhook.RetryState{State: devhook.RetryFailed, Since: e.since, Route: e.route,
+			Reason: fmt.Sprintf("gave up after %s: %v", FormatDuration(over), pe.Unsendable("retry"))}
+		if !a.settle(ctx, e.id, &st) {
+			a.owed.reschedule(e, now, e.refused)
+			return
+		}
+		a.owed.remove(e.id, true)
+		a.gaveUp(d, nil, st)
 		return
 	}
-	st := devhook.RetryState{State: devhook.RetryFailed, Since: e.since,
-		Reason: fmt.Sprintf("gave up after %s: not sent, as %v", FormatDuration(over), partial)}
-	if !a.settle(ctx, e.id, &st) {
-		a.owed.reschedule(e, now, e.refused) // stopping: the state stays, so does the entry
-		return
+	if e.unreadable == 0 {
+		a.cfg.Logf("delivery %s, owed to the receiver, is not sent: %v; devhook reads it again with the retries' backoff, and gives up on it after --retry-for (%s)", e.id, pe, FormatDuration(a.cfg.RetryFor))
 	}
-	a.owed.remove(e.id, true)
-	a.gaveUp(d, nil, st)
+	e.unreadable++
+	a.owed.reschedule(e, now.Add(a.retryWait(e.unreadable-1)), e.refused)
 }
 
 // settle records the end of a delivery's retries: st, or no state when

@@ -217,3 +217,80 @@ func TestHangingReceiverShareQueuedAndRetries(t *testing.T) {
 		}
 	}
 }
+
+// readCounter counts the reads of the deliveries in ids (the store's
+// reads are what a retry over a full share costs, seen from nowhere else
+// but a profile or a syscall trace: hence the wrapper).
+type readCounter struct {
+	agent.Store
+	mu    sync.Mutex
+	ids   map[string]bool
+	reads int
+}
+
+func (s *readCounter) Delivery(id string) (*devhook.Delivery, error) {
+	s.mu.Lock()
+	if s.ids[id] {
+		s.reads++
+	}
+	s.mu.Unlock()
+	return s.Store.Delivery(id)
+}
+
+func (s *readCounter) count(ids map[string]bool) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.reads
+	s.ids, s.reads = ids, 0
+	return n
+}
+
+// The retries of deliveries owed to a receiver whose share is full wait
+// for their turn without reading the store: before, each turn of each
+// owed delivery read it (its body file opened and read) only to find the
+// share full, hundreds of reads a second with hundreds owed, for as long
+// as the receiver hung (found from outside: 450 owed to a receiver
+// stopped in its handler, listen at 7% of a core).
+func TestRetriesOverAFullShareDoNotReadTheStore(t *testing.T) {
+	hang, in, release := hangingReceiver(t)
+	_, b := newRecorder(t)
+	const workers = 4 // a share of 3
+	rc := &readCounter{}
+	tn := newTunnel(t, b.URL, func(cfg *agent.Config) {
+		fastRetries(cfg)
+		cfg.Concurrency = workers
+		cfg.ForwardTimeout = time.Minute
+		cfg.Routes = mustRoutes(t, "path:/hang/** -> "+hang.URL)
+		rc.Store, cfg.Store = cfg.Store, rc
+	})
+	t.Cleanup(release)           // before the tunnel stops
+	for i := range workers + 1 { // each its own run: its own path
+		body := []byte(fmt.Sprintf(`{"n":%d}`, i))
+		if resp, _ := tn.post(fmt.Sprintf("/hang/%d", i), body, signed(body)); resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("queued %d: %s", i, resp.Status)
+		}
+	}
+	tn.startAgent()
+	for range workers - 1 {
+		select {
+		case <-in:
+		case <-time.After(time.Minute):
+			t.Fatal("the hanging receiver did not get its share")
+		}
+	}
+	eventually(t, "two owed", func() bool { return len(retryStates(t, tn.db)) == 2 })
+	owed := map[string]bool{}
+	for id := range retryStates(t, tn.db) {
+		owed[id] = true
+	}
+	rc.count(owed)
+	// A while for retries to come round (every 5 to 40 ms) while the
+	// share is full; a slow machine sees fewer turns, and checks less,
+	// never wrongly.
+	time.Sleep(300 * time.Millisecond)
+	if n := rc.count(nil); n != 0 {
+		t.Errorf("the owed deliveries were read %d times while their receiver's share was full, want none", n)
+	}
+	release()
+	eventually(t, "nothing owed", func() bool { return len(retryStates(t, tn.db)) == 0 })
+}

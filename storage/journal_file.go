@@ -78,7 +78,12 @@ func createJournalFile(path string, start uint64, noMap bool) (*journalFile, err
 		return nil, fmt.Errorf("open journal: %w", err)
 	}
 	jf := &journalFile{path: path, f: f, hdr: fileHeaderLen2, off: fileHeaderLen2, start: start, hwm: fileHeaderLen2, writeAt: (*os.File).WriteAt}
-	if err := jf.grow(journalGrow, !noMap); err == nil {
+	// err, not one scoped to an if: a header that a full disk refused
+	// (or a file that could not grow) fails the create, rather than
+	// leaving a file without its magic, which the next Open sets aside
+	// as damaged with the records written to it since.
+	err = jf.grow(journalGrow, !noMap)
+	if err == nil {
 		err = jf.put(0, appendFileHeader2(nil, start))
 	}
 	if err != nil {

@@ -1,0 +1,131 @@
+package agent_test
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/agent"
+)
+
+// An owed delivery whose body file is damaged (bytes written in the
+// middle of it, as a disk or a hand would) is never sent with a wrong or
+// empty body, and is not owed for ever either: the agent says once that
+// it cannot read it, and gives up on it once --retry-for has passed, as
+// for a receiver that never takes it. Before, each retry read it, found
+// it partial, and rescheduled it a second later without a word, past
+// --retry-for, for as long as listen ran.
+func TestOwedDeliveryWithADamagedBodyIsGivenUp(t *testing.T) {
+	var got atomic.Int32
+	var mu sync.Mutex
+	refuse := true
+	addr := downAddr(t)
+	serveAt(t, addr, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if refuse {
+			w.WriteHeader(http.StatusServiceUnavailable) // owed
+			return
+		}
+		got.Add(1)
+	}))
+	var logMu sync.Mutex
+	var lines []string
+	tn := newTunnel(t, "http://"+addr, func(c *agent.Config) {
+		c.RetryMinBackoff, c.RetryMaxBackoff = time.Hour, time.Hour // no retry before the restart
+		c.Logf = func(f string, a ...any) {
+			t.Logf(f, a...)
+			logMu.Lock()
+			lines = append(lines, fmt.Sprintf(f, a...))
+			logMu.Unlock()
+		}
+	})
+	body := []byte(`{"type":"run.status","data":{"run_id":"r1","pad":"` + strings.Repeat("x", 4000) + `"}}`)
+	resp, _ := tn.post("/q", body, signed(body))
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("delivery with no agent: %s, want 202", resp.Status)
+	}
+	id := resp.Header.Get("Devhook-Delivery")
+	tn.startAgent()
+	eventually(t, "the delivery owed", func() bool { return len(retryStates(t, tn.db)) == 1 })
+	tn.stopAgent()
+
+	// Its body in its body file, once the batch is in bbolt: damaged in
+	// the middle.
+	file := filepath.Join(tn.dir, "deliveries.db.bodies", "00000001")
+	eventually(t, "the body in its body file", func() bool {
+		b, err := os.ReadFile(file)
+		return err == nil && bytes.Contains(b, body)
+	})
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := bytes.Index(b, body) + len(body)/2
+	f, err := os.OpenFile(file, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("DAMAGED"), int64(at)); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if _, err := tn.db.Delivery(id); err == nil {
+		t.Fatal("the damaged body reads")
+	}
+
+	mu.Lock()
+	refuse = false
+	mu.Unlock()
+	said := func() int {
+		logMu.Lock()
+		defer logMu.Unlock()
+		n := 0
+		for _, l := range lines {
+			if strings.Contains(l, "is not sent") {
+				n++
+			}
+		}
+		return n
+	}
+	// Within --retry-for: read again and again with the retries' backoff,
+	// said once, not sent.
+	tn.cfg.RetryMinBackoff, tn.cfg.RetryMaxBackoff = 5*time.Millisecond, 40*time.Millisecond
+	tn.startAgent()
+	eventually(t, "its damage said", func() bool { return said() > 0 })
+	tn.stopAgent()
+	// Past --retry-for: given up.
+	tn.cfg.RetryFor = time.Millisecond // passed since its first attempt
+	tn.startAgent()
+	eventually(t, "the delivery given up", func() bool {
+		st, ok := retryStates(t, tn.db)[id]
+		return ok && st.State == devhook.RetryFailed
+	})
+	st := retryStates(t, tn.db)[id]
+	if !strings.Contains(st.Reason, "body cannot be read") || !strings.Contains(st.Reason, "nothing was sent") {
+		t.Errorf("reason %q: want it to say that its body cannot be read and nothing was sent", st.Reason)
+	}
+	eventually(t, "its end said", func() bool {
+		for _, r := range tn.resultsCopy() {
+			if r.GaveUp && r.Delivery.ID == id {
+				return true
+			}
+		}
+		return false
+	})
+	tn.stopAgent()
+	if n := said(); n != 1 {
+		t.Errorf("its damage said %d times, want once", n)
+	}
+	if n := got.Load(); n != 0 {
+		t.Errorf("the receiver got %d requests after the damage, want none", n)
+	}
+}
