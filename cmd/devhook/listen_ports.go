@@ -133,13 +133,11 @@ func portsMessage(taken []portInUse, other running.Listen, found bool, data stri
 		}
 		fmt.Fprintf(&b, "%s %s in use by another program", ports, verb)
 	} else {
-		who := "a devhook listen"
+		who := "a devhook listen (data " + other.Data + ")" // its pid not known (yet, or any more)
 		if other.PID > 0 {
-			who = fmt.Sprintf("devhook listen (pid %d", other.PID)
-		} else {
-			who += " ("
+			who = fmt.Sprintf("devhook listen (pid %d, data %s)", other.PID, other.Data)
 		}
-		fmt.Fprintf(&b, "%s, data %s) already runs here and holds %s", who, other.Data, ports)
+		fmt.Fprintf(&b, "%s already runs here and holds %s", who, ports)
 		if absDir(other.Data) == data {
 			b.WriteString(", and records in this listen's data directory (--data)")
 		}
