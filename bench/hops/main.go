@@ -27,6 +27,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"errors"
 	"flag"
 	"fmt"
@@ -126,15 +127,7 @@ func parse(r io.Reader, pids map[int]string) ([]call, error) {
 			calls = append(calls, call{enter: o.t, exit: t, role: role, write: o.write, fd: o.fd, n: n})
 		}
 	}
-	slices.SortStableFunc(calls, func(a, b call) int {
-		switch {
-		case a.enter < b.enter:
-			return -1
-		case a.enter > b.enter:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(calls, func(a, b call) int { return cmp.Compare(a.enter, b.enter) })
 	return calls, sc.Err()
 }
 
