@@ -67,25 +67,39 @@ func watchClosedOutputs() (closed <-chan string, stop func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		for {
-			_, err := unix.Poll(fds, -1)
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			if err != nil || fds[len(fds)-1].Revents != 0 {
-				return // stopped, or poll cannot watch: writes still find it
-			}
-			for i, name := range names {
-				if fds[i].Revents&(unix.POLLERR|unix.POLLHUP) != 0 {
-					out <- name
-					return
-				}
-			}
+		if name := watchFds(fds, names); name != "" {
+			out <- name
 		}
 	}()
 	return out, func() {
 		_ = wakeW.Close()
 		<-done
 		_ = wakeR.Close()
+	}
+}
+
+// watchFds polls fds, the outputs names watches and then the wake pipe,
+// until one of the outputs is closed (its name) or the wake pipe is, poll
+// fails, or an output is no longer open at all ("" for those: writes still
+// find a closed output). Each of those ends the watch: a revent that is
+// none of them (POLLNVAL, an output closed under it) would otherwise come
+// back at once from every poll, a loop without a pause.
+func watchFds(fds []unix.PollFd, names []string) string {
+	for {
+		_, err := unix.Poll(fds, -1)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil || fds[len(fds)-1].Revents != 0 {
+			return "" // stopped, or poll cannot watch
+		}
+		for i, name := range names {
+			switch r := fds[i].Revents; {
+			case r&(unix.POLLERR|unix.POLLHUP) != 0:
+				return name
+			case r != 0:
+				return ""
+			}
+		}
 	}
 }
