@@ -352,7 +352,16 @@ func openFile(path string, opts *bolt.Options) (*bolt.DB, error) {
 	if err := checkBoltFile(path); err != nil {
 		return nil, corruptError(path, err)
 	}
+	_, statErr := os.Stat(path)
+	created := errors.Is(statErr, os.ErrNotExist)
 	b, err := openBolt(path, opts)
+	if err != nil && created && !errors.Is(err, berrors.ErrTimeout) {
+		// bbolt creates the file before it writes its first pages: one it
+		// could not write (a full disk) is left empty, which the next
+		// Open would refuse as damage. Remove what this call created (not
+		// when another process holds the lock: the file is its own).
+		removeIfEmpty(path)
+	}
 	switch {
 	case errors.Is(err, berrors.ErrTimeout):
 		return nil, fmt.Errorf("storage: open %s: %w: another devhook may be using the data directory %s; stop it or choose another data directory: %w", path, ErrLocked, dir, err)
@@ -363,6 +372,13 @@ func openFile(path string, opts *bolt.Options) (*bolt.DB, error) {
 		return nil, fmt.Errorf("storage: open %s: %w", path, err)
 	}
 	return b, nil
+}
+
+// removeIfEmpty removes the file at path if it holds no byte.
+func removeIfEmpty(path string) {
+	if fi, err := os.Stat(path); err == nil && fi.Size() == 0 {
+		_ = os.Remove(path)
+	}
 }
 
 // openBolt opens the file, turning a panic on a damaged file into an error.
