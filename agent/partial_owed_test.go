@@ -3,6 +3,7 @@ package agent_test
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -127,5 +128,59 @@ func TestOwedDeliveryWithADamagedBodyIsGivenUp(t *testing.T) {
 	}
 	if n := got.Load(); n != 0 {
 		t.Errorf("the receiver got %d requests after the damage, want none", n)
+	}
+}
+
+// An owed delivery whose first attempt cannot be read (its value damaged
+// while the agent was stopped), its request whole, is retried and reaches
+// the receiver as it arrived: the unreadable attempt is its history, not
+// what is sent. Before, it was never sent, and given up after
+// --retry-for as for one whose body cannot be read.
+func TestOwedDeliveryWithAnUnreadableAttemptIsRetried(t *testing.T) {
+	var mu sync.Mutex
+	refuse := true
+	var got [][]byte
+	addr := downAddr(t)
+	serveAt(t, addr, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		defer mu.Unlock()
+		if refuse {
+			w.WriteHeader(http.StatusServiceUnavailable) // owed
+			return
+		}
+		got = append(got, b)
+	}))
+	tn := newTunnel(t, "http://"+addr, func(c *agent.Config) {
+		c.RetryMinBackoff, c.RetryMaxBackoff = time.Hour, time.Hour // no retry before the restart
+	})
+	body := []byte(`{"type":"run.status","data":{"run_id":"r1"}}`)
+	resp, _ := tn.post("/q", body, signed(body))
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("delivery with no agent: %s, want 202", resp.Status)
+	}
+	id := resp.Header.Get("Devhook-Delivery")
+	tn.startAgent()
+	eventually(t, "the delivery owed", func() bool { return len(retryStates(t, tn.db)) == 1 })
+	tn.damageStore(t, func(path string) { damageValue(t, path, "attempts", attemptKey(id, 1)) })
+	if d, err := tn.db.Delivery(id); err == nil || d == nil || d.Attempts[0].ReadError == "" || d.BodyError != "" {
+		t.Fatalf("delivery %+v, %v: want its first attempt unreadable, its body whole", d, err)
+	}
+
+	mu.Lock()
+	refuse = false
+	mu.Unlock()
+	fastRetries(&tn.cfg)
+	tn.startAgent()
+	eventually(t, "the delivery retried, no longer owed", func() bool { return len(retryStates(t, tn.db)) == 0 })
+	tn.stopAgent()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 1 || !bytes.Equal(got[0], body) {
+		t.Errorf("the receiver took %q, want the delivery once, as it arrived", got)
+	}
+	d, _ := tn.db.Delivery(id)
+	if last := d.LastAttempt(); d == nil || last.Kind != devhook.AttemptRetry || last.Status != http.StatusOK {
+		t.Errorf("delivery %+v: want the retry that delivered it recorded", d)
 	}
 }

@@ -108,7 +108,8 @@ func (db *DB) AddAttempt(id string, a devhook.Attempt) (devhook.Attempt, error) 
 // damaged and what to do. One whose body or some attempts cannot be read
 // comes back with the rest and a *devhook.PartialError that says what
 // it lacks, each such part marked in it (Delivery.BodyError,
-// Attempt.ReadError) and noted in Damage: it can be shown, not sent.
+// Attempt.ReadError) and noted in Damage: it can be shown, and sent
+// again only when its body was read (devhook.SendError).
 func (db *DB) Delivery(id string) (*devhook.Delivery, error) {
 	if validID("delivery", id) != nil {
 		// Ids come from URLs: one that could not have been recorded is
