@@ -5,8 +5,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -132,5 +134,147 @@ func TestReplayWithAnUnreadableAttempt(t *testing.T) {
 	}
 	if n := len(rec.requests()); n != 1 {
 		t.Errorf("the receiver got %d requests, want 1: none of the delivery whose body cannot be read", n)
+	}
+}
+
+// A delivery the agent recorded and the receiver took, whose ack the
+// relay never got, comes again while some parts of its record cannot be
+// read: its readable attempts show it was taken, so it is answered from
+// the record, not forwarded twice. Before, any error of the read (the
+// record partial) made it forwarded again. When the attempt that shows it
+// taken is the one that cannot be read, nothing says it was: it is
+// forwarded again, from the relay's copy, rather than never.
+func TestPartialRedeliveryAnsweredFromTheRecord(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		damage  func(id string) (bucket string, key []byte)
+		forward bool // forwarded again, not answered from the record
+	}{
+		{name: "refused attempt unreadable", damage: func(id string) (string, []byte) { return "attempts", attemptKey(id, 1) }},
+		{name: "body unreadable", damage: func(id string) (string, []byte) { return "bodies", []byte(id) }},
+		{name: "taking attempt unreadable", damage: func(id string) (string, []byte) { return "attempts", attemptKey(id, 2) }, forward: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			rec, recv := newRecorder(t)
+			tn := newTunnel(t, recv.URL, nil)
+			body := []byte(`{"type":"run.status","data":{"run_id":"r1","status_v2":"running"}}`)
+			resp, _ := tn.post("/again", body, nil)
+			id := resp.Header.Get("Devhook-Delivery")
+			queued, err := tn.relayDB.Queued(tn.creds.Channel, "", 10)
+			if err != nil || len(queued) != 1 {
+				t.Fatalf("queue: %v %d", err, len(queued))
+			}
+			// As if an earlier agent had forwarded it (refused), retried
+			// it (taken) and died before its ack.
+			if _, err := tn.db.PutDelivery(queued[0]); err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range []devhook.Attempt{
+				{Kind: devhook.AttemptForward, Status: 503, Target: recv.URL, Body: []byte(strings.Repeat("busy ", 20))},
+				{Kind: devhook.AttemptRetry, Status: 204, Target: recv.URL, Header: http.Header{"X-Taken": {"yes"}}},
+			} {
+				if _, err := tn.db.AddAttempt(id, a); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tn.damageStore(t, func(path string) {
+				bucket, key := c.damage(id)
+				damageValue(t, path, bucket, key)
+			})
+			if d, err := tn.db.Delivery(id); err == nil || d == nil {
+				t.Fatalf("delivery %+v, %v: want it partial", d, err)
+			}
+			tn.startAgent()
+			waitQueueEmpty(t, tn.relayDB, tn.creds.Channel)
+			tn.waitResults(1)
+			r := tn.resultsCopy()[0]
+			if c.forward {
+				if got := rec.waitFor(t, 1); string(got[0].Body) != string(body) || r.Duplicate || r.Status != http.StatusOK {
+					t.Errorf("result %+v, receiver got %q: want it forwarded again as it arrived", r, got[0].Body)
+				}
+				return
+			}
+			if !r.Duplicate || r.Status != http.StatusNoContent || r.Attempt == nil || r.Attempt.Seq != 2 {
+				t.Errorf("result %+v, want a duplicate answered from its taken attempt (204)", r)
+			}
+			tn.stopAgent()
+			d, _ := tn.db.Delivery(id)
+			if n := len(rec.requests()); n != 0 || d == nil || len(d.Attempts) != 2 {
+				t.Errorf("the receiver got it %d more times; recorded %+v: want no new attempt", n, d)
+			}
+		})
+	}
+}
+
+// An owed delivery, never answered, that comes again while its last
+// attempt cannot be read is answered from the record with its last
+// attempt that can be (its error said), not with the unreadable one
+// (which says nothing), and is not forwarded for it: the agent's retries
+// take it.
+func TestPartialOwedRedeliveryAnsweredWithItsLastReadableAttempt(t *testing.T) {
+	var mu sync.Mutex
+	var got int
+	// The retry the agent resumes with is held at the receiver until the
+	// redelivery is answered, so that its attempt is not the last one.
+	release := make(chan struct{})
+	var once sync.Once
+	releaseAll := func() { once.Do(func() { close(release) }) }
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got++
+		mu.Unlock()
+		<-release
+		w.WriteHeader(http.StatusServiceUnavailable) // still owed
+	}))
+	t.Cleanup(recv.Close)
+	t.Cleanup(releaseAll)
+	tn := newTunnel(t, recv.URL, func(c *agent.Config) {
+		c.RetryMinBackoff, c.RetryMaxBackoff = time.Hour, time.Hour
+	})
+	resp, _ := tn.post("/owed", []byte(`{"n":1}`), nil)
+	id := resp.Header.Get("Devhook-Delivery")
+	queued, err := tn.relayDB.Queued(tn.creds.Channel, "", 10)
+	if err != nil || len(queued) != 1 {
+		t.Fatalf("queue: %v %d", err, len(queued))
+	}
+	// As if an earlier agent had forwarded it, retried it (both refused),
+	// owed it, and died before its ack.
+	if _, err := tn.db.PutDelivery(queued[0]); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []devhook.Attempt{
+		{Kind: devhook.AttemptForward, Target: recv.URL, Error: "connection refused"},
+		{Kind: devhook.AttemptRetry, Status: 503, Target: recv.URL, Body: []byte(strings.Repeat("second ", 20))},
+	} {
+		if _, err := tn.db.AddAttempt(id, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tn.db.PutRetry(id, devhook.RetryState{State: devhook.RetryOwed, Since: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	tn.damageStore(t, func(path string) { damageValue(t, path, "attempts", attemptKey(id, 2)) })
+	tn.startAgent()
+	waitQueueEmpty(t, tn.relayDB, tn.creds.Channel)
+	var dup *agent.Result
+	eventually(t, "the redelivery's result", func() bool {
+		for _, r := range tn.resultsCopy() {
+			if r.Duplicate {
+				dup = &r
+				return true
+			}
+		}
+		return false
+	})
+	releaseAll()
+	if dup.Attempt == nil || dup.Attempt.Seq != 1 || dup.Status != http.StatusBadGateway {
+		t.Errorf("result %+v (attempt %+v), want it answered with its first attempt, 502", dup, dup.Attempt)
+	}
+	tn.stopAgent()
+	// The resumed retry may have tried it once; the redelivery did not.
+	mu.Lock()
+	defer mu.Unlock()
+	if got > 1 {
+		t.Errorf("the receiver got it %d times, want at most the one retry", got)
 	}
 }
