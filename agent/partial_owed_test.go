@@ -184,3 +184,87 @@ func TestOwedDeliveryWithAnUnreadableAttemptIsRetried(t *testing.T) {
 		t.Errorf("delivery %+v: want the retry that delivered it recorded", d)
 	}
 }
+
+// After a restart, an owed delivery whose body cannot be read keeps its
+// place in its run: the later delivery of its run, owed behind it, still
+// waits for it (here until it is given up), as before the restart.
+// Before, its run could not be told, so it waited for no other and held
+// up none: the later one went first at once.
+func TestOwedPartialDeliveryKeepsItsRunAfterRestart(t *testing.T) {
+	var mu sync.Mutex
+	refuse := true
+	var got []string
+	addr := downAddr(t)
+	serveAt(t, addr, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if refuse {
+			w.WriteHeader(http.StatusServiceUnavailable) // owed
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		got = append(got, string(b))
+	}))
+	received := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), got...)
+	}
+	var logMu sync.Mutex
+	said := 0
+	tn := newTunnel(t, "http://"+addr, func(c *agent.Config) {
+		c.RetryMinBackoff, c.RetryMaxBackoff = time.Hour, time.Hour // no retry before the restart
+		c.Logf = func(f string, a ...any) {
+			t.Logf(f, a...)
+			if strings.Contains(fmt.Sprintf(f, a...), "is not sent") {
+				logMu.Lock()
+				said++
+				logMu.Unlock()
+			}
+		}
+	})
+	var ids []string
+	for _, st := range []string{"queued", "running"} {
+		body := []byte(`{"type":"run.status","data":{"run_id":"r1","status_v2":"` + st + `"}}`)
+		resp, _ := tn.post("/q", body, signed(body))
+		if resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("delivery with no agent: %s, want 202", resp.Status)
+		}
+		ids = append(ids, resp.Header.Get("Devhook-Delivery"))
+	}
+	tn.startAgent()
+	eventually(t, "both deliveries owed", func() bool { return len(retryStates(t, tn.db)) == 2 })
+	tn.damageStore(t, func(path string) { damageValue(t, path, "bodies", []byte(ids[0])) })
+	if d, err := tn.db.Delivery(ids[0]); err == nil || d == nil || d.BodyError == "" {
+		t.Fatalf("delivery %+v, %v: want its body unreadable", d, err)
+	}
+
+	mu.Lock()
+	refuse = false
+	mu.Unlock()
+	// Both resumed at once: the first is read and not sent; the second,
+	// had it lost its run, would be sent in the same round, before the
+	// agent stops (it waits for the retries under way).
+	fastRetries(&tn.cfg)
+	tn.startAgent()
+	eventually(t, "the first's damage said", func() bool {
+		logMu.Lock()
+		defer logMu.Unlock()
+		return said > 0
+	})
+	tn.stopAgent()
+	if r := received(); len(r) != 0 {
+		t.Fatalf("the receiver took %v before the first of the run was given up, want nothing", r)
+	}
+	// Past --retry-for: the first given up, the second follows.
+	tn.cfg.RetryFor = time.Millisecond
+	tn.startAgent()
+	eventually(t, "the second delivered", func() bool { return len(received()) == 1 })
+	tn.stopAgent()
+	if r := received(); len(r) != 1 || !strings.Contains(r[0], `"running"`) {
+		t.Errorf("the receiver took %q, want the second delivery alone", r)
+	}
+	if st := retryStates(t, tn.db)[ids[0]]; st.State != devhook.RetryFailed {
+		t.Errorf("the first's state %+v, want it given up", st)
+	}
+}

@@ -84,11 +84,13 @@ func (a *Agent) Forget(ids []string) {
 }
 
 // storedKey is the run (orderKey) of recorded delivery id, which route
-// rt took, or "" when it cannot be read: then its retries wait for no
-// other.
+// rt took, or "" when its record cannot be read: then its retries wait
+// for no other. One some parts of which cannot be read (its body, an
+// attempt) keeps its place: its run and path are in its record, so the
+// later deliveries of its run still wait for it, as before the restart.
 func (a *Agent) storedKey(id string, rt *devhook.Route) string {
-	d, err := a.cfg.Store.Delivery(id)
-	if err != nil {
+	d, _ := a.cfg.Store.Delivery(id) // partial: d and a *devhook.PartialError
+	if d == nil {
 		return ""
 	}
 	d.Route = rt
