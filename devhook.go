@@ -189,7 +189,8 @@ func (d *Delivery) ArrivalRoute() *Route {
 
 // Partial reports whether some parts of d could not be read from the
 // store: its body (BodyError) or attempts (Attempt.ReadError). A partial
-// delivery is shown, never sent, replayed or exported as a whole one.
+// delivery is shown, never exported as a whole one, and sent again
+// (replayed, retried) only when its body was read (SendError).
 func (d *Delivery) Partial() bool {
 	if d.BodyError != "" {
 		return true
@@ -242,10 +243,23 @@ func (e *PartialError) Error() string {
 	return fmt.Sprintf("delivery %s is partly unreadable: %s", e.ID, strings.Join(parts, "; "))
 }
 
+// SendError is the error of an action that sends d again (a replay, a
+// retry), d read from the store with err: nil when d's request (method,
+// path, query, headers, body) was read whole, though some of its attempts
+// could not be, as those are its history, not what is sent; err
+// otherwise, a *PartialError when its body could not be read.
+func SendError(d *Delivery, err error) error {
+	var pe *PartialError
+	if d != nil && errors.As(err, &pe) && pe.Body == nil && d.BodyError == "" {
+		return nil
+	}
+	return err
+}
+
 // Unsendable is the error, ECONFLICT, of an action that sends the
-// delivery (a replay), refused because parts of it could not be read.
+// delivery (a replay), refused because its body could not be read.
 func (e *PartialError) Unsendable(action string) *Error {
-	return Errorf(ECONFLICT, "cannot %s delivery %s: devhook sends a delivery only whole, and %w; nothing was sent", action, e.ID, e)
+	return Errorf(ECONFLICT, "cannot %s delivery %s: devhook sends a delivery only with its body, and %w; nothing was sent", action, e.ID, e)
 }
 
 // Unwrap returns the errors of the parts, for errors.Is and errors.As.

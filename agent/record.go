@@ -10,6 +10,7 @@ package agent
 
 import (
 	"cmp"
+	"errors"
 
 	"github.com/devhook/devhook"
 )
@@ -42,9 +43,18 @@ func (a *Agent) recordDelivery(h holder, p *processed) (created, ok bool) {
 // lost, and the relay sent it again), from the record when the receiver
 // has taken it, or when the agent owes it already, rather than forward it
 // twice; it reports whether it did.
+//
+// A record some parts of which cannot be read (its body, an attempt) is
+// judged by the attempts that can: one of them answered, or a retry
+// state, is as good a proof as in a whole record, and what cannot be read
+// is not needed to answer. When no record can be read, or its readable
+// attempts do not show it answered (an unreadable one may have been, but
+// nothing says so), it is forwarded again from the relay's copy, which is
+// whole: a receiver may get it twice, as for any answer lost on its way,
+// rather than never.
 func (a *Agent) answeredFromRecord(p *processed) bool {
 	stored, err := a.cfg.Store.Delivery(p.Delivery.ID)
-	if err != nil {
+	if pe := (*devhook.PartialError)(nil); stored == nil || err != nil && !errors.As(err, &pe) {
 		return false
 	}
 	at := lastAnswered(stored)
@@ -52,9 +62,20 @@ func (a *Agent) answeredFromRecord(p *processed) bool {
 		return false
 	}
 	p.Duplicate, p.Delivery = true, stored
-	p.answer = cmp.Or(at, stored.LastAttempt())
+	p.answer = cmp.Or(at, lastReadable(stored))
 	p.Attempt = p.answer
 	return true
+}
+
+// lastReadable returns the last attempt of d that the store could read,
+// or nil.
+func lastReadable(d *devhook.Delivery) *devhook.Attempt {
+	for i := len(d.Attempts) - 1; i >= 0; i-- {
+		if d.Attempts[i].ReadError == "" {
+			return &d.Attempts[i]
+		}
+	}
+	return nil
 }
 
 // lastAnswered returns the last forward of d that the receiver answered,

@@ -9,10 +9,12 @@ import (
 
 // Replay sends stored delivery id again and records the attempt. By default
 // it goes to the first forward target, re-signed with a fresh t when the
-// secret is known; opt changes that.
+// secret is known; opt changes that. A delivery some attempts of which
+// cannot be read is sent as one whose were (devhook.SendError); one whose
+// body cannot be read is refused with its *devhook.PartialError.
 func (a *Agent) Replay(ctx context.Context, id string, opt devhook.ReplayOptions) (devhook.Attempt, error) {
 	d, err := a.cfg.Store.Delivery(id)
-	if err != nil {
+	if err = devhook.SendError(d, err); err != nil {
 		return devhook.Attempt{}, err
 	}
 	d.Route = d.ArrivalRoute() // for live views

@@ -84,11 +84,13 @@ func (a *Agent) Forget(ids []string) {
 }
 
 // storedKey is the run (orderKey) of recorded delivery id, which route
-// rt took, or "" when it cannot be read: then its retries wait for no
-// other.
+// rt took, or "" when its record cannot be read: then its retries wait
+// for no other. One some parts of which cannot be read (its body, an
+// attempt) keeps its place: its run and path are in its record, so the
+// later deliveries of its run still wait for it, as before the restart.
 func (a *Agent) storedKey(id string, rt *devhook.Route) string {
-	d, err := a.cfg.Store.Delivery(id)
-	if err != nil {
+	d, _ := a.cfg.Store.Delivery(id) // partial: d and a *devhook.PartialError
+	if d == nil {
 		return ""
 	}
 	d.Route = rt
@@ -209,6 +211,8 @@ func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
 	}
 	defer giveBack()
 	d, err := a.cfg.Store.Delivery(e.id)
+	// Attempts that cannot be read are its history: it goes all the same.
+	err = devhook.SendError(d, err)
 	if partial := (*devhook.PartialError)(nil); errors.As(err, &partial) && d != nil {
 		giveBack() // nothing is sent
 		a.unreadableOwed(ctx, e, d, partial)
@@ -288,10 +292,10 @@ func (a *Agent) overShare(e *owedEntry) {
 	a.owed.reschedule(e, a.cfg.Now().Add(wait), e.refused)
 }
 
-// unreadableOwed is retryOne for owed delivery e, some parts of which
-// cannot be read from the store (its body file damaged, cut short or
-// missing; an attempt damaged): it is not sent, as devhook sends a
-// delivery only whole. Said once, it is read again with the retries'
+// unreadableOwed is retryOne for owed delivery e, whose body cannot be
+// read from the store (its body file damaged, cut short or missing; its
+// value damaged): it is not sent, as devhook sends a delivery only with
+// its body. Said once, it is read again with the retries'
 // backoff (a read may fail for a while), and given up once --retry-for
 // has passed, as for a receiver that never takes it, rather than owed for
 // ever without a word.

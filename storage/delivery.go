@@ -108,7 +108,8 @@ func (db *DB) AddAttempt(id string, a devhook.Attempt) (devhook.Attempt, error) 
 // damaged and what to do. One whose body or some attempts cannot be read
 // comes back with the rest and a *devhook.PartialError that says what
 // it lacks, each such part marked in it (Delivery.BodyError,
-// Attempt.ReadError) and noted in Damage: it can be shown, not sent.
+// Attempt.ReadError) and noted in Damage: it can be shown, and sent
+// again only when its body was read (devhook.SendError).
 func (db *DB) Delivery(id string) (*devhook.Delivery, error) {
 	if validID("delivery", id) != nil {
 		// Ids come from URLs: one that could not have been recorded is
@@ -119,7 +120,7 @@ func (db *DB) Delivery(id string) (*devhook.Delivery, error) {
 	var partial *devhook.PartialError
 	err := db.view(func(v *view) error {
 		var err error
-		d, partial, err = v.delivery(id, db.partError)
+		d, partial, err = v.delivery(id, func(err error) error { return db.partError(id, err) })
 		return err
 	})
 	if err != nil {
@@ -141,18 +142,35 @@ func (db *DB) Delivery(id string) (*devhook.Delivery, error) {
 	return d, nil
 }
 
-// partError is the error of Delivery for a part of a delivery (its body,
-// an attempt) that a read could not use: noted in Damage when it is a
-// record's, and naming the file and what to do.
-func (db *DB) partError(err error) error {
+// partError is the error of Delivery for a part of delivery id (its
+// body, an attempt) that a read could not use: noted in Damage when it is
+// a record's, and naming the file and what to do.
+func (db *DB) partError(id string, err error) error {
 	if dv := (errValueDamaged{}); errors.As(err, &dv) {
-		return db.damagedValue(err)
+		return db.damagedPart(id, err)
 	}
-	if re := (*recordError)(nil); errors.As(err, &re) {
-		db.damage.note(re)
+	re := (*recordError)(nil)
+	if !errors.As(err, &re) {
+		return err
+	}
+	db.damage.note(re)
+	var inFile bodyFileDamage
+	if errors.Is(re, ErrNewerRecord) || errors.As(re, &inFile) {
 		return db.recordReadError(re)
 	}
-	return err
+	return db.damagedPart(id, re)
+}
+
+// damagedPart is the error of Delivery for err, a part of delivery id
+// (its body's value, an attempt) damaged in the store's file: that
+// delivery's problem, not the file's, whose pages passed their checks at
+// open. Deleting the delivery removes it; moving the whole file away, as
+// for a damaged record of the file, would take every other delivery with
+// it. The file is the evidence: the delete frees the damaged bytes' place
+// for new records.
+func (db *DB) damagedPart(id string, err error) error {
+	return fmt.Errorf("storage: %s: %w; the rest of delivery %s and the other deliveries read as before. To drop this delivery: devhook deliveries delete %s (copy %s away first, with devhook stopped, to keep it as evidence: the delete frees the damaged bytes' place in it for new records)",
+		db.path, err, id, id, db.path)
 }
 
 // List returns the deliveries that pass f, newest first. It reads only

@@ -258,7 +258,7 @@ func damagedValue(t *testing.T, name string) {
 			t.Errorf("List: %d, %v; want the %d deliveries", len(list), err, fixturePageDeliveries)
 		}
 		_, err = db.Delivery(id(largeBody))
-		if !errors.Is(err, storage.ErrDamaged) || !containsAll(err.Error(), path, id(largeBody), "body", "checksum", "move it away") {
+		if !errors.Is(err, storage.ErrDamaged) || !containsAll(err.Error(), path, id(largeBody), "body", "checksum", "devhook deliveries delete "+id(largeBody), "evidence") {
 			t.Errorf("Delivery of the damaged body: %v; want ErrDamaged naming the delivery, the file and what to do", err)
 		}
 		for i := range fixturePageDeliveries {

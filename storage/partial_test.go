@@ -94,12 +94,30 @@ func TestDelivery_PartlyUnreadable(t *testing.T) {
 					default:
 						wantPartAttempt(t, d, err, w, c.attempt, c.why)
 					}
+					// A damaged part is its delivery's problem: deleting
+					// that delivery does, after a copy of the file as
+					// evidence; moving the file away would take every
+					// other delivery with it.
+					if !c.whole && (!containsAll(err.Error(), "devhook deliveries delete "+w.ID, "copy "+path+" away first", "evidence") || strings.Contains(err.Error(), "move it away")) {
+						t.Errorf("%v: want it to say to copy the file as evidence and delete this delivery, not to move the file away", err)
+					}
 				}
 				if dmg := db.Damage(); !c.whole && (dmg.Damaged != 1 || len(dmg.IDs) != 1 || dmg.IDs[0] != id(broken)) {
 					t.Errorf("Damage: %+v, want the unreadable part of delivery %d noted", dmg, broken)
 				}
 				if err := db.Close(); err != nil {
 					t.Fatal(err)
+				}
+			}
+			// What the message says to do drops it, and only it.
+			db = MustOpenPath(t, path, storage.Config{MaxDeliveries: -1, MaxAge: -1, Logf: t.Logf})
+			if removed, err := db.Delete([]string{id(broken)}); err != nil || len(removed) != 1 {
+				t.Fatalf("delete of the partial delivery: %v, %v", removed, err)
+			}
+			for i, w := range want {
+				d, err := db.Delivery(w.ID)
+				if i == broken && devhook.ErrorCode(err) != devhook.ENOTFOUND || i != broken && (err != nil || !deliveryEqual(d, w)) {
+					t.Errorf("delivery %d after the delete: %v", i, err)
 				}
 			}
 		})

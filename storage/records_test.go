@@ -231,7 +231,7 @@ func TestFormat1_DamagedOverflowBody(t *testing.T) {
 	path := filepath.Join(dir, "devhook.db")
 	db := MustOpenPath(t, path, storage.Config{MaxDeliveries: -1, MaxAge: -1, ReadOnly: true})
 	_, err := db.Delivery(id(largeBody))
-	if !errors.Is(err, storage.ErrDamaged) || !containsAll(err.Error(), path, id(largeBody), "body", "checksum", "move it away") {
+	if !errors.Is(err, storage.ErrDamaged) || !containsAll(err.Error(), path, id(largeBody), "body", "checksum", "devhook deliveries delete "+id(largeBody), "evidence") {
 		t.Errorf("Delivery of the damaged body: %v; want ErrDamaged naming the delivery, the file and what to do", err)
 	}
 	if l := listAll(t, db); len(l) != fixturePageDeliveries {

@@ -114,7 +114,8 @@ func TestDamagedPages_ListAndListen(t *testing.T) {
 
 // damagedValueCLI: the damage is in a body's bytes (an overflow page), seen
 // only when that delivery is read: the list shows every delivery, and
-// showing the damaged one fails naming it, the file and what to do,
+// showing the damaged one fails naming it, the file and what to do (copy
+// the file as evidence, delete that delivery),
 // without writing anything.
 func damagedValueCLI(t *testing.T, data string, fixture []byte) {
 	dbPath := filepath.Join(data, "deliveries.db")
@@ -131,7 +132,7 @@ func damagedValueCLI(t *testing.T, data string, fixture []byte) {
 	if err == nil {
 		t.Fatal("deliveries show of the damaged delivery succeeded")
 	}
-	for _, want := range []string{dbPath, damaged, "checksum", "move it away"} {
+	for _, want := range []string{dbPath, damaged, "checksum", "devhook deliveries delete " + damaged, "evidence"} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("deliveries show: stderr %q does not say %q", stderr, want)
 		}

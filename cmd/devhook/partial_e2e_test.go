@@ -2,20 +2,25 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/scenario"
@@ -149,6 +154,69 @@ func TestReplay_BodyUnreadable(t *testing.T) {
 	}
 	if n := sent.Load(); n != 0 {
 		t.Errorf("the receiver got %d requests of a delivery whose body cannot be read", n)
+	}
+}
+
+// Replaying a delivery one of whose attempts cannot be read (its value
+// damaged), its body whole, sends it as it arrived, and with an edit:
+// the unreadable attempt is its history, not the request. Before, it was
+// refused as for a delivery whose body cannot be read.
+func TestReplay_AttemptUnreadable(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	path := filepath.Join(data, "deliveries.db")
+	db, err := storage.Open(path, storage.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := []byte(`{"small":1}`)
+	d := &devhook.Delivery{ID: uuid.Must(uuid.NewV7()).String(), ReceivedAt: time.Now(), Method: http.MethodPost, Path: "/hook",
+		Header: http.Header{"Content-Type": {"application/json"}}, Body: body, Verdict: devhook.Verdict{Result: devhook.VerdictUnchecked}}
+	if _, err := db.PutDelivery(d); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.AddAttempt(d.ID, devhook.Attempt{Kind: devhook.AttemptForward, Target: "http://127.0.0.1:1/hook", Status: 500, Body: []byte(strings.Repeat("e", 100))}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	bdb, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = bdb.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("attempts"))
+		k := binary.BigEndian.AppendUint32(append([]byte(d.ID), 0), 1)
+		v := append([]byte{}, b.Get(k)...)
+		v[len(v)/2] ^= 0x10
+		return b.Put(k, v)
+	})
+	if cerr := bdb.Close(); err != nil || cerr != nil {
+		t.Fatal(err, cerr)
+	}
+	type seen struct {
+		body string
+		edit string
+	}
+	var mu sync.Mutex
+	var got []seen
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got = append(got, seen{string(b), r.Header.Get("X-Edit")})
+		mu.Unlock()
+	}))
+	defer recv.Close()
+	for _, args := range [][]string{{}, {"--header", "X-Edit: 1"}} {
+		stdout, stderr, err := runDevhook(t, append([]string{"replay", d.ID, "--to", recv.URL, "--data", data, "--inspect", closedAddr(t)}, args...)...)
+		if err != nil || !strings.Contains(stdout, "200") {
+			t.Errorf("replay %q: %v, stdout %q, stderr %q; want it sent", args, err, stdout, stderr)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []seen{{string(body), ""}, {string(body), "1"}}; !slices.Equal(got, want) {
+		t.Errorf("the receiver got %q, want %q", got, want)
 	}
 }
 

@@ -98,7 +98,8 @@ func (o *replayOptions) run(cmd *cobra.Command, ref string) error {
 	var d *devhook.Delivery // read first when it is edited
 	bodyEdited := false
 	if o.editing() {
-		if d, err = hist.Delivery(ctx, ref); err != nil {
+		d, err = hist.Delivery(ctx, ref)
+		if err = devhook.SendError(d, err); err != nil { // an attempt unreadable: sent all the same
 			return replayAdvice(err, live, opt)
 		}
 		ref = d.ID
@@ -401,11 +402,12 @@ func signatureAge(d *devhook.Delivery, now time.Time) time.Duration {
 }
 
 // replayAdvice adds to a replay the agent refused which flag changes
-// that (none for a delivery parts of which cannot be read: refused): the agent says what is wrong, the command knows its flags. --to
+// that (none for a delivery whose body cannot be read: refused): the
+// agent says what is wrong, the command knows its flags. --to
 // is checked before, so a refusal with --resign is the missing secret,
 // and one without --to is the missing target.
 func replayAdvice(err error, live bool, opt devhook.ReplayOptions) error {
-	// Parts of it cannot be read (the store's: offline): never sent.
+	// Its body cannot be read (the store's: offline): never sent.
 	if pe := (*devhook.PartialError)(nil); errors.As(err, &pe) {
 		return pe.Unsendable("replay")
 	}
