@@ -3,6 +3,7 @@ package agent
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,6 +34,8 @@ type health struct {
 	since time.Time
 	quiet bool      // this episode is not logged
 	ended time.Time // when the last episode ended
+
+	out lineQueue // the lines, in the order of the changes they say
 }
 
 // quietAfter: see health.
@@ -48,14 +51,14 @@ func (h *health) failed(err error) {
 		h.quiet = !h.ended.IsZero() && h.since.Sub(h.ended) < quietAfter
 	}
 	h.err = err.Error()
-	quiet := h.quiet
+	if first && !h.quiet {
+		h.out.add(fmt.Sprintf("recording failed: %v; live deliveries are answered 503 and not forwarded, queued ones are held and retried until recording works again", err))
+	}
 	h.mu.Unlock()
 	if first {
 		h.changed()
 	}
-	if first && !quiet {
-		h.logf("recording failed: %v; live deliveries are answered 503 and not forwarded, queued ones are held and retried until recording works again", err)
-	}
+	h.out.write(h.logf)
 }
 
 // ok notes that a write succeeded.
@@ -69,13 +72,13 @@ func (h *health) ok() {
 		return
 	}
 	h.failing.Store(false)
-	since, quiet := h.since, h.quiet
 	h.err = ""
 	h.ended = h.now()
-	h.mu.Unlock()
-	if !quiet {
-		h.logf("recording works again after %s", FormatDuration(h.ended.Sub(since)))
+	if !h.quiet {
+		h.out.add("recording works again after " + FormatDuration(h.ended.Sub(h.since)))
 	}
+	h.mu.Unlock()
+	h.out.write(h.logf)
 	h.changed()
 }
 
@@ -115,6 +118,8 @@ type unrecordedLog struct {
 	n      int       // not recorded since since
 	unsaid int       // of them, since the last line
 	err    string    // the last one's error
+
+	out lineQueue // the lines, in the order of the changes they say
 }
 
 // failed notes an attempt not recorded because of err; full is its line
@@ -126,8 +131,9 @@ func (l *unrecordedLog) failed(err error, full func() string) {
 	if !l.failing.Load() {
 		l.failing.Store(true)
 		l.since, l.said, l.n, l.unsaid = now, now, 1, 0
+		l.out.add(full() + " (said once: the next attempts not recorded are counted until one is recorded again)")
 		l.mu.Unlock()
-		l.logf("%s (said once: the next attempts not recorded are counted until one is recorded again)", full())
+		l.out.write(l.logf)
 		return
 	}
 	l.n++
@@ -137,11 +143,11 @@ func (l *unrecordedLog) failed(err error, full func() string) {
 		l.mu.Unlock()
 		return
 	}
-	unsaid, n, since, last := l.unsaid, l.n, l.since, l.err
+	l.out.add(fmt.Sprintf("still not recording attempts: %d more the receivers got but devhook could not record, %d in %s (last: %s); said again every %s while it lasts",
+		l.unsaid, l.n, FormatDuration(now.Sub(l.since)), l.err, FormatDuration(every)))
 	l.said, l.unsaid = now, 0
 	l.mu.Unlock()
-	l.logf("still not recording attempts: %d more the receivers got but devhook could not record, %d in %s (last: %s); said again every %s while it lasts",
-		unsaid, n, FormatDuration(now.Sub(since)), last, FormatDuration(every))
+	l.out.write(l.logf)
 }
 
 // recorded notes an attempt recorded, which ends a failure under way.
@@ -156,9 +162,66 @@ func (l *unrecordedLog) recorded() {
 		return
 	}
 	l.failing.Store(false)
-	unsaid, n, since := l.unsaid, l.n, l.since
+	l.out.add(fmt.Sprintf("attempts are recorded again: %d the receivers got in %s were not recorded (%d since the last line)", l.n, FormatDuration(now.Sub(l.since)), l.unsaid))
 	l.mu.Unlock()
-	l.logf("attempts are recorded again: %d the receivers got in %s were not recorded (%d since the last line)", n, FormatDuration(now.Sub(since)), unsaid)
+	l.out.write(l.logf)
+}
+
+// maxUnwritten bounds the lines a lineQueue holds while its writer is
+// slow; the next ones are counted, and their count said.
+const maxUnwritten = 100
+
+// lineQueue writes log lines in the order they were added, without a lock
+// held while a line is written. A change is said by adding its line under
+// the lock that orders the changes (so the lines are in their order),
+// then, once that lock is released, calling write: it writes every line
+// added, unless another goroutine is writing them already, which then
+// writes those added meanwhile too before it returns. So only the
+// goroutine writing waits for a slow writer (a terminal that is not read,
+// a full pipe), as it would for its own line; every other one adds its
+// line and goes on. Writing under the lock instead would stop every
+// delivery that notes a change behind that writer.
+type lineQueue struct {
+	mu      sync.Mutex
+	lines   []string
+	dropped int  // lines not kept: maxUnwritten were waiting
+	writing bool // a goroutine is in write's loop
+}
+
+// add queues line, after the lines added before it.
+func (q *lineQueue) add(line string) {
+	q.mu.Lock()
+	if len(q.lines) < maxUnwritten {
+		q.lines = append(q.lines, line)
+	} else {
+		q.dropped++
+	}
+	q.mu.Unlock()
+}
+
+// write writes the lines queued with logf, in order, unless a goroutine is
+// writing them already. No lock is held while logf runs.
+func (q *lineQueue) write(logf func(format string, args ...any)) {
+	q.mu.Lock()
+	if q.writing {
+		q.mu.Unlock()
+		return
+	}
+	q.writing = true
+	for len(q.lines) > 0 || q.dropped > 0 {
+		lines, dropped := q.lines, q.dropped
+		q.lines, q.dropped = nil, 0
+		q.mu.Unlock()
+		for _, line := range lines {
+			logf("%s", line)
+		}
+		if dropped > 0 {
+			logf("%d more lines about recording were not written: the log's output was too slow to take them", dropped)
+		}
+		q.mu.Lock()
+	}
+	q.writing = false
+	q.mu.Unlock()
 }
 
 // FormatDuration writes d rounded to the second, without zero units:
@@ -210,11 +273,12 @@ func (h *health) waitWritable(ctx context.Context, store any, minBackoff time.Du
 		h.quiet = false
 	}
 	h.err = err.Error()
+	h.out.add(fmt.Sprintf("cannot record deliveries: %v; taking none until there is room again: not connected to the relay, which keeps this channel's deliveries queued meanwhile; recorded deliveries stay readable", err))
 	h.mu.Unlock()
 	if first {
 		h.changed()
 	}
-	h.logf("cannot record deliveries: %v; taking none until there is room again: not connected to the relay, which keeps this channel's deliveries queued meanwhile; recorded deliveries stay readable", err)
+	h.out.write(h.logf)
 	wait := minBackoff
 	for {
 		select {

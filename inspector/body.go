@@ -112,8 +112,13 @@ func hexDump(b []byte) string {
 func (s *Server) handleRequestBody(w http.ResponseWriter, r *http.Request) {
 	d, err := s.delivery(r.PathValue("id"))
 	// A partial delivery whose body reads (an attempt does not) downloads
-	// it: only the body is asked for.
-	if err != nil && (!partial(d, err) || d.BodyError != "") {
+	// it: only the body is asked for. One whose body does not is refused,
+	// saying why (409), as its replay is.
+	if pe := bodyUnreadable(d, err); pe != nil {
+		s.fail(w, r, unreadablePart("download the body", pe))
+		return
+	}
+	if err != nil && !partial(d, err) {
 		s.fail(w, r, err)
 		return
 	}
@@ -133,7 +138,8 @@ func (s *Server) handleAttemptBody(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, a := range d.Attempts {
 		if a.Seq == seq && a.ReadError != "" {
-			s.fail(w, r, errors.New(a.ReadError))
+			pe := &devhook.PartialError{ID: d.ID, Attempts: []error{errors.New(a.ReadError)}}
+			s.fail(w, r, unreadablePart(fmt.Sprintf("download the answer of attempt %d", seq), pe))
 			return
 		}
 		if a.Seq == seq {

@@ -15,10 +15,15 @@ import (
 // the command devhook deliveries export --format curl writes for it.
 func (s *Server) handleCurl(w http.ResponseWriter, r *http.Request) {
 	d, err := s.delivery(r.PathValue("id"))
-	if err != nil && !(partial(d, err) && d.BodyError == "") {
-		// Only its request is needed: an attempt that cannot be read
-		// does not stop it, as in deliveries export --format curl.
-		s.fail(w, r, unsendable("write the curl command of", err))
+	// Only its request is needed: an attempt that cannot be read does not
+	// stop it, as in deliveries export --format curl; a body that cannot
+	// be read does (409), the error naming the body alone.
+	if pe := bodyUnreadable(d, err); pe != nil {
+		s.fail(w, r, pe.Unsendable("write the curl command of"))
+		return
+	}
+	if err != nil && !partial(d, err) {
+		s.fail(w, r, err)
 		return
 	}
 	target, _ := s.replayTarget(d)

@@ -114,6 +114,26 @@ func unsendable(action string, err error) error {
 	return pe.Unsendable(action)
 }
 
+// unreadablePart is the error of a request for a part of a delivery that
+// cannot be read (what: "download the body", say), pe naming that part
+// alone: a conflict (409), as a replay's (unsendable), not the inspector's
+// failure. pe's words are the store's: what cannot be read, in which file,
+// and what to do.
+func unreadablePart(what string, pe *devhook.PartialError) error {
+	return devhook.Errorf(devhook.ECONFLICT, "cannot %s of delivery %s: %w; the rest of the delivery is shown on its page", what, pe.ID, pe)
+}
+
+// bodyUnreadable is the *devhook.PartialError of d, read with err, when
+// its body cannot be read, naming the body alone (not its attempts); nil
+// when the body reads.
+func bodyUnreadable(d *devhook.Delivery, err error) *devhook.PartialError {
+	var pe *devhook.PartialError
+	if d == nil || !errors.As(err, &pe) || pe.Body == nil {
+		return nil
+	}
+	return &devhook.PartialError{ID: pe.ID, Body: pe.Body}
+}
+
 func (s *Server) secretKnown() bool {
 	return s.cfg.Settings.SecretKnown != nil && s.cfg.Settings.SecretKnown()
 }

@@ -1,14 +1,18 @@
 package inspector_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +20,7 @@ import (
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/inspector"
 	"github.com/devhook/devhook/inspector/inspectortest"
+	"github.com/devhook/devhook/scenario"
 	"github.com/devhook/devhook/storage"
 	bolt "go.etcd.io/bbolt"
 )
@@ -26,14 +31,22 @@ import (
 // and its second whole, and another delivery whole.
 func partialFixture(t *testing.T) (f *fixture, broken, whole *devhook.Delivery) {
 	t.Helper()
+	return partialFixtureOf(t, []byte(`{"big":"`+strings.Repeat("x", 2000)+`"}`), []byte(`{"small":1}`), fixtureOptions{})
+}
+
+// partialFixtureOf is partialFixture with these bodies: brokenBody must be
+// large enough for a body file (storage.BodyFileMin), wholeBody small
+// enough to be kept in the store's file; o's path is the fixture's.
+func partialFixtureOf(t *testing.T, brokenBody, wholeBody []byte, o fixtureOptions) (f *fixture, broken, whole *devhook.Delivery) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "devhook.db")
 	db, err := storage.Open(path, storage.Config{MaxDeliveries: -1, MaxAge: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	at := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
-	broken = newDelivery(at, 1, []byte(`{"big":"`+strings.Repeat("x", 2000)+`"}`), true)
-	whole = newDelivery(at.Add(time.Second), 2, []byte(`{"small":1}`), true)
+	broken = newDelivery(at, 1, brokenBody, true)
+	whole = newDelivery(at.Add(time.Second), 2, wholeBody, true)
 	put(t, db, broken, 502)
 	put(t, db, broken, 500)
 	put(t, db, whole, 200)
@@ -44,7 +57,8 @@ func partialFixture(t *testing.T) (f *fixture, broken, whole *devhook.Delivery) 
 		t.Fatal(err)
 	}
 	damageAttempt(t, path, broken.ID, 1)
-	return newFixture(t, fixtureOptions{path: path}), broken, whole
+	o.path = path
+	return newFixture(t, o), broken, whole
 }
 
 // damageAttempt flips a bit in the middle of attempt seq of delivery id
@@ -177,4 +191,157 @@ func TestInBrowser_BodyUnreadable(t *testing.T) {
 		inspectortest.WaitText(`#attempts details[data-seq="1"] .read-error`, "attempt 1 of delivery "+broken.ID+" is damaged"),
 	)
 	tab.Screenshot(t, "inspector-delivery-body-unreadable")
+}
+
+// partialRunFixture is partialFixture with the two deliveries in run
+// run-partial, the first of which cannot be read.
+func partialRunFixture(t *testing.T, o fixtureOptions) (f *fixture, broken, whole *devhook.Delivery) {
+	t.Helper()
+	at := time.Now().Add(-time.Minute)
+	var big map[string]any
+	if err := json.Unmarshal(runStatusBody(t, "run-partial", "queued", at), &big); err != nil {
+		t.Fatal(err)
+	}
+	big["padding"] = strings.Repeat("x", 2000) // in a body file
+	b, err := json.Marshal(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, broken, whole = partialFixtureOf(t, b, runStatusBody(t, "run-partial", "running", at), o)
+	if broken.Event.RunID != "run-partial" || whole.Event.RunID != "run-partial" {
+		t.Fatalf("the fixture's deliveries are of runs %q and %q", broken.Event.RunID, whole.Event.RunID)
+	}
+	return f, broken, whole
+}
+
+// getError fetches path and returns its status, its JSON error and its
+// Content-Disposition.
+func (f *fixture) getError(t *testing.T, path string) (int, string, string) {
+	t.Helper()
+	res, err := f.HTTP.Client().Get(f.HTTP.URL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var e struct{ Error string }
+	b, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusOK {
+		if err := json.Unmarshal(b, &e); err != nil {
+			t.Fatalf("GET %s: %s, not a JSON error: %q", path, res.Status, b)
+		}
+	}
+	return res.StatusCode, e.Error, res.Header.Get("Content-Disposition")
+}
+
+// Every endpoint that meets a part of a delivery that cannot be read
+// answers 409, as replay does, saying what cannot be read, in which file,
+// and what to do, never 500 (before, the body's download, an attempt's
+// answer and a scenario holding the delivery answered 500), and logs
+// nothing: it is the store's state, not the inspector's failure. Those
+// that need no such part answer 200.
+func TestDelivery_UnreadablePartsAre409(t *testing.T) {
+	var (
+		mu     sync.Mutex
+		logged []string
+	)
+	f, broken, whole := partialRunFixture(t, fixtureOptions{config: func(c *inspector.Config) {
+		c.Logf = func(format string, args ...any) {
+			mu.Lock()
+			logged = append(logged, fmt.Sprintf(format, args...))
+			mu.Unlock()
+		}
+	}})
+	id := broken.ID
+	bodySays := []string{"missing", filepath.Join(filepath.Base(f.DB.Path())+".bodies", ""), "copied too"}
+	attemptSays := []string{"attempt 1 of delivery " + id + " is damaged", "move it away", f.DB.Path()}
+	for _, c := range []struct {
+		path  string
+		says  []string
+		other string // a part the request does not need: not named
+	}{
+		{"/api/deliveries/" + id + "/body", append([]string{"cannot download the body of delivery " + id}, bodySays...), "an attempt cannot be read"},
+		{"/api/deliveries/" + id[:20] + "/body", append([]string{"cannot download the body of delivery " + id}, bodySays...), "an attempt cannot be read"},
+		{"/api/deliveries/" + id + "/attempts/1/body", append([]string{"cannot download the answer of attempt 1 of delivery " + id}, attemptSays...), "its body cannot be read"},
+		{"/api/deliveries/" + id + "/curl", append([]string{"cannot write the curl command of delivery " + id}, bodySays...), "an attempt cannot be read"},
+		{"/api/scenario?id=" + whole.ID + "&id=" + id, append([]string{"cannot save delivery " + id + " in a scenario", "nothing was saved"}, bodySays...), ""},
+		{"/api/scenario?run_id=run-partial", append([]string{"cannot save delivery " + id + " in a scenario", "nothing was saved"}, bodySays...), ""},
+	} {
+		code, msg, disposition := f.getError(t, c.path)
+		if code != http.StatusConflict || disposition != "" {
+			t.Errorf("GET %s: %d (Content-Disposition %q) %q, want 409 and no file", c.path, code, disposition, msg)
+			continue
+		}
+		for _, want := range c.says {
+			if !strings.Contains(msg, want) {
+				t.Errorf("GET %s: %q, want it to say %q", c.path, msg, want)
+			}
+		}
+		if c.other != "" && strings.Contains(msg, c.other) {
+			t.Errorf("GET %s: %q, want it to name only the part it needs", c.path, msg)
+		}
+	}
+	for _, path := range []string{
+		"/api/deliveries", "/api/deliveries/" + id, "/api/deliveries/" + id + "/attempts/2/body", "/api/deliveries/" + id + "/request",
+		"/api/deliveries/" + id[:20] + "/request", "/api/runs", "/api/runs/run-partial", "/api/scenario?id=" + whole.ID,
+	} {
+		if code, msg, _ := f.getError(t, path); code != http.StatusOK {
+			t.Errorf("GET %s: %d %q, want 200: it needs no part that cannot be read", path, code, msg)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(logged) != 0 {
+		t.Errorf("the inspector logged %q, want nothing: no request failed on its side", logged)
+	}
+}
+
+// The page says why it cannot save a selection or a run holding a
+// delivery that cannot be read, and why it cannot write its curl command,
+// with the API's words, and keeps them on the page; before, a save was a
+// download the browser said failed, and the curl command "409 Conflict".
+func TestInBrowser_UnreadableSaysWhy(t *testing.T) {
+	b := inspectortest.NewBrowser(t)
+	f, broken, whole := partialRunFixture(t, fixtureOptions{})
+	tab := b.NewTab(t)
+	row := func(id string) string { return `#deliveries tr[data-id="` + id + `"]` }
+	tab.Run(t,
+		chromedp.Navigate(f.HTTP.URL+"/#/"),
+		inspectortest.WaitSelector(row(broken.ID)),
+		inspectortest.WaitSelector(row(whole.ID)),
+		inspectortest.Click(row(broken.ID)+" .pick-box"),
+		inspectortest.Click(row(whole.ID)+" .pick-box"),
+		inspectortest.WaitText("#selection-count", "2 deliveries selected"),
+		inspectortest.Click("#save-selection"),
+		inspectortest.WaitText("#list-notice #save-error", "Could not save as a scenario: cannot save delivery "+broken.ID+" in a scenario"),
+		inspectortest.WaitText("#list-notice #save-error", ".bodies"),
+	)
+	tab.Screenshot(t, "inspector-list-save-unreadable")
+	// The whole one alone saves, as before.
+	tab.Run(t, inspectortest.Click(row(broken.ID)+" .pick-box"), inspectortest.WaitText("#selection-count", "1 delivery selected"))
+	dl := tab.Download(t, inspectortest.Click("#save-selection"))
+	if want := savedByCLI(t, storeHistory{f}, scenario.Selection{IDs: []string{whole.ID}}); !bytes.Equal(dl.Body, want) || dl.Name != "scenario-1-deliveries.json" {
+		t.Errorf("the whole delivery's download %q from %s:\n%s\nwant scenario-1-deliveries.json:\n%s", dl.Name, dl.URL, dl.Body, want)
+	}
+	if hidden := inspectortest.Eval[bool](t, tab, `document.querySelector("#list-notice").hidden`); !hidden {
+		t.Errorf("the refusal is still shown after a save that worked")
+	}
+
+	tab.Run(t,
+		chromedp.Navigate(f.HTTP.URL+"/#/runs/run-partial"),
+		inspectortest.WaitCount("#run-deliveries tbody tr", 2),
+		inspectortest.Click("#save-scenario"),
+		inspectortest.WaitText("#run-notice #save-error", "Could not save this run as a scenario: cannot save delivery "+broken.ID),
+		inspectortest.WaitText("#run-notice #save-error", "missing"),
+	)
+
+	tab.Run(t,
+		chromedp.Navigate(f.HTTP.URL+"/#/d/"+broken.ID),
+		inspectortest.WaitText("#body-error", "missing"),
+		inspectortest.Click("#copy-curl"),
+		inspectortest.WaitText("#replay-error", "Could not build the curl command: cannot write the curl command of delivery "+broken.ID),
+		inspectortest.WaitText("#replay-error", ".bodies"),
+		inspectortest.Click("#replay"),
+		inspectortest.WaitText("#replay-error", "Replay failed: cannot replay delivery "+broken.ID),
+	)
+	tab.Screenshot(t, "inspector-delivery-refused-unreadable")
 }

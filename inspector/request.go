@@ -44,7 +44,7 @@ type rawLine struct {
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
 
 func (s *Server) handleRawRequest(w http.ResponseWriter, r *http.Request) {
-	d, err := s.cfg.Store.Delivery(r.PathValue("id"))
+	d, err := s.delivery(r.PathValue("id"))
 	if err != nil && !partial(d, err) { // it uses no body
 		s.fail(w, r, err)
 		return

@@ -17,10 +17,13 @@ package inspector
 //
 // Errors are JSON, as elsewhere: 400 when the request names neither or
 // both of run_id and id, or a redaction path is malformed; 404 when the
-// run has no delivery or an id is unknown.
+// run has no delivery or an id is unknown; 409 when a delivery some parts
+// of which cannot be read is among them (as scenario save, nothing is
+// saved), saying which, what cannot be read, in which file, and what to do.
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"mime"
 	"net/http"
@@ -72,6 +75,12 @@ func (s *Server) handleScenario(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b, warnings, err := scenario.Export(ids, s.delivery, opt)
+	if pe := (*devhook.PartialError)(nil); errors.As(err, &pe) {
+		// As devhook scenario save: a scenario plays whole deliveries.
+		s.fail(w, r, devhook.Errorf(devhook.ECONFLICT, "cannot save delivery %s in a scenario: a scenario plays whole deliveries only, and %w; nothing was saved: "+
+			"save the others without it (devhook deliveries export --format scenario leaves out the deliveries that cannot be read)", pe.ID, pe))
+		return
+	}
 	if err != nil {
 		// An unknown id answers the store's "delivery "…" not found".
 		s.fail(w, r, fmt.Errorf("saving a scenario: %w", err))

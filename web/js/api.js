@@ -16,22 +16,28 @@
 //
 // The live stream (/api/events) is live.js's. An answer that is not 2xx
 // throws an Error whose message is the API's "error" field and whose
-// status is the HTTP status.
+// status is the HTTP status; so does a download the page fetches itself
+// (download: a scenario file), to say why it was refused.
 
 const enc = encodeURIComponent;
 
 async function api(path, opts) {
   const res = await fetch(path, Object.assign({ headers: { Accept: 'application/json' } }, opts || {}));
   const text = await res.text();
+  if (!res.ok) throw apiError(res, text);
+  try { return text ? JSON.parse(text) : null; } catch (e) { return null; }
+}
+
+// apiError is the Error of an answer res that is not 2xx, whose text is
+// text: the API's "error" field (what went wrong and what to do: a
+// delivery that cannot be read is a 409 that says which file), else the
+// status.
+function apiError(res, text) {
   let body = null;
   try { body = text ? JSON.parse(text) : null; } catch (e) { body = null; }
-  if (!res.ok) {
-    const msg = body && body.error ? body.error : (res.status + ' ' + res.statusText);
-    const err = new Error(msg);
-    err.status = res.status;
-    throw err;
-  }
-  return body;
+  const err = new Error(body && body.error ? body.error : (res.status + ' ' + res.statusText));
+  err.status = res.status;
+  return err;
 }
 
 export const getSettings = () => api('/api/settings');
@@ -63,8 +69,19 @@ export const replay = (id, req) => api('/api/deliveries/' + enc(id) + '/replay',
 // curl answers the curl command, as text, that sends the delivery again.
 export async function curl(id) {
   const res = await fetch('/api/deliveries/' + enc(id) + '/curl');
-  if (!res.ok) throw new Error(res.status + ' ' + res.statusText);
-  return res.text();
+  const text = await res.text();
+  if (!res.ok) throw apiError(res, text);
+  return text;
+}
+
+// download fetches url, a download the API answers (a scenario file), and
+// answers its bytes and the file name its Content-Disposition gives. An
+// error answer throws, as api's do.
+export async function download(url) {
+  const res = await fetch(url);
+  if (!res.ok) throw apiError(res, await res.text());
+  const m = /filename="?([^";]+)"?/.exec(res.headers.get('Content-Disposition') || '');
+  return { blob: await res.blob(), name: m ? m[1] : 'download' };
 }
 
 // deleteDeliveries deletes the deliveries ids: all of them, or none when

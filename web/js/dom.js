@@ -4,6 +4,8 @@
 // Rule: request and response content is only ever put in the page as text
 // (textContent, text nodes, input values). Nothing here sets innerHTML.
 
+import { download } from './api.js';
+
 // h builds an element. attrs: class, title, href, id, type, value,
 // data-*, aria-*, disabled, checked, on: {event: fn}. Children: nodes,
 // strings (as text), arrays, null.
@@ -74,4 +76,41 @@ export async function copyText(text, done) {
     $('#view').prepend(box);
     ta.select();
   }
+}
+
+// saveLink is a link (attrs: id, class, title, href: an API download such
+// as a scenario file) that saves what the API answers. It fetches the file
+// first and saves it from memory, so that an error answer (409: a delivery
+// that cannot be read, the message naming the file and what to do) is
+// said in slot, after failText, and stays there to be read: a plain
+// download link leaves an error answer to the browser, which says only
+// that the download failed.
+export function saveLink(attrs, label, slot, failText) {
+  const a = h('a', Object.assign({}, attrs, {
+    download: true,
+    on: {
+      click: async (ev) => {
+        ev.preventDefault();
+        if (a.dataset.busy) return;
+        a.dataset.busy = '1';
+        slot.hidden = true;
+        clear(slot);
+        try {
+          const f = await download(a.getAttribute('href'));
+          const url = URL.createObjectURL(f.blob);
+          const save = h('a', { href: url, download: f.name, hidden: true });
+          document.body.appendChild(save);
+          save.click();
+          save.remove();
+          setTimeout(() => URL.revokeObjectURL(url), 60000);
+        } catch (e) {
+          slot.hidden = false;
+          clear(slot).appendChild(h('span', { class: 'error-text', id: 'save-error', 'data-status': String(e.status || '') }, failText + e.message));
+        } finally {
+          delete a.dataset.busy;
+        }
+      },
+    },
+  }), label);
+  return a;
 }

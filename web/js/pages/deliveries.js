@@ -3,7 +3,7 @@
 // rows to save as a scenario file or to delete.
 
 import { listDeliveries, scenarioURL, deleteDeliveries } from '../api.js';
-import { h, clear, $ } from '../dom.js';
+import { h, clear, $, saveLink } from '../dom.js';
 import { fmtTime, fmtMs, pathText } from '../format.js';
 import { VERDICTS, verdictBadge, statusBadge, retryChip, stepChip, runLink, routeChip } from '../badges.js';
 import { deliveryHref } from '../routes.js';
@@ -87,10 +87,10 @@ function showSelection(L) {
   if (!n) return;
   const ids = L.order.filter((id) => L.selected.has(id));
   L.bar.appendChild(h('span', { id: 'selection-count' }, n === 1 ? '1 delivery selected' : n + ' deliveries selected'));
-  L.bar.appendChild(h('a', {
-    class: 'button primary small', id: 'save-selection', href: scenarioURL({ ids }), download: true,
+  L.bar.appendChild(saveLink({
+    class: 'button primary small', id: 'save-selection', href: scenarioURL({ ids }),
     title: 'Download these deliveries as a scenario file, as devhook scenario save --id writes it',
-  }, 'Save as scenario'));
+  }, 'Save as scenario', L.notice, 'Could not save as a scenario: '));
   L.bar.appendChild(deleteButton(L, ids));
   L.bar.appendChild(h('button', {
     class: 'button ghost small', id: 'clear-selection', type: 'button',

@@ -3,7 +3,7 @@
 // as a curl command.
 
 import { replay, curl } from '../api.js';
-import { h, append, $$, toast, copyText } from '../dom.js';
+import { h, append, $, $$, toast, copyText } from '../dom.js';
 import { fmtMs, pathText } from '../format.js';
 import { state } from '../state.js';
 import { VERDICTS } from '../badges.js';
@@ -46,6 +46,7 @@ export function replayPanel(D, reload) {
       h('button', { type: 'button', class: 'button', id: 'replay-edit', disabled: !d.view.replay_available, on: { click: () => { D.editorOpen = !D.editorOpen; editor.hidden = !D.editorOpen; } } }, 'Edit & replay…'),
       h('button', { type: 'button', class: 'button ghost', id: 'copy-curl', on: { click: () => copyCurl(d) } }, 'Copy as curl')),
     h('p', { class: 'hint', id: 'replay-hint' }, hint),
+    h('p', { class: 'error-text small', id: 'replay-error', hidden: true }),
     editor);
   buildEditor(D, editor, reload);
   return panel;
@@ -157,7 +158,7 @@ async function doReplay(D, req, reload) {
   try {
     a = await replay(D.id, req);
   } catch (e) {
-    toast('Replay failed: ' + e.message, 'bad');
+    sayRefused('Replay failed: ' + e.message);
     buttons.forEach((b) => { b.disabled = false; });
     return;
   }
@@ -171,8 +172,21 @@ async function copyCurl(d) {
   try {
     text = await curl(d.id);
   } catch (e) {
-    toast('Could not build the curl command: ' + e.message, 'bad');
+    sayRefused('Could not build the curl command: ' + e.message);
     return;
   }
   copyText(text, 'curl command copied');
+}
+
+// sayRefused says why a replay or a curl command was refused in a toast,
+// and in the panel, where it stays to be read: a delivery that cannot be
+// read (409) is refused with the store's words, which name the file and
+// what to do, too long for a toast.
+function sayRefused(text) {
+  toast(text, 'bad');
+  const p = $('#replay-error');
+  if (p) {
+    p.textContent = text;
+    p.hidden = false;
+  }
 }

@@ -5,7 +5,7 @@
 // scenario file). Both redraw when the live stream brings a delivery.
 
 import { listRuns, getRun, scenarioURL } from '../api.js';
-import { h, clear, $, showError } from '../dom.js';
+import { h, clear, $, showError, saveLink } from '../dom.js';
 import { fmtTime, fmtMs } from '../format.js';
 import { verdictBadge, statusBadge, stepChip } from '../badges.js';
 import { deliveryHref, runHref, runDeliveriesHref } from '../routes.js';
@@ -98,14 +98,18 @@ export async function renderRun(view, runID) {
       h('td', null, s.attempts ? statusBadge(s.status, s.error) : h('span', { class: 'muted' }, 'pending')),
       h('td', { class: s.note ? 'warn-text' : '' }, s.note || '')))));
 
+  // Why "Save as scenario" was refused (a delivery of the run that cannot
+  // be read), said under the title.
+  const saveSlot = h('div', { class: 'notice', id: 'run-notice', hidden: true });
   view.appendChild(h('section', { class: 'panel run' },
     h('div', { class: 'crumbs' }, h('a', { href: '#/runs' }, '← Runs'), ' · ', h('a', { href: runDeliveriesHref(runID) }, 'deliveries of this run')),
     h('div', { class: 'panel-title' },
       h('h1', null, 'Run ', h('span', { class: 'mono' }, runID)),
-      h('a', {
-        class: 'button', id: 'save-scenario', href: scenarioURL({ run: runID }), download: true,
+      saveLink({
+        class: 'button', id: 'save-scenario', href: scenarioURL({ run: runID }),
         title: 'Download the deliveries of this run as a scenario file, as devhook scenario save --run ' + runID + ' writes it',
-      }, 'Save as scenario')),
+      }, 'Save as scenario', saveSlot, 'Could not save this run as a scenario: ')),
+    saveSlot,
     h('p', { class: 'muted' }, t.steps.length + ' deliveries' + (t.steps.length > 1 ? ' over ' + fmtMs(t.total_ms) : '') + (t.complete ? ' · finished' : ' · in progress')),
     track, issues,
     h('h2', null, 'In order of arrival'), h('div', { class: 'table-wrap' }, arrivals)));
