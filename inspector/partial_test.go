@@ -86,7 +86,8 @@ func damageAttempt(t *testing.T, path, id string, seq uint32) {
 
 // A delivery one of whose attempts cannot be read, its body whole: its
 // body downloads as it arrived (before, the download failed with the
-// attempt's error, 500), and the attempt's answer is refused, saying why.
+// attempt's error, 500), and the attempt's answer is refused, saying why;
+// it is replayed.
 func TestDelivery_AttemptUnreadableBodyDownloads(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "devhook.db")
 	db, err := storage.Open(path, storage.Config{MaxDeliveries: -1, MaxAge: -1})
@@ -123,6 +124,15 @@ func TestDelivery_AttemptUnreadableBodyDownloads(t *testing.T) {
 	res.Body.Close()
 	if err != nil || res.StatusCode != http.StatusOK || !strings.Contains(string(body), "curl ") || !strings.Contains(string(body), `{"small":1}`) {
 		t.Errorf("GET its curl command: %s %q (%v), want 200 and the command", res.Status, body, err)
+	}
+	// Replay too: the unreadable attempt is its history, not what is
+	// sent (before, 409), as the agent's Replay and retries take it.
+	c := &inspector.Client{BaseURL: f.HTTP.URL, HTTP: f.HTTP.Client()}
+	if _, err := c.Replay(context.Background(), d.ID, devhook.ReplayOptions{}); err != nil {
+		t.Errorf("Replay: %v, want it sent", err)
+	}
+	if n := f.Replayer.callCount(); n != 1 {
+		t.Errorf("the replay reached the replayer %d times, want once", n)
 	}
 }
 
@@ -253,7 +263,7 @@ func TestDelivery_UnreadablePartsAre409(t *testing.T) {
 	}})
 	id := broken.ID
 	bodySays := []string{"missing", filepath.Join(filepath.Base(f.DB.Path())+".bodies", ""), "copied too"}
-	attemptSays := []string{"attempt 1 of delivery " + id + " is damaged", "move it away", f.DB.Path()}
+	attemptSays := []string{"attempt 1 of delivery " + id + " is damaged", "devhook deliveries delete " + id, f.DB.Path()}
 	for _, c := range []struct {
 		path  string
 		says  []string

@@ -151,7 +151,8 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d, err := s.delivery(id)
-	if err != nil {
+	// Attempts that cannot be read are its history, not what is sent.
+	if err = devhook.SendError(d, err); err != nil {
 		s.fail(w, r, unsendable("replay", err))
 		return
 	}
