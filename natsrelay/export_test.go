@@ -52,3 +52,7 @@ func (l *ConnLog) Kept() int {
 // before it reads the entries: a test's way of removing entries in
 // between, a window too short to hit otherwise.
 func (s *Store) SetBeforeRunsFetch(f func()) { s.beforeRunsFetch = f }
+
+// Why is why: the error of a call whose context ctx was, said as what
+// happened.
+var Why = why

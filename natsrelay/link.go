@@ -90,7 +90,7 @@ func (l *link) markLostLocked() {
 		return
 	}
 	l.up, l.lostAt = false, time.Now()
-	l.cancel(ErrNATSAway)
+	l.cancel(fmt.Errorf("%w (since %s)", ErrNATSAway, l.lostAt.UTC().Format(awayTime)))
 	l.back = make(chan struct{})
 }
 
@@ -136,7 +136,7 @@ func (l *link) ctx(parent context.Context, timeout time.Duration) (context.Conte
 		l.mu.Unlock()
 		left := time.Until(lostAt.Add(l.wait))
 		if left <= 0 {
-			return nil, nil, fmt.Errorf("%w (for %s)", ErrNATSAway, time.Since(lostAt).Round(time.Millisecond))
+			return nil, nil, fmt.Errorf("%w (since %s, %s ago)", ErrNATSAway, lostAt.UTC().Format(awayTime), time.Since(lostAt).Round(time.Millisecond))
 		}
 		t := time.NewTimer(left)
 		select {
@@ -150,14 +150,28 @@ func (l *link) ctx(parent context.Context, timeout time.Duration) (context.Conte
 	}
 }
 
+// awayTime is how an ErrNATSAway says since when the connection is lost.
+const awayTime = "2006-01-02T15:04:05.000Z07:00"
+
 // why returns err, from a call whose context was ctx, saying that the
-// connection was lost if that is why ctx ended.
+// connection was lost if that is why ctx ended. The context's own error
+// (context canceled) is then left out: the loss canceled it, not a
+// caller, and saying it would point the reader at the wrong cause. A
+// publish nats.go refused because the connection is down (it keeps
+// nothing for the reconnect: ReconnectOptions) is the loss too.
 func why(ctx context.Context, err error) error {
 	if err == nil || errors.Is(err, ErrNATSAway) {
 		return err
 	}
-	if c := context.Cause(ctx); errors.Is(c, ErrNATSAway) {
-		return fmt.Errorf("%w (%w)", c, err)
+	c := context.Cause(ctx)
+	switch {
+	case !errors.Is(c, ErrNATSAway):
+		if errors.Is(err, nats.ErrReconnectBufExceeded) {
+			return fmt.Errorf("%w (nats.go refused to send: %w)", ErrNATSAway, err)
+		}
+		return err
+	case errors.Is(err, context.Canceled), errors.Is(err, nats.ErrReconnectBufExceeded):
+		return c
 	}
-	return err
+	return fmt.Errorf("%w (%w)", c, err)
 }

@@ -148,7 +148,7 @@ func (r *Router) Deliver(ctx context.Context, d *devhook.Delivery) (*wire.Answer
 		r.cfg.Logf("relay: channel %s: the relay holding the agent did not answer delivery %s; queuing it", d.Channel, d.ID)
 		return nil, relay.ErrNoAgent
 	case err != nil:
-		return nil, fmt.Errorf("natsrelay: pass delivery %s to the relay holding channel %s: %w", d.ID, d.Channel, err)
+		return nil, fmt.Errorf("natsrelay: pass delivery %s to the relay holding channel %s: %w", d.ID, d.Channel, why(rctx, err))
 	}
 	switch reply.Header.Get(hdrError) {
 	case "":

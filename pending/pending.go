@@ -70,7 +70,18 @@ type write struct {
 	name  string // for the user: the file
 	fn    func() error
 	since time.Time
-	err   string // the last error, said when it changes
+	err   string // the last error's cause (cause), said when it changes
+}
+
+// cause is what two failures of a write are compared by: the system's
+// error when there is one (ENOSPC), else the text. The text itself may
+// name a temporary file, new at each try, which is no new cause.
+func cause(err error) string {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return errno.Error()
+	}
+	return err.Error()
 }
 
 // New returns Writes with nothing waiting.
@@ -106,7 +117,7 @@ func (w *Writes) Do(key, name string, fn func() error) error {
 	if err == nil || !NoRoom(err) {
 		return err
 	}
-	w.waiting[key] = &write{name: name, fn: fn, since: w.cfg.Now(), err: err.Error()}
+	w.waiting[key] = &write{name: name, fn: fn, since: w.cfg.Now(), err: cause(err)}
 	w.cfg.Logf("cannot write %s (%v); going on without it, and writing it once there is room", name, err)
 	select {
 	case w.kick <- struct{}{}:
@@ -166,8 +177,8 @@ func (w *Writes) retry() {
 		case err == nil:
 			delete(w.waiting, key)
 			w.cfg.Logf("wrote %s, which waited %s for room", wr.name, w.cfg.Now().Sub(wr.since).Round(time.Second))
-		case err.Error() != wr.err:
-			wr.err = err.Error()
+		case cause(err) != wr.err:
+			wr.err = cause(err)
 			w.cfg.Logf("cannot write %s yet (%v); trying again", wr.name, err)
 		}
 	}

@@ -182,3 +182,29 @@ func TestWritesRetryWithinTheBackoff(t *testing.T) {
 		t.Errorf("a write failing alike said %d times, want once:\n%s", n, log.String())
 	}
 }
+
+// A write that keeps failing alike is said once, however many times it is
+// tried: its error names a temporary file, new at each try (jsonfile's),
+// which is no new cause to say it again.
+func TestWritesFailingAlikeSaidOnce(t *testing.T) {
+	disk := fulldisk.Mount(t, "1m")
+	var log lines
+	w := pending.New(pending.Config{Logf: log.logf, MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
+	channels := jsonfile.New[string](filepath.Join(disk.Dir, "channels.json"))
+	disk.Fill()
+	var mu sync.Mutex
+	tries := 0
+	if err := w.Do(channels.Path()+" relay", "channels.json", func() error {
+		mu.Lock()
+		tries++
+		mu.Unlock()
+		return channels.Put("relay", "channel-1")
+	}); err != nil {
+		t.Fatalf("channels.json on a full disk: %v, want it kept", err)
+	}
+	run(t, w)
+	waitFor(t, "five tries", func() bool { mu.Lock(); defer mu.Unlock(); return tries >= 5 })
+	if n := strings.Count(log.String(), "cannot write channels.json"); n != 1 {
+		t.Errorf("a write failing alike said %d times in %d tries, want once:\n%s", n, tries, log.String())
+	}
+}

@@ -32,6 +32,9 @@ func (s *Server) serveIngress(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if code, msg := s.channelExists(channel); code != 0 {
+		if code == http.StatusServiceUnavailable {
+			w.Header().Set("Retry-After", strconv.Itoa(int(RetryAfter/time.Second)))
+		}
 		httpError(w, code, msg)
 		return
 	}
@@ -113,8 +116,11 @@ func (s *Server) channelExists(channel string) (int, string) {
 	if devhook.ErrorCode(err) == devhook.ENOTFOUND {
 		return http.StatusNotFound, "unknown channel " + channel
 	} else if err != nil {
-		s.logStore("relay: read channel %s: %v", channel, err)
-		return http.StatusInternalServerError, "could not read the channel"
+		// The store's failure (a cluster's NATS away) passes: the
+		// sender is told to send again, as for a delivery it could not
+		// queue.
+		s.logStore("relay: read channel %s: %v; its sender got 503 with Retry-After: %d", channel, err, int(RetryAfter/time.Second))
+		return http.StatusServiceUnavailable, "the relay cannot read this channel now; retry later"
 	}
 	s.known.Store(channel, s.cfg.Now())
 	return 0, ""

@@ -310,7 +310,7 @@ func (s *Server) refuseQueue(w http.ResponseWriter, d *devhook.Delivery, err err
 		}
 		httpError(w, http.StatusServiceUnavailable, "no agent is connected and the relay's storage is full; retry later")
 	default:
-		s.logStore("relay: queue delivery %s: %v", d.ID, err)
+		s.logStore("relay: queue delivery %s of channel %s: %v; its sender got 503 with Retry-After: %d", d.ID, d.Channel, err, int(RetryAfter/time.Second))
 		httpError(w, http.StatusServiceUnavailable, "no agent is connected and the delivery could not be queued; try again")
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sync/atomic"
+	"sync"
 	"time"
 
 	"github.com/devhook/devhook"
@@ -102,11 +102,31 @@ type listening struct {
 	relay      listenRelay
 	inspectURL string
 
-	connected chan agent.Connection
-	// The agent says it cannot record (a full disk) before it connects:
-	// listen is ready all the same, its history readable.
+	// The agent's first connection, or its word that it cannot record (a
+	// full disk) before it connects: listen is ready all the same, its
+	// history readable, and its ready line says it is not connected yet.
+	connected    chan struct{}
 	cannotRecord chan struct{}
-	readyFirst   atomic.Bool // ready was printed before the first connection
+	mu           sync.Mutex // orders the ready line and the first connection's line
+	everUp       bool       // the agent has connected
+	waitingSince time.Time  // the ready line said "not connected yet", at this time
+}
+
+// onConnect says that the agent connected: as usual, or, after a ready
+// line that said listen was not connected yet, that it now is.
+func (l *listening) onConnect(c agent.Connection) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.everUp && !l.waitingSince.IsZero() {
+		l.out.connectedAfterWait(c, time.Since(l.waitingSince), l.o.stderr)
+	} else {
+		l.out.connection(c, l.o.stderr)
+	}
+	l.everUp = true
+	select {
+	case l.connected <- struct{}{}:
+	default:
+	}
 }
 
 // wire opens listen's stores and makes its parts, adding each to g, each
@@ -116,7 +136,7 @@ type listening struct {
 func (o *listenOptions) wire(ctx context.Context, g *lifecycle.Group, service *cloud.Client) error {
 	lines := newLineWriter(o.stdout, lineGap)
 	g.Close("the output", lines.Close) // last: after every line is printed
-	l := &listening{o: o, service: service, connected: make(chan agent.Connection, 1), cannotRecord: make(chan struct{}, 1)}
+	l := &listening{o: o, service: service, connected: make(chan struct{}, 1), cannotRecord: make(chan struct{}, 1)}
 	l.out = &printer{w: lines, json: o.json, retryFor: o.retryFor, holdUntilReady: true,
 		color: useColor(o.stdout, o.json, os.Getenv, isTerminal)}
 	g.Close("the output held for the ready line", func() error { l.out.flush(); return nil }) // of a listen never ready
@@ -155,6 +175,9 @@ func (o *listenOptions) wire(ctx context.Context, g *lifecycle.Group, service *c
 		if err != nil {
 			return err
 		}
+	}
+	if !o.json { // before the agent runs: before its "connected"
+		fmt.Fprintf(o.stderr, "connecting to %s ...\n", l.relay.url)
 	}
 	g.Go("the agent", func(ctx context.Context) error { return o.agentStopped(l.ag.Run(ctx), l.creds) }, nil)
 	g.Go("listen", func(actx context.Context) error { return l.announce(actx, ctx) }, nil)
@@ -196,18 +219,9 @@ func (o *listenOptions) newAgent(l *listening, db deliveryStore, publish func(de
 			}
 			publish(c)
 		},
-		OnResult: l.out.result,
-		OnConnect: func(c agent.Connection) {
-			if c.Reconnect || l.readyFirst.Load() {
-				l.out.connection(c, o.stderr)
-				return
-			}
-			select {
-			case l.connected <- c:
-			default:
-			}
-		},
-		Logf: l.out.logf(o.stderr),
+		OnResult:  l.out.result,
+		OnConnect: l.onConnect,
+		Logf:      l.out.logf(o.stderr),
 	})
 }
 

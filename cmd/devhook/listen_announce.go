@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"time"
 
@@ -19,21 +18,11 @@ import (
 // command's context: its end (Ctrl-C) is said on the terminal.
 func (l *listening) announce(ctx, parent context.Context) error {
 	o, out := l.o, l.out
-	if !o.json {
-		fmt.Fprintf(o.stderr, "connecting to %s ...\n", l.relay.url)
-	}
 	select {
 	case <-ctx.Done():
 		return nil
-	case c := <-l.connected:
-		out.connection(c, o.stderr)
+	case <-l.connected:
 	case <-l.cannotRecord:
-		l.readyFirst.Store(true)
-		select { // connected meanwhile
-		case c := <-l.connected:
-			out.connection(c, o.stderr)
-		default:
-		}
 	}
 	var webhook, webhookNote, secret string
 	if l.service != nil {
@@ -61,9 +50,16 @@ func (l *listening) announce(ctx, parent context.Context) error {
 		return err
 	}
 	defer remove()
+	// Connected or not, said under the lock of the first connection's
+	// line: it comes after a ready line that said not yet.
+	l.mu.Lock()
+	if !l.everUp {
+		l.waitingSince = time.Now()
+	}
 	out.ready(readyInfo{PublicURL: l.creds.PublicURL, InspectorURL: l.inspectURL, Channel: l.creds.Channel,
 		Forward: l.ag.Targets(), Routes: l.ag.Routes(), Local: l.relay.localOnly, SecretKnown: l.ag.SecretKnown(), Verify: o.verify, Data: o.dataDir,
-		Webhook: webhook, Secret: secret, webhookNote: webhookNote})
+		Webhook: webhook, Secret: secret, webhookNote: webhookNote, waiting: !l.everUp, builtIn: l.relay.local != nil})
+	l.mu.Unlock()
 	<-ctx.Done()
 	if parent.Err() != nil {
 		out.stopping(l.ag.InFlight(), o.stderr)

@@ -81,9 +81,11 @@ under way: a delivery to it over that is not sent, and its sender gets 503.
 A delivery is recorded before it is forwarded. When it cannot be (a full disk), a
 sender still waiting gets 503 and the delivery is not forwarded; deliveries that waited
 in the relay's queue are held and go through once recording works again. Started on a
-full disk with its store made before, listen says so and does not connect until there is
-room: the relay keeps the deliveries queued meanwhile, and the inspector shows the history.
-A first start, whose store a full disk cannot take, says to free space and exits.
+full disk with its store made before, listen says so in its ready block ("not connected
+yet") and does not connect until there is room: the relay keeps the deliveries queued
+meanwhile (the built-in relay, on the same disk, while its queue has room; then 503), and
+the inspector shows the history. A first start, whose store a full disk cannot take, says
+to free space and exits.
 
 A delivery that waited in the relay's queue (its sender got 202) and that the receiver
 does not take (no answer, 408, 429 or 5xx) is retried with backoff for --retry-for,

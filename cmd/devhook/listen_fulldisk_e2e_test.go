@@ -76,6 +76,9 @@ func TestListen_StartsOnAReallyFullDisk(t *testing.T) {
 	if public == "" || !strings.HasPrefix(webhook, "devhook-") {
 		t.Fatalf("ready line %v", ready)
 	}
+	if ready["connected"] != false {
+		t.Errorf("ready line on a full disk has connected %v, want false: listen is not connected until it can record", ready["connected"])
+	}
 	waitUntil(t, "listen to say it cannot record", func() bool { return strings.Contains(logs(), "cannot record deliveries") })
 	for _, f := range []string{"channels.json", "webhooks.json", "listen.json"} {
 		if n := strings.Count(logs(), "cannot write "+f+" ("); n != 1 {
@@ -99,6 +102,9 @@ func TestListen_StartsOnAReallyFullDisk(t *testing.T) {
 	// Room again: the files are written, the queue reaches the receiver.
 	disk.Free()
 	waitUntil(t, "the queued deliveries at the receiver", func() bool { return recv.total() >= len(want) })
+	if c := ev.of("connected"); len(c) != 1 {
+		t.Errorf("%d connected lines once there was room, want 1", len(c))
+	}
 	for i, body := range want {
 		if n := recv.count(body); n != 1 {
 			t.Errorf("queued delivery %d reached the receiver %d times, want 1", i, n)
@@ -158,4 +164,52 @@ func TestListen_StartsOnAReallyFullDisk(t *testing.T) {
 	if _, err := running.Read(data); err == nil {
 		t.Error("listen.json left after listen stopped")
 	}
+}
+
+// A listen whose ready block comes before it can record (its --data on a
+// really full disk, its stores made before) says so in that block, rather
+// than "devhook is listening": with the built-in relay, whose queue is on
+// the same full disk, a sender gets 503, as the block says; once there is
+// room, listen says that it connected.
+func TestListen_ReadyBlockOnAFullDiskSaysNotConnected(t *testing.T) {
+	bin := devhookBinary(t)
+	disk := fulldisk.Mount(t, "4m")
+	args := []string{"listen", "--relay-addr", "127.0.0.1:0", "--inspect", "off", "--forward", "127.0.0.1:9", "--data", disk.Dir}
+	first := startCmd(t, bin, args...) // its stores, made with room
+	first.nextLine(t, "devhook is listening")
+	first.stop(t, 20*time.Second)
+	disk.Fill()
+
+	l := startCmd(t, bin, args...)
+	var block []string
+	for line := l.nextLine(t, ""); line != ""; line = l.nextLine(t, "") {
+		block = append(block, line)
+	}
+	text := strings.Join(block, "\n")
+	defer func() {
+		if t.Failed() {
+			t.Logf("ready block:\n%s\nstderr: %s", text, l.stderr)
+		}
+	}()
+	if !strings.HasPrefix(text, "devhook is not connected yet: it cannot record deliveries") {
+		t.Errorf("ready block on a full disk does not say that listen is not connected yet")
+	}
+	if !strings.Contains(text, "answers 503") {
+		t.Errorf("ready block on a full disk does not say what a sender gets from the built-in relay")
+	}
+	public := ""
+	for _, line := range block {
+		if f := strings.Fields(line); len(f) == 3 && f[0] == "public" {
+			public = f[2]
+		}
+	}
+	if public == "" {
+		t.Fatal("no public URL in the ready block")
+	}
+	if st, _, b := post(t, public+"/hook", []byte(`{"while_full":1}`)); st != http.StatusServiceUnavailable {
+		t.Errorf("delivery to the built-in relay on a full disk: %d %s, want 503", st, b)
+	}
+	disk.Free()
+	waitUntil(t, "listen to say it connected", func() bool { return strings.Contains(l.stderr.String(), "connected after waiting ") })
+	l.stop(t, 20*time.Second)
 }

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/url"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -191,7 +190,7 @@ func (o *listenOptions) startRelay(g *lifecycle.Group) (listenRelay, error) {
 	if err != nil || rl.url != "" {
 		return rl, err
 	}
-	rdb, err := boltrelay.Open(filepath.Join(o.dataDir, "relay.db"), boltrelay.Config{})
+	rdb, err := openRelayStore(o.dataDir, boltrelay.Config{})
 	if err != nil {
 		return rl, err
 	}

@@ -38,7 +38,13 @@ type readyInfo struct {
 	Webhook     string          `json:"webhook,omitempty"`
 	// Secret is the webhook's signing secret, fetched from the service
 	// (--register, --webhook), for the receiver; "" with --secret.
-	Secret      string `json:"secret,omitempty"`
+	Secret string `json:"secret,omitempty"`
+	// Connected is !waiting, set by ready.
+	Connected bool `json:"connected"`
+	// waiting: listen cannot record yet (a full disk) and does not
+	// connect until it can; a "connected" line follows then.
+	waiting     bool
+	builtIn     bool   // the relay runs in this process, its queue beside the store
 	webhookNote string // the human line about the webhook
 }
 
@@ -150,6 +156,7 @@ func jsonLine(v any) []byte {
 }
 
 func (p *printer) ready(r readyInfo) {
+	r.Connected = !r.waiting
 	if p.json {
 		p.writeReady(jsonLine(struct {
 			Event string `json:"event"`
@@ -161,7 +168,11 @@ func (p *printer) ready(r readyInfo) {
 	if r.webhookNote != "" {
 		fmt.Fprintf(&b, "%s\n", r.webhookNote)
 	}
-	fmt.Fprintf(&b, "devhook is listening\n")
+	if !r.waiting {
+		fmt.Fprintf(&b, "devhook is listening\n")
+	} else {
+		fmt.Fprintf(&b, "devhook is not connected yet: it cannot record deliveries, and connects once it can\n")
+	}
 	fmt.Fprintf(&b, "  public URL  %s\n", r.PublicURL)
 	if r.Local {
 		fmt.Fprintf(&b, "              (built-in relay: reachable from this machine only; use --relay for a public one)\n")
@@ -185,7 +196,15 @@ func (p *printer) ready(r readyInfo) {
 	if r.Secret != "" {
 		fmt.Fprintf(&b, "  secret      %s  (webhook %s's: give your receiver this one)\n", r.Secret, r.Webhook)
 	}
-	fmt.Fprintf(&b, "  recording   %s\n\n", r.Data)
+	switch {
+	case !r.waiting:
+		fmt.Fprintf(&b, "  recording   %s\n\n", r.Data)
+	case r.builtIn:
+		fmt.Fprintf(&b, "  recording   %s: cannot write there (no room?); the built-in relay queues what is sent meanwhile\n"+
+			"              while its own queue, in the same directory, has room, and answers 503 beyond\n\n", r.Data)
+	default:
+		fmt.Fprintf(&b, "  recording   %s: cannot write there (no room?); the relay queues what is sent meanwhile (202)\n\n", r.Data)
+	}
 	p.writeReady(b.Bytes())
 }
 
@@ -577,6 +596,31 @@ func (p *printer) connection(c agent.Connection, stderr io.Writer) {
 	if c.Reconnect {
 		msg = "reconnected after " + agent.FormatDuration(c.Down.Round(time.Second))
 	}
+	switch {
+	case c.Queued == 1:
+		msg += ", 1 queued delivery follows"
+	case c.Queued > 1:
+		msg += fmt.Sprintf(", %d queued deliveries follow", c.Queued)
+	}
+	p.mu.Lock()
+	fmt.Fprintln(stderr, msg)
+	p.mu.Unlock()
+}
+
+// connectedAfterWait says that the agent connected after a ready line
+// that said it could not record yet: "connected after waiting 12s to
+// record, 3 queued deliveries follow" ({"event":"connected",…} with
+// --json).
+func (p *printer) connectedAfterWait(c agent.Connection, waited time.Duration, stderr io.Writer) {
+	if p.json {
+		p.emit(struct {
+			Event    string `json:"event"`
+			WaitedMS int64  `json:"waited_ms"`
+			Queued   int    `json:"queued"`
+		}{"connected", waited.Milliseconds(), c.Queued})
+		return
+	}
+	msg := "connected after waiting " + agent.FormatDuration(waited.Round(time.Second)) + " to record"
 	switch {
 	case c.Queued == 1:
 		msg += ", 1 queued delivery follows"

@@ -22,6 +22,7 @@ import (
 	"github.com/devhook/devhook/boltrelay"
 	"github.com/devhook/devhook/lifecycle"
 	"github.com/devhook/devhook/natsrelay"
+	"github.com/devhook/devhook/pending"
 	"github.com/devhook/devhook/relay"
 	"github.com/devhook/devhook/relay/wire"
 )
@@ -248,6 +249,12 @@ func (o *relayOptions) wire(ctx context.Context, g *lifecycle.Group, quota relay
 		return err
 	}
 	g.Close("the relay's sockets", func() error { ls.close(); return nil }) // should they never serve
+	// Bound before the relay says where it serves.
+	if o.metricsAddr != "" {
+		if ls.metrics, err = net.Listen("tcp", o.metricsAddr); err != nil {
+			return fmt.Errorf("listen on %s: %w (choose another with --metrics-addr)", o.metricsAddr, err)
+		}
+	}
 	if o.domain != "" && o.publicURL == "" {
 		o.publicURL = publicURLFor(o.domain, ls.main.Addr().String())
 	}
@@ -266,16 +273,12 @@ func (o *relayOptions) wire(ctx context.Context, g *lifecycle.Group, quota relay
 	}
 	g.Close("the relay", srv.Close)
 	o.printStart(ls, clusterLine, quota)
-	if o.metricsAddr != "" {
-		mln, err := net.Listen("tcp", o.metricsAddr)
-		if err != nil {
-			return fmt.Errorf("listen on %s: %w (choose another with --metrics-addr)", o.metricsAddr, err)
-		}
-		fmt.Fprintf(o.stdout, "  metrics     http://%s/metrics\n", mln.Addr())
+	if ls.metrics != nil {
+		fmt.Fprintf(o.stdout, "  metrics     http://%s/metrics\n", ls.metrics.Addr())
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", srv.Metrics())
 		mux.Handle("/healthz", srv)
-		g.Serve("the metrics server", newHTTPServer(mux), mln)
+		g.Serve("the metrics server", newHTTPServer(mux), ls.metrics)
 	}
 	o.printSettings()
 	main := ls.main
@@ -295,7 +298,7 @@ func (o *relayOptions) wire(ctx context.Context, g *lifecycle.Group, quota relay
 // in --data. g closes it after the relay Server.
 func (o *relayOptions) openStore(ctx context.Context, g *lifecycle.Group, logger *log.Logger, quota relay.Quota) (relay.Store, relay.Router, string, error) {
 	if o.natsURLs == "" {
-		db, err := boltrelay.Open(filepath.Join(o.dataDir, "relay.db"), boltrelay.Config{Quota: quota})
+		db, err := openRelayStore(o.dataDir, boltrelay.Config{Quota: quota})
 		if err != nil {
 			return nil, nil, "", err
 		}
@@ -310,6 +313,16 @@ func (o *relayOptions) openStore(ctx context.Context, g *lifecycle.Group, logger
 	line := fmt.Sprintf("  cluster     NATS %s as instance %s; queue in JetStream",
 		c.nc.ConnectedUrlRedacted(), c.router.ID())
 	return c.store, c.router, line, nil
+}
+
+// openRelayStore opens the single relay's store in dir (relay serve's,
+// listen's built-in relay's); one a full disk cannot take says what to do.
+func openRelayStore(dir string, cfg boltrelay.Config) (*boltrelay.Store, error) {
+	db, err := boltrelay.Open(filepath.Join(dir, "relay.db"), cfg)
+	if pending.NoRoom(err) {
+		return nil, fmt.Errorf("%w; free some space in %s and start again", err, dir)
+	}
+	return db, err
 }
 
 // printStart prints where the relay serves.
@@ -356,13 +369,15 @@ func (o *relayOptions) quota() (relay.Quota, error) {
 // redirects to HTTPS.
 type relayListeners struct {
 	main, plain net.Listener
+	metrics     net.Listener // --metrics-addr's, or nil
 	tls         *relayTLS
 }
 
 func (ls *relayListeners) close() {
-	ls.main.Close()
-	if ls.plain != nil {
-		ls.plain.Close()
+	for _, ln := range []net.Listener{ls.main, ls.plain, ls.metrics} {
+		if ln != nil {
+			ln.Close()
+		}
 	}
 }
 
