@@ -596,15 +596,7 @@ func (p *printer) connection(c agent.Connection, stderr io.Writer) {
 	if c.Reconnect {
 		msg = "reconnected after " + agent.FormatDuration(c.Down.Round(time.Second))
 	}
-	switch {
-	case c.Queued == 1:
-		msg += ", 1 queued delivery follows"
-	case c.Queued > 1:
-		msg += fmt.Sprintf(", %d queued deliveries follow", c.Queued)
-	}
-	p.mu.Lock()
-	fmt.Fprintln(stderr, msg)
-	p.mu.Unlock()
+	p.connectedLine(msg, c.Queued, stderr)
 }
 
 // connectedAfterWait says that the agent connected after a ready line
@@ -620,12 +612,17 @@ func (p *printer) connectedAfterWait(c agent.Connection, waited time.Duration, s
 		}{"connected", waited.Milliseconds(), c.Queued})
 		return
 	}
-	msg := "connected after waiting " + agent.FormatDuration(waited.Round(time.Second)) + " to record"
+	p.connectedLine("connected after waiting "+agent.FormatDuration(waited.Round(time.Second))+" to record", c.Queued, stderr)
+}
+
+// connectedLine writes msg, a connection's line, on stderr, with how many
+// queued deliveries follow when there are any.
+func (p *printer) connectedLine(msg string, queued int, stderr io.Writer) {
 	switch {
-	case c.Queued == 1:
+	case queued == 1:
 		msg += ", 1 queued delivery follows"
-	case c.Queued > 1:
-		msg += fmt.Sprintf(", %d queued deliveries follow", c.Queued)
+	case queued > 1:
+		msg += fmt.Sprintf(", %d queued deliveries follow", queued)
 	}
 	p.mu.Lock()
 	fmt.Fprintln(stderr, msg)
