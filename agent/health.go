@@ -168,7 +168,8 @@ func (l *unrecordedLog) recorded() {
 }
 
 // maxUnwritten bounds the lines a lineQueue holds while its writer is
-// slow; the next ones are counted, and their count said.
+// slow; the lines between the first ones and the newest are counted, and
+// their count said.
 const maxUnwritten = 100
 
 // lineQueue writes log lines in the order they were added, without a lock
@@ -188,12 +189,15 @@ type lineQueue struct {
 	writing bool // a goroutine is in write's loop
 }
 
-// add queues line, after the lines added before it.
+// add queues line, after the lines added before it. With maxUnwritten
+// waiting, line takes the last one's place, which is counted: the newest
+// line says the state things are in now, and is never the one lost.
 func (q *lineQueue) add(line string) {
 	q.mu.Lock()
 	if len(q.lines) < maxUnwritten {
 		q.lines = append(q.lines, line)
 	} else {
+		q.lines[len(q.lines)-1] = line
 		q.dropped++
 	}
 	q.mu.Unlock()
@@ -212,11 +216,11 @@ func (q *lineQueue) write(logf func(format string, args ...any)) {
 		lines, dropped := q.lines, q.dropped
 		q.lines, q.dropped = nil, 0
 		q.mu.Unlock()
-		for _, line := range lines {
+		for i, line := range lines {
+			if dropped > 0 && i == len(lines)-1 { // the newest, after those it replaced
+				logf("%d more lines about recording were not written: the log's output was too slow to take them", dropped)
+			}
 			logf("%s", line)
-		}
-		if dropped > 0 {
-			logf("%d more lines about recording were not written: the log's output was too slow to take them", dropped)
 		}
 		q.mu.Lock()
 	}

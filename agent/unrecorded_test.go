@@ -163,10 +163,16 @@ func TestUnrecordedLog_LinesInTheOrderOfTheChanges(t *testing.T) {
 				l.recorded()
 				l.failed(errDisk, func() string { return fmt.Sprintf("delivery %d: not recorded", i+2) })
 			}
+			l.recorded()
+			l.failed(errDisk, func() string { return "delivery last: not recorded" })
 		})
+	// The last line is the state things ended in, though the lines
+	// before it were too many: it replaced the last one kept (before, it
+	// was the one lost).
 	if len(got) != 1+maxUnwritten+1 || !strings.HasPrefix(got[1], "attempts are recorded again") || !strings.HasPrefix(got[2], "delivery 2: not recorded") ||
-		got[len(got)-1] != fmt.Sprintf("%d more lines about recording were not written: the log's output was too slow to take them", 1000-maxUnwritten) {
-		t.Fatalf("%d lines, want the first, %d in order and the count of the rest: %q", len(got), maxUnwritten, got)
+		got[len(got)-2] != fmt.Sprintf("%d more lines about recording were not written: the log's output was too slow to take them", 1002-maxUnwritten) ||
+		!strings.HasPrefix(got[len(got)-1], "delivery last: not recorded") {
+		t.Fatalf("%d lines, want the first, %d in order, the count of the rest and the last: %q", len(got), maxUnwritten-1, got)
 	}
 }
 
