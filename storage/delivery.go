@@ -146,6 +146,24 @@ func (db *DB) Delivery(id string) (*devhook.Delivery, error) {
 // body, an attempt) that a read could not use: noted in Damage when it is
 // a record's, and naming the file and what to do.
 func (db *DB) partError(id string, err error) error {
+	if re := (*recordError)(nil); errors.As(err, &re) {
+		db.damage.note(re)
+	}
+	return db.explainPart(id, err)
+}
+
+// isPartError reports whether err is the error of a read of a part of a
+// delivery (its body, an attempt) that the part cannot be used: a record
+// that fails its checks, a value its checksum, a body file that lacks it.
+func isPartError(err error) bool {
+	var re *recordError
+	var dv errValueDamaged
+	return errors.As(err, &re) || errors.As(err, &dv)
+}
+
+// explainPart is partError without noting anything: the error err of a
+// part of delivery id, naming the file and what to do.
+func (db *DB) explainPart(id string, err error) error {
 	if dv := (errValueDamaged{}); errors.As(err, &dv) {
 		return db.damagedPart(id, err)
 	}
@@ -153,7 +171,6 @@ func (db *DB) partError(id string, err error) error {
 	if !errors.As(err, &re) {
 		return err
 	}
-	db.damage.note(re)
 	var inFile bodyFileDamage
 	if errors.Is(re, ErrNewerRecord) || errors.As(re, &inFile) {
 		return db.recordReadError(re)
@@ -176,7 +193,11 @@ func (db *DB) damagedPart(id string, err error) error {
 // List returns the deliveries that pass f, newest first. It reads only
 // summaries, and bodies when f.Text is set. A summary that fails its
 // checks, or that a newer devhook wrote, is skipped, and counted in
-// Damage.
+// Damage. A delivery whose body a search cannot read (its body file
+// missing or damaged, its value failing its checksum) is listed, as it
+// may hold the text, with Summary.BodyError saying why and what to do:
+// its list row is whole, and its body is its delivery's problem, not a
+// damaged record of the file.
 func (db *DB) List(f devhook.Filter) ([]devhook.Summary, error) {
 	limit := f.Limit
 	switch {
@@ -224,15 +245,17 @@ func (db *DB) List(f devhook.Filter) ([]devhook.Summary, error) {
 			if !ok {
 				continue
 			}
+			var unsearched string
 			if text != nil {
-				body, _, err := v.body(id)
-				if err != nil {
-					if db.noteRecord(err) {
-						continue
-					}
+				body, err := v.searchBody(id)
+				switch {
+				case isPartError(err):
+					// Its record is whole and it may hold the text: listed,
+					// saying why its body was not searched.
+					unsearched = db.explainPart(string(id), err).Error()
+				case err != nil:
 					return err
-				}
-				if !containsFold(body, text) {
+				case !containsFold(body, text):
 					continue
 				}
 			}
@@ -240,6 +263,7 @@ func (db *DB) List(f devhook.Filter) ([]devhook.Summary, error) {
 			if err != nil {
 				return err // checked by summary: cannot happen
 			}
+			s.BodyError = unsearched
 			out = append(out, s)
 			if len(out) == limit {
 				return nil
