@@ -22,9 +22,10 @@ import (
 // (Delivery) fails saying what is damaged, naming the file and what to
 // do, when it is the delivery's record; when it is its body or an
 // attempt, the read gives the rest, that part marked with that error
-// (Delivery.BodyError, Attempt.ReadError), and a *devhook.PartialError.
-// Damage returns what the reads of this DB noted, each record once, for a
-// list to say how many it skipped and where. A writable Open (devhook
+// (Delivery.BodyError, Attempt.ReadError), and a *devhook.PartialError,
+// and nothing is noted: no list skips that delivery. Damage returns what
+// the reads of this DB noted, each record once, for a list to say how
+// many it skipped and where. A writable Open (devhook
 // listen's start) reads every list row and delivery record, not the
 // bodies and attempts, whose size is the file's, says what it found
 // through Config.Logf, and gives the pages it read back (mapped_linux.go).

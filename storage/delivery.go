@@ -108,7 +108,7 @@ func (db *DB) AddAttempt(id string, a devhook.Attempt) (devhook.Attempt, error) 
 // damaged and what to do. One whose body or some attempts cannot be read
 // comes back with the rest and a *devhook.PartialError that says what
 // it lacks, each such part marked in it (Delivery.BodyError,
-// Attempt.ReadError) and noted in Damage: it can be shown, and sent
+// Attempt.ReadError), not in Damage: it can be shown, and sent
 // again only when its body was read (devhook.SendError).
 func (db *DB) Delivery(id string) (*devhook.Delivery, error) {
 	if validID("delivery", id) != nil {
@@ -120,7 +120,7 @@ func (db *DB) Delivery(id string) (*devhook.Delivery, error) {
 	var partial *devhook.PartialError
 	err := db.view(func(v *view) error {
 		var err error
-		d, partial, err = v.delivery(id, func(err error) error { return db.partError(id, err) })
+		d, partial, err = v.delivery(id, func(err error) error { return db.explainPart(id, err) })
 		return err
 	})
 	if err != nil {
@@ -142,16 +142,6 @@ func (db *DB) Delivery(id string) (*devhook.Delivery, error) {
 	return d, nil
 }
 
-// partError is the error of Delivery for a part of delivery id (its
-// body, an attempt) that a read could not use: noted in Damage when it is
-// a record's, and naming the file and what to do.
-func (db *DB) partError(id string, err error) error {
-	if re := (*recordError)(nil); errors.As(err, &re) {
-		db.damage.note(re)
-	}
-	return db.explainPart(id, err)
-}
-
 // isPartError reports whether err is the error of a read of a part of a
 // delivery (its body, an attempt) that the part cannot be used: a record
 // that fails its checks, a value its checksum, a body file that lacks it.
@@ -161,8 +151,11 @@ func isPartError(err error) bool {
 	return errors.As(err, &re) || errors.As(err, &dv)
 }
 
-// explainPart is partError without noting anything: the error err of a
-// part of delivery id, naming the file and what to do.
+// explainPart is the error of a read for err, a part of delivery id (its
+// body, an attempt) that it could not use, naming the file and what to do.
+// It is not noted in Damage, which is what lists skip, with the advice for
+// a damaged record of the file (move the file away): the delivery is
+// listed, and its part is its own problem.
 func (db *DB) explainPart(id string, err error) error {
 	if dv := (errValueDamaged{}); errors.As(err, &dv) {
 		return db.damagedPart(id, err)
