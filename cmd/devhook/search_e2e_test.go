@@ -2,11 +2,19 @@ package main
 
 import (
 	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/devhook/devhook"
+	"github.com/devhook/devhook/storage"
 )
 
 // A search of the bodies (deliveries list --q) that meets a delivery whose
@@ -80,4 +88,64 @@ func containsAllText(s string, subs ...string) bool {
 		}
 	}
 	return true
+}
+
+// Through a running listen's inspector (a store open for long): a search
+// lists a delivery whose body cannot be read (its body file cut short),
+// saying so, and showing it does not make the lists after it say that a
+// record of the store was skipped, nor to move the store away: the
+// delivery is listed, and only its body cannot be read.
+func TestList_UnreadableBodyThroughListen(t *testing.T) {
+	data := filepath.Join(t.TempDir(), "data")
+	db, err := storage.Open(filepath.Join(data, "deliveries.db"), storage.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := range 3 {
+		body := []byte(`{"big":"` + strings.Repeat(strconv.Itoa(i), 4000) + `"}`)
+		d := &devhook.Delivery{ID: uuid.Must(uuid.NewV7()).String(), ReceivedAt: time.Now(), Method: http.MethodPost, Path: "/hook",
+			Header: http.Header{"Content-Type": {"application/json"}}, Body: body, Verdict: devhook.Verdict{Result: devhook.VerdictUnchecked}}
+		if _, err := db.PutDelivery(d); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, d.ID)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The last body is past the cut; the first two read.
+	if err := os.Truncate(filepath.Join(data, "deliveries.db.bodies", "00000001"), 8500); err != nil {
+		t.Fatal(err)
+	}
+	broken := ids[2]
+
+	p := startProc(t, "listen", "--json", "--forward", "http://127.0.0.1:1", "--secret", "whsec_x",
+		"--inspect", "127.0.0.1:0", "--relay-addr", "127.0.0.1:0", "--data", data)
+	for ready := false; !ready; {
+		select {
+		case line, ok := <-p.lines:
+			if !ok {
+				t.Fatalf("listen ended before it was ready; stderr: %s", p.stderr)
+			}
+			var m map[string]any
+			ready = json.Unmarshal([]byte(line), &m) == nil && m["event"] == "ready"
+		case <-time.After(60 * time.Second):
+			t.Fatalf("listen not ready within 60s; stderr: %s", p.stderr)
+		}
+	}
+	defer p.stop(t, 10*time.Second)
+
+	stdout, stderr, err := runDevhook(t, "deliveries", "list", "--q", "1111", "--data", data)
+	if err != nil || !strings.Contains(stdout, broken) || !strings.Contains(stdout, ids[1]) || strings.Contains(stdout, ids[0]) ||
+		!containsAllText(stderr, "could not search", broken, "deliveries delete "+broken) {
+		t.Errorf("list --q through listen: %v; stdout %q, stderr %q; want deliveries 1 and 2 listed, saying the body of 2 could not be searched and what to do", err, stdout, stderr)
+	}
+	if _, _, err := runDevhook(t, "deliveries", "show", broken, "--data", data); exitCodeOf(err) != 1 {
+		t.Errorf("show %s through listen: %v, want exit status 1 (partial)", broken, err)
+	}
+	stdout, stderr, err = runDevhook(t, "deliveries", "list", "--data", data)
+	if err != nil || !containsAllText(stdout, ids...) || strings.Contains(stderr, "skipped") || strings.Contains(stderr, "move it away") {
+		t.Errorf("list through listen after the show: %v; stdout %q, stderr %q; want every delivery, and no record said skipped", err, stdout, stderr)
+	}
 }
