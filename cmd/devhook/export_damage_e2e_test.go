@@ -1,15 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 )
 
-// An export of the last deliveries or of a run, from a store one list row
-// of which is damaged (storage's record fixture), writes every other
-// delivery and says on stderr, as deliveries list does, which record it
+// An export of the last deliveries or of a run (deliveries export, scenario
+// save), from a store one list row of which is damaged (storage's record
+// fixture), writes every other delivery and says on stderr, as deliveries list does, which record it
 // skipped, in which file and what to do: before, the export was short of
 // it and said nothing.
 func TestExport_SaysWhatTheListSkipped(t *testing.T) {
@@ -49,5 +50,29 @@ func TestExport_SaysWhatTheListSkipped(t *testing.T) {
 		if strings.Contains(string(b), bad) || !strings.Contains(string(b), "0195b1c8-0000-7000-8000-000000000010") {
 			t.Errorf("export --format %s: want every delivery but %s", format, bad)
 		}
+	}
+}
+
+// scenario save only reads, as deliveries export does: it opens the store
+// read-only. It opened it to write, so that retention removed, before the
+// save read them, the deliveries older than its 30 days: saving a scenario
+// from an old recording deleted the recording and said there was none.
+func TestScenarioSave_KeepsAnOldRecording(t *testing.T) {
+	data, _ := bodyFileData(t, "bodies-intact.body") // recorded long ago
+	dbPath := filepath.Join(data, "deliveries.db")
+	before, err := os.ReadFile(dbPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "s.json")
+	if _, stderr, err := runDevhook(t, "scenario", "save", out, "--last", "5", "--data", data, "--inspect", closedAddr(t)); err != nil {
+		t.Fatalf("scenario save --last 5: %v; stderr %s", err, stderr)
+	}
+	if after, _ := os.ReadFile(dbPath); !bytes.Equal(after, before) {
+		t.Error("scenario save changed the store")
+	}
+	stdout, _, err := runDevhook(t, "deliveries", "list", "--data", data, "--inspect", closedAddr(t))
+	if err != nil || strings.Count(stdout, "0195b1c8-") != bodyFixtureN {
+		t.Errorf("deliveries list after scenario save: %v\n%s; want all %d deliveries", err, stdout, bodyFixtureN)
 	}
 }

@@ -42,7 +42,7 @@ type scenarioSaveOptions struct {
 }
 
 func newScenarioSaveCmd() *cobra.Command {
-	o := &scenarioSaveOptions{}
+	o := &scenarioSaveOptions{history: historyOptions{readOnly: true}}
 	cmd := &cobra.Command{
 		Use:   "save FILE (--run RUN_ID | --id ID[,ID...] | --last N)",
 		Short: "Write recorded deliveries to a scenario file",
