@@ -87,20 +87,7 @@ func (o *exportOptions) run(cmd *cobra.Command, ids []string) error {
 	}
 	defer done()
 	ctx := cmd.Context()
-	// The records the lists skip (damaged, or a newer devhook's) are said,
-	// as deliveries list says them: an export without them is not whole.
-	var skipped *devhook.Damage
-	list := func(ctx context.Context, f devhook.Filter) ([]devhook.Summary, error) {
-		page, err := hist.ListPage(ctx, f)
-		if page.Damage != nil && page.Damage.Any() {
-			skipped = page.Damage
-		}
-		return page.Items, err
-	}
-	ids, err = scenario.Select(ctx, list, o.sel)
-	if skipped != nil {
-		fmt.Fprintf(cmd.ErrOrStderr(), "devhook deliveries export: skipped %s; %s\n", skipped.Summary(), skipped.Advice())
-	}
+	ids, err = selectSayingSkips(cmd, hist, o.sel, "deliveries export")
 	if errors.Is(err, scenario.ErrNoDeliveries) && o.sel.RunID != "" {
 		return fmt.Errorf("%w (devhook deliveries list --run-id %s)", err, o.sel.RunID)
 	}
@@ -126,6 +113,25 @@ func (o *exportOptions) run(cmd *cobra.Command, ids []string) error {
 		return err
 	}
 	return o.partialOutcome(cmd, partial, len(ds))
+}
+
+// selectSayingSkips is scenario.Select of sel from hist, saying on
+// stderr, as deliveries list does, the records the lists skipped (damaged,
+// or a newer devhook's): what is written without them is not whole.
+func selectSayingSkips(cmd *cobra.Command, hist history, sel scenario.Selection, name string) ([]string, error) {
+	var skipped *devhook.Damage
+	list := func(ctx context.Context, f devhook.Filter) ([]devhook.Summary, error) {
+		page, err := hist.ListPage(ctx, f)
+		if page.Damage != nil && page.Damage.Any() {
+			skipped = page.Damage
+		}
+		return page.Items, err
+	}
+	ids, err := scenario.Select(cmd.Context(), list, sel)
+	if skipped != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "devhook %s: skipped %s; %s\n", name, skipped.Summary(), skipped.Advice())
+	}
+	return ids, err
 }
 
 // partialOutcome says, on standard error, which deliveries exported are

@@ -45,6 +45,10 @@ func TestExport_SaysWhatTheListSkipped(t *testing.T) {
 			t.Fatal(err)
 		}
 		if format == "scenario" { // it names no delivery id
+			_, stderr, err := runDevhook(t, "scenario", "save", filepath.Join(t.TempDir(), "s.json"), "--last", "100", "--data", data, "--inspect", closedAddr(t))
+			if err != nil || !containsAllText(stderr, "scenario save: skipped 1", bad, dbPath) {
+				t.Errorf("scenario save --last: %v; stderr %q; want it to say it skipped the damaged record of %s", err, stderr, bad)
+			}
 			continue
 		}
 		if strings.Contains(string(b), bad) || !strings.Contains(string(b), "0195b1c8-0000-7000-8000-000000000010") {

@@ -85,7 +85,7 @@ func (o *scenarioSaveOptions) run(cmd *cobra.Command, file string) error {
 	if err := scenario.CheckRedact(o.redact); err != nil {
 		return fmt.Errorf("--redact: %w", err)
 	}
-	ids, err := scenario.Select(ctx, hist.List, o.sel)
+	ids, err := selectSayingSkips(cmd, hist, o.sel, "scenario save")
 	if errors.Is(err, scenario.ErrNoDeliveries) && o.sel.RunID != "" {
 		return fmt.Errorf("%w (devhook deliveries list --run-id %s)", err, o.sel.RunID)
 	}
