@@ -142,9 +142,9 @@ func (db *DB) Delivery(id string) (*devhook.Delivery, error) {
 	return d, nil
 }
 
-// isPartError reports whether err is the error of a read of a part of a
-// delivery (its body, an attempt) that the part cannot be used: a record
-// that fails its checks, a value its checksum, a body file that lacks it.
+// isPartError reports whether err says why a part of a delivery (its
+// body, an attempt) cannot be used: its record fails its checks, its value
+// its checksum, or its body file lacks it.
 func isPartError(err error) bool {
 	var re *recordError
 	var dv errValueDamaged
