@@ -411,6 +411,11 @@ type Summary struct {
 	Status   int      `json:"status"`
 	Duration Duration `json:"duration_ms"`
 	Error    string   `json:"error,omitempty"`
+	// BodyError is set only by a list that searches the bodies
+	// (Filter.Text), on a row whose body could not be read from the store
+	// (Delivery.BodyError says the same): the row is listed, as its body
+	// may hold the text, on what could be read; it says why and what to do.
+	BodyError string `json:"body_error,omitempty"`
 	// Retry is set while the agent owes the delivery to the receiver, and
 	// when it gave up. The store does not keep it in the row: the
 	// inspector and the agent fill it.

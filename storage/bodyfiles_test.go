@@ -374,8 +374,9 @@ func TestBodyFiles_Damaged(t *testing.T) {
 						wantPartial(t, d, err, bigDelivery(i), c.why)
 					}
 				}
-				if d := db.Damage(); c.fixture != "bodies-intact.body" && c.fixture != "bodies-torn-tail.body" && d.Damaged+d.Newer == 0 {
-					t.Errorf("Damage: %+v, want the unreadable bodies noted", d)
+				// Damage is what lists skip: they skip none of these.
+				if d := db.Damage(); d.Any() {
+					t.Errorf("Damage: %+v (%s), want nothing: a body that cannot be read is its delivery's, which lists show", d, d.Summary())
 				}
 				// The list does not read bodies: every row is there.
 				if list, err := db.List(devhook.Filter{Limit: 100}); err != nil || len(list) != fixtureN {

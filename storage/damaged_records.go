@@ -22,9 +22,10 @@ import (
 // (Delivery) fails saying what is damaged, naming the file and what to
 // do, when it is the delivery's record; when it is its body or an
 // attempt, the read gives the rest, that part marked with that error
-// (Delivery.BodyError, Attempt.ReadError), and a *devhook.PartialError.
-// Damage returns what the reads of this DB noted, each record once, for a
-// list to say how many it skipped and where. A writable Open (devhook
+// (Delivery.BodyError, Attempt.ReadError), and a *devhook.PartialError,
+// and nothing is noted: no list skips that delivery. Damage returns what
+// the reads of this DB noted, each record once, for a list to say how
+// many it skipped and where. A writable Open (devhook
 // listen's start) reads every list row and delivery record, not the
 // bodies and attempts, whose size is the file's, says what it found
 // through Config.Logf, and gives the pages it read back (mapped_linux.go).
@@ -227,21 +228,39 @@ func (db *DB) scanRecords() error {
 // checkMeta checks the delivery record b stored at key (nil: not checked
 // against a key) as decodeMeta does, without allocating.
 func checkMeta(key, b []byte) error {
+	_, err := walkMeta(key, b, false)
+	return err
+}
+
+// metaBodySum is the checksum of its body that the delivery record b
+// stored at key holds, checked as checkMeta checks it, without
+// allocating; none (nothing to check the body against) when b is nil.
+func metaBodySum(key, b []byte) (bodySum, error) {
+	if b == nil {
+		return bodySum{}, nil
+	}
+	return walkMeta(key, b, true)
+}
+
+// walkMeta checks the delivery record b stored at key, and returns its
+// checksum of its body when sum is set (it then reads the record to its
+// end; else, its checksum vouching for its fields, it stops after the id).
+func walkMeta(key, b []byte, sum bool) (bodySum, error) {
 	p, checked, err := openValue(b, kindMeta, formatMeta)
 	if err != nil {
-		return err
+		return bodySum{}, err
 	}
 	dec := decoder{b: p}
 	id := dec.raw()
-	if checked {
+	if checked && !sum {
 		// Its checksum vouches for the rest.
 		switch {
 		case dec.err != nil:
-			return whyDecode
+			return bodySum{}, whyDecode
 		case key != nil && string(id) != string(key):
-			return whyKey
+			return bodySum{}, whyKey
 		}
-		return nil
+		return bodySum{}, nil
 	}
 	dec.raw() // Channel
 	dec.time()
@@ -262,17 +281,18 @@ func checkMeta(key, b []byte) error {
 	if dec.bool() {
 		dec.raw() // Body
 	}
+	var bs bodySum
 	if checked {
-		dec.fixed32()
+		bs = bodySum{crc: dec.fixed32(), ok: true}
 	}
 	dec.end()
 	switch {
 	case dec.err != nil:
-		return whyDecode
+		return bodySum{}, whyDecode
 	case key != nil && string(id) != string(key):
-		return whyKey
+		return bodySum{}, whyKey
 	}
-	return nil
+	return bs, nil
 }
 
 // skipHeader checks a header as header reads it, without allocating.

@@ -108,7 +108,7 @@ func (db *DB) AddAttempt(id string, a devhook.Attempt) (devhook.Attempt, error) 
 // damaged and what to do. One whose body or some attempts cannot be read
 // comes back with the rest and a *devhook.PartialError that says what
 // it lacks, each such part marked in it (Delivery.BodyError,
-// Attempt.ReadError) and noted in Damage: it can be shown, and sent
+// Attempt.ReadError), not in Damage: it can be shown, and sent
 // again only when its body was read (devhook.SendError).
 func (db *DB) Delivery(id string) (*devhook.Delivery, error) {
 	if validID("delivery", id) != nil {
@@ -120,7 +120,7 @@ func (db *DB) Delivery(id string) (*devhook.Delivery, error) {
 	var partial *devhook.PartialError
 	err := db.view(func(v *view) error {
 		var err error
-		d, partial, err = v.delivery(id, func(err error) error { return db.partError(id, err) })
+		d, partial, err = v.delivery(id, func(err error) error { return db.explainPart(id, err) })
 		return err
 	})
 	if err != nil {
@@ -142,10 +142,21 @@ func (db *DB) Delivery(id string) (*devhook.Delivery, error) {
 	return d, nil
 }
 
-// partError is the error of Delivery for a part of delivery id (its
-// body, an attempt) that a read could not use: noted in Damage when it is
-// a record's, and naming the file and what to do.
-func (db *DB) partError(id string, err error) error {
+// isPartError reports whether err says why a part of a delivery (its
+// body, an attempt) cannot be used: its record fails its checks, its value
+// its checksum, or its body file lacks it.
+func isPartError(err error) bool {
+	var re *recordError
+	var dv errValueDamaged
+	return errors.As(err, &re) || errors.As(err, &dv)
+}
+
+// explainPart is the error of a read for err, a part of delivery id (its
+// body, an attempt) that it could not use, naming the file and what to do.
+// It is not noted in Damage, which is what lists skip, with the advice for
+// a damaged record of the file (move the file away): the delivery is
+// listed, and its part is its own problem.
+func (db *DB) explainPart(id string, err error) error {
 	if dv := (errValueDamaged{}); errors.As(err, &dv) {
 		return db.damagedPart(id, err)
 	}
@@ -153,7 +164,6 @@ func (db *DB) partError(id string, err error) error {
 	if !errors.As(err, &re) {
 		return err
 	}
-	db.damage.note(re)
 	var inFile bodyFileDamage
 	if errors.Is(re, ErrNewerRecord) || errors.As(re, &inFile) {
 		return db.recordReadError(re)
@@ -176,7 +186,11 @@ func (db *DB) damagedPart(id string, err error) error {
 // List returns the deliveries that pass f, newest first. It reads only
 // summaries, and bodies when f.Text is set. A summary that fails its
 // checks, or that a newer devhook wrote, is skipped, and counted in
-// Damage.
+// Damage. A delivery whose body a search cannot read (its body file
+// missing or damaged, its value failing its checksum) is listed, as it
+// may hold the text, with Summary.BodyError saying why and what to do:
+// its list row is whole, and its body is its delivery's problem, not a
+// damaged record of the file.
 func (db *DB) List(f devhook.Filter) ([]devhook.Summary, error) {
 	limit := f.Limit
 	switch {
@@ -224,15 +238,17 @@ func (db *DB) List(f devhook.Filter) ([]devhook.Summary, error) {
 			if !ok {
 				continue
 			}
+			var unsearched string
 			if text != nil {
-				body, _, err := v.body(id)
-				if err != nil {
-					if db.noteRecord(err) {
-						continue
-					}
+				body, err := v.searchBody(id)
+				switch {
+				case isPartError(err):
+					// Its record is whole and it may hold the text: listed,
+					// saying why its body was not searched.
+					unsearched = db.explainPart(string(id), err).Error()
+				case err != nil:
 					return err
-				}
-				if !containsFold(body, text) {
+				case !containsFold(body, text):
 					continue
 				}
 			}
@@ -240,6 +256,7 @@ func (db *DB) List(f devhook.Filter) ([]devhook.Summary, error) {
 			if err != nil {
 				return err // checked by summary: cannot happen
 			}
+			s.BodyError = unsearched
 			out = append(out, s)
 			if len(out) == limit {
 				return nil

@@ -275,6 +275,41 @@ func (v *view) readBody(key []byte, d *devhook.Delivery, sum bodySum, inBolt boo
 	return nil
 }
 
+// searchBody returns the body of delivery id for a search, checked as
+// readBody checks it, without copying it: an error (a *recordError, an
+// errValueDamaged) when it cannot be read whole. A delivery record that
+// fails its checks does not tell the body's checksum: the body is then
+// searched as it is (the list reports the record).
+func (v *view) searchBody(id []byte) ([]byte, error) {
+	body, file, err := v.body(id)
+	if err != nil {
+		return nil, err
+	}
+	meta := v.deliveries.Get(id)
+	inBolt := meta != nil
+	if !inBolt {
+		if e := v.puts[string(id)]; e != nil {
+			meta = e.meta
+		}
+	}
+	sum, err := metaBodySum(id, meta)
+	if err != nil || meta == nil {
+		return body, nil
+	}
+	if !sum.matches(body) {
+		if file != "" {
+			return nil, newRecordError(bucketBodyRefs, id, body, "the body", bodyFileDamage{path: file, why: whyBodyInFile})
+		}
+		return nil, newRecordError(bucketBodies, id, body, "the body", whyChecksum)
+	}
+	// The checks bucket holds the checksums of older records' bodies,
+	// which their records do not.
+	if inBolt && !sum.ok && verify(v.tx, id, body, "") != nil {
+		return nil, errValueDamaged{"the body of delivery " + string(id)} // named only when it is
+	}
+	return body, nil
+}
+
 // attemptsAllThere returns an error for each attempt its list row counts,
 // numbered from 1, that d lacks: one whose key was damaged is not found
 // under its delivery, and would go missing silently. A list row that

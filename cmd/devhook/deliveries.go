@@ -245,6 +245,7 @@ receiver itself answered 502; one it did not answer (the sender got 502 from dev
 			if d := page.Damage; d != nil && d.Any() {
 				fmt.Fprintf(cmd.ErrOrStderr(), "devhook deliveries list: skipped %s; %s\n", d.Summary(), d.Advice())
 			}
+			noteUnsearched(cmd.ErrOrStderr(), page.Items)
 			items := page.Items
 			if len(items) == 0 && !asJSON {
 				if used := filterFlags(cmd); used != "" {
@@ -265,7 +266,7 @@ receiver itself answered 502; one it did not answer (the sender got 502 from dev
 	fl.StringVar(&status, "status", "", "only this receiver status: a number, or none (it gave no status: no answer, or not forwarded)")
 	fl.StringVar(&f.RunID, "run-id", "", "only this run (its id, or the short id listen shows)")
 	fl.StringVar(&f.StatusV2, "status-v2", "", "only this status_v2")
-	fl.StringVar(&f.Text, "q", "", "only bodies containing this text")
+	fl.StringVar(&f.Text, "q", "", "only bodies containing this text (one whose body cannot be read is listed, saying so)")
 	fl.BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
@@ -293,6 +294,34 @@ func listDeliveries(ctx context.Context, hist history, f devhook.Filter, live bo
 			return all, nil
 		}
 		f.Before = page.Next
+	}
+}
+
+// noteUnsearched says on w which of items a search (--q) listed without
+// searching their bodies, which cannot be read (Summary.BodyError), and
+// why for the first: they may hold the text.
+func noteUnsearched(w io.Writer, items []devhook.Summary) {
+	var ids []string
+	var why string
+	for _, s := range items {
+		if s.BodyError != "" {
+			if why == "" {
+				why = s.BodyError
+			}
+			ids = append(ids, s.ID)
+		}
+	}
+	switch n := len(ids); {
+	case n == 0:
+		return
+	case n == 1:
+		fmt.Fprintf(w, "devhook deliveries list: the body of delivery %s cannot be read, so --q could not search it: it is listed, as it may hold the text (devhook deliveries show %s); %s\n", ids[0], ids[0], why)
+	default:
+		shown := strings.Join(ids[:min(n, devhook.DamageIDs)], ", ")
+		if n > devhook.DamageIDs {
+			shown += ", …"
+		}
+		fmt.Fprintf(w, "devhook deliveries list: the bodies of %d deliveries (%s) cannot be read, so --q could not search them: they are listed, as they may hold the text (devhook deliveries show ID says why for each; --json: body_error); delivery %s: %s\n", n, shown, ids[0], why)
 	}
 }
 

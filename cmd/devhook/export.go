@@ -53,7 +53,9 @@ A delivery some parts of which cannot be read from the store (its body file dama
 short or missing; a damaged attempt) is partial: the curl script names it in a comment and
 does not send one whose body cannot be read, the HAR marks its entries ("_devhook.partial",
 no body that cannot be read), a scenario leaves it out. Every other delivery is exported
-whole; export then says on standard error which are partial and why, and exits with status 1.`,
+whole; export then says on standard error which are partial and why, and exits with status 1.
+A record the store cannot read at all (damaged, or a newer devhook's) is in no list, so in no
+--last or --run export: export says on standard error that it skipped it, as deliveries list does.`,
 		Example: `  devhook deliveries export --last 1 --out repro.sh && sh repro.sh
   devhook deliveries export 0190a1b2-... --to http://localhost:9090 --resign --out replay.sh
   devhook deliveries export --run RUN_ID --format har --out run.har
@@ -85,7 +87,7 @@ func (o *exportOptions) run(cmd *cobra.Command, ids []string) error {
 	}
 	defer done()
 	ctx := cmd.Context()
-	ids, err = scenario.Select(ctx, hist.List, o.sel)
+	ids, err = selectSayingSkips(cmd, hist, o.sel, "deliveries export")
 	if errors.Is(err, scenario.ErrNoDeliveries) && o.sel.RunID != "" {
 		return fmt.Errorf("%w (devhook deliveries list --run-id %s)", err, o.sel.RunID)
 	}
@@ -111,6 +113,25 @@ func (o *exportOptions) run(cmd *cobra.Command, ids []string) error {
 		return err
 	}
 	return o.partialOutcome(cmd, partial, len(ds))
+}
+
+// selectSayingSkips is scenario.Select of sel from hist, saying on
+// stderr, as deliveries list does, the records the lists skipped (damaged,
+// or a newer devhook's): what is written without them is not whole.
+func selectSayingSkips(cmd *cobra.Command, hist history, sel scenario.Selection, name string) ([]string, error) {
+	var skipped *devhook.Damage
+	list := func(ctx context.Context, f devhook.Filter) ([]devhook.Summary, error) {
+		page, err := hist.ListPage(ctx, f)
+		if page.Damage != nil && page.Damage.Any() {
+			skipped = page.Damage
+		}
+		return page.Items, err
+	}
+	ids, err := scenario.Select(cmd.Context(), list, sel)
+	if skipped != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "devhook %s: skipped %s; %s\n", name, skipped.Summary(), skipped.Advice())
+	}
+	return ids, err
 }
 
 // partialOutcome says, on standard error, which deliveries exported are

@@ -42,7 +42,7 @@ type scenarioSaveOptions struct {
 }
 
 func newScenarioSaveCmd() *cobra.Command {
-	o := &scenarioSaveOptions{}
+	o := &scenarioSaveOptions{history: historyOptions{readOnly: true}}
 	cmd := &cobra.Command{
 		Use:   "save FILE (--run RUN_ID | --id ID[,ID...] | --last N)",
 		Short: "Write recorded deliveries to a scenario file",
@@ -85,7 +85,7 @@ func (o *scenarioSaveOptions) run(cmd *cobra.Command, file string) error {
 	if err := scenario.CheckRedact(o.redact); err != nil {
 		return fmt.Errorf("--redact: %w", err)
 	}
-	ids, err := scenario.Select(ctx, hist.List, o.sel)
+	ids, err := selectSayingSkips(cmd, hist, o.sel, "scenario save")
 	if errors.Is(err, scenario.ErrNoDeliveries) && o.sel.RunID != "" {
 		return fmt.Errorf("%w (devhook deliveries list --run-id %s)", err, o.sel.RunID)
 	}
