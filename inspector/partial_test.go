@@ -182,8 +182,10 @@ func TestDelivery_BodyUnreadable(t *testing.T) {
 	if code := f.get(t, "/api/deliveries/"+broken.ID+"/attempts/1/body", nil); code == http.StatusOK {
 		t.Errorf("GET its first attempt's answer: %d, want its error", code)
 	}
-	if d := f.DB.Damage(); d.Damaged != 2 {
-		t.Errorf("Damage: %+v, want the body and the attempt noted", d)
+	// Its parts are its own: reading it does not make every list say that
+	// records were skipped as damaged.
+	if d := f.DB.Damage(); d.Any() {
+		t.Errorf("Damage: %+v, want nothing: the delivery's record reads", d)
 	}
 }
 
