@@ -338,6 +338,19 @@ func TestInBrowser_UnreadableSaysWhy(t *testing.T) {
 		t.Errorf("the refusal is still shown after a save that worked")
 	}
 
+	// A search lists the delivery whose body it could not read, saying so
+	// on its row; the other one's body does not hold the text.
+	tab.Run(t,
+		chromedp.Navigate(f.HTTP.URL+"/#/?q=padding"),
+		inspectortest.WaitText(row(broken.ID)+" .body-unreadable", "body unreadable"),
+	)
+	if title := inspectortest.Eval[string](t, tab, `document.querySelector('`+row(broken.ID)+` .body-unreadable').title`); !strings.Contains(title, "missing") {
+		t.Errorf("the chip's title %q, want the body's error", title)
+	}
+	if n := inspectortest.Eval[int](t, tab, `document.querySelectorAll("#deliveries tbody tr").length`); n != 1 {
+		t.Errorf("the search lists %d rows, want the unreadable one alone", n)
+	}
+
 	tab.Run(t,
 		chromedp.Navigate(f.HTTP.URL+"/#/runs/run-partial"),
 		inspectortest.WaitCount("#run-deliveries tbody tr", 2),

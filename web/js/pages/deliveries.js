@@ -194,7 +194,10 @@ function listRow(L, s, fresh) {
   h('td', { class: 'time mono', title: fmtTime(s.received_at, true) }, fmtTime(s.received_at)),
   h('td', null, h('span', { class: 'method m-' + String(s.method).toLowerCase() }, s.method)),
   h('td', { class: 'path mono' }, h('a', { href: deliveryHref(s.id) }, pathText(s)), s.queued ? h('span', { class: 'chip queued', title: 'waited in the relay for the agent' }, 'queued') : null,
-    s.route && s.route.index ? routeChip(s.route) : null),
+    s.route && s.route.index ? routeChip(s.route) : null,
+    // A search lists a delivery whose body it could not read: its body
+    // may hold the text; the chip says why it is in the list.
+    s.body_error ? h('span', { class: 'chip warn body-unreadable', title: s.body_error }, 'body unreadable') : null),
   h('td', null, runLink(s.event && s.event.run_id)),
   h('td', null, stepChip(s.event && s.event.status_v2)),
   h('td', null, verdictBadge(s.verdict)),
