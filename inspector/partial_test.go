@@ -370,3 +370,33 @@ func TestInBrowser_UnreadableSaysWhy(t *testing.T) {
 	)
 	tab.Screenshot(t, "inspector-delivery-refused-unreadable")
 }
+
+// A delivery only an attempt of which cannot be read: its page says its
+// request is whole and replays it (before, the note said devhook would
+// not, and the replay was refused).
+func TestInBrowser_AttemptUnreadableReplays(t *testing.T) {
+	b := inspectortest.NewBrowser(t)
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	db, err := storage.Open(path, storage.Config{MaxDeliveries: -1, MaxAge: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := newDelivery(time.Now().Add(-time.Minute).Truncate(time.Millisecond), 1, []byte(`{"small":1}`), true)
+	put(t, db, d, 502)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	damageAttempt(t, path, d.ID, 1)
+	f := newFixture(t, fixtureOptions{path: path})
+	tab := b.NewTab(t)
+	tab.Run(t,
+		chromedp.Navigate(f.HTTP.URL+"/#/d/"+d.ID),
+		inspectortest.WaitText("#partial-note", "Some attempts of this delivery cannot be read"),
+		inspectortest.WaitText("#partial-note", "it can be replayed"),
+		inspectortest.Click("#replay"),
+		inspectortest.WaitText(`#attempts .attempt[data-seq="2"]`, "replay"),
+	)
+	if got := f.Receiver.requests(); len(got) != 1 || string(got[0].Body) != `{"small":1}` {
+		t.Errorf("the receiver got %d requests (%+v), want the delivery once", len(got), got)
+	}
+}

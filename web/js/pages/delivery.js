@@ -65,7 +65,9 @@ function drawDetail(D, highlightSeq) {
     unreadable ? h('p', { class: 'error-text', id: 'partial-note' },
       (d.body_error ? 'The body of this delivery cannot be read' + (unreadable > 1 ? ', nor some of its attempts' : '')
         : 'Some attempts of this delivery cannot be read') +
-      ': the rest is shown below, each part that cannot be read saying why and what to do. devhook does not replay or export it as a whole delivery.') : null,
+      ': the rest is shown below, each part that cannot be read saying why and what to do. ' +
+      (d.body_error ? 'devhook does not replay it, nor export it as a whole delivery.'
+        : 'Its request is whole: it can be replayed, and its curl command copied.')) : null,
     last && d.view.attempts[attempts.length - 1] && d.view.attempts[attempts.length - 1].hint
       ? h('p', { class: 'refusal-hint warn-text', id: 'refusal-hint' }, hintText(d.view.attempts[attempts.length - 1].hint)) : null,
     h('dl', { class: 'facts' },
