@@ -366,6 +366,23 @@ func (r *retrier) due(now time.Time, n int) (due []*owedEntry, wait time.Duratio
 	return due, wait, probe
 }
 
+// behind returns how many entries of e's run come after it, waiting for
+// it to be delivered or given up.
+func (r *retrier) behind(e *owedEntry) int {
+	if e.key == "" {
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	run := r.runs[e.key]
+	for i, o := range run {
+		if o == e {
+			return len(run) - 1 - i
+		}
+	}
+	return 0
+}
+
 // isHead reports whether e is the first of its run, or has none; r.mu is
 // held.
 func (r *retrier) isHead(e *owedEntry) bool {

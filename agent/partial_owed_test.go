@@ -212,13 +212,15 @@ func TestOwedPartialDeliveryKeepsItsRunAfterRestart(t *testing.T) {
 	}
 	var logMu sync.Mutex
 	said := 0
+	var saying string
 	tn := newTunnel(t, "http://"+addr, func(c *agent.Config) {
 		c.RetryMinBackoff, c.RetryMaxBackoff = time.Hour, time.Hour // no retry before the restart
 		c.Logf = func(f string, a ...any) {
 			t.Logf(f, a...)
-			if strings.Contains(fmt.Sprintf(f, a...), "is not sent") {
+			if line := fmt.Sprintf(f, a...); strings.Contains(line, "is not sent") {
 				logMu.Lock()
 				said++
+				saying = line
 				logMu.Unlock()
 			}
 		}
@@ -256,6 +258,13 @@ func TestOwedPartialDeliveryKeepsItsRunAfterRestart(t *testing.T) {
 	if r := received(); len(r) != 0 {
 		t.Fatalf("the receiver took %v before the first of the run was given up, want nothing", r)
 	}
+	// What it holds up is said with it: nothing else says why the rest of
+	// the run does not come (their lines were printed before the restart).
+	logMu.Lock()
+	if !strings.Contains(saying, "the later delivery of its run waits behind it") {
+		t.Errorf("the damage said %q: want it to say that the later delivery of its run waits behind it", saying)
+	}
+	logMu.Unlock()
 	// Past --retry-for: the first given up, the second follows.
 	tn.cfg.RetryFor = time.Millisecond
 	tn.startAgent()

@@ -313,7 +313,14 @@ func (a *Agent) unreadableOwed(ctx context.Context, e *owedEntry, d *devhook.Del
 		return
 	}
 	if e.unreadable == 0 {
-		a.cfg.Logf("delivery %s, owed to the receiver, is not sent: %v; devhook reads it again with the retries' backoff, and gives up on it after --retry-for (%s)", e.id, pe, FormatDuration(a.cfg.RetryFor))
+		held := ""
+		switch n := a.owed.behind(e); {
+		case n == 1:
+			held = "; the later delivery of its run waits behind it until then"
+		case n > 1:
+			held = fmt.Sprintf("; the %d later deliveries of its run wait behind it until then", n)
+		}
+		a.cfg.Logf("delivery %s, owed to the receiver, is not sent: %v; devhook reads it again with the retries' backoff, and gives up on it after --retry-for (%s)%s", e.id, pe, FormatDuration(a.cfg.RetryFor), held)
 	}
 	e.unreadable++
 	a.owed.reschedule(e, now.Add(a.retryWait(e.unreadable-1)), e.refused)

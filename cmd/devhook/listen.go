@@ -101,6 +101,10 @@ type listening struct {
 	creds      wire.Credentials
 	relay      listenRelay
 	inspectURL string
+	// relayUnreached: the relay did not answer the check of the saved
+	// channel at start (it may be down); the ready block of a listen not
+	// connected yet says so rather than that it queues.
+	relayUnreached error
 
 	// The agent's first connection, or its word that it cannot record (a
 	// full disk) before it connects: listen is ready all the same, its
@@ -151,7 +155,7 @@ func (o *listenOptions) wire(ctx context.Context, g *lifecycle.Group, service *c
 	if l.relay, err = o.startRelay(g); err != nil {
 		return err
 	}
-	if l.creds, err = o.channel(ctx, l.relay.url, l.relay.key, l.relay.local, l.relay.store); err != nil {
+	if l.creds, l.relayUnreached, err = o.channel(ctx, l.relay.url, l.relay.key, l.relay.local, l.relay.store); err != nil {
 		return err
 	}
 	if service != nil && (o.register || o.updateURL) {

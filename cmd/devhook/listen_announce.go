@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"os"
 	"time"
 
+	"github.com/devhook/devhook/relay/relayclient"
 	"github.com/devhook/devhook/running"
 )
 
@@ -58,7 +60,7 @@ func (l *listening) announce(ctx, parent context.Context) error {
 	}
 	out.ready(readyInfo{PublicURL: l.creds.PublicURL, InspectorURL: l.inspectURL, Channel: l.creds.Channel,
 		Forward: l.ag.Targets(), Routes: l.ag.Routes(), Local: l.relay.localOnly, SecretKnown: l.ag.SecretKnown(), Verify: o.verify, Data: o.dataDir,
-		Webhook: webhook, Secret: secret, webhookNote: webhookNote, waiting: !l.everUp, builtIn: l.relay.local != nil})
+		Webhook: webhook, Secret: secret, webhookNote: webhookNote, waiting: !l.everUp, builtIn: l.relay.local != nil, relayUnreached: briefly(l.relayUnreached)})
 	l.mu.Unlock()
 	<-ctx.Done()
 	if parent.Err() != nil {
@@ -84,4 +86,17 @@ func (l *listening) writeRunning(me running.Listen) (remove func(), err error) {
 			return written()
 		})
 	}, err
+}
+
+// briefly says why the relay could not be reached in a few words (the
+// agent's own messages say the rest as it tries again), or "" for nil.
+func briefly(err error) string {
+	var ue *relayclient.UnreachableError
+	switch {
+	case err == nil:
+		return ""
+	case errors.As(err, &ue):
+		return ue.Reason
+	}
+	return err.Error()
 }

@@ -213,3 +213,33 @@ func TestListen_ReadyBlockOnAFullDiskSaysNotConnected(t *testing.T) {
 	waitUntil(t, "listen to say it connected", func() bool { return strings.Contains(l.stderr.String(), "connected after waiting ") })
 	l.stop(t, 20*time.Second)
 }
+
+// A listen whose ready block comes before it can record (a really full
+// disk) while its relay, another process, is down too says so: the relay
+// did not answer the check of its channel, so the block does not promise
+// that the relay queues what is sent (a sender meanwhile cannot reach it
+// at all), as it once did.
+func TestListen_ReadyBlockOnAFullDiskWithTheRelayDown(t *testing.T) {
+	bin := devhookBinary(t)
+	disk := fulldisk.Mount(t, "4m")
+	r, relayURL := relayProc(t)
+	args := []string{"listen", "--relay", relayURL, "--inspect", "off", "--forward", "127.0.0.1:9", "--data", disk.Dir}
+	first := startCmd(t, bin, args...) // its stores and channel, made with room
+	first.nextLine(t, "devhook is listening")
+	first.stop(t, 20*time.Second)
+	r.kill()
+	disk.Fill()
+
+	l := startCmd(t, bin, args...)
+	defer l.stop(t, 20*time.Second)
+	var block []string
+	for line := l.nextLine(t, ""); line != ""; line = l.nextLine(t, "") {
+		block = append(block, line)
+	}
+	text := strings.Join(block, "\n")
+	if !strings.HasPrefix(text, "devhook is not connected yet") ||
+		!strings.Contains(text, "nor did the relay answer (nothing accepts connections") ||
+		strings.Contains(text, "; the relay queues what is sent meanwhile") {
+		t.Errorf("ready block on a full disk with the relay down does not say that the relay did not answer:\n%s\nstderr: %s", text, l.stderr)
+	}
+}

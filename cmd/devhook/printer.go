@@ -43,9 +43,11 @@ type readyInfo struct {
 	Connected bool `json:"connected"`
 	// waiting: listen cannot record yet (a full disk) and does not
 	// connect until it can; a "connected" line follows then.
-	waiting     bool
-	builtIn     bool   // the relay runs in this process, its queue beside the store
-	webhookNote string // the human line about the webhook
+	waiting bool
+	builtIn bool // the relay runs in this process, its queue beside the store
+	// relayUnreached: why the relay did not answer at start, or "".
+	relayUnreached string
+	webhookNote    string // the human line about the webhook
 }
 
 // printer writes listen's output: human lines or one JSON object a line.
@@ -199,6 +201,9 @@ func (p *printer) ready(r readyInfo) {
 	switch {
 	case !r.waiting:
 		fmt.Fprintf(&b, "  recording   %s\n\n", r.Data)
+	case r.relayUnreached != "":
+		fmt.Fprintf(&b, "  recording   %s: cannot write there (no room?); nor did the relay answer (%s):\n"+
+			"              once it does, it queues what is sent meanwhile (202)\n\n", r.Data, r.relayUnreached)
 	case r.builtIn:
 		fmt.Fprintf(&b, "  recording   %s: cannot write there (no room?); the built-in relay queues what is sent meanwhile\n"+
 			"              while its own queue, in the same directory, has room, and answers 503 beyond\n\n", r.Data)
