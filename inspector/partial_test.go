@@ -400,3 +400,33 @@ func TestInBrowser_AttemptUnreadableReplays(t *testing.T) {
 		t.Errorf("the receiver got %d requests (%+v), want the delivery once", len(got), got)
 	}
 }
+
+// A replay of a delivery whose body cannot be read, with a body that
+// replaces it whole (body_text, body_base64), needs nothing unreadable:
+// it is sent with that body, re-signed, and recorded as edited. Before,
+// the handler refused it (409) as a plain replay. One that edits only its
+// headers still is refused, nothing sent.
+func TestReplay_BodyUnreadableReplaced(t *testing.T) {
+	f, broken, _ := partialFixture(t)
+	c := &inspector.Client{BaseURL: f.HTTP.URL, HTTP: f.HTTP.Client()}
+	ctx := context.Background()
+	_, err := c.Replay(ctx, broken.ID, devhook.ReplayOptions{SetHeader: http.Header{"X-Edit": {"1"}}})
+	if devhook.ErrorCode(err) != devhook.ECONFLICT || !strings.Contains(err.Error(), "missing") {
+		t.Errorf("Replay with a header edit: %v, want a conflict saying the body cannot be read", err)
+	}
+	if n := len(f.Receiver.requests()); n != 0 {
+		t.Fatalf("the receiver got %d requests, want none", n)
+	}
+	a, err := c.Replay(ctx, broken.ID, devhook.ReplayOptions{Body: []byte(`{"fixed":1}`), HasBody: true, SetHeader: http.Header{"X-Edit": {"1"}}})
+	if err != nil || a.Status != http.StatusOK || !a.Edited() || !a.Resigned() {
+		t.Fatalf("Replay with a body: %+v, %v; want it sent, edited and re-signed", a, err)
+	}
+	got := f.Receiver.requests()
+	if len(got) != 1 || string(got[0].Body) != `{"fixed":1}` || got[0].Header.Get("X-Edit") != "1" {
+		t.Errorf("the receiver got %+v, want the body given, its header edited", got)
+	}
+	var v inspector.DeliveryView
+	if code := f.get(t, "/api/deliveries/"+broken.ID, &v); code != http.StatusOK || len(v.Attempts) != 3 || !v.Attempts[2].Edited() || v.BodyError == "" {
+		t.Errorf("GET the delivery: %d, %+v; want its third attempt, edited, its body still unreadable", code, v.Delivery)
+	}
+}

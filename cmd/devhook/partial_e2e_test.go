@@ -122,16 +122,17 @@ func TestShow_BodyUnreadable(t *testing.T) {
 	}
 }
 
-// Replaying a delivery whose body cannot be read (its body file cut
-// short) is refused, saying why, and nothing is sent.
-func TestReplay_BodyUnreadable(t *testing.T) {
-	data := filepath.Join(t.TempDir(), "data")
+// cutBodyData is a data directory holding one delivery, d, whose body
+// file is cut short: its body cannot be read.
+func cutBodyData(t *testing.T) (data string, d *devhook.Delivery) {
+	t.Helper()
+	data = filepath.Join(t.TempDir(), "data")
 	db, err := storage.Open(filepath.Join(data, "deliveries.db"), storage.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	body := []byte(`{"big":"` + strings.Repeat("x", 4000) + `"}`)
-	d := &devhook.Delivery{ID: uuid.Must(uuid.NewV7()).String(), ReceivedAt: time.Now(), Method: http.MethodPost, Path: "/hook",
+	d = &devhook.Delivery{ID: uuid.Must(uuid.NewV7()).String(), ReceivedAt: time.Now(), Method: http.MethodPost, Path: "/hook",
 		Header: http.Header{"Content-Type": {"application/json"}}, Body: body, Verdict: devhook.Verdict{Result: devhook.VerdictUnchecked}}
 	if _, err := db.PutDelivery(d); err != nil {
 		t.Fatal(err)
@@ -143,6 +144,13 @@ func TestReplay_BodyUnreadable(t *testing.T) {
 	if err := os.Truncate(bodyFile, 100); err != nil {
 		t.Fatal(err)
 	}
+	return data, d
+}
+
+// Replaying a delivery whose body cannot be read (its body file cut
+// short) is refused, saying why, and nothing is sent.
+func TestReplay_BodyUnreadable(t *testing.T) {
+	data, d := cutBodyData(t)
 	var sent atomic.Int32
 	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { sent.Add(1) }))
 	defer recv.Close()
@@ -154,6 +162,61 @@ func TestReplay_BodyUnreadable(t *testing.T) {
 	}
 	if n := sent.Load(); n != 0 {
 		t.Errorf("the receiver got %d requests of a delivery whose body cannot be read", n)
+	}
+}
+
+// Replaying a delivery whose body cannot be read with --body, which
+// replaces that body whole, needs nothing unreadable: it is sent with the
+// body given (from a file or standard input, its headers edited too) and
+// recorded as edited. Before, it was refused as a plain replay is. --edit
+// alone would edit the recorded body: refused, the editor never run.
+func TestReplay_BodyUnreadableReplaced(t *testing.T) {
+	data, d := cutBodyData(t)
+	type seen struct{ body, edit string }
+	var mu sync.Mutex
+	var got []seen
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got = append(got, seen{string(b), r.Header.Get("X-Edit")})
+		mu.Unlock()
+	}))
+	defer recv.Close()
+	file := filepath.Join(t.TempDir(), "fixed.json")
+	if err := os.WriteFile(file, []byte(`{"fixed":1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	inspect := closedAddr(t)
+	base := []string{"replay", d.ID, "--to", recv.URL, "--data", data, "--inspect", inspect}
+	stdout, stderr, err := runDevhook(t, append(base, "--body", file)...)
+	if err != nil || !strings.Contains(stdout, "200") || !strings.Contains(stdout, "(edited") {
+		t.Errorf("replay --body FILE: %v, stdout %q, stderr %q; want it sent, edited", err, stdout, stderr)
+	}
+	stdout, stderr, err = runDevhookIn(t, `{"stdin":1}`, nil, append(base, "--body", "-", "--header", "X-Edit: 1")...)
+	if err != nil || !strings.Contains(stdout, "200") {
+		t.Errorf("replay --body - --header: %v, stdout %q, stderr %q; want it sent", err, stdout, stderr)
+	}
+	marker := filepath.Join(t.TempDir(), "editor-ran")
+	_, stderr, err = runDevhookIn(t, "", []string{"EDITOR=touch " + marker + " #"}, append(base, "--edit")...)
+	if exitCodeOf(err) != 1 || !strings.Contains(stderr, "cannot replay") || !strings.Contains(stderr, "cut short") {
+		t.Errorf("replay --edit: %v, stderr %q; want it refused: it edits the body that cannot be read", err, stderr)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Errorf("replay --edit ran the editor on a body that cannot be read")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []seen{{`{"fixed":1}`, ""}, {`{"stdin":1}`, "1"}}; !slices.Equal(got, want) {
+		t.Errorf("the receiver got %q, want %q", got, want)
+	}
+	db, err := storage.Open(filepath.Join(data, "deliveries.db"), storage.Config{ReadOnly: true, Logf: func(string, ...any) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rd, _ := db.Delivery(d.ID)
+	if rd == nil || len(rd.Attempts) != 2 || !rd.Attempts[0].Edited() || !rd.Attempts[1].Edited() || rd.BodyError == "" {
+		t.Errorf("recorded: %+v, want two edited attempts, the body still unreadable", rd)
 	}
 }
 
