@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -358,4 +359,60 @@ func TestExport_BodyUnreadable(t *testing.T) {
 	if err != nil {
 		t.Errorf("export of whole deliveries: %v %s", err, stderr)
 	}
+}
+
+// What the store says as a command opens it (a journal a stopped devhook
+// left, body files missing) comes as the command's own lines on stderr,
+// "devhook: …", not log lines with a date, and in words that fit the
+// command: before, list and export printed "2026/11/28 04:41:47 storage:
+// …", and replay "… and the others are recorded as before".
+func TestStoreNotices_CommandLines(t *testing.T) {
+	dated := regexp.MustCompile(`(?m)^\d{4}/\d\d/\d\d `)
+	check := func(t *testing.T, what, stderr string, want ...string) {
+		t.Helper()
+		if dated.MatchString(stderr) || strings.Contains(stderr, "recorded as before") {
+			t.Errorf("%s: stderr %q, want the store's notices as devhook's own lines, in words that fit", what, stderr)
+		}
+		for _, w := range want {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("%s: stderr %q does not say %q", what, stderr, w)
+			}
+		}
+	}
+	t.Run("journal left, read-only", func(t *testing.T) {
+		data := filepath.Join(t.TempDir(), "data")
+		if err := os.MkdirAll(data, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		for from, to := range map[string]string{"db-records.db": "deliveries.db", "journal-intact.journal0": "deliveries.db.journal0"} {
+			b, err := os.ReadFile(filepath.Join("..", "..", "storage", "testdata", from))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(data, to), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		inspect := closedAddr(t)
+		for _, args := range [][]string{{"deliveries", "list"}, {"deliveries", "export", "--last", "1", "--to", "http://127.0.0.1:9"}} {
+			_, stderr, err := runDevhook(t, append(args, "--data", data, "--inspect", inspect)...)
+			if err != nil {
+				t.Errorf("%s: %v", args[1], err)
+			}
+			check(t, args[1], stderr, "devhook: journal "+filepath.Join(data, "deliveries.db.journal0"), "shown, not applied")
+		}
+	})
+	t.Run("body file missing, replay", func(t *testing.T) {
+		data, d := cutBodyData(t)
+		if err := os.RemoveAll(filepath.Join(data, "deliveries.db.bodies")); err != nil {
+			t.Fatal(err)
+		}
+		recv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		defer recv.Close()
+		_, stderr, err := runDevhookIn(t, `{"fixed":1}`, nil, "replay", d.ID, "--body", "-", "--to", recv.URL, "--data", data, "--inspect", closedAddr(t))
+		if err != nil {
+			t.Errorf("replay: %v", err)
+		}
+		check(t, "replay", stderr, "devhook: 1 body of a recorded delivery is in body files missing from", "read without their bodies")
+	})
 }
