@@ -434,3 +434,40 @@ func TestReplay_BodyUnreadableReplaced(t *testing.T) {
 		t.Errorf("GET the delivery: %d, %+v; want its third attempt, edited, its body still unreadable", code, v.Delivery)
 	}
 }
+
+// DELETE with a filter cannot match a damaged list row: it keeps it, and
+// its answer names it in kept_damaged (before, it kept it without a word),
+// which the client hands to devhook deliveries delete.
+func TestDeleteMatching_SaysWhatItKept(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	db, err := storage.Open(path, storage.Config{MaxDeliveries: -1, MaxAge: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	a, b := newDelivery(at, 1, []byte(`{"n":1}`), true), newDelivery(at.Add(time.Second), 2, []byte(`{"n":2}`), true)
+	put(t, db, a, 500)
+	put(t, db, b, 500)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	bdb, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = bdb.Update(func(tx *bolt.Tx) error {
+		s := tx.Bucket([]byte("summaries"))
+		v := append([]byte{}, s.Get([]byte(a.ID))...)
+		v[len(v)/2] ^= 0x10
+		return s.Put([]byte(a.ID), v)
+	})
+	if cerr := bdb.Close(); err != nil || cerr != nil {
+		t.Fatal(err, cerr)
+	}
+	f := newFixture(t, fixtureOptions{path: path})
+	c := &inspector.Client{BaseURL: f.HTTP.URL, HTTP: f.HTTP.Client()}
+	res, err := c.DeleteMatching(context.Background(), storage.Selection{Filter: devhook.Filter{Status: 500}})
+	if err != nil || res.Deleted != 1 || len(res.IDs) != 1 || res.IDs[0] != b.ID || len(res.KeptDamaged) != 1 || res.KeptDamaged[0] != a.ID {
+		t.Errorf("DeleteMatching status 500: %+v, %v; want %s deleted, %s kept", res, err, b.ID, a.ID)
+	}
+}

@@ -197,8 +197,8 @@ func (o offline) Delete(_ context.Context, refs []string) (inspector.DeleteResul
 	return inspector.DeleteResult{Deleted: len(removed), IDs: removed}, err
 }
 func (o offline) DeleteMatching(_ context.Context, sel storage.Selection) (inspector.DeleteResult, error) {
-	removed, err := o.db.DeleteMatching(sel)
-	return inspector.DeleteResult{Deleted: len(removed), IDs: removed}, err
+	out, err := o.db.DeleteMatching(sel)
+	return inspector.DeleteResult{Deleted: len(out.IDs), IDs: out.IDs, KeptDamaged: out.Kept}, err
 }
 
 func newDeliveriesCmd() *cobra.Command {
