@@ -256,6 +256,18 @@ func SendError(d *Delivery, err error) error {
 	return err
 }
 
+// ReplayError is SendError for a replay of d with opt: one that replaces
+// the body whole (opt.HasBody) needs nothing of the recorded body, so a
+// body that cannot be read does not stop it (its method, path, query and
+// headers are read with its record); err otherwise, as SendError says.
+func ReplayError(d *Delivery, err error, opt ReplayOptions) error {
+	var pe *PartialError
+	if d != nil && opt.HasBody && errors.As(err, &pe) {
+		return nil
+	}
+	return SendError(d, err)
+}
+
 // Unsendable is the error, ECONFLICT, of an action that sends the
 // delivery (a replay), refused because its body could not be read.
 func (e *PartialError) Unsendable(action string) *Error {

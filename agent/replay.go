@@ -11,10 +11,11 @@ import (
 // it goes to the first forward target, re-signed with a fresh t when the
 // secret is known; opt changes that. A delivery some attempts of which
 // cannot be read is sent as one whose were (devhook.SendError); one whose
-// body cannot be read is refused with its *devhook.PartialError.
+// body cannot be read is refused with its *devhook.PartialError, unless
+// opt replaces the body whole (devhook.ReplayError).
 func (a *Agent) Replay(ctx context.Context, id string, opt devhook.ReplayOptions) (devhook.Attempt, error) {
 	d, err := a.cfg.Store.Delivery(id)
-	if err = devhook.SendError(d, err); err != nil {
+	if err = devhook.ReplayError(d, err, opt); err != nil {
 		return devhook.Attempt{}, err
 	}
 	d.Route = d.ArrivalRoute() // for live views

@@ -17,9 +17,11 @@ func (s *Server) handleCurl(w http.ResponseWriter, r *http.Request) {
 	d, err := s.delivery(r.PathValue("id"))
 	// Only its request is needed: an attempt that cannot be read does not
 	// stop it, as in deliveries export --format curl; a body that cannot
-	// be read does (409), the error naming the body alone.
+	// be read does (409), the error naming the body alone. Writing the
+	// command sends nothing: its error says what it could not write, as
+	// the body's download does, not that nothing was sent.
 	if pe := bodyUnreadable(d, err); pe != nil {
-		s.fail(w, r, pe.Unsendable("write the curl command of"))
+		s.fail(w, r, unreadablePart("write the curl command", pe))
 		return
 	}
 	if err != nil && !partial(d, err) {

@@ -30,6 +30,10 @@ const maxNamedDeleted = 1000
 type DeleteResult struct {
 	Deleted int      `json:"deleted"`
 	IDs     []string `json:"ids,omitempty"`
+	// KeptDamaged are the ids of the records a selection kept because
+	// they cannot be read to be matched (damaged, or a newer devhook's):
+	// evidence, deleted by id or with all.
+	KeptDamaged []string `json:"kept_damaged,omitempty"`
 }
 
 func (s *Server) handleDeleteOne(w http.ResponseWriter, r *http.Request) {
@@ -78,13 +82,15 @@ func (s *Server) handleDeleteMany(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	removed, err := s.cfg.Store.DeleteMatching(sel)
-	s.deleted(removed)
+	out, err := s.cfg.Store.DeleteMatching(sel)
+	s.deleted(out.IDs)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, deleteResult(removed))
+	res := deleteResult(out.IDs)
+	res.KeptDamaged = out.Kept
+	writeJSON(w, http.StatusOK, res)
 }
 
 // deleteIDs deletes ids, whole ones, and answers.

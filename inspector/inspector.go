@@ -79,9 +79,10 @@ type Store interface {
 	// does, ECONFLICT when several do.
 	Resolve(ref string) (string, error)
 	// Delete and DeleteMatching remove deliveries with everything kept of
-	// them, and return the ids removed.
+	// them, and return the ids removed (DeleteMatching: and those of the
+	// damaged records it kept, which it cannot match).
 	Delete(ids []string) ([]string, error)
-	DeleteMatching(sel storage.Selection) ([]string, error)
+	DeleteMatching(sel storage.Selection) (storage.Deleted, error)
 }
 
 // Replayer sends a stored delivery again and records the attempt itself.

@@ -291,6 +291,10 @@ func TestDelivery_UnreadablePartsAre409(t *testing.T) {
 		if c.other != "" && strings.Contains(msg, c.other) {
 			t.Errorf("GET %s: %q, want it to name only the part it needs", c.path, msg)
 		}
+		// Only a replay sends: the others write or save something.
+		if strings.Contains(msg, "nothing was sent") {
+			t.Errorf("GET %s: %q, which sends nothing in any case", c.path, msg)
+		}
 	}
 	for _, path := range []string{
 		"/api/deliveries", "/api/deliveries/" + id, "/api/deliveries/" + id + "/attempts/2/body", "/api/deliveries/" + id + "/request",
@@ -398,5 +402,72 @@ func TestInBrowser_AttemptUnreadableReplays(t *testing.T) {
 	)
 	if got := f.Receiver.requests(); len(got) != 1 || string(got[0].Body) != `{"small":1}` {
 		t.Errorf("the receiver got %d requests (%+v), want the delivery once", len(got), got)
+	}
+}
+
+// A replay of a delivery whose body cannot be read, with a body that
+// replaces it whole (body_text, body_base64), needs nothing unreadable:
+// it is sent with that body, re-signed, and recorded as edited. Before,
+// the handler refused it (409) as a plain replay. One that edits only its
+// headers still is refused, nothing sent.
+func TestReplay_BodyUnreadableReplaced(t *testing.T) {
+	f, broken, _ := partialFixture(t)
+	c := &inspector.Client{BaseURL: f.HTTP.URL, HTTP: f.HTTP.Client()}
+	ctx := context.Background()
+	_, err := c.Replay(ctx, broken.ID, devhook.ReplayOptions{SetHeader: http.Header{"X-Edit": {"1"}}})
+	if devhook.ErrorCode(err) != devhook.ECONFLICT || !strings.Contains(err.Error(), "missing") {
+		t.Errorf("Replay with a header edit: %v, want a conflict saying the body cannot be read", err)
+	}
+	if n := len(f.Receiver.requests()); n != 0 {
+		t.Fatalf("the receiver got %d requests, want none", n)
+	}
+	a, err := c.Replay(ctx, broken.ID, devhook.ReplayOptions{Body: []byte(`{"fixed":1}`), HasBody: true, SetHeader: http.Header{"X-Edit": {"1"}}})
+	if err != nil || a.Status != http.StatusOK || !a.Edited() || !a.Resigned() {
+		t.Fatalf("Replay with a body: %+v, %v; want it sent, edited and re-signed", a, err)
+	}
+	got := f.Receiver.requests()
+	if len(got) != 1 || string(got[0].Body) != `{"fixed":1}` || got[0].Header.Get("X-Edit") != "1" {
+		t.Errorf("the receiver got %+v, want the body given, its header edited", got)
+	}
+	var v inspector.DeliveryView
+	if code := f.get(t, "/api/deliveries/"+broken.ID, &v); code != http.StatusOK || len(v.Attempts) != 3 || !v.Attempts[2].Edited() || v.BodyError == "" {
+		t.Errorf("GET the delivery: %d, %+v; want its third attempt, edited, its body still unreadable", code, v.Delivery)
+	}
+}
+
+// DELETE with a filter cannot match a damaged list row: it keeps it, and
+// its answer names it in kept_damaged (before, it kept it without a word),
+// which the client hands to devhook deliveries delete.
+func TestDeleteMatching_SaysWhatItKept(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "devhook.db")
+	db, err := storage.Open(path, storage.Config{MaxDeliveries: -1, MaxAge: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	a, b := newDelivery(at, 1, []byte(`{"n":1}`), true), newDelivery(at.Add(time.Second), 2, []byte(`{"n":2}`), true)
+	put(t, db, a, 500)
+	put(t, db, b, 500)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	bdb, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = bdb.Update(func(tx *bolt.Tx) error {
+		s := tx.Bucket([]byte("summaries"))
+		v := append([]byte{}, s.Get([]byte(a.ID))...)
+		v[len(v)/2] ^= 0x10
+		return s.Put([]byte(a.ID), v)
+	})
+	if cerr := bdb.Close(); err != nil || cerr != nil {
+		t.Fatal(err, cerr)
+	}
+	f := newFixture(t, fixtureOptions{path: path})
+	c := &inspector.Client{BaseURL: f.HTTP.URL, HTTP: f.HTTP.Client()}
+	res, err := c.DeleteMatching(context.Background(), storage.Selection{Filter: devhook.Filter{Status: 500}})
+	if err != nil || res.Deleted != 1 || len(res.IDs) != 1 || res.IDs[0] != b.ID || len(res.KeptDamaged) != 1 || res.KeptDamaged[0] != a.ID {
+		t.Errorf("DeleteMatching status 500: %+v, %v; want %s deleted, %s kept", res, err, b.ID, a.ID)
 	}
 }

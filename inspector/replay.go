@@ -151,8 +151,9 @@ func (s *Server) handleReplay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d, err := s.delivery(id)
-	// Attempts that cannot be read are its history, not what is sent.
-	if err = devhook.SendError(d, err); err != nil {
+	// Attempts that cannot be read are its history, not what is sent; a
+	// body that cannot be read is not sent when the request replaces it.
+	if err = devhook.ReplayError(d, err, opt); err != nil {
 		s.fail(w, r, unsendable("replay", err))
 		return
 	}

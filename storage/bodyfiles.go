@@ -255,8 +255,12 @@ func sayMissing(dir string, files []uint32, recorded map[uint32]bodyFileState, l
 		return
 	}
 	slices.Sort(missing)
-	logf("storage: %d bodies of recorded deliveries are in body files missing from %s (%s): a copy of the store needs that directory copied with it (devhook stopped); meanwhile those deliveries cannot be shown, and the others are recorded as before",
-		bodies, dir, strings.Join(missing, ", "))
+	those := fmt.Sprintf("%d bodies of recorded deliveries are", bodies)
+	if bodies == 1 {
+		those = "1 body of a recorded delivery is"
+	}
+	logf("storage: %s in body files missing from %s (%s): a copy of the store needs that directory copied with it (devhook stopped); until then those deliveries read without their bodies, and the others as before",
+		those, dir, strings.Join(missing, ", "))
 }
 
 // fileProblem says what is wrong with a body file whose check failed with

@@ -100,28 +100,40 @@ func (db *DB) Delete(ids []string) ([]string, error) {
 	return removed, nil
 }
 
-// DeleteMatching removes the deliveries that sel chooses and returns
-// their ids, oldest first. A list row that fails its checks cannot be
-// matched and is kept, as evidence, unless sel chooses all: then every
-// record goes, damaged ones too.
-func (db *DB) DeleteMatching(sel Selection) ([]string, error) {
+// Deleted is what DeleteMatching did.
+type Deleted struct {
+	// IDs are the deliveries removed, oldest first.
+	IDs []string
+	// Kept are the ids of the list rows, among those the selection looked
+	// at, that fail their checks (damaged, or a newer devhook's): they
+	// cannot be matched, and are kept as evidence. Delete removes them
+	// by id, as does a selection of all.
+	Kept []string
+}
+
+// DeleteMatching removes the deliveries that sel chooses. A list row that
+// fails its checks cannot be matched and is kept, as evidence, and said
+// (Deleted.Kept), unless sel chooses all: then every record goes,
+// damaged ones too.
+func (db *DB) DeleteMatching(sel Selection) (Deleted, error) {
 	if db.readOnly {
-		return nil, fmt.Errorf("storage: delete deliveries: %w", errReadOnly)
+		return Deleted{}, fmt.Errorf("storage: delete deliveries: %w", errReadOnly)
 	}
 	if sel.Filter.Text != "" {
-		return nil, devhook.Errorf(devhook.EINVALID, "storage: deleting by the text of bodies is not supported")
+		return Deleted{}, devhook.Errorf(devhook.EINVALID, "storage: deleting by the text of bodies is not supported")
 	}
-	var removed []string
+	var out Deleted
 	err := db.deleting(func() error {
 		if sel.all() {
 			var err error
-			removed, err = db.deleteAll()
+			out.IDs, err = db.deleteAll()
 			return err
 		}
 		var after []byte // the last list row looked at
 		for {
-			ids, next, err := db.deleteChunk(sel, after)
-			removed = append(removed, ids...)
+			ids, kept, next, err := db.deleteChunk(sel, after)
+			out.IDs = append(out.IDs, ids...)
+			out.Kept = append(out.Kept, kept...)
 			if err != nil || next == nil {
 				return err
 			}
@@ -129,12 +141,12 @@ func (db *DB) DeleteMatching(sel Selection) ([]string, error) {
 		}
 	})
 	if err != nil {
-		return removed, fmt.Errorf("storage: delete deliveries: %w", err)
+		return out, fmt.Errorf("storage: delete deliveries: %w", err)
 	}
-	if len(removed) > 0 {
+	if len(out.IDs) > 0 {
 		db.tidyBodyFiles()
 	}
-	return removed, nil
+	return out, nil
 }
 
 // deleting runs del, which deletes in bbolt, after applying the journal,
@@ -260,11 +272,11 @@ func deleteRunEntries(tx *bolt.Tx, id []byte) error {
 // deleteChunk deletes up to pruneChunk deliveries that sel chooses among
 // the list rows after after (nil: from the oldest), in one transaction.
 // next is the last row it looked at when more may follow, else nil.
-func (db *DB) deleteChunk(sel Selection, after []byte) (removed []string, next []byte, err error) {
+func (db *DB) deleteChunk(sel Selection, after []byte) (removed, kept []string, next []byte, err error) {
 	var zero []bodyRef
 	err = db.safely(func() error {
 		return db.bolt.Update(func(tx *bolt.Tx) error {
-			removed, next, zero = nil, nil, nil
+			removed, kept, next, zero = nil, nil, nil, nil
 			if err := db.spaceLeft(); err != nil {
 				return err
 			}
@@ -287,7 +299,8 @@ func (db *DB) deleteChunk(sel Selection, after []byte) (removed []string, next [
 					s, err = decodeSummary(p)
 				}
 				if err != nil {
-					continue // cannot be matched: kept, as evidence
+					kept = append(kept, string(k)) // cannot be matched: kept, as evidence
+					continue
 				}
 				if !sel.ReceivedBefore.IsZero() && !s.ReceivedAt.Before(sel.ReceivedBefore) {
 					break // ids and ReceivedAt come from the same clock
@@ -307,10 +320,10 @@ func (db *DB) deleteChunk(sel Selection, after []byte) (removed []string, next [
 		})
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	db.bodies.toZero(zero)
-	return removed, next, nil
+	return removed, kept, next, nil
 }
 
 // deleteAll empties the store: every delivery and what is kept of it,

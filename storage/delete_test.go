@@ -223,19 +223,19 @@ func TestDeleteMatching(t *testing.T) {
 	db := MustOpenDB(t, storage.Config{})
 	recordEach(t, db, 0, 20)
 	// Age: deliveries 0-4 were received before t0+5s.
-	removed, err := db.DeleteMatching(storage.Selection{ReceivedBefore: t0.Add(5 * time.Second)})
-	if err != nil || !slices.Equal(removed, ids(0, 1, 2, 3, 4)) {
-		t.Fatalf("ReceivedBefore: %v, %v", removed, err)
+	out, err := db.DeleteMatching(storage.Selection{ReceivedBefore: t0.Add(5 * time.Second)})
+	if err != nil || !slices.Equal(out.IDs, ids(0, 1, 2, 3, 4)) || out.Kept != nil {
+		t.Fatalf("ReceivedBefore: %+v, %v", out, err)
 	}
 	// Status 202: i%5 == 2.
-	removed, err = db.DeleteMatching(storage.Selection{Filter: devhook.Filter{Status: 202}})
-	if err != nil || !slices.Equal(removed, ids(7, 12, 17)) {
-		t.Fatalf("Status 202: %v, %v", removed, err)
+	out, err = db.DeleteMatching(storage.Selection{Filter: devhook.Filter{Status: 202}})
+	if err != nil || !slices.Equal(out.IDs, ids(7, 12, 17)) {
+		t.Fatalf("Status 202: %+v, %v", out, err)
 	}
 	// Both, and a run: run-%d is i%7.
-	removed, err = db.DeleteMatching(storage.Selection{Filter: devhook.Filter{RunID: "run-3"}, ReceivedBefore: t0.Add(15 * time.Second)})
-	if err != nil || !slices.Equal(removed, ids(10)) {
-		t.Fatalf("run-3 before t0+15s: %v, %v", removed, err)
+	out, err = db.DeleteMatching(storage.Selection{Filter: devhook.Filter{RunID: "run-3"}, ReceivedBefore: t0.Add(15 * time.Second)})
+	if err != nil || !slices.Equal(out.IDs, ids(10)) {
+		t.Fatalf("run-3 before t0+15s: %+v, %v", out, err)
 	}
 	for _, i := range []int{0, 4, 7, 10, 12, 17} {
 		gone(t, db, i)
@@ -247,20 +247,21 @@ func TestDeleteMatching(t *testing.T) {
 		t.Errorf("a text selection: %v, want refused", err)
 	}
 
-	// A damaged list row: kept by a selection, gone with all.
+	// A damaged list row: kept by a selection, and said (Kept), so that
+	// the command can say why it is still there; gone with all.
 	if err := db.CorruptSummary(id(19)); err != nil {
 		t.Fatal(err)
 	}
-	removed, err = db.DeleteMatching(storage.Selection{ReceivedBefore: t0.Add(time.Hour)})
-	if err != nil || slices.Contains(removed, id(19)) || len(removed) != 10 {
-		t.Fatalf("a selection with a damaged row: %v, %v", removed, err)
+	out, err = db.DeleteMatching(storage.Selection{ReceivedBefore: t0.Add(time.Hour)})
+	if err != nil || slices.Contains(out.IDs, id(19)) || len(out.IDs) != 10 || !slices.Equal(out.Kept, ids(19)) {
+		t.Fatalf("a selection with a damaged row: %+v, %v; want 10 deleted, %s kept", out, err, id(19))
 	}
 	if err := db.PutRetry(id(19), devhook.RetryState{State: devhook.RetryOwed, Since: t0}); err != nil {
 		t.Fatal(err)
 	}
-	removed, err = db.DeleteMatching(storage.Selection{})
-	if err != nil || !slices.Equal(removed, ids(19)) {
-		t.Fatalf("all: %v, %v", removed, err)
+	out, err = db.DeleteMatching(storage.Selection{})
+	if err != nil || !slices.Equal(out.IDs, ids(19)) || out.Kept != nil {
+		t.Fatalf("all: %+v, %v", out, err)
 	}
 	if n, _ := db.Count(); n != 0 {
 		t.Errorf("Count after deleting all = %d", n)

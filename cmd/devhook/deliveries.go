@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -103,19 +104,34 @@ func (h *historyOptions) open(cmd *cobra.Command) (hist history, close func(), l
 	} else if err != nil {
 		return nil, nil, false, fmt.Errorf("read the data directory: %w", err)
 	}
-	db, err := storage.Open(path, storage.Config{ReadOnly: h.readOnly})
+	say := noticesTo(cmd.ErrOrStderr())
+	db, err := storage.Open(path, storage.Config{ReadOnly: h.readOnly, Logf: say})
 	if errors.Is(err, storage.ErrLocked) {
 		return nil, nil, false, lockedError(h.dataDir, noInspector)
 	}
 	if err != nil {
 		return nil, nil, false, err
 	}
-	ag, err := agent.New(agent.Config{Store: db, Secret: h.secret})
+	ag, err := agent.New(agent.Config{Store: db, Secret: h.secret, Logf: say})
 	if err != nil {
 		db.Close()
 		return nil, nil, false, err
 	}
 	return offline{db: db, ag: ag}, func() { db.Close() }, false, nil
+}
+
+// noticesTo is the Logf of a store (or agent) a command opens: each
+// notice one line of w, "devhook: " and the notice without its package's
+// prefix, as the command's other lines, not a log line with a date. Safe
+// for the store's own goroutine.
+func noticesTo(w io.Writer) func(format string, args ...any) {
+	var mu sync.Mutex
+	return func(format string, args ...any) {
+		msg := strings.TrimPrefix(fmt.Sprintf(format, args...), "storage: ")
+		mu.Lock()
+		defer mu.Unlock()
+		fmt.Fprintf(w, "devhook: %s\n", strings.TrimRight(msg, "\n"))
+	}
 }
 
 // lockedError is the short error for a store another process holds: a
@@ -181,8 +197,8 @@ func (o offline) Delete(_ context.Context, refs []string) (inspector.DeleteResul
 	return inspector.DeleteResult{Deleted: len(removed), IDs: removed}, err
 }
 func (o offline) DeleteMatching(_ context.Context, sel storage.Selection) (inspector.DeleteResult, error) {
-	removed, err := o.db.DeleteMatching(sel)
-	return inspector.DeleteResult{Deleted: len(removed), IDs: removed}, err
+	out, err := o.db.DeleteMatching(sel)
+	return inspector.DeleteResult{Deleted: len(out.IDs), IDs: out.IDs, KeptDamaged: out.Kept}, err
 }
 
 func newDeliveriesCmd() *cobra.Command {

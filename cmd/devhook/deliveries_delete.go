@@ -45,7 +45,9 @@ An ID is a whole delivery id or its start, when only one id starts so; several I
 deleted, or none when one is not found. --all deletes every delivery; --before DURATION
 those received longer ago than that (24h, 90m, 7d), --status those whose receiver answered
 that status (none: no answer), --run-id those of a run; these combine. On a terminal,
---all and a selection ask first; elsewhere they need --yes.`,
+--all and a selection ask first; elsewhere they need --yes. A selection keeps the records
+that cannot be read to be matched (damaged, or a newer devhook's) as evidence, and says which;
+deleting them by ID, or --all, removes them.`,
 		Example: `  devhook deliveries delete 0190a1b2-c3d4-7e5f
   devhook deliveries delete --before 7d --yes
   devhook deliveries delete --status 500 --run-id run-7f3a
@@ -93,7 +95,25 @@ func (o *deleteOptions) run(cmd *cobra.Command, args []string) error {
 	if err != nil {
 		return err
 	}
+	sayKept(cmd.ErrOrStderr(), res.KeptDamaged)
 	return o.print(cmd.OutOrStdout(), res, selected)
+}
+
+// sayKept says on w which records a selection kept because they cannot
+// be read to be matched: evidence, which the store never drops unasked.
+func sayKept(w io.Writer, ids []string) {
+	if len(ids) == 0 {
+		return
+	}
+	if len(ids) == 1 {
+		fmt.Fprintf(w, "devhook: kept 1 record that cannot be read (damaged, or a newer devhook's), delivery %s: a selection cannot match it, so it stays as evidence; devhook deliveries delete %s removes it\n", ids[0], ids[0])
+		return
+	}
+	named := strings.Join(ids[:min(len(ids), 10)], ", ")
+	if len(ids) > 10 {
+		named += fmt.Sprintf(" and %d more", len(ids)-10)
+	}
+	fmt.Fprintf(w, "devhook: kept %d records that cannot be read (damaged, or a newer devhook's), deliveries %s: a selection cannot match them, so they stay as evidence; devhook deliveries delete ID removes one, --all every one\n", len(ids), named)
 }
 
 // selection reads --before, --status and --run-id, and says whether any

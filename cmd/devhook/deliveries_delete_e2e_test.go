@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	bolt "go.etcd.io/bbolt"
 
 	"github.com/devhook/devhook"
 	"github.com/devhook/devhook/receiver"
@@ -311,4 +312,72 @@ func TestDeliveries_DeleteOwed(t *testing.T) {
 		t.Errorf("listen's stderr: %s", l.stderr)
 	}
 	l.stop(t, 30*time.Second)
+}
+
+// A selection cannot match a record that cannot be read (its list row
+// damaged: a bit flipped in the file): delete keeps it, as evidence, and
+// says so, naming it and how to remove it (before, it kept it without a
+// word, and the list still showed it damaged); --json carries its id in
+// kept_damaged. Deleted by its id, it goes.
+func TestDeliveries_DeleteSaysWhatItKept(t *testing.T) {
+	devhookBinary(t)
+	data := filepath.Join(t.TempDir(), "data")
+	path := filepath.Join(data, "deliveries.db")
+	db, err := storage.Open(path, storage.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := range 3 {
+		d := &devhook.Delivery{ID: uuid.Must(uuid.NewV7()).String(), ReceivedAt: time.Now().Add(-time.Hour), Method: http.MethodPost, Path: "/hook",
+			Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(fmt.Sprintf(`{"n":%d}`, i)), Verdict: devhook.Verdict{Result: devhook.VerdictUnchecked}}
+		if _, err := db.PutDelivery(d); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, d.ID)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	damaged := ids[1]
+	bdb, err := bolt.Open(path, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = bdb.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket([]byte("summaries"))
+		v := append([]byte{}, b.Get([]byte(damaged))...)
+		if len(v) < 10 {
+			return fmt.Errorf("list row of %s: %d bytes", damaged, len(v))
+		}
+		v[len(v)/2] ^= 0x10
+		return b.Put([]byte(damaged), v)
+	})
+	if cerr := bdb.Close(); err != nil || cerr != nil {
+		t.Fatal(err, cerr)
+	}
+
+	out, stderr, err := runDevhook(t, "deliveries", "delete", "--before", "30m", "--yes", "--data", data, "--inspect", closedAddr(t))
+	if err != nil || out != "deleted "+ids[0]+"\ndeleted "+ids[2]+"\n" {
+		t.Fatalf("delete --before 30m: %v %s\n%q", err, stderr, out)
+	}
+	for _, want := range []string{"kept 1 record that cannot be read", damaged, "stays as evidence", "devhook deliveries delete " + damaged} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("delete's stderr %q does not say %q", stderr, want)
+		}
+	}
+	out, _, err = runDevhook(t, "deliveries", "delete", "--before", "30m", "--yes", "--json", "--data", data, "--inspect", closedAddr(t))
+	var res struct {
+		Deleted     int      `json:"deleted"`
+		KeptDamaged []string `json:"kept_damaged"`
+	}
+	if jerr := json.Unmarshal([]byte(out), &res); err != nil || jerr != nil || res.Deleted != 0 || !slices.Equal(res.KeptDamaged, []string{damaged}) {
+		t.Errorf("delete --json: %v %v %q, want nothing deleted and kept_damaged [%s]", err, jerr, out, damaged)
+	}
+	if out, stderr, err := runDevhook(t, "deliveries", "delete", damaged, "--data", data, "--inspect", closedAddr(t)); err != nil || out != "deleted "+damaged+"\n" {
+		t.Errorf("delete %s: %v %s\n%q", damaged, err, stderr, out)
+	}
+	if out, stderr, err := runDevhook(t, "deliveries", "list", "--data", data, "--inspect", closedAddr(t)); err != nil || !strings.Contains(out, "no deliveries recorded yet") || stderr != "" {
+		t.Errorf("list after: %v %q\n%s", err, stderr, out)
+	}
 }

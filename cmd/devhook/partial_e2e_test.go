@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -122,16 +123,17 @@ func TestShow_BodyUnreadable(t *testing.T) {
 	}
 }
 
-// Replaying a delivery whose body cannot be read (its body file cut
-// short) is refused, saying why, and nothing is sent.
-func TestReplay_BodyUnreadable(t *testing.T) {
-	data := filepath.Join(t.TempDir(), "data")
+// cutBodyData is a data directory holding one delivery, d, whose body
+// file is cut short: its body cannot be read.
+func cutBodyData(t *testing.T) (data string, d *devhook.Delivery) {
+	t.Helper()
+	data = filepath.Join(t.TempDir(), "data")
 	db, err := storage.Open(filepath.Join(data, "deliveries.db"), storage.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	body := []byte(`{"big":"` + strings.Repeat("x", 4000) + `"}`)
-	d := &devhook.Delivery{ID: uuid.Must(uuid.NewV7()).String(), ReceivedAt: time.Now(), Method: http.MethodPost, Path: "/hook",
+	d = &devhook.Delivery{ID: uuid.Must(uuid.NewV7()).String(), ReceivedAt: time.Now(), Method: http.MethodPost, Path: "/hook",
 		Header: http.Header{"Content-Type": {"application/json"}}, Body: body, Verdict: devhook.Verdict{Result: devhook.VerdictUnchecked}}
 	if _, err := db.PutDelivery(d); err != nil {
 		t.Fatal(err)
@@ -143,6 +145,13 @@ func TestReplay_BodyUnreadable(t *testing.T) {
 	if err := os.Truncate(bodyFile, 100); err != nil {
 		t.Fatal(err)
 	}
+	return data, d
+}
+
+// Replaying a delivery whose body cannot be read (its body file cut
+// short) is refused, saying why, and nothing is sent.
+func TestReplay_BodyUnreadable(t *testing.T) {
+	data, d := cutBodyData(t)
 	var sent atomic.Int32
 	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { sent.Add(1) }))
 	defer recv.Close()
@@ -154,6 +163,61 @@ func TestReplay_BodyUnreadable(t *testing.T) {
 	}
 	if n := sent.Load(); n != 0 {
 		t.Errorf("the receiver got %d requests of a delivery whose body cannot be read", n)
+	}
+}
+
+// Replaying a delivery whose body cannot be read with --body, which
+// replaces that body whole, needs nothing unreadable: it is sent with the
+// body given (from a file or standard input, its headers edited too) and
+// recorded as edited. Before, it was refused as a plain replay is. --edit
+// alone would edit the recorded body: refused, the editor never run.
+func TestReplay_BodyUnreadableReplaced(t *testing.T) {
+	data, d := cutBodyData(t)
+	type seen struct{ body, edit string }
+	var mu sync.Mutex
+	var got []seen
+	recv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got = append(got, seen{string(b), r.Header.Get("X-Edit")})
+		mu.Unlock()
+	}))
+	defer recv.Close()
+	file := filepath.Join(t.TempDir(), "fixed.json")
+	if err := os.WriteFile(file, []byte(`{"fixed":1}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	inspect := closedAddr(t)
+	base := []string{"replay", d.ID, "--to", recv.URL, "--data", data, "--inspect", inspect}
+	stdout, stderr, err := runDevhook(t, append(base, "--body", file)...)
+	if err != nil || !strings.Contains(stdout, "200") || !strings.Contains(stdout, "(edited") {
+		t.Errorf("replay --body FILE: %v, stdout %q, stderr %q; want it sent, edited", err, stdout, stderr)
+	}
+	stdout, stderr, err = runDevhookIn(t, `{"stdin":1}`, nil, append(base, "--body", "-", "--header", "X-Edit: 1")...)
+	if err != nil || !strings.Contains(stdout, "200") {
+		t.Errorf("replay --body - --header: %v, stdout %q, stderr %q; want it sent", err, stdout, stderr)
+	}
+	marker := filepath.Join(t.TempDir(), "editor-ran")
+	_, stderr, err = runDevhookIn(t, "", []string{"EDITOR=touch " + marker + " #"}, append(base, "--edit")...)
+	if exitCodeOf(err) != 1 || !strings.Contains(stderr, "cannot replay") || !strings.Contains(stderr, "cut short") {
+		t.Errorf("replay --edit: %v, stderr %q; want it refused: it edits the body that cannot be read", err, stderr)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Errorf("replay --edit ran the editor on a body that cannot be read")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := []seen{{`{"fixed":1}`, ""}, {`{"stdin":1}`, "1"}}; !slices.Equal(got, want) {
+		t.Errorf("the receiver got %q, want %q", got, want)
+	}
+	db, err := storage.Open(filepath.Join(data, "deliveries.db"), storage.Config{ReadOnly: true, Logf: func(string, ...any) {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	rd, _ := db.Delivery(d.ID)
+	if rd == nil || len(rd.Attempts) != 2 || !rd.Attempts[0].Edited() || !rd.Attempts[1].Edited() || rd.BodyError == "" {
+		t.Errorf("recorded: %+v, want two edited attempts, the body still unreadable", rd)
 	}
 }
 
@@ -295,4 +359,60 @@ func TestExport_BodyUnreadable(t *testing.T) {
 	if err != nil {
 		t.Errorf("export of whole deliveries: %v %s", err, stderr)
 	}
+}
+
+// What the store says as a command opens it (a journal a stopped devhook
+// left, body files missing) comes as the command's own lines on stderr,
+// "devhook: …", not log lines with a date, and in words that fit the
+// command: before, list and export printed "2026/11/28 04:41:47 storage:
+// …", and replay "… and the others are recorded as before".
+func TestStoreNotices_CommandLines(t *testing.T) {
+	dated := regexp.MustCompile(`(?m)^\d{4}/\d\d/\d\d `)
+	check := func(t *testing.T, what, stderr string, want ...string) {
+		t.Helper()
+		if dated.MatchString(stderr) || strings.Contains(stderr, "recorded as before") {
+			t.Errorf("%s: stderr %q, want the store's notices as devhook's own lines, in words that fit", what, stderr)
+		}
+		for _, w := range want {
+			if !strings.Contains(stderr, w) {
+				t.Errorf("%s: stderr %q does not say %q", what, stderr, w)
+			}
+		}
+	}
+	t.Run("journal left, read-only", func(t *testing.T) {
+		data := filepath.Join(t.TempDir(), "data")
+		if err := os.MkdirAll(data, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		for from, to := range map[string]string{"db-records.db": "deliveries.db", "journal-intact.journal0": "deliveries.db.journal0"} {
+			b, err := os.ReadFile(filepath.Join("..", "..", "storage", "testdata", from))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(data, to), b, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		inspect := closedAddr(t)
+		for _, args := range [][]string{{"deliveries", "list"}, {"deliveries", "export", "--last", "1", "--to", "http://127.0.0.1:9"}} {
+			_, stderr, err := runDevhook(t, append(args, "--data", data, "--inspect", inspect)...)
+			if err != nil {
+				t.Errorf("%s: %v", args[1], err)
+			}
+			check(t, args[1], stderr, "devhook: journal "+filepath.Join(data, "deliveries.db.journal0"), "shown, not applied")
+		}
+	})
+	t.Run("body file missing, replay", func(t *testing.T) {
+		data, d := cutBodyData(t)
+		if err := os.RemoveAll(filepath.Join(data, "deliveries.db.bodies")); err != nil {
+			t.Fatal(err)
+		}
+		recv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+		defer recv.Close()
+		_, stderr, err := runDevhookIn(t, `{"fixed":1}`, nil, "replay", d.ID, "--body", "-", "--to", recv.URL, "--data", data, "--inspect", closedAddr(t))
+		if err != nil {
+			t.Errorf("replay: %v", err)
+		}
+		check(t, "replay", stderr, "devhook: 1 body of a recorded delivery is in body files missing from", "read without their bodies")
+	})
 }

@@ -54,7 +54,8 @@ Edits. --body FILE sends another body (- reads it from standard input). --edit o
 or $EDITOR (else vi) on the body, the recorded one or --body's, in a temporary file, as git
 commit does, and sends the file as saved. The editor exiting with an error (:cq in vim) or an
 emptied file aborts the replay: nothing is sent. A body left unchanged is replayed unchanged;
---body /dev/null sends an empty one. A newline the editor adds at the end of a body that had
+--body /dev/null sends an empty one. A delivery whose recorded body cannot be read is
+replayed only with --body, which replaces it whole. A newline the editor adds at the end of a body that had
 none is dropped. --header 'Name: value' replaces every value of that header (repeat it for
 several values or other headers); --remove-header NAME removes one; names in any case.
 Content-Length (the length of the body sent), Host (the target's) and hop-by-hop headers are
@@ -99,7 +100,9 @@ func (o *replayOptions) run(cmd *cobra.Command, ref string) error {
 	bodyEdited := false
 	if o.editing() {
 		d, err = hist.Delivery(ctx, ref)
-		if err = devhook.SendError(d, err); err != nil { // an attempt unreadable: sent all the same
+		// An attempt unreadable: sent all the same; the body unreadable:
+		// sent only when --body replaces it (--edit alone edits it).
+		if err = devhook.ReplayError(d, err, devhook.ReplayOptions{HasBody: o.body != ""}); err != nil {
 			return replayAdvice(err, live, opt)
 		}
 		ref = d.ID
@@ -215,7 +218,8 @@ func (o *replayOptions) applyEdits(cmd *cobra.Command, d *devhook.Delivery, hdr 
 		}
 		opt.SetHeader, opt.RemoveHeader = hdr.Set, hdr.Remove
 	}
-	return !bytes.Equal(body, d.Body), nil
+	// A body that cannot be read is edited by any body sent in its place.
+	return d.BodyError != "" || !bytes.Equal(body, d.Body), nil
 }
 
 // editBody runs the user's editor on body in a temporary file, as git
@@ -402,10 +406,10 @@ func signatureAge(d *devhook.Delivery, now time.Time) time.Duration {
 }
 
 // replayAdvice adds to a replay the agent refused which flag changes
-// that (none for a delivery whose body cannot be read: refused): the
-// agent says what is wrong, the command knows its flags. --to
-// is checked before, so a refusal with --resign is the missing secret,
-// and one without --to is the missing target.
+// that (none for a delivery whose body cannot be read: refused unless
+// --body replaces it): the agent says what is wrong, the command knows
+// its flags. --to is checked before, so a refusal with --resign is the
+// missing secret, and one without --to is the missing target.
 func replayAdvice(err error, live bool, opt devhook.ReplayOptions) error {
 	// Its body cannot be read (the store's: offline): never sent.
 	if pe := (*devhook.PartialError)(nil); errors.As(err, &pe) {
