@@ -105,7 +105,10 @@ func (h *historyOptions) open(cmd *cobra.Command) (hist history, close func(), l
 		return nil, nil, false, fmt.Errorf("read the data directory: %w", err)
 	}
 	say := noticesTo(cmd.ErrOrStderr())
-	db, err := storage.Open(path, storage.Config{ReadOnly: h.readOnly, Logf: say})
+	// Retention is listen's (its --max-age, --max-deliveries): a command
+	// that writes (replay's attempt, a delete) keeps what it did not ask
+	// to remove, an old recording's deliveries too.
+	db, err := storage.Open(path, storage.Config{ReadOnly: h.readOnly, Logf: say, MaxAge: -1, MaxDeliveries: -1})
 	if errors.Is(err, storage.ErrLocked) {
 		return nil, nil, false, lockedError(h.dataDir, noInspector)
 	}

@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -78,5 +81,31 @@ func TestScenarioSave_KeepsAnOldRecording(t *testing.T) {
 	stdout, _, err := runDevhook(t, "deliveries", "list", "--data", data, "--inspect", closedAddr(t))
 	if err != nil || strings.Count(stdout, "0195b1c8-") != bodyFixtureN {
 		t.Errorf("deliveries list after scenario save: %v\n%s; want all %d deliveries", err, stdout, bodyFixtureN)
+	}
+}
+
+// replay and deliveries delete write to the store (the replay's attempt,
+// the delete) but are not listen: they keep what listen's retention
+// would drop. Before, their open ran the default retention (30 days),
+// and a replay of an old recording deleted every delivery of it, the
+// one asked for included, then said it was not found.
+func TestWritingCommands_KeepAnOldRecording(t *testing.T) {
+	data, _ := bodyFileData(t, "bodies-intact.body") // recorded long ago
+	const id = "0195b1c8-0000-7000-8000-00000000000a"
+	var got atomic.Int32
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer rcv.Close()
+	if _, stderr, err := runDevhook(t, "replay", id, "--to", rcv.URL, "--data", data, "--inspect", closedAddr(t)); err != nil || got.Load() != 1 {
+		t.Fatalf("replay of an old delivery: %v, the receiver got %d; stderr %s", err, got.Load(), stderr)
+	}
+	if _, stderr, err := runDevhook(t, "deliveries", "delete", "0195b1c8-0000-7000-8000-00000000000b", "--data", data, "--inspect", closedAddr(t)); err != nil {
+		t.Fatalf("deliveries delete: %v; stderr %s", err, stderr)
+	}
+	stdout, _, err := runDevhook(t, "deliveries", "list", "--data", data, "--inspect", closedAddr(t))
+	if err != nil || strings.Count(stdout, "0195b1c8-") != bodyFixtureN-1 {
+		t.Errorf("deliveries list after replay and delete: %v\n%s; want all %d deliveries but the one deleted", err, stdout, bodyFixtureN-1)
 	}
 }
