@@ -221,7 +221,7 @@ func (p *printer) result(r agent.Result) {
 	case r.GaveUp:
 		p.gaveUp(r)
 		return
-	case r.Retry > 0:
+	case r.Retry > 0, r.Followed:
 		p.retried(r)
 		return
 	}
@@ -391,28 +391,43 @@ func formatDuration(d time.Duration) string {
 	return strconv.FormatFloat(d.Seconds(), 'f', 2, 64) + "s"
 }
 
-// retried prints a retry that delivered an owed delivery.
+// retried prints a retry that delivered an owed delivery, or the first
+// try of one that was owed behind an earlier one of its run (Followed),
+// which is no retry: {"event":"followed","waited_ms":…} with --json.
 func (p *printer) retried(r agent.Result) {
 	d, at := r.Delivery, r.Attempt
 	after := at.StartedAt.Sub(r.Since)
 	if p.json {
-		p.emit(struct {
+		ev := struct {
 			Event    string         `json:"event"`
 			ID       string         `json:"id"`
 			Method   string         `json:"method"`
 			Path     string         `json:"path"`
 			Status   int            `json:"status"`
 			Duration float64        `json:"duration_ms"`
-			Retry    int            `json:"retry"`
-			AfterMS  int64          `json:"after_ms"`
+			Retry    *int           `json:"retry,omitempty"`
+			AfterMS  *int64         `json:"after_ms,omitempty"`
+			WaitedMS *int64         `json:"waited_ms,omitempty"`
 			Error    string         `json:"error,omitempty"`
 			Route    *devhook.Route `json:"route,omitempty"`
-		}{"retry", d.ID, d.Method, d.Path, r.Status, float64(at.Duration) / float64(time.Millisecond), r.Retry, after.Milliseconds(), at.Error, at.Route})
+		}{Event: "retry", ID: d.ID, Method: d.Method, Path: d.Path, Status: r.Status,
+			Duration: float64(at.Duration) / float64(time.Millisecond), Error: at.Error, Route: at.Route}
+		ms := after.Milliseconds()
+		if r.Followed {
+			ev.Event, ev.WaitedMS = "followed", &ms
+		} else {
+			ev.Retry, ev.AfterMS = &r.Retry, &ms
+		}
+		p.emit(ev)
 		return
 	}
-	line := fmt.Sprintf("%s  %-6s %-*s → %s  %s  (delivered by retry %d, %s after the first try failed)",
+	how := fmt.Sprintf("delivered by retry %d, %s after the first try failed", r.Retry, agent.FormatDuration(after))
+	if r.Followed {
+		how = "delivered at its first try, after waiting " + agent.FormatDuration(after) + " behind an earlier delivery of its run"
+	}
+	line := fmt.Sprintf("%s  %-6s %-*s → %s  %s  (%s)",
 		at.StartedAt.In(p.location()).Format("15:04:05.000"), d.Method, pathWidth, clip(pathQuery(d.Path, d.RawQuery), pathWidth),
-		p.paint(statusColor(r.Status), statusWord(r.Status)), formatDuration(time.Duration(at.Duration)), r.Retry, agent.FormatDuration(after))
+		p.paint(statusColor(r.Status), statusWord(r.Status)), formatDuration(time.Duration(at.Duration)), how)
 	p.write([]byte(line + "\n"))
 }
 
