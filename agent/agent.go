@@ -242,6 +242,17 @@ type Connection struct {
 	// Reconnect: an earlier connection of this Run was lost, Down ago.
 	Reconnect bool
 	Down      time.Duration
+	// Fails is how many tries to connect failed before this one (since
+	// the last connection opened, or Run started), from the first of them
+	// Failing ago; Unsaid: some of them were counted, not said in full.
+	// The agent logs no count of its own when OnConnect is set: its
+	// caller says it.
+	Fails   int
+	Failing time.Duration
+	Unsaid  bool
+	// Unrecordable is how long, over the same time, the agent waited for
+	// the store to take writes (a full disk) before it dialled the relay.
+	Unrecordable time.Duration
 }
 
 // Agent forwards and records deliveries.

@@ -602,6 +602,9 @@ func receiverStatus(a *devhook.Attempt) *int {
 // deliveries follow" ({"event":"reconnected",…} with --json; the first
 // connection's line in --json is the ready line).
 func (p *printer) connection(c agent.Connection, stderr io.Writer) {
+	if c.Fails > 1 && c.Unsaid { // the count of the tries not said in full
+		p.logf(stderr)("connected after %d failed tries over %s", c.Fails, agent.FormatDuration(c.Failing))
+	}
 	if p.json {
 		if c.Reconnect {
 			p.emit(struct {
@@ -619,20 +622,43 @@ func (p *printer) connection(c agent.Connection, stderr io.Writer) {
 	p.connectedLine(msg, c.Queued, stderr)
 }
 
-// connectedAfterWait says that the agent connected after a ready line
-// that said it could not record yet: "connected after waiting 12s to
-// record, 3 queued deliveries follow" ({"event":"connected",…} with
-// --json).
+// connectedAfterWait says that the agent connected, waited after a ready
+// line that said it could not record yet, in one line that parts the wait
+// for the disk from the one for the relay when it failed to connect:
+// "connected after waiting 12s to record, 3 queued deliveries follow", or
+// "connected after waiting 25s: 8s to record, 17s for the relay (6 failed
+// tries)" ({"event":"connected","waited_ms":…,"record_ms":…,"relay_ms":…,
+// "failed_tries":…} with --json).
 func (p *printer) connectedAfterWait(c agent.Connection, waited time.Duration, stderr io.Writer) {
+	record := min(c.Unrecordable, waited)
+	relay := time.Duration(0)
+	if c.Fails > 0 {
+		relay = waited - record
+	}
 	if p.json {
 		p.emit(struct {
 			Event    string `json:"event"`
 			WaitedMS int64  `json:"waited_ms"`
+			RecordMS int64  `json:"record_ms"`
+			RelayMS  int64  `json:"relay_ms"`
+			Fails    int    `json:"failed_tries"`
 			Queued   int    `json:"queued"`
-		}{"connected", waited.Milliseconds(), c.Queued})
+		}{"connected", waited.Milliseconds(), record.Milliseconds(), relay.Milliseconds(), c.Fails, c.Queued})
 		return
 	}
-	p.connectedLine("connected after waiting "+agent.FormatDuration(waited.Round(time.Second))+" to record", c.Queued, stderr)
+	msg := "connected after waiting " + agent.FormatDuration(waited) + " to record"
+	if c.Fails > 0 {
+		tries := fmt.Sprintf("%d failed tries", c.Fails)
+		if c.Fails == 1 {
+			tries = "1 failed try"
+		}
+		msg = "connected after waiting " + agent.FormatDuration(waited) + ": "
+		if record > 0 {
+			msg += agent.FormatDuration(record) + " to record, "
+		}
+		msg += agent.FormatDuration(relay) + " for the relay (" + tries + ")"
+	}
+	p.connectedLine(msg, c.Queued, stderr)
 }
 
 // connectedLine writes msg, a connection's line, on stderr, with how many
