@@ -183,7 +183,7 @@ type Config struct {
 	OnChange func(devhook.Change)
 	// OnResult is called once per delivery handled from the relay, and
 	// once more for a delivery owed to the receiver when a retry delivers
-	// it (Retry > 0) or the agent gives up on it (GaveUp), and once per
+	// it (Retry > 0, or Followed) or the agent gives up on it (GaveUp), and once per
 	// replay (Replay).
 	OnResult func(Result)
 	// OnConnect is called each time a connection to the relay is up.
@@ -217,11 +217,16 @@ type Result struct {
 	// Retry is set on the result of a retry that delivered an owed
 	// delivery: how many retries it took.
 	Retry int
+	// Followed: the first try of a delivery that was owed behind an
+	// earlier one of its run (Behind) delivered it, after that one; Since
+	// is when it was put behind. It was never tried before: Retry is 0.
+	Followed bool
 	// GaveUp: the agent stopped retrying; Error says why ("gave up after
 	// N attempts over 1h: ...").
 	GaveUp bool
 	// Since is when the first forward of an owed delivery failed (with
-	// Retry and GaveUp).
+	// Retry and GaveUp), or when it was put behind an earlier one of its
+	// run (with Followed, and GaveUp for one never tried).
 	Since time.Time
 	// Replay: Attempt is a replay (Agent.Replay), asked for from the
 	// inspector or devhook replay.
@@ -237,6 +242,17 @@ type Connection struct {
 	// Reconnect: an earlier connection of this Run was lost, Down ago.
 	Reconnect bool
 	Down      time.Duration
+	// Fails is how many tries to connect failed before this one (since
+	// the last connection opened, or Run started), from the first of them
+	// Failing ago; Unsaid: some of them were counted, not said in full.
+	// The agent logs no count of its own when OnConnect is set: its
+	// caller says it.
+	Fails   int
+	Failing time.Duration
+	Unsaid  bool
+	// Unrecordable is how long, over the same time, the agent waited for
+	// the store to take writes (a full disk) before it dialled the relay.
+	Unrecordable time.Duration
 }
 
 // Agent forwards and records deliveries.

@@ -29,7 +29,9 @@ package agent
 // What the user reads: each kind of failure is said once, in full (an
 // unreachable relay with what to check); the same failure again is
 // counted, and said again only as a short line at most once every
-// repeatEvery; the count is said when a connection opens again. After a
+// repeatEvery; the count is said when a connection opens again (in the
+// Connection given to OnConnect, with the time waited to record, for its
+// caller to say in one line; logged without OnConnect). After a
 // connection that ended before it held, the next ones are reported
 // (OnConnect) only once one holds or brings a delivery, so that a relay
 // path that cuts every connection does not print "reconnected" at each
@@ -97,9 +99,11 @@ func (a *Agent) stayConnected(ctx context.Context) error {
 	r := redial{a: a, backoff: a.cfg.MinBackoff}
 	at := 0 // the relay tried next
 	for {
-		if !a.health.waitWritable(ctx, a.cfg.Store, a.cfg.MinBackoff) {
+		waited, ok := a.health.waitWritable(ctx, a.cfg.Store, a.cfg.MinBackoff)
+		if !ok {
 			return nil
 		}
+		r.unrecordable += waited
 		conn, err := relayclient.Dial(ctx, relayclient.DialConfig{RelayURL: relays[at], Credentials: a.cfg.Credentials, Network: a.cfg.RelayNetwork})
 		switch {
 		case ctx.Err() != nil:
@@ -161,6 +165,9 @@ type redial struct {
 	said     map[string]bool
 	lastSaid time.Time
 	unsaid   int
+	// unrecordable: how long, since the last connection opened, the agent
+	// waited for the store to take writes before it dialled.
+	unrecordable time.Duration
 
 	warnedWait time.Duration // the relay's wait last warned of (warnRelayWait)
 }
@@ -235,13 +242,21 @@ func (r *redial) warnRelayWait(conn *relayclient.Conn) {
 	}
 }
 
-// recovered ends the failure under way, saying how many tries it took
-// when some were not said.
-func (r *redial) recovered() {
-	if r.fails > 1 && r.unsaid > 0 {
-		r.a.cfg.Logf("connected after %d failed tries over %s", r.fails, FormatDuration(r.a.cfg.Now().Sub(r.since)))
+// recovered ends the failure under way and the wait to record before
+// connection c: it puts them in c, for OnConnect to say (in one line with
+// the connection's, so that a wait for the disk and one for the relay are
+// told apart), or without OnConnect says how many tries it took when some
+// were not said.
+func (r *redial) recovered(c *Connection) {
+	if r.fails > 0 {
+		c.Fails, c.Failing = r.fails, r.a.cfg.Now().Sub(r.since)
+		c.Unsaid = r.unsaid > 0
 	}
-	r.fails = 0
+	c.Unrecordable = r.unrecordable
+	if r.a.cfg.OnConnect == nil && r.fails > 1 && r.unsaid > 0 {
+		r.a.cfg.Logf("connected after %d failed tries over %s", r.fails, FormatDuration(c.Failing))
+	}
+	r.fails, r.unrecordable = 0, 0
 }
 
 // use serves conn with serve (Agent.serve, workers.go) until it ends,
@@ -260,11 +275,11 @@ func (r *redial) use(ctx context.Context, conn *relayclient.Conn, opened time.Ti
 	announce := func() {
 		announceOnce.Do(func() {
 			announced, r.reported = true, true
-			r.recovered()
+			c := Connection{PublicURL: conn.PublicURL(), Queued: conn.Queued()}
+			r.recovered(&c)
 			if a.cfg.OnConnect == nil {
 				return
 			}
-			c := Connection{PublicURL: conn.PublicURL(), Queued: conn.Queued()}
 			if !r.lost.IsZero() {
 				c.Reconnect, c.Down = true, opened.Sub(r.lost)
 			}

@@ -254,21 +254,22 @@ type writeChecker interface{ CheckWrite() error }
 const maxSpacePoll = 5 * time.Second
 
 // waitWritable returns true once store can take a write, false if ctx
-// ends first. Until then the agent does not connect: a delivery it takes
+// ends first, with how long it waited (0 when it could at once). Until then the agent does not connect: a delivery it takes
 // it must record before it answers or acknowledges, so it takes none, and
 // the relay keeps the channel's deliveries queued (a sender gets 202). The
 // store is checked again after minBackoff, then twice as long each time,
 // up to maxSpacePoll; the history stays readable meanwhile. Each change is
 // a log line and a devhook.ChangeHealth.
-func (h *health) waitWritable(ctx context.Context, store any, minBackoff time.Duration) bool {
+func (h *health) waitWritable(ctx context.Context, store any, minBackoff time.Duration) (time.Duration, bool) {
 	wc, ok := store.(writeChecker)
 	if !ok {
-		return true
+		return 0, true
 	}
 	err := wc.CheckWrite()
 	if err == nil {
-		return true
+		return 0, true
 	}
+	start := h.now()
 	h.mu.Lock()
 	first := !h.failing.Load()
 	if first {
@@ -287,12 +288,12 @@ func (h *health) waitWritable(ctx context.Context, store any, minBackoff time.Du
 	for {
 		select {
 		case <-ctx.Done():
-			return false
+			return h.now().Sub(start), false
 		case <-time.After(wait):
 		}
 		if wc.CheckWrite() == nil {
 			h.ok()
-			return true
+			return h.now().Sub(start), true
 		}
 		wait = min(2*wait, maxSpacePoll)
 	}

@@ -410,3 +410,73 @@ func TestOwedBehindHandsTheReadingOnBeforeItsWrite(t *testing.T) {
 		t.Errorf("live delivery behind the owed one: %d, want 202", code)
 	}
 }
+
+// A delivery owed behind an earlier one of its run was never tried: the
+// try that delivers it after that one is its first, and its result says
+// so (Followed, Retry 0), not "retry 1 after the first try failed"; the
+// earlier one's says how many retries it took, since its first try.
+func TestOwedBehindIsDeliveredAtItsFirstTry(t *testing.T) {
+	var mu sync.Mutex
+	down := true
+	rs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		mu.Lock()
+		defer mu.Unlock()
+		if down {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	defer rs.Close()
+	tn := newTunnel(t, rs.URL, fastRetries)
+	queueRuns(t, tn.url(""), 1)
+	tn.startAgent()
+	eventually(t, "the run's three deliveries owed", func() bool { return len(retryStates(t, tn.db)) == 3 })
+	eventually(t, "the first one retried", func() bool {
+		for _, r := range tn.resultsCopy() {
+			if r.Owed && !r.Behind {
+				d, err := tn.db.Delivery(r.Delivery.ID)
+				return err == nil && len(d.Attempts) >= 2
+			}
+		}
+		return false
+	})
+	mu.Lock()
+	down = false
+	mu.Unlock()
+	eventually(t, "nothing owed", func() bool { return len(retryStates(t, tn.db)) == 0 })
+	eventually(t, "three results of the deliveries that went", func() bool {
+		n := 0
+		for _, r := range tn.resultsCopy() {
+			if r.Retry > 0 || r.Followed {
+				n++
+			}
+		}
+		return n == 3
+	})
+	retried, followed := 0, 0
+	for _, r := range tn.resultsCopy() {
+		if !r.Followed && r.Retry == 0 {
+			continue
+		}
+		d, err := tn.db.Delivery(r.Delivery.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case r.Followed:
+			followed++
+			if r.Retry != 0 || len(d.Attempts) != 1 || r.Since.After(r.Attempt.StartedAt) {
+				t.Errorf("delivery %s owed behind: result retry %d since %v, %d attempts, want its first try", r.Delivery.ID, r.Retry, r.Since, len(d.Attempts))
+			}
+		default:
+			retried++
+			if r.Retry != len(d.Attempts)-1 || !r.Since.Equal(d.Attempts[0].StartedAt) {
+				t.Errorf("delivery %s: result retry %d since %v, want %d since its first try %v", r.Delivery.ID, r.Retry, r.Since, len(d.Attempts)-1, d.Attempts[0].StartedAt)
+			}
+		}
+	}
+	if retried != 1 || followed != 2 {
+		t.Errorf("%d delivered by a retry and %d at their first try behind the first, want 1 and 2", retried, followed)
+	}
+}

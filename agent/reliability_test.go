@@ -179,7 +179,7 @@ func TestOwedDeliveriesReachReceiverWhenItComesUp(t *testing.T) {
 		if r.Owed {
 			owed++
 		}
-		if r.Retry > 0 && r.Status == 200 {
+		if (r.Retry > 0 || r.Followed) && r.Status == 200 {
 			retried++
 		}
 	}

@@ -243,9 +243,15 @@ func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
 	}
 	e.busy = 0
 	at.Route = e.route
-	tries := 0 // the first forward and the retries before this one; none for one owed behind another
+	// tries: the first forward and the retries before this one; none for
+	// one owed behind another, whose first try this is. first: when the
+	// first of them started.
+	tries, first := 0, e.since
 	for i := range d.Attempts {
 		if k := d.Attempts[i].Kind; k != devhook.AttemptReplay && d.Attempts[i].Target == at.Target {
+			if tries == 0 {
+				first = d.Attempts[i].StartedAt
+			}
 			tries++
 		}
 	}
@@ -265,7 +271,11 @@ func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
 		a.publishRetry(d, rec, nil)
 		a.publishHealth()
 		if a.cfg.OnResult != nil {
-			a.cfg.OnResult(Result{Delivery: d, Attempt: rec, Status: rec.Status, Retry: max(tries-1, 1), Since: e.since})
+			r := Result{Delivery: d, Attempt: rec, Status: rec.Status, Retry: tries - 1, Since: first}
+			// Never tried before: it waited behind an earlier delivery of
+			// its run since e.since, and this, its first try, delivered it.
+			r.Followed = tries == 1
+			a.cfg.OnResult(r)
 		}
 		return
 	}

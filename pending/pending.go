@@ -25,6 +25,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -157,7 +158,7 @@ func (w *Writes) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			t.Stop()
 			if names := w.Waiting(); len(names) > 0 {
-				w.cfg.Logf("never written, for want of room: %v", names)
+				w.cfg.Logf("never written, for want of room: %s", inWords(names))
 			}
 			return nil
 		case <-t.C:
@@ -165,6 +166,14 @@ func (w *Writes) Run(ctx context.Context) error {
 		w.retry()
 		backoff = min(2*backoff, w.cfg.MaxBackoff)
 	}
+}
+
+// inWords says names as a list in words: "a", "a and b", "a, b and c".
+func inWords(names []string) string {
+	if len(names) < 2 {
+		return strings.Join(names, "")
+	}
+	return strings.Join(names[:len(names)-1], ", ") + " and " + names[len(names)-1]
 }
 
 // retry tries every write waiting once.

@@ -208,3 +208,39 @@ func TestWritesFailingAlikeSaidOnce(t *testing.T) {
 		t.Errorf("a write failing alike said %d times in %d tries, want once:\n%s", n, tries, log.String())
 	}
 }
+
+// The writes still waiting for room when Run ends are said in words, not
+// as a Go slice ("[channels.json listen.json]"). ENOSPC is returned by the
+// writes themselves: what is tested is the line, not the disk.
+func TestNeverWrittenSaidInWords(t *testing.T) {
+	for _, tt := range []struct {
+		names []string
+		want  string
+	}{
+		{[]string{"channels.json"}, "never written, for want of room: channels.json"},
+		{[]string{"channels.json", "listen.json"}, "never written, for want of room: channels.json and listen.json"},
+		{[]string{"channels.json", "listen.json", "webhooks.json"}, "never written, for want of room: channels.json, listen.json and webhooks.json"},
+	} {
+		var log lines
+		w := pending.New(pending.Config{Logf: log.logf, MinBackoff: time.Hour, MaxBackoff: time.Hour})
+		for _, name := range tt.names {
+			if err := w.Do(name, name, func() error { return &os.PathError{Op: "write", Path: name, Err: syscall.ENOSPC} }); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := w.Run(ctx); err != nil {
+			t.Fatal(err)
+		}
+		var said []string
+		for _, l := range strings.Split(log.String(), "\n") {
+			if strings.HasPrefix(l, "never written") {
+				said = append(said, l)
+			}
+		}
+		if len(said) != 1 || said[0] != tt.want {
+			t.Errorf("said %q, want %q", said, tt.want)
+		}
+	}
+}

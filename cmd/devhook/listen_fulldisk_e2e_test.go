@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -219,10 +220,18 @@ func TestListen_ReadyBlockOnAFullDiskSaysNotConnected(t *testing.T) {
 // did not answer the check of its channel, so the block does not promise
 // that the relay queues what is sent (a sender meanwhile cannot reach it
 // at all), as it once did.
+//
+// Once there is room, and then the relay is up again, listen says that it
+// connected in one line that parts the wait: so long to record, so long
+// for the relay, which failed tries (not a line of those tries and
+// another that put the whole wait on recording).
 func TestListen_ReadyBlockOnAFullDiskWithTheRelayDown(t *testing.T) {
 	bin := devhookBinary(t)
 	disk := fulldisk.Mount(t, "4m")
-	r, relayURL := relayProc(t)
+	relayData := t.TempDir()
+	relayArgs := []string{"relay", "serve", "--data", relayData, "--addr"}
+	r := startProc(t, append(relayArgs, "127.0.0.1:0")...)
+	relayURL := strings.TrimPrefix(r.nextLine(t, "devhook relay on "), "devhook relay on ")
 	args := []string{"listen", "--relay", relayURL, "--inspect", "off", "--forward", "127.0.0.1:9", "--data", disk.Dir}
 	first := startCmd(t, bin, args...) // its stores and channel, made with room
 	first.nextLine(t, "devhook is listening")
@@ -241,5 +250,20 @@ func TestListen_ReadyBlockOnAFullDiskWithTheRelayDown(t *testing.T) {
 		!strings.Contains(text, "nor did the relay answer (nothing accepts connections") ||
 		strings.Contains(text, "; the relay queues what is sent meanwhile") {
 		t.Errorf("ready block on a full disk with the relay down does not say that the relay did not answer:\n%s\nstderr: %s", text, l.stderr)
+	}
+
+	disk.Free()
+	waitUntil(t, "listen to try the relay, once it can record", func() bool { return strings.Contains(l.stderr.String(), "cannot reach the relay") })
+	r = startProc(t, append(relayArgs, strings.TrimPrefix(relayURL, "http://"))...)
+	r.nextLine(t, "devhook relay on ")
+	waitUntil(t, "listen to say it connected", func() bool { return strings.Contains(l.stderr.String(), "connected after") })
+	var said []string
+	for _, line := range strings.Split(l.stderr.String(), "\n") {
+		if strings.Contains(line, "connected") && !strings.Contains(line, "not connected") {
+			said = append(said, line)
+		}
+	}
+	if len(said) != 1 || !regexp.MustCompile(`^connected after waiting [\dms.]+: ([\dms.]+ to record, )?[\dms.]+ for the relay \(\d+ failed tr(y|ies)\)`).MatchString(said[0]) {
+		t.Errorf("listen said of its connection %q, want one line parting the wait to record from the wait for the relay; stderr:\n%s", said, l.stderr)
 	}
 }

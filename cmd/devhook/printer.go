@@ -221,7 +221,7 @@ func (p *printer) result(r agent.Result) {
 	case r.GaveUp:
 		p.gaveUp(r)
 		return
-	case r.Retry > 0:
+	case r.Retry > 0, r.Followed:
 		p.retried(r)
 		return
 	}
@@ -391,28 +391,43 @@ func formatDuration(d time.Duration) string {
 	return strconv.FormatFloat(d.Seconds(), 'f', 2, 64) + "s"
 }
 
-// retried prints a retry that delivered an owed delivery.
+// retried prints a retry that delivered an owed delivery, or the first
+// try of one that was owed behind an earlier one of its run (Followed),
+// which is no retry: {"event":"followed","waited_ms":…} with --json.
 func (p *printer) retried(r agent.Result) {
 	d, at := r.Delivery, r.Attempt
 	after := at.StartedAt.Sub(r.Since)
 	if p.json {
-		p.emit(struct {
+		ev := struct {
 			Event    string         `json:"event"`
 			ID       string         `json:"id"`
 			Method   string         `json:"method"`
 			Path     string         `json:"path"`
 			Status   int            `json:"status"`
 			Duration float64        `json:"duration_ms"`
-			Retry    int            `json:"retry"`
-			AfterMS  int64          `json:"after_ms"`
+			Retry    *int           `json:"retry,omitempty"`
+			AfterMS  *int64         `json:"after_ms,omitempty"`
+			WaitedMS *int64         `json:"waited_ms,omitempty"`
 			Error    string         `json:"error,omitempty"`
 			Route    *devhook.Route `json:"route,omitempty"`
-		}{"retry", d.ID, d.Method, d.Path, r.Status, float64(at.Duration) / float64(time.Millisecond), r.Retry, after.Milliseconds(), at.Error, at.Route})
+		}{Event: "retry", ID: d.ID, Method: d.Method, Path: d.Path, Status: r.Status,
+			Duration: float64(at.Duration) / float64(time.Millisecond), Error: at.Error, Route: at.Route}
+		ms := after.Milliseconds()
+		if r.Followed {
+			ev.Event, ev.WaitedMS = "followed", &ms
+		} else {
+			ev.Retry, ev.AfterMS = &r.Retry, &ms
+		}
+		p.emit(ev)
 		return
 	}
-	line := fmt.Sprintf("%s  %-6s %-*s → %s  %s  (delivered by retry %d, %s after the first try failed)",
+	how := fmt.Sprintf("delivered by retry %d, %s after the first try failed", r.Retry, agent.FormatDuration(after))
+	if r.Followed {
+		how = "delivered at its first try, after waiting " + agent.FormatDuration(after) + " behind an earlier delivery of its run"
+	}
+	line := fmt.Sprintf("%s  %-6s %-*s → %s  %s  (%s)",
 		at.StartedAt.In(p.location()).Format("15:04:05.000"), d.Method, pathWidth, clip(pathQuery(d.Path, d.RawQuery), pathWidth),
-		p.paint(statusColor(r.Status), statusWord(r.Status)), formatDuration(time.Duration(at.Duration)), r.Retry, agent.FormatDuration(after))
+		p.paint(statusColor(r.Status), statusWord(r.Status)), formatDuration(time.Duration(at.Duration)), how)
 	p.write([]byte(line + "\n"))
 }
 
@@ -587,6 +602,9 @@ func receiverStatus(a *devhook.Attempt) *int {
 // deliveries follow" ({"event":"reconnected",…} with --json; the first
 // connection's line in --json is the ready line).
 func (p *printer) connection(c agent.Connection, stderr io.Writer) {
+	if c.Fails > 1 && c.Unsaid { // the count of the tries not said in full
+		p.logf(stderr)("connected after %d failed tries over %s", c.Fails, agent.FormatDuration(c.Failing))
+	}
 	if p.json {
 		if c.Reconnect {
 			p.emit(struct {
@@ -604,20 +622,43 @@ func (p *printer) connection(c agent.Connection, stderr io.Writer) {
 	p.connectedLine(msg, c.Queued, stderr)
 }
 
-// connectedAfterWait says that the agent connected after a ready line
-// that said it could not record yet: "connected after waiting 12s to
-// record, 3 queued deliveries follow" ({"event":"connected",…} with
-// --json).
+// connectedAfterWait says that the agent connected, waited after a ready
+// line that said it could not record yet, in one line that parts the wait
+// for the disk from the one for the relay when it failed to connect:
+// "connected after waiting 12s to record, 3 queued deliveries follow", or
+// "connected after waiting 25s: 8s to record, 17s for the relay (6 failed
+// tries)" ({"event":"connected","waited_ms":…,"record_ms":…,"relay_ms":…,
+// "failed_tries":…} with --json).
 func (p *printer) connectedAfterWait(c agent.Connection, waited time.Duration, stderr io.Writer) {
+	record := min(c.Unrecordable, waited)
+	relay := time.Duration(0)
+	if c.Fails > 0 {
+		relay = waited - record
+	}
 	if p.json {
 		p.emit(struct {
 			Event    string `json:"event"`
 			WaitedMS int64  `json:"waited_ms"`
+			RecordMS int64  `json:"record_ms"`
+			RelayMS  int64  `json:"relay_ms"`
+			Fails    int    `json:"failed_tries"`
 			Queued   int    `json:"queued"`
-		}{"connected", waited.Milliseconds(), c.Queued})
+		}{"connected", waited.Milliseconds(), record.Milliseconds(), relay.Milliseconds(), c.Fails, c.Queued})
 		return
 	}
-	p.connectedLine("connected after waiting "+agent.FormatDuration(waited.Round(time.Second))+" to record", c.Queued, stderr)
+	msg := "connected after waiting " + agent.FormatDuration(waited) + " to record"
+	if c.Fails > 0 {
+		tries := fmt.Sprintf("%d failed tries", c.Fails)
+		if c.Fails == 1 {
+			tries = "1 failed try"
+		}
+		msg = "connected after waiting " + agent.FormatDuration(waited) + ": "
+		if record > 0 {
+			msg += agent.FormatDuration(record) + " to record, "
+		}
+		msg += agent.FormatDuration(relay) + " for the relay (" + tries + ")"
+	}
+	p.connectedLine(msg, c.Queued, stderr)
 }
 
 // connectedLine writes msg, a connection's line, on stderr, with how many

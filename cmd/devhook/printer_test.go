@@ -55,6 +55,12 @@ func TestPrinterHumanGolden(t *testing.T) {
 		{Delivery: &devhook.Delivery{ID: "01a20000-0000-7000-8000-000000000001", ReceivedAt: at, Method: "POST", Path: "/hook"}, Replay: true,
 			Attempt: &devhook.Attempt{Seq: 4, StartedAt: at.Add(2 * time.Minute), Status: 200, Duration: devhook.Duration(1100 * time.Microsecond),
 				Request: &devhook.Request{Resigned: true}}, Status: 200},
+		// Owed deliveries that went later: by a retry; at its first try,
+		// after waiting behind an earlier one of its run.
+		{Delivery: &devhook.Delivery{ReceivedAt: at, Method: "POST", Path: "/hook"}, Retry: 2, Since: at,
+			Attempt: &devhook.Attempt{StartedAt: at.Add(16 * time.Second), Status: 200, Duration: devhook.Duration(time.Millisecond)}, Status: 200},
+		{Delivery: &devhook.Delivery{ReceivedAt: at, Method: "POST", Path: "/hook"}, Followed: true, Since: at,
+			Attempt: &devhook.Attempt{StartedAt: at.Add(16 * time.Second), Status: 200, Duration: devhook.Duration(time.Millisecond)}, Status: 200},
 	}
 	var buf bytes.Buffer
 	p := &printer{w: &buf, loc: time.UTC, retryFor: time.Hour}
@@ -184,5 +190,23 @@ func TestDeliveryLineJSON(t *testing.T) {
 	}
 	if got := string(jsonLine(deliveryLine{Event: "delivery"})); got != `{"event":"delivery","id":"","method":"","path":"","verdict":"","status":0,"receiver_status":null,"duration_ms":0}`+"\n" {
 		t.Fatalf("empty delivery line: %s", got)
+	}
+}
+
+// A delivery owed behind an earlier one of its run, delivered at its first
+// try, is no retry: its own event, with how long it waited.
+func TestFollowedLineJSON(t *testing.T) {
+	at := time.Date(2026, 11, 22, 10, 4, 5, 0, time.UTC)
+	d := &devhook.Delivery{ID: "0195-abc", Method: "POST", Path: "/hook"}
+	var buf bytes.Buffer
+	p := &printer{w: &buf, json: true}
+	p.result(agent.Result{Delivery: d, Followed: true, Since: at, Status: 200,
+		Attempt: &devhook.Attempt{StartedAt: at.Add(16 * time.Second), Status: 200, Duration: devhook.Duration(time.Millisecond)}})
+	p.result(agent.Result{Delivery: d, Retry: 2, Since: at, Status: 200,
+		Attempt: &devhook.Attempt{StartedAt: at.Add(16 * time.Second), Status: 200, Duration: devhook.Duration(time.Millisecond)}})
+	want := `{"event":"followed","id":"0195-abc","method":"POST","path":"/hook","status":200,"duration_ms":1,"waited_ms":16000}` + "\n" +
+		`{"event":"retry","id":"0195-abc","method":"POST","path":"/hook","status":200,"duration_ms":1,"retry":2,"after_ms":16000}` + "\n"
+	if got := buf.String(); got != want {
+		t.Fatalf("lines:\n got %s\nwant %s", got, want)
 	}
 }

@@ -2,9 +2,11 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -31,6 +33,43 @@ func TestPrinterConnection(t *testing.T) {
 		(&printer{}).connection(tt.c, &buf)
 		if buf.String() != tt.want {
 			t.Errorf("%+v: %q, want %q", tt.c, buf.String(), tt.want)
+		}
+	}
+}
+
+// A listen whose ready line said it could not record yet says in one
+// line how long it waited and for what: the disk (to record), then the
+// relay, which failed tries, rather than a line of the tries and another
+// that put the whole wait on recording.
+func TestPrinterConnectedAfterWait(t *testing.T) {
+	for _, tt := range []struct {
+		c      agent.Connection
+		waited time.Duration
+		human  string
+		json   string
+	}{
+		{agent.Connection{Unrecordable: 12 * time.Second, Queued: 3}, 12200 * time.Millisecond,
+			"connected after waiting 12s to record, 3 queued deliveries follow\n",
+			`{"event":"connected","waited_ms":12200,"record_ms":12000,"relay_ms":0,"failed_tries":0,"queued":3}`},
+		{agent.Connection{Unrecordable: 8 * time.Second, Fails: 6, Failing: 17 * time.Second, Unsaid: true}, 25 * time.Second,
+			"connected after waiting 25s: 8s to record, 17s for the relay (6 failed tries)\n",
+			`{"event":"connected","waited_ms":25000,"record_ms":8000,"relay_ms":17000,"failed_tries":6,"queued":0}`},
+		{agent.Connection{Fails: 2, Failing: 900 * time.Millisecond}, 900 * time.Millisecond,
+			"connected after waiting 900ms: 900ms for the relay (2 failed tries)\n",
+			`{"event":"connected","waited_ms":900,"record_ms":0,"relay_ms":900,"failed_tries":2,"queued":0}`},
+		{agent.Connection{Unrecordable: 10 * time.Millisecond, Fails: 1, Failing: 3 * time.Second}, 3 * time.Second,
+			"connected after waiting 3s: 10ms to record, 3s for the relay (1 failed try)\n",
+			`{"event":"connected","waited_ms":3000,"record_ms":10,"relay_ms":2990,"failed_tries":1,"queued":0}`},
+	} {
+		var buf bytes.Buffer
+		(&printer{}).connectedAfterWait(tt.c, tt.waited, &buf)
+		if buf.String() != tt.human {
+			t.Errorf("%+v: %q, want %q", tt.c, buf.String(), tt.human)
+		}
+		buf.Reset()
+		(&printer{w: &buf, json: true}).connectedAfterWait(tt.c, tt.waited, io.Discard)
+		if got := strings.TrimSpace(buf.String()); got != tt.json {
+			t.Errorf("%+v with --json:\n got %s\nwant %s", tt.c, got, tt.json)
 		}
 	}
 }
