@@ -68,7 +68,9 @@ const (
 	AttemptReplay     = "replay"     // a user asked for it again
 	// AttemptRetry is a later forward of a queued delivery whose earlier
 	// forward got no answer, or 408, 429 or 5xx: the agent owes it to the
-	// receiver and retries with backoff.
+	// receiver and retries with backoff. A delivery owed behind an
+	// earlier one of its run, sent for the first time once that one went,
+	// is a forward or a redelivery, not a retry.
 	AttemptRetry = "retry"
 	// AttemptDrop records that a route of listen (--route 'MATCH -> drop')
 	// dropped the delivery: not forwarded, its sender answered 202 by

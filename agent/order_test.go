@@ -468,6 +468,10 @@ func TestOwedBehindIsDeliveredAtItsFirstTry(t *testing.T) {
 			followed++
 			if r.Retry != 0 || len(d.Attempts) != 1 || r.Since.After(r.Attempt.StartedAt) {
 				t.Errorf("delivery %s owed behind: result retry %d since %v, %d attempts, want its first try", r.Delivery.ID, r.Retry, r.Since, len(d.Attempts))
+			} else if k := d.Attempts[0].Kind; k != devhook.AttemptRedelivery {
+				// Queued at the relay, sent for the first time: a
+				// redelivery, as the others' first try (before, "retry").
+				t.Errorf("delivery %s owed behind: its first try recorded as %q, want %q", r.Delivery.ID, k, devhook.AttemptRedelivery)
 			}
 		default:
 			retried++

@@ -235,7 +235,16 @@ func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
 		return
 	}
 	d.Route = e.route // for live views
-	at, sent := a.forwardWithin(ctx, d, target, devhook.AttemptRetry, d.Verdict.OK() && a.getSecret() != "")
+	kind := devhook.AttemptRetry
+	if !triedAt(d, devhook.TargetURL(target, d.Path, d.RawQuery)) {
+		// Owed behind an earlier delivery of its run: this is its first
+		// try, recorded as the forward it is, not as a retry.
+		kind = devhook.AttemptForward
+		if d.Queued {
+			kind = devhook.AttemptRedelivery
+		}
+	}
+	at, sent := a.forwardWithin(ctx, d, target, kind, d.Verdict.OK() && a.getSecret() != "")
 	giveBack() // what follows is this delivery's, not its receiver's
 	if !sent {
 		a.overShare(e)
@@ -355,4 +364,15 @@ func (a *Agent) settle(ctx context.Context, id string, st *devhook.RetryState) b
 	}
 	a.health.ok()
 	return true
+}
+
+// triedAt reports whether d was sent to target before, a replay aside;
+// an attempt that cannot be read is taken for a try.
+func triedAt(d *devhook.Delivery, target string) bool {
+	for i := range d.Attempts {
+		if at := &d.Attempts[i]; at.ReadError != "" || at.Kind != devhook.AttemptReplay && at.Target == target {
+			return true
+		}
+	}
+	return false
 }
