@@ -208,9 +208,10 @@ func (a *Agent) forward(ctx context.Context, d *devhook.Delivery, target *url.UR
 // edited reports whether edit, a replay's request, differs from d in what
 // a receiver sees: method, path, query, body or an end-to-end header
 // other than Content-Length (sent as the body's length whatever it says),
-// and than the signature when it is signed again (resign).
+// and than the signature when it is signed again (resign). A body in the
+// place of one that could not be read is an edit, an empty one too.
 func edited(d *devhook.Delivery, edit *devhook.Request, resign bool) bool {
-	if edit.Method != d.Method || edit.Path != d.Path || edit.RawQuery != d.RawQuery || !bytes.Equal(edit.Body, d.Body) {
+	if edit.Method != d.Method || edit.Path != d.Path || edit.RawQuery != d.RawQuery || d.BodyError != "" || !bytes.Equal(edit.Body, d.Body) {
 		return true
 	}
 	norm := func(h http.Header) http.Header {

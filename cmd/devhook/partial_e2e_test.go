@@ -197,6 +197,16 @@ func TestReplay_BodyUnreadableReplaced(t *testing.T) {
 	if err != nil || !strings.Contains(stdout, "200") {
 		t.Errorf("replay --body - --header: %v, stdout %q, stderr %q; want it sent", err, stdout, stderr)
 	}
+	// An empty body in its place is an edit too: the one it replaces is
+	// not empty, only unreadable (before, recorded as not edited).
+	empty := filepath.Join(t.TempDir(), "empty")
+	if err := os.WriteFile(empty, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, err = runDevhook(t, append(base, "--body", empty)...)
+	if err != nil || !strings.Contains(stdout, "(edited") {
+		t.Errorf("replay --body EMPTY: %v, stdout %q, stderr %q; want it sent, edited", err, stdout, stderr)
+	}
 	marker := filepath.Join(t.TempDir(), "editor-ran")
 	_, stderr, err = runDevhookIn(t, "", []string{"EDITOR=touch " + marker + " #"}, append(base, "--edit")...)
 	if exitCodeOf(err) != 1 || !strings.Contains(stderr, "cannot replay") || !strings.Contains(stderr, "cut short") {
@@ -207,7 +217,7 @@ func TestReplay_BodyUnreadableReplaced(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if want := []seen{{`{"fixed":1}`, ""}, {`{"stdin":1}`, "1"}}; !slices.Equal(got, want) {
+	if want := []seen{{`{"fixed":1}`, ""}, {`{"stdin":1}`, "1"}, {"", ""}}; !slices.Equal(got, want) {
 		t.Errorf("the receiver got %q, want %q", got, want)
 	}
 	db, err := storage.Open(filepath.Join(data, "deliveries.db"), storage.Config{ReadOnly: true, Logf: func(string, ...any) {}})
@@ -216,8 +226,8 @@ func TestReplay_BodyUnreadableReplaced(t *testing.T) {
 	}
 	defer db.Close()
 	rd, _ := db.Delivery(d.ID)
-	if rd == nil || len(rd.Attempts) != 2 || !rd.Attempts[0].Edited() || !rd.Attempts[1].Edited() || rd.BodyError == "" {
-		t.Errorf("recorded: %+v, want two edited attempts, the body still unreadable", rd)
+	if rd == nil || len(rd.Attempts) != 3 || !rd.Attempts[0].Edited() || !rd.Attempts[1].Edited() || !rd.Attempts[2].Edited() || rd.BodyError == "" {
+		t.Errorf("recorded: %+v, want three edited attempts, the body still unreadable", rd)
 	}
 }
 
