@@ -235,8 +235,12 @@ func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
 		return
 	}
 	d.Route = e.route // for live views
+	// tries: the first forward and the retries before this one; none for
+	// one owed behind another, whose first try this is. first: when the
+	// first of them started.
+	tries, first := priorTries(d, devhook.TargetURL(target, d.Path, d.RawQuery), e.since)
 	kind := devhook.AttemptRetry
-	if !triedAt(d, devhook.TargetURL(target, d.Path, d.RawQuery)) {
+	if tries == 0 {
 		// Owed behind an earlier delivery of its run: this is its first
 		// try, recorded as the forward it is, not as a retry.
 		kind = devhook.AttemptForward
@@ -252,18 +256,6 @@ func (a *Agent) retryOne(ctx context.Context, e *owedEntry) {
 	}
 	e.busy = 0
 	at.Route = e.route
-	// tries: the first forward and the retries before this one; none for
-	// one owed behind another, whose first try this is. first: when the
-	// first of them started.
-	tries, first := 0, e.since
-	for i := range d.Attempts {
-		if k := d.Attempts[i].Kind; k != devhook.AttemptReplay && d.Attempts[i].Target == at.Target {
-			if tries == 0 {
-				first = d.Attempts[i].StartedAt
-			}
-			tries++
-		}
-	}
 	rec := a.recordAttempt(d, at)
 	if a.owed.isForgotten(e) {
 		return // deleted while it was forwarded: nothing follows
@@ -366,13 +358,18 @@ func (a *Agent) settle(ctx context.Context, id string, st *devhook.RetryState) b
 	return true
 }
 
-// triedAt reports whether d was sent to target before, a replay aside;
-// an attempt that cannot be read is taken for a try.
-func triedAt(d *devhook.Delivery, target string) bool {
+// priorTries counts the times d was sent to target, replays aside (an
+// attempt that cannot be read is taken for one), and returns when the
+// first of them started, or since when there was none.
+func priorTries(d *devhook.Delivery, target string, since time.Time) (n int, first time.Time) {
+	first = since
 	for i := range d.Attempts {
 		if at := &d.Attempts[i]; at.ReadError != "" || at.Kind != devhook.AttemptReplay && at.Target == target {
-			return true
+			if n == 0 && at.ReadError == "" {
+				first = at.StartedAt
+			}
+			n++
 		}
 	}
-	return false
+	return n, first
 }
