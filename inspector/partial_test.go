@@ -84,11 +84,10 @@ func damageAttempt(t *testing.T, path, id string, seq uint32) {
 	}
 }
 
-// A delivery one of whose attempts cannot be read, its body whole: its
-// body downloads as it arrived (before, the download failed with the
-// attempt's error, 500), and the attempt's answer is refused, saying why;
-// it is replayed.
-func TestDelivery_AttemptUnreadableBodyDownloads(t *testing.T) {
+// attemptUnreadableFixture is an inspector over a store holding one
+// delivery, its body small and whole, its only attempt (a 502) damaged.
+func attemptUnreadableFixture(t *testing.T) (*fixture, *devhook.Delivery) {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "devhook.db")
 	db, err := storage.Open(path, storage.Config{MaxDeliveries: -1, MaxAge: -1})
 	if err != nil {
@@ -100,7 +99,15 @@ func TestDelivery_AttemptUnreadableBodyDownloads(t *testing.T) {
 		t.Fatal(err)
 	}
 	damageAttempt(t, path, d.ID, 1)
-	f := newFixture(t, fixtureOptions{path: path})
+	return newFixture(t, fixtureOptions{path: path}), d
+}
+
+// A delivery one of whose attempts cannot be read, its body whole: its
+// body downloads as it arrived (before, the download failed with the
+// attempt's error, 500), and the attempt's answer is refused, saying why;
+// it is replayed.
+func TestDelivery_AttemptUnreadableBodyDownloads(t *testing.T) {
+	f, d := attemptUnreadableFixture(t)
 
 	res, err := f.HTTP.Client().Get(f.HTTP.URL + "/api/deliveries/" + d.ID + "/body")
 	if err != nil {
@@ -380,18 +387,7 @@ func TestInBrowser_UnreadableSaysWhy(t *testing.T) {
 // not, and the replay was refused).
 func TestInBrowser_AttemptUnreadableReplays(t *testing.T) {
 	b := inspectortest.NewBrowser(t)
-	path := filepath.Join(t.TempDir(), "devhook.db")
-	db, err := storage.Open(path, storage.Config{MaxDeliveries: -1, MaxAge: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := newDelivery(time.Now().Add(-time.Minute).Truncate(time.Millisecond), 1, []byte(`{"small":1}`), true)
-	put(t, db, d, 502)
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	damageAttempt(t, path, d.ID, 1)
-	f := newFixture(t, fixtureOptions{path: path})
+	f, d := attemptUnreadableFixture(t)
 	tab := b.NewTab(t)
 	tab.Run(t,
 		chromedp.Navigate(f.HTTP.URL+"/#/d/"+d.ID),

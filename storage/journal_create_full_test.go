@@ -3,7 +3,6 @@ package storage
 import (
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -18,27 +17,7 @@ import (
 // listen stopped while deliveries were held on a full tmpfs, then started
 // with room, said deliveries.db.journal1 was not a devhook journal).
 func TestCreateJournalFile_FullDiskRefusesTheHeader(t *testing.T) {
-	if os.Getuid() != 0 && os.Getenv("CI") == "" {
-		t.Skip("needs root to mount a tmpfs")
-	}
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Fatalf("mount a tmpfs: %v: %s", err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("umount", dir).Run() })
-	f, err := os.Create(filepath.Join(dir, "filler"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for chunk := make([]byte, 4096); ; {
-		if _, err := f.Write(chunk); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatal(err)
-			}
-			break
-		}
-	}
-	f.Close()
+	dir, _ := fullTmpfs(t)
 	for _, noMap := range []bool{false, true} {
 		path := filepath.Join(dir, "deliveries.db.journal1")
 		jf, err := createJournalFile(path, 5, noMap)

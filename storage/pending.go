@@ -263,16 +263,26 @@ func (v *view) readBody(key []byte, d *devhook.Delivery, sum bodySum, inBolt boo
 	if file == "" {
 		d.Body = append([]byte{}, body...) // out of bbolt's mapping, or the journal's
 	}
-	if !sum.matches(d.Body) {
-		if file != "" {
-			return newRecordError(bucketBodyRefs, key, d.Body, "the body", bodyFileDamage{path: file, why: whyBodyInFile})
-		}
-		return newRecordError(bucketBodies, key, d.Body, "the body", whyChecksum)
+	if err := checkBodySum(key, d.Body, file, sum); err != nil {
+		return err
 	}
 	if inBolt {
 		return verify(v.tx, key, d.Body, "the body of delivery "+string(key))
 	}
 	return nil
+}
+
+// checkBodySum checks body, read from its body file (file) or the store,
+// against sum, the checksum its delivery record key holds: a *recordError
+// that says where it is damaged when it does not match.
+func checkBodySum(key, body []byte, file string, sum bodySum) error {
+	if sum.matches(body) {
+		return nil
+	}
+	if file != "" {
+		return newRecordError(bucketBodyRefs, key, body, "the body", bodyFileDamage{path: file, why: whyBodyInFile})
+	}
+	return newRecordError(bucketBodies, key, body, "the body", whyChecksum)
 }
 
 // searchBody returns the body of delivery id for a search, checked as
@@ -296,11 +306,8 @@ func (v *view) searchBody(id []byte) ([]byte, error) {
 	if err != nil || meta == nil {
 		return body, nil
 	}
-	if !sum.matches(body) {
-		if file != "" {
-			return nil, newRecordError(bucketBodyRefs, id, body, "the body", bodyFileDamage{path: file, why: whyBodyInFile})
-		}
-		return nil, newRecordError(bucketBodies, id, body, "the body", whyChecksum)
+	if err := checkBodySum(id, body, file, sum); err != nil {
+		return nil, err
 	}
 	// The checks bucket holds the checksums of older records' bodies,
 	// which their records do not.

@@ -24,20 +24,9 @@ func TestDamagedPages_ListAndListen(t *testing.T) {
 	for _, name := range []string{"db-damaged-meta0.db", "db-damaged-meta1.db", "db-damaged-freelist.db",
 		"db-damaged-branch.db", "db-damaged-leaf.db", "db-damaged-overflow.db", "db-truncated.db", "db-empty.db"} {
 		t.Run(name, func(t *testing.T) {
-			fixture, err := os.ReadFile(filepath.Join("..", "..", "storage", "testdata", name))
-			if err != nil {
-				t.Fatal(err)
-			}
+			data, dbPath, fixture := storeFixtureData(t, name)
 			journal, err := os.ReadFile(filepath.Join("..", "..", "storage", "testdata", "journal-intact.journal0"))
 			if err != nil {
-				t.Fatal(err)
-			}
-			data := filepath.Join(t.TempDir(), "data")
-			if err := os.MkdirAll(data, 0o700); err != nil {
-				t.Fatal(err)
-			}
-			dbPath := filepath.Join(data, "deliveries.db")
-			if err := os.WriteFile(dbPath, fixture, 0o600); err != nil {
 				t.Fatal(err)
 			}
 			if err := os.WriteFile(dbPath+".journal0", journal, 0o600); err != nil {
@@ -256,18 +245,7 @@ func TestDamagedRecords_ListAndListen(t *testing.T) {
 		{"db-record-newer.db", "0195b1c8-0000-7000-8000-000000000014", "upgrade devhook", false},
 	} {
 		t.Run(c.fixture, func(t *testing.T) {
-			fixture, err := os.ReadFile(filepath.Join("..", "..", "storage", "testdata", c.fixture))
-			if err != nil {
-				t.Fatal(err)
-			}
-			data := filepath.Join(t.TempDir(), "data")
-			if err := os.MkdirAll(data, 0o700); err != nil {
-				t.Fatal(err)
-			}
-			dbPath := filepath.Join(data, "deliveries.db")
-			if err := os.WriteFile(dbPath, fixture, 0o600); err != nil {
-				t.Fatal(err)
-			}
+			data, dbPath, fixture := storeFixtureData(t, c.fixture)
 			plain := func(what, s string) {
 				t.Helper()
 				if !utf8.ValidString(s) || strings.ContainsFunc(s, func(r rune) bool { return r != '\n' && unicode.IsControl(r) || r == utf8.RuneError }) {
@@ -350,4 +328,23 @@ func TestDamagedRecords_ListAndListen(t *testing.T) {
 			}
 		})
 	}
+}
+
+// storeFixtureData is a data directory whose store deliveries.db (dbPath)
+// is a copy of storage/testdata/name, whose bytes are fixture.
+func storeFixtureData(t *testing.T, name string) (data, dbPath string, fixture []byte) {
+	t.Helper()
+	fixture, err := os.ReadFile(filepath.Join("..", "..", "storage", "testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data = filepath.Join(t.TempDir(), "data")
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	dbPath = filepath.Join(data, "deliveries.db")
+	if err := os.WriteFile(dbPath, fixture, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return data, dbPath, fixture
 }

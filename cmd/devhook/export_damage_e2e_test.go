@@ -18,18 +18,7 @@ import (
 // it and said nothing.
 func TestExport_SaysWhatTheListSkipped(t *testing.T) {
 	const bad = "0195b1c8-0000-7000-8000-000000000011"
-	fixture, err := os.ReadFile(filepath.Join("..", "..", "storage", "testdata", "db-record-truncated.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	data := filepath.Join(t.TempDir(), "data")
-	if err := os.MkdirAll(data, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	dbPath := filepath.Join(data, "deliveries.db")
-	if err := os.WriteFile(dbPath, fixture, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	data, dbPath, _ := storeFixtureData(t, "db-record-truncated.db")
 	for _, format := range []string{"curl", "har", "scenario"} {
 		out := filepath.Join(t.TempDir(), "export."+format)
 		args := []string{"deliveries", "export", "--last", "100", "--format", format, "--out", out, "--data", data, "--inspect", closedAddr(t)}
