@@ -243,13 +243,14 @@ func (r *redial) warnRelayWait(conn *relayclient.Conn) {
 }
 
 // recovered ends the failure under way and the wait to record before
-// connection c: it puts them in c, for OnConnect to say (in one line with
+// connection c, opened at opened (the failure ends there, not when c is
+// reported, which a flapping relay defers until c holds): it puts them in c, for OnConnect to say (in one line with
 // the connection's, so that a wait for the disk and one for the relay are
 // told apart), or without OnConnect says how many tries it took when some
 // were not said.
-func (r *redial) recovered(c *Connection) {
+func (r *redial) recovered(c *Connection, opened time.Time) {
 	if r.fails > 0 {
-		c.Fails, c.Failing = r.fails, r.a.cfg.Now().Sub(r.since)
+		c.Fails, c.Failing = r.fails, opened.Sub(r.since)
 		c.Unsaid = r.unsaid > 0
 	}
 	c.Unrecordable = r.unrecordable
@@ -276,7 +277,7 @@ func (r *redial) use(ctx context.Context, conn *relayclient.Conn, opened time.Ti
 		announceOnce.Do(func() {
 			announced, r.reported = true, true
 			c := Connection{PublicURL: conn.PublicURL(), Queued: conn.Queued()}
-			r.recovered(&c)
+			r.recovered(&c, opened)
 			if a.cfg.OnConnect == nil {
 				return
 			}

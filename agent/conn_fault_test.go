@@ -395,6 +395,11 @@ func TestFlappingConnectionReportedOnceItHolds(t *testing.T) {
 	if c.Fails != cuts || !c.Unsaid || strings.Contains(logged, "failed tries") {
 		t.Errorf("reconnection %+v after %d cuts, log:\n%s; want the count in the connection only", c, cuts, logged)
 	}
+	// The failure ended when the connection opened, not when it held:
+	// "failed tries over" cannot say more than "reconnected after".
+	if c.Failing > c.Down {
+		t.Errorf("reconnection %+v: failing for %s, longer than the %s it was down", c, c.Failing, c.Down)
+	}
 	close(drop) // the connection that held is lost: said, and dialled again
 	if c := next("reconnection after the held connection was lost"); !c.Reconnect {
 		t.Fatalf("report %+v, want a reconnection", c)

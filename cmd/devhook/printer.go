@@ -361,13 +361,14 @@ func statusWord(status int) string {
 
 // runColumn is the run's short id (devhook.ShortRunID: at most 12
 // characters, the same for a run every time, accepted by scenario save
-// --run), padded to 12 so that the status_v2 column lines up, then its
-// status_v2, within n.
+// --run), or "-" for a body that names none, padded to 12 so that the
+// status_v2 column lines up, then its status_v2, within n (as deliveries
+// list shows it, with a run or without).
 func runColumn(ev devhook.Event, n int) string {
-	if ev.RunID == "" {
-		return "-"
+	short := "-"
+	if ev.RunID != "" {
+		short = devhook.ShortRunID(ev.RunID)
 	}
-	short := devhook.ShortRunID(ev.RunID)
 	if ev.StatusV2 == "" {
 		return short
 	}

@@ -119,6 +119,14 @@ func TestRunColumnKeepsStatusV2(t *testing.T) {
 		}
 		seen[got] = true
 	}
+	// A body with a status_v2 and no run id: the line still says the
+	// status, as deliveries list does.
+	if got := runColumn(devhook.Event{StatusV2: "failed"}, runWidth); !strings.HasPrefix(got, "-") || !strings.HasSuffix(got, " failed") {
+		t.Errorf("runColumn without a run id = %q, want \"-\" and the status_v2", got)
+	}
+	if got := runColumn(devhook.Event{}, runWidth); got != "-" {
+		t.Errorf("runColumn of no event = %q, want \"-\"", got)
+	}
 }
 
 func TestFormatDuration(t *testing.T) {
